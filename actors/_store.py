@@ -1,0 +1,593 @@
+"""The store actor: one writer that owns the arena, fed by one bounded channel.
+
+Writes (``store_turns``, ``delete``, ``clear``) are msgspec messages sent through the
+actor's inbox and applied one at a time, in arrival order. Each is validated and embedded
+first (awaiting, with nothing changed) and then committed in one synchronous step, which
+publishes a new snapshot. Reads never touch the inbox: they scan the arena as of the
+last published snapshot, synchronously, so no read can see part of a commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from protocol import (
+    DEFAULT_NAMESPACE,
+    Clear,
+    Cleared,
+    ConfigError,
+    Delete,
+    Deleted,
+    EntryTooLarge,
+    Poisoned,
+    RetrievalReport,
+    RetrievedTurn,
+    StoreReply,
+    StoreRequest,
+    StoreTurns,
+    TurnsStored,
+    UnifiedMessage,
+    VectorStoreConfig,
+    VectorStoreError,
+    VectorStoreUsage,
+    payload_bytes,
+    projection,
+)
+from protocol._json import check_json_object
+
+from ._arena import Arena, Snapshot
+from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
+from ._kernel import rank_top_k
+
+__all__ = ["StoreHandle", "StoreStatistics", "open_store"]
+
+logger = logging.getLogger("trio_recall.store")
+
+_ENCODER = msgspec.msgpack.Encoder()
+_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
+_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_EMPTY_METADATA = _ENCODER.encode({})
+_NEG_INF = np.float32(-np.inf)
+
+
+@attrs.define(eq=False)
+class _ReplySlot:
+    """A one-shot reply. Setting it never blocks, so the actor never waits on a caller
+    that has gone away."""
+
+    _event: trio.Event = attrs.field(factory=trio.Event)
+    _value: object = None
+    _error: BaseException | None = None
+
+    def succeed(self, value: object) -> None:
+        if not self._event.is_set():
+            self._value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    async def wait(self) -> object:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+@attrs.frozen
+class _Envelope:
+    request: StoreRequest
+    reply: _ReplySlot
+
+
+@attrs.frozen
+class StoreStatistics:
+    """A point-in-time view of the actor's inbox and state.
+
+    Attributes:
+        inbox_size: the inbox's capacity.
+        inbox_used: requests waiting in the inbox.
+        tasks_waiting_send: callers blocked because the inbox is full.
+        version: commits so far.
+        poisoned: whether the actor has crashed.
+    """
+
+    inbox_size: int
+    inbox_used: int
+    tasks_waiting_send: int
+    version: int
+    poisoned: bool
+
+
+@attrs.frozen
+class _PreparedTurns:
+    vectors: npt.NDArray[np.float32]
+    zero: npt.NDArray[np.bool_]
+    payloads: list[bytes]
+    namespace: str
+    source: str
+    metadata: bytes
+    dropped: int
+
+
+def check_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):
+        raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
+    if k <= 0:
+        raise ConfigError(f"k is {k}; expected an int > 0")
+    return int(k)
+
+
+def check_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} is {value!r}; expected a non-empty str")
+    return value
+
+
+class _StoreActor:
+    """Owns the arena and the receive side of the inbox. Nothing else writes."""
+
+    def __init__(self, config: VectorStoreConfig, embedder: object, inbox_size: int) -> None:
+        self.config = config
+        self.embedder = EmbedderAdapter(embedder)
+        self.arena = Arena(config.max_entries, config.dimensions)
+        self.vectors, self.seqs, self.ns_ids = self.arena.readonly_views()
+        self.snapshot: Snapshot = self.arena.snapshot(0)
+        self.inbox_size = inbox_size
+        self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
+        self.crash: BaseException | None = None
+        self.armed_crash: BaseException | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        in_flight: _Envelope | None = None
+        try:
+            async with self.receive:
+                task_status.started()
+                async for envelope in self.receive:
+                    in_flight = envelope
+                    await self._handle(envelope)
+                    in_flight = None
+        finally:
+            # The store is closing: nobody will apply what is left, so say so instead of
+            # leaving those callers waiting forever.
+            closed = trio.ClosedResourceError("the store closed before this request was applied")
+            if in_flight is not None:
+                in_flight.reply.fail(self.poisoned() if self.crash else closed)
+            while True:
+                try:
+                    leftover = self.receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                leftover.reply.fail(self.poisoned() if self.crash else closed)
+
+    def poisoned(self) -> Poisoned:
+        crash = self.crash
+        error = Poisoned(
+            f"the store actor crashed ({type(crash).__name__}: {crash}); the store is poisoned"
+        )
+        error.__cause__ = crash
+        return error
+
+    def check_usable(self) -> None:
+        if self.crash is not None:
+            raise self.poisoned()
+
+    def _poison(self, crash: BaseException) -> None:
+        self.crash = crash
+        logger.error("store actor crashed; the store is poisoned", exc_info=crash)
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def _handle(self, envelope: _Envelope) -> None:
+        if self.crash is not None:
+            envelope.reply.fail(self.poisoned())
+            return
+        request = envelope.request
+        # Phase 1 validates and embeds. It may await and may fail, and it changes nothing:
+        # a failure here is a reply, not a crash.
+        try:
+            prepared = await self._prepare(request)
+        except VectorStoreError as error:
+            envelope.reply.fail(error)
+            return
+        except Exception as crash:
+            self._poison(crash)
+            envelope.reply.fail(self.poisoned())
+            return
+        # Phase 2 commits in one synchronous step; any exception here is a crash.
+        try:
+            result = self._commit(request, prepared)
+        except Exception as crash:
+            self._poison(crash)
+            envelope.reply.fail(self.poisoned())
+            return
+        envelope.reply.succeed(result)
+
+    async def _prepare(self, request: StoreRequest) -> object:
+        match request:
+            case StoreTurns():
+                return await self._prepare_turns(request)
+            case Delete() | Clear():
+                return None
+        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    def _commit(self, request: StoreRequest, prepared: object) -> StoreReply:
+        if self.armed_crash is not None:
+            crash, self.armed_crash = self.armed_crash, None
+            raise crash
+        match request:
+            case StoreTurns():
+                assert isinstance(prepared, _PreparedTurns)
+                return self._commit_turns(prepared)
+            case Delete(ids=ids, namespace=namespace):
+                return self._commit_delete(ids, namespace)
+            case Clear(namespace=namespace):
+                return self._commit_clear(namespace)
+        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    async def _prepare_turns(self, request: StoreTurns) -> _PreparedTurns:
+        namespace = check_name("namespace", request.namespace)
+        source = check_name("source", request.source)
+        metadata = check_json_object(request.metadata)
+        turns = request.turns
+        limit = self.config.max_entry_bytes
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, UnifiedMessage):
+                raise ConfigError(
+                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+                )
+            size = payload_bytes(turn)
+            if size > limit:
+                raise EntryTooLarge(size, limit, i)
+        survivors = turns[-self.config.max_entries :] if turns else []
+        raw = await self.embedder.documents([projection(t) for t in survivors])
+        matrix = as_matrix(raw, len(survivors), self.config.dimensions)
+        vectors, zero = normalize_rows(matrix)
+        return _PreparedTurns(
+            vectors=vectors,
+            zero=zero,
+            payloads=[_ENCODER.encode(t) for t in survivors],
+            namespace=namespace,
+            source=source,
+            metadata=_ENCODER.encode(metadata) if metadata else _EMPTY_METADATA,
+            dropped=len(turns) - len(survivors),
+        )
+
+    def _commit_turns(self, p: _PreparedTurns) -> TurnsStored:
+        arena = self.arena
+        slots, evicted = arena.take_slots(len(p.payloads))
+        arena.evicted_total += p.dropped
+        ids, seqs = arena.write(
+            slots, p.vectors, p.zero, None, p.payloads, p.namespace, p.source, p.metadata
+        )
+        self._publish()
+        return TurnsStored(
+            ids=ids,
+            sequences=seqs,
+            evicted=evicted + p.dropped,
+            zero_norm=int(np.count_nonzero(p.zero)),
+        )
+
+    def _commit_delete(self, ids: list[str], namespace: str | None) -> Deleted:
+        deleted: list[str] = []
+        missing: list[str] = []
+        for entry_id in dict.fromkeys(ids):
+            slot = self.arena.slot_of(entry_id)
+            if slot is None or (
+                namespace is not None and self.arena.namespace_of(slot) != namespace
+            ):
+                missing.append(entry_id)
+                continue
+            self.arena.remove(slot)
+            deleted.append(entry_id)
+        if deleted:
+            self._publish()
+        return Deleted(deleted=deleted, missing=missing)
+
+    def _commit_clear(self, namespace: str | None) -> Cleared:
+        slots = self.arena.live_slots(namespace)
+        for slot in slots:
+            self.arena.remove(slot)
+        if slots:
+            self._publish()
+        return Cleared(removed=len(slots))
+
+    def _publish(self) -> None:
+        self.snapshot = self.arena.snapshot(self.snapshot.version + 1)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None:
+        """A normalized float32 copy of ``vector``, or None for a zero query."""
+        arr = as_vector(vector, self.config.dimensions, what="query embedding")
+        normalized, zero = normalize_rows(arr[None, :], what="query embedding")
+        return None if zero[0] else normalized[0]
+
+    def scan(
+        self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
+    ) -> RetrievalReport:
+        """Score every live entry in scope against ``query`` and rank the best ``k``.
+
+        Runs synchronously on the snapshot that is current when it is called.
+        """
+        self.check_usable()
+        snap = self.snapshot
+        n = snap.high
+        valid = snap.live if namespace is None else snap.namespace_counts.get(namespace, 0)
+        if valid == 0:
+            return RetrievalReport(turns=[], scanned=0)
+        scores = np.zeros(n, dtype=np.float32) if query is None else self.vectors[:n] @ query
+        if namespace is not None:
+            ns_id = self.arena.namespace_id(namespace)
+            np.copyto(scores, _NEG_INF, where=self.ns_ids[:n] != ns_id)
+        elif not snap.dense:
+            np.copyto(scores, _NEG_INF, where=self.ns_ids[:n] < 0)
+        top = rank_top_k(scores, self.seqs[:n], k, valid)
+        return RetrievalReport(turns=[self._hit(int(s), scores) for s in top], scanned=valid)
+
+    def _hit(self, slot: int, scores: npt.NDArray[np.float32]) -> RetrievedTurn:
+        arena = self.arena
+        payload, metadata = arena.payloads[slot], arena.metadata[slot]
+        entry_id, source = arena.ids[slot], arena.sources[slot]
+        assert payload is not None
+        assert metadata is not None
+        assert entry_id is not None
+        assert source is not None
+        return RetrievedTurn(
+            message=_MESSAGE_DECODER.decode(payload),
+            # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
+            score=float(scores[slot]) + 0.0,
+            sequence=int(self.seqs[slot]),
+            namespace=arena.namespace_of(slot),
+            source=source,
+            metadata=_METADATA_DECODER.decode(metadata),
+            id=entry_id,
+        )
+
+
+class StoreHandle:
+    """The caller's side of a store. Get one from :func:`open_store`.
+
+    Writes go through the actor's bounded inbox; reads scan the last snapshot. Once the
+    actor has crashed, every method raises :class:`~protocol.Poisoned`; once the store
+    has closed, every method raises ``trio.ClosedResourceError``.
+    """
+
+    def __init__(self, actor: _StoreActor) -> None:
+        self._actor = actor
+        self._send = actor.send.clone()
+        self._closed = False
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = DEFAULT_NAMESPACE,
+        source: str = "offload",
+        metadata: dict[str, Any] | None = None,
+    ) -> TurnsStored:
+        """Store a batch of turns, all or nothing (SPEC §3).
+
+        Every turn is size-checked (the dropped head too); a batch longer than the
+        capacity keeps its newest turns; the survivors are embedded in one call, checked,
+        normalized and committed together.
+
+        Blocks while the inbox is full, then until the actor has applied the batch. If
+        the caller is cancelled while it waits, the batch is either fully committed or
+        not at all; if the store closes first, it is not applied.
+
+        Raises:
+            EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
+                batch was rejected and the store is unchanged.
+            Poisoned: the actor has crashed.
+        """
+        if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+            raise ConfigError(
+                f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage"
+            )
+        request = StoreTurns(
+            turns=list(turns),
+            namespace=namespace,
+            source=source,
+            metadata={} if metadata is None else metadata,
+        )
+        result = await self._request(request)
+        assert isinstance(result, TurnsStored)
+        return result
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> Deleted:
+        """Delete entries by id; report which were deleted and which were missing.
+
+        Blocks like :meth:`store_turns`; a delete is all or nothing too.
+        """
+        if isinstance(ids, str) or not all(isinstance(i, str) for i in ids):
+            raise ConfigError(f"ids is {ids!r:.80}; expected a list of str")
+        if namespace is not None:
+            check_name("namespace", namespace)
+        result = await self._request(Delete(ids=list(ids), namespace=namespace))
+        assert isinstance(result, Deleted)
+        return result
+
+    async def clear(self, namespace: str | None = None) -> Cleared:
+        """Remove every entry of ``namespace``, or every entry when it is None."""
+        if namespace is not None:
+            check_name("namespace", namespace)
+        result = await self._request(Clear(namespace=namespace))
+        assert isinstance(result, Cleared)
+        return result
+
+    async def _request(self, request: StoreRequest) -> object:
+        self._check()
+        reply = _ReplySlot()
+        try:
+            await self._send.send(_Envelope(request, reply))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._check()
+            raise trio.ClosedResourceError("the store is closed") from None
+        return await reply.wait()
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport:
+        """Embed ``query`` and return the ``k`` best entries across every namespace.
+
+        Does not use the inbox, so a slow write never delays it: it sees the snapshot of
+        the last commit when its scan runs.
+
+        Raises:
+            ConfigError: ``k ≤ 0``.
+            EmbedderError, EmbeddingError: the query could not be embedded.
+            Poisoned: the actor has crashed.
+        """
+        return await self._retrieve(query, k, None)
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
+        """Like :meth:`retrieve`, scoped to one namespace; never returns another's entries."""
+        return await self._retrieve(query, k, check_name("namespace", namespace))
+
+    async def retrieve_embedding(
+        self, vector: object, k: int, namespace: str | None = None
+    ) -> RetrievalReport:
+        """Rank entries against a vector you already have.
+
+        The vector need not be normalized: a normalized copy is scored, and the caller's
+        array is never changed. A zero vector scores 0.0 everywhere.
+        """
+        self._check()
+        k = check_k(k)
+        if namespace is not None:
+            check_name("namespace", namespace)
+        query = self._actor.query_vector(vector)
+        await trio.lowlevel.checkpoint()
+        return self._actor.scan(query, k, namespace)
+
+    async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
+        self._check()
+        k = check_k(k)
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected str")
+        raw = await self._actor.embedder.query(query)
+        return self._actor.scan(self._actor.query_vector(raw), k, namespace)
+
+    # --- state -------------------------------------------------------------------------
+
+    def usage(self) -> VectorStoreUsage:
+        """The fill level, in O(1)."""
+        self._check()
+        actor = self._actor
+        snap, capacity = actor.snapshot, actor.config.max_entries
+        fraction = snap.live / capacity
+        warn = actor.config.warn_fraction
+        return VectorStoreUsage(
+            entries=snap.live,
+            capacity=capacity,
+            fraction=fraction,
+            near_cap=warn is not None and fraction >= warn,
+            evicted_entries=actor.arena.evicted_total,
+            zero_norm_entries=actor.arena.zero_count,
+        )
+
+    def __len__(self) -> int:
+        self._check()
+        return self._actor.snapshot.live
+
+    def is_empty(self) -> bool:
+        return len(self) == 0
+
+    @property
+    def capacity(self) -> int:
+        self._check()
+        return self._actor.config.max_entries
+
+    @property
+    def config(self) -> VectorStoreConfig:
+        return self._actor.config
+
+    def statistics(self) -> StoreStatistics:
+        stats = self._send.statistics()
+        return StoreStatistics(
+            inbox_size=self._actor.inbox_size,
+            inbox_used=stats.current_buffer_used,
+            tasks_waiting_send=stats.tasks_waiting_send,
+            version=self._actor.snapshot.version,
+            poisoned=self._actor.crash is not None,
+        )
+
+    def _check(self) -> None:
+        self._actor.check_usable()
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+
+    def _close(self) -> None:
+        self._closed = True
+        self._send.close()
+
+
+@asynccontextmanager
+async def open_store(
+    config: VectorStoreConfig, embedder: object, *, inbox_size: int = 64
+) -> AsyncIterator[StoreHandle]:
+    """Open an in-memory store and run its actor for the duration of the block.
+
+    The arena (``max_entries × dimensions`` float32) is allocated here, once. Leaving the
+    block closes the inbox and stops the actor: a request still queued or in flight is
+    not applied and its caller gets ``trio.ClosedResourceError``.
+
+    If the actor crashed, leaving the block raises :class:`~protocol.Poisoned`, so a crash
+    never passes silently; if the body is already raising, that exception wins and
+    carries the crash as a note.
+
+    Args:
+        config: the store's bounds; validated again here.
+        embedder: an :class:`Embedder` (sync, run in a worker thread) or an
+            :class:`AsyncEmbedder`.
+        inbox_size: how many writes may queue before callers wait.
+
+    Raises:
+        ConfigError: a bad config, embedder or inbox size.
+    """
+    if not isinstance(config, VectorStoreConfig):
+        raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
+    config.validate()
+    if isinstance(inbox_size, bool) or not isinstance(inbox_size, int) or inbox_size <= 0:
+        raise ConfigError(f"inbox_size is {inbox_size!r}; expected an int > 0")
+    width = getattr(embedder, "dimensions", None)
+    if isinstance(width, int) and width != config.dimensions:
+        raise ConfigError(
+            f"embedder {embedder!r} makes {width}-float vectors; this store takes "
+            f"{config.dimensions} (dimensions)"
+        )
+    actor = _StoreActor(config, embedder, inbox_size)
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        handle = StoreHandle(actor)
+        try:
+            yield handle
+        except BaseException as error:
+            # Re-raised below, outside the nursery, so it is not wrapped in a group.
+            body_error = error
+        finally:
+            handle._close()
+            actor.send.close()
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        if actor.crash is not None:
+            body_error.add_note(f"trio-recall: the store was poisoned by {actor.crash!r}")
+        raise body_error
+    if actor.crash is not None:
+        raise actor.poisoned()

@@ -1,0 +1,64 @@
+"""Strict JSON values: what tool-call arguments and metadata may hold."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from ._errors import JsonError
+
+__all__ = ["check_json", "compact_json", "check_json_object"]
+
+_MAX_DEPTH = 64
+
+
+def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
+    """Raise :class:`JsonError` unless ``value`` is a plain JSON value.
+
+    Plain JSON means ``None``, ``bool``, ``int``, finite ``float``, ``str``, ``list`` of
+    JSON values, or ``dict`` with ``str`` keys and JSON values. Sets, tuples, bytes,
+    NaN/inf and arbitrary objects are refused, even where an encoder would coerce them,
+    because a value that would not survive a round trip through a JSON file is a bug
+    waiting in someone's replay log.
+    """
+    if _depth > _MAX_DEPTH:
+        raise JsonError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise JsonError(f"{what} holds the float {value!r}; JSON takes only finite numbers")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json(item, what=f"{what}[{i}]", _depth=_depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JsonError(
+                    f"{what} has the key {key!r} of type {type(key).__name__}; "
+                    "JSON object keys must be str"
+                )
+            check_json(item, what=f"{what}[{key!r}]", _depth=_depth + 1)
+        return
+    raise JsonError(
+        f"{what} holds a {type(value).__name__} ({value!r:.60}); expected a JSON value "
+        "(None, bool, int, float, str, list or dict with str keys)"
+    )
+
+
+def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:
+    """Check that ``value`` is a JSON object (a ``dict``) and return it."""
+    if not isinstance(value, dict):
+        raise JsonError(f"{what} is a {type(value).__name__}; expected a JSON object (dict)")
+    check_json(value, what=what)
+    return value
+
+
+def compact_json(value: Any, *, what: str = "value") -> bytes:
+    """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`."""
+    check_json(value, what=what)
+    return msgspec.json.encode(value)
