@@ -1,0 +1,23 @@
+"""Shared test settings.
+
+Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE``):
+- ``ci`` (the default): bounded, so the whole suite fits CI's budget on 2 cores;
+- ``stress``: 2,000 examples of 50 steps for the state machines (opt-in);
+- ``nightly``: like stress, with more examples; meant to run under a time budget.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "print_blob": True,
+}
+settings.register_profile("ci", max_examples=60, stateful_step_count=25, **_COMMON)
+settings.register_profile("stress", max_examples=2000, stateful_step_count=50, **_COMMON)
+settings.register_profile("nightly", max_examples=20000, stateful_step_count=80, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
