@@ -182,7 +182,9 @@ def as_vector(
         raise EmbeddingError(f"{what} has {arr.shape[0]} floats; this store takes {dimensions}")
     if not np.isfinite(arr).all():
         bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise EmbeddingError(f"{what} has the non-finite component {arr[bad]!r} at index {bad}")
+        raise EmbeddingError(
+            f"{what} has the non-finite component {float(arr[bad])!r} at index {bad}"
+        )
     return arr
 
 

@@ -121,6 +121,18 @@ class _PreparedTurns:
     dropped: int
 
 
+def exact_msgpack(value: object) -> bytes:
+    """Encode ``value`` into a bytes object of exactly its size.
+
+    ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
+    message). The store keeps these bytes for an entry's whole life, so the copy is what
+    keeps the memory bound honest.
+    """
+    buffer = bytearray()
+    _ENCODER.encode_into(value, buffer)
+    return bytes(buffer)
+
+
 def check_k(k: object) -> int:
     if isinstance(k, bool) or not isinstance(k, int | np.integer):
         raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
@@ -154,24 +166,31 @@ class _StoreActor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         in_flight: _Envelope | None = None
         try:
-            async with self.receive:
-                task_status.started()
-                async for envelope in self.receive:
-                    in_flight = envelope
-                    await self._handle(envelope)
-                    in_flight = None
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                # Drop the loop's reference: an idle actor must not keep the last batch
+                # (up to max_entries × max_entry_bytes) alive.
+                del envelope
+                await self._handle(in_flight)
+                in_flight = None
         finally:
             # The store is closing: nobody will apply what is left, so say so instead of
             # leaving those callers waiting forever.
-            closed = trio.ClosedResourceError("the store closed before this request was applied")
             if in_flight is not None:
-                in_flight.reply.fail(self.poisoned() if self.crash else closed)
+                in_flight.reply.fail(self._closing_error())
             while True:
                 try:
                     leftover = self.receive.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-                leftover.reply.fail(self.poisoned() if self.crash else closed)
+                leftover.reply.fail(self._closing_error())
+            self.receive.close()
+
+    def _closing_error(self) -> BaseException:
+        if self.crash is not None:
+            return self.poisoned()
+        return trio.ClosedResourceError("the store closed before this request was applied")
 
     def poisoned(self) -> Poisoned:
         crash = self.crash
@@ -259,10 +278,10 @@ class _StoreActor:
         return _PreparedTurns(
             vectors=vectors,
             zero=zero,
-            payloads=[_ENCODER.encode(t) for t in survivors],
+            payloads=[exact_msgpack(t) for t in survivors],
             namespace=namespace,
             source=source,
-            metadata=_ENCODER.encode(metadata) if metadata else _EMPTY_METADATA,
+            metadata=exact_msgpack(metadata) if metadata else _EMPTY_METADATA,
             dropped=len(turns) - len(survivors),
         )
 
