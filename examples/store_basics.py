@@ -12,7 +12,9 @@ from protocol import UnifiedMessage, VectorStoreConfig
 
 
 async def main() -> None:
-    config = VectorStoreConfig(max_entries=6, dimensions=256, max_entry_bytes=4096, warn_fraction=0.8)
+    config = VectorStoreConfig(
+        max_entries=6, dimensions=256, max_entry_bytes=4096, warn_fraction=0.8
+    )
     turns = [
         UnifiedMessage.user("My cat is called Miso and she hates the vacuum cleaner."),
         UnifiedMessage.assistant("Noted: Miso, the cat, dislikes the vacuum."),
@@ -25,7 +27,9 @@ async def main() -> None:
     with trio.fail_after(10):
         async with open_store(config, HashingEmbedder(256)) as store:
             stored = await store.store_turns(turns, namespace="alice")
-            print(f"stored {len(stored.ids)} turns, evicted {stored.evicted} (capacity {store.capacity})")
+            print(
+                f"stored {len(stored.ids)} turns, evicted {stored.evicted} (capacity {store.capacity})"
+            )
             report = await store.retrieve_in("alice", "what is my cat called", k=3)
             print(f"scanned {report.scanned} entries; best 3:")
             for hit in report.turns:

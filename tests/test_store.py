@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from actors import HashingEmbedder, open_store
@@ -35,7 +36,10 @@ TIMEOUT = 10
 
 def cfg(max_entries: int = 8, dimensions: int = DIM, **kw: object) -> VectorStoreConfig:
     return VectorStoreConfig(
-        max_entries=max_entries, dimensions=dimensions, max_entry_bytes=256, **kw  # type: ignore[arg-type]
+        max_entries=max_entries,
+        dimensions=dimensions,
+        max_entry_bytes=256,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -159,7 +163,11 @@ async def test_oversized_turn_anywhere_rejects_the_batch() -> None:
             # The oversized turn is in the head that trimming would drop: still rejected.
             with pytest.raises(EntryTooLarge) as info:
                 await store.store_turns([big, msg("a"), msg("b")])
-            assert (info.value.bytes, info.value.max_entry_bytes, info.value.index) == (300, 256, 0)
+            assert (info.value.bytes, info.value.max_entry_bytes, info.value.index) == (
+                300,
+                256,
+                0,
+            )
             assert "300 payload bytes (turn 0 of the batch)" in str(info.value)
             assert await snapshot_of(store) == before
             assert store.usage().evicted_entries == 0
@@ -185,7 +193,10 @@ async def test_long_batch_keeps_newest_and_embeds_only_survivors() -> None:
     ("bad", "error"),
     [
         ([1.0] * (DIM - 1), r"embedding 1 of the batch has 7 floats; this store takes 8"),
-        ([np.nan] + [0.0] * (DIM - 1), r"embedding 1 of the batch has the non-finite component nan"),
+        (
+            [np.nan] + [0.0] * (DIM - 1),
+            r"embedding 1 of the batch has the non-finite component nan",
+        ),
         ([np.inf] + [0.0] * (DIM - 1), r"non-finite component inf at index 0"),
         ([3e20] + [0.0] * (DIM - 1), r"squared norm that overflows float32"),
         ("not a vector", r"embedding 1 of the batch is not a vector of numbers \(str\)"),
@@ -325,7 +336,9 @@ async def test_scan_is_exact_against_float64_brute_force() -> None:
                 expected = unit_rows @ (q / np.linalg.norm(q))
                 best = np.lexsort((-np.arange(n), -expected))[:k]
                 assert [h.sequence for h in report.turns] == best.tolist()
-                np.testing.assert_allclose([h.score for h in report.turns], expected[best], atol=1e-5)
+                np.testing.assert_allclose(
+                    [h.score for h in report.turns], expected[best], atol=1e-5
+                )
                 assert report.scanned == n
 
 
@@ -349,7 +362,9 @@ async def test_same_contents_and_query_are_bit_identical() -> None:
     results = []
     for _ in range(2):
         with trio.fail_after(TIMEOUT):
-            async with open_store(cfg(max_entries=200, dimensions=64), TableEmbedder(table)) as store:  # type: ignore[arg-type]
+            async with open_store(
+                cfg(max_entries=200, dimensions=64), TableEmbedder(table)
+            ) as store:  # type: ignore[arg-type]
                 await store.store_turns([msg(f"v{i}") for i in range(200)])
                 first = await store.retrieve_embedding(q, k=50)
                 second = await store.retrieve_embedding(q, k=50)
@@ -384,7 +399,11 @@ async def test_hits_carry_source_metadata_and_id() -> None:
                 [msg("remember the milk")], source="explicit", metadata={"tags": ["shopping"]}
             )
             hit = (await store.retrieve("milk", 1)).turns[0]
-            assert (hit.source, hit.metadata, hit.id) == ("explicit", {"tags": ["shopping"]}, stored.ids[0])
+            assert (hit.source, hit.metadata, hit.id) == (
+                "explicit",
+                {"tags": ["shopping"]},
+                stored.ids[0],
+            )
             assert hit.message == msg("remember the milk")
 
 
@@ -467,11 +486,10 @@ async def test_closing_fails_queued_writes_instead_of_hanging() -> None:
             outcomes.append("closed")
 
     with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as outer:
-            async with open_store(cfg(), embedder) as store:
-                outer.start_soon(write, "in flight")
-                outer.start_soon(write, "queued")
-                await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as outer, open_store(cfg(), embedder) as store:
+            outer.start_soon(write, "in flight")
+            outer.start_soon(write, "queued")
+            await trio.testing.wait_all_tasks_blocked()
         assert outcomes == ["closed", "closed"]
     with pytest.raises(trio.ClosedResourceError, match="closed"):
         await store.store_turns([msg("late")])
@@ -482,11 +500,18 @@ async def test_closing_fails_queued_writes_instead_of_hanging() -> None:
 
 async def test_usage_len_is_empty_capacity_and_near_cap() -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_store(cfg(max_entries=4, warn_fraction=0.75), HashingEmbedder(DIM)) as store:
+        async with open_store(
+            cfg(max_entries=4, warn_fraction=0.75), HashingEmbedder(DIM)
+        ) as store:
             assert store.is_empty() and len(store) == 0 and store.capacity == 4
             await store.store_turns([msg("a"), msg("b")])
             usage = store.usage()
-            assert (usage.entries, usage.capacity, usage.fraction, usage.near_cap) == (2, 4, 0.5, False)
+            assert (usage.entries, usage.capacity, usage.fraction, usage.near_cap) == (
+                2,
+                4,
+                0.5,
+                False,
+            )
             await store.store_turns([msg("c")])
             assert store.usage().near_cap is True and store.usage().fraction == 0.75
             await store.store_turns([msg("d"), msg("e")])
@@ -576,7 +601,9 @@ async def test_json_error_for_unserializable_arguments_changes_nothing() -> None
     with trio.fail_after(TIMEOUT):
         async with open_store(cfg(), HashingEmbedder(DIM)) as store:
             args["when"] = {1, 2}  # mutated after construction
-            with pytest.raises(JsonError, match=r"arguments of tool call 'c1'\['when'\] holds a set"):
+            with pytest.raises(
+                JsonError, match=r"arguments of tool call 'c1'\['when'\] holds a set"
+            ):
                 await store.store_turns([msg("fine"), call])
             assert store.is_empty()
             with pytest.raises(JsonError, match="metadata"):
@@ -653,7 +680,12 @@ async def test_crash_poisons_every_call_and_the_exit(caplog: pytest.LogCaptureFi
                 with pytest.raises(Poisoned) as info:
                     await call()
                 assert info.value.__cause__ is crash
-            for sync_call in (store.usage, store.is_empty, lambda: len(store), lambda: store.capacity):
+            for sync_call in (
+                store.usage,
+                store.is_empty,
+                lambda: len(store),
+                lambda: store.capacity,
+            ):
                 with pytest.raises(Poisoned):
                     sync_call()
     assert exit_info.value.__cause__ is crash
@@ -665,7 +697,7 @@ async def test_crash_does_not_tear_down_the_callers_nursery() -> None:
     survivor_ran = trio.Event()
 
     async def survivor() -> None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         survivor_ran.set()
 
     with trio.fail_after(TIMEOUT):
