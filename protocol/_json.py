@@ -12,20 +12,31 @@ from ._errors import JsonError
 __all__ = ["check_json", "compact_json", "check_json_object"]
 
 _MAX_DEPTH = 64
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
 
 
 def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
     """Raise :class:`JsonError` unless ``value`` is a plain JSON value.
 
-    Plain JSON means ``None``, ``bool``, ``int``, finite ``float``, ``str``, ``list`` of
-    JSON values, or ``dict`` with ``str`` keys and JSON values. Sets, tuples, bytes,
+    Plain JSON means ``None``, ``bool``, ``int`` (within msgpack's 64-bit range), finite
+    ``float``, ``str``, ``list`` of JSON values, or ``dict`` with ``str`` keys and JSON
+    values. Sets, tuples, bytes,
     NaN/inf and arbitrary objects are refused, even where an encoder would coerce them,
     because a value that would not survive a round trip through a JSON file is a bug
     waiting in someone's replay log.
     """
     if _depth > _MAX_DEPTH:
         raise JsonError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        # Actor messages are logged and replayed through msgpack, which stops at 64 bits.
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise JsonError(
+                f"{what} holds the int {value}, outside [-2**63, 2**64 - 1]; larger ints "
+                "cannot be logged as msgpack"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):

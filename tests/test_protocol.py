@@ -165,3 +165,9 @@ def test_to_plugin_error_follows_the_seam() -> None:
         converted = to_plugin_error(error)
         assert isinstance(converted, PluginInternalError)
         assert type(error).__name__ in converted.message
+
+
+def test_ints_beyond_64_bits_are_refused_so_messages_replay_through_msgpack() -> None:
+    ToolCall(id="c1", name="f", arguments={"n": 2**64 - 1, "m": -(2**63)})
+    with pytest.raises(JsonError, match=r"holds the int 18446744073709551616, outside"):
+        ToolCall(id="c1", name="f", arguments={"n": 2**64})
