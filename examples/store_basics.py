@@ -28,7 +28,8 @@ async def main() -> None:
         async with open_store(config, HashingEmbedder(256)) as store:
             stored = await store.store_turns(turns, namespace="alice")
             print(
-                f"stored {len(stored.ids)} turns, evicted {stored.evicted} (capacity {store.capacity})"
+                f"stored {len(stored.ids)} turns, evicted {stored.evicted} "
+                f"(capacity {store.capacity})"
             )
             report = await store.retrieve_in("alice", "what is my cat called", k=3)
             print(f"scanned {report.scanned} entries; best 3:")

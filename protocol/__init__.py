@@ -17,8 +17,12 @@ from ._chat import payload_bytes as payload_bytes
 from ._chat import projection as projection
 from ._config import VectorStoreConfig as VectorStoreConfig
 from ._errors import ConfigError as ConfigError
+from ._errors import DispatchError as DispatchError
+from ._errors import DispatchTimeout as DispatchTimeout
 from ._errors import EmbedderError as EmbedderError
 from ._errors import EmbeddingError as EmbeddingError
+from ._errors import EmbeddingProviderError as EmbeddingProviderError
+from ._errors import EmbeddingTimeout as EmbeddingTimeout
 from ._errors import EntryTooLarge as EntryTooLarge
 from ._errors import FilterError as FilterError
 from ._errors import JsonError as JsonError
@@ -28,6 +32,48 @@ from ._errors import PluginValidationError as PluginValidationError
 from ._errors import Poisoned as Poisoned
 from ._errors import VectorStoreError as VectorStoreError
 from ._errors import to_plugin_error as to_plugin_error
+from ._events import Event as Event
+from ._events import Evicted as Evicted
+from ._events import MemoryEvent as MemoryEvent
+from ._events import Recalled as Recalled
+from ._events import RecallFailed as RecallFailed
+from ._events import RecallInjected as RecallInjected
+from ._events import StoreNearCap as StoreNearCap
+from ._events import TurnsOffloaded as TurnsOffloaded
+from ._events import TurnsSummarized as TurnsSummarized
+from ._memory import Clamped as Clamped
+from ._memory import ClampOversizedMessages as ClampOversizedMessages
+from ._memory import CompactionAction as CompactionAction
+from ._memory import CompactionMsg as CompactionMsg
+from ._memory import CompactionRequest as CompactionRequest
+from ._memory import Compress as Compress
+from ._memory import Compressed as Compressed
+from ._memory import CompressionReport as CompressionReport
+from ._memory import DropObservations as DropObservations
+from ._memory import Dropped as Dropped
+from ._memory import Inject as Inject
+from ._memory import InjectionMsg as InjectionMsg
+from ._memory import InjectionRequest as InjectionRequest
+from ._memory import MemoryConfig as MemoryConfig
+from ._memory import Offload as Offload
+from ._memory import Offloaded as Offloaded
+from ._memory import Recall as Recall
+from ._memory import RecallMsg as RecallMsg
+from ._memory import RecallRequest as RecallRequest
+from ._memory import Rejected as Rejected
+from ._memory import Skipped as Skipped
+from ._memory import SlidingWindow as SlidingWindow
+from ._memory import Strategy as Strategy
+from ._memory import Summarize as Summarize
+from ._memory import Summarized as Summarized
+from ._memory import TurnReport as TurnReport
+from ._render import RECALL_MARKER as RECALL_MARKER
+from ._render import XML_RECALL_MARKER as XML_RECALL_MARKER
+from ._render import Injected as Injected
+from ._render import RecallInjection as RecallInjection
+from ._render import digest_request as digest_request
+from ._render import inject as inject
+from ._render import render as render
 from ._store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from ._store import Clear as Clear
 from ._store import Cleared as Cleared
@@ -44,41 +90,87 @@ from ._store import VectorStoreUsage as VectorStoreUsage
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "RECALL_MARKER",
     "ROLES",
+    "XML_RECALL_MARKER",
+    "ClampOversizedMessages",
+    "Clamped",
     "Clear",
     "Cleared",
+    "CompactionAction",
+    "CompactionMsg",
+    "CompactionRequest",
+    "Compress",
+    "Compressed",
+    "CompressionReport",
     "ConfigError",
     "ContentBlock",
     "Delete",
     "Deleted",
+    "DispatchError",
+    "DispatchTimeout",
+    "DropObservations",
+    "Dropped",
     "EmbedderError",
     "EmbeddingError",
+    "EmbeddingProviderError",
+    "EmbeddingTimeout",
     "EntryTooLarge",
+    "Event",
+    "Evicted",
     "FilterError",
     "ImageBase64",
+    "Inject",
+    "Injected",
+    "InjectionMsg",
+    "InjectionRequest",
     "JsonError",
+    "MemoryConfig",
+    "MemoryEvent",
+    "Offload",
+    "Offloaded",
     "PluginError",
     "PluginInternalError",
     "PluginValidationError",
     "Poisoned",
+    "Recall",
+    "RecallFailed",
+    "RecallInjected",
+    "RecallInjection",
+    "RecallMsg",
+    "RecallRequest",
+    "Recalled",
+    "Rejected",
     "RetrievalReport",
     "RetrievedTurn",
     "Role",
+    "Skipped",
+    "SlidingWindow",
     "StoreMsg",
+    "StoreNearCap",
     "StoreReply",
     "StoreRequest",
     "StoreTurns",
+    "Strategy",
+    "Summarize",
+    "Summarized",
     "Text",
     "Thinking",
     "ToolCall",
     "ToolResult",
+    "TurnReport",
+    "TurnsOffloaded",
     "TurnsStored",
+    "TurnsSummarized",
     "UnifiedMessage",
     "UnifiedRequest",
     "VectorStoreConfig",
     "VectorStoreError",
     "VectorStoreUsage",
+    "digest_request",
+    "inject",
     "payload_bytes",
     "projection",
+    "render",
     "to_plugin_error",
 ]

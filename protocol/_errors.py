@@ -12,8 +12,12 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DispatchError",
+    "DispatchTimeout",
     "EmbedderError",
     "EmbeddingError",
+    "EmbeddingProviderError",
+    "EmbeddingTimeout",
     "EntryTooLarge",
     "FilterError",
     "JsonError",
@@ -38,6 +42,34 @@ class ConfigError(VectorStoreError, ValueError):
 class EmbeddingError(VectorStoreError, ValueError):
     """A vector has the wrong width, a non-finite component, or a squared norm that is
     not finite in float32."""
+
+
+class EmbeddingProviderError(VectorStoreError, RuntimeError):
+    """An embedding provider (an HTTP service, a local model) failed or answered with
+    something that is not a valid embedding response.
+
+    Attributes:
+        status: the HTTP status, when the failure was an HTTP answer; else ``None``.
+        attempts: how many requests were made, retries included.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1) -> None:
+        self.status = status
+        self.attempts = attempts
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_provider_error, (type(self), str(self), self.status, self.attempts))
+
+
+class EmbeddingTimeout(EmbeddingProviderError, TimeoutError):
+    """An embedding request timed out (after its retries)."""
+
+
+def _rebuild_provider_error(
+    cls: type[EmbeddingProviderError], message: str, status: int | None, attempts: int
+) -> EmbeddingProviderError:
+    return cls(message, status=status, attempts=attempts)
 
 
 class EntryTooLarge(VectorStoreError, ValueError):
@@ -87,6 +119,36 @@ class JsonError(VectorStoreError, TypeError):
 
 class FilterError(VectorStoreError, ValueError):
     """A metadata filter has an unknown operator or a wrongly typed operand."""
+
+
+class DispatchError(VectorStoreError, RuntimeError):
+    """A dispatcher could not get a reply: an HTTP error, a malformed reply, a refused
+    connection or a timeout.
+
+    Attributes:
+        endpoint: the URL that was called.
+        status: the HTTP status, or None when no response arrived.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, status: int | None = None) -> None:
+        self.endpoint = endpoint
+        self.status = status
+        self.message = message
+        status_text = "no response" if status is None else f"HTTP {status}"
+        super().__init__(f"POST {endpoint} failed ({status_text}): {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_dispatch_error, (type(self), self.message, self.endpoint, self.status))
+
+
+class DispatchTimeout(DispatchError, TimeoutError):
+    """The dispatcher's request timed out (connect, read, write or pool)."""
+
+
+def _rebuild_dispatch_error(
+    cls: type[DispatchError], message: str, endpoint: str, status: int | None
+) -> DispatchError:
+    return cls(message, endpoint=endpoint, status=status)
 
 
 class PluginError(Exception):

@@ -1,0 +1,53 @@
+"""The injection actor: renders a recall and places it in the request (SPEC §5).
+
+The work is the pure :func:`protocol.inject`; the actor adds the configured renderer and
+the ``RecallInjected`` event, and keeps injection on the same message-passing footing as
+the other stages, so that a stream of ``Inject`` messages can be logged and replayed.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from protocol import Inject, Injected, RecallInjected, digest_request, inject
+
+from ._events import EventHub, Mailbox, now
+
+__all__ = ["InjectionActor"]
+
+
+class InjectionActor:
+    """Owns the receive side of its inbox; every failure is a reply to its caller."""
+
+    def __init__(self, renderer: str, namespace: str, hub: EventHub, inbox_size: int) -> None:
+        self.renderer = renderer
+        self.namespace = namespace
+        self.hub = hub
+        self.mailbox: Mailbox[Inject] = Mailbox.open("injection", inbox_size)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with self.mailbox.receive:
+                task_status.started()
+                async for envelope in self.mailbox.receive:
+                    try:
+                        result = self.inject(envelope.request)
+                    except Exception as error:
+                        envelope.reply.fail(error)
+                    else:
+                        envelope.reply.succeed(result)
+        finally:
+            self.mailbox.fail_leftovers()
+
+    def inject(self, request: Inject) -> Injected:
+        injected = inject(request.report, request.request, self.renderer)
+        self.hub.publish(
+            RecallInjected(
+                at=now(),
+                namespace=self.namespace,
+                outcome=injected.outcome.value,
+                items=len(request.report.turns),
+                digest=digest_request(injected.request),
+            )
+        )
+        return injected

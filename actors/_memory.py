@@ -1,0 +1,436 @@
+"""``open_memory``: the store, compaction, recall and injection actors in one nursery,
+and :class:`Memory`, the caller's side of them (SPEC §7).
+
+Every agent turn runs compress → retrieve → inject → dispatch; :meth:`Memory.turn` runs
+all four and reports each stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from protocol import (
+    Compress,
+    Compressed,
+    ConfigError,
+    Inject,
+    Injected,
+    MemoryConfig,
+    Recall,
+    RetrievalReport,
+    TurnReport,
+    UnifiedMessage,
+    UnifiedRequest,
+    VectorStoreConfig,
+    VectorStoreError,
+    VectorStoreUsage,
+    digest_request,
+    projection,
+)
+from protocol._json import check_json_object
+from protocol._memory import check_messages, describe_error
+
+from ._compaction import CompactionActor, Summarizer, default_summarizer
+from ._dispatch import Dispatcher, EchoDispatcher
+from ._embedders import HashingEmbedder
+from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size
+from ._injection import InjectionActor
+from ._recall import RecallActor
+from ._store import StoreHandle, _StoreActor, check_k, check_name
+
+__all__ = ["Memory", "MemoryStatistics", "Turned", "open_memory"]
+
+logger = logging.getLogger("trio_recall.memory")
+
+
+class Turned(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of :meth:`Memory.turn`.
+
+    Attributes:
+        reply: the assistant's message.
+        request: the request exactly as dispatched (compressed, with the recall block).
+            Append ``reply`` and the next user message to its ``messages`` for the next
+            turn; that turn's ``inject`` then replaces the old recall block.
+        report: each stage's outcome and timing.
+    """
+
+    reply: UnifiedMessage
+    request: UnifiedRequest
+    report: TurnReport
+
+
+@attrs.frozen
+class MemoryStatistics:
+    """Inbox sizes and fill levels, per actor, and the event hub's state."""
+
+    inbox_size: int
+    compaction_used: int
+    recall_used: int
+    injection_used: int
+    subscribers: int
+    events_published: int
+
+
+class Memory:
+    """The caller's side of ``open_memory``. Every method may be called from many tasks.
+
+    Methods that go through an actor (``compress``, ``retrieve``, ``inject``) block while
+    that actor's inbox is full, then until it replies. If the caller is cancelled while it
+    waits, the actor still finishes the request (a ``compress`` may still offload) and
+    the reply is dropped. After the ``open_memory`` block ends, every method raises
+    ``trio.ClosedResourceError``.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: MemoryConfig,
+        store: StoreHandle,
+        hub: EventHub,
+        watch: StoreWatch,
+        dispatcher: Dispatcher,
+        compaction: Mailbox[Compress],
+        recall: Mailbox[Recall],
+        injection: Mailbox[Inject],
+        inbox_size: int,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._hub = hub
+        self._watch = watch
+        self._dispatcher = dispatcher
+        self._compaction = compaction
+        self._recall = recall
+        self._injection = injection
+        self._inbox_size = inbox_size
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def store(self) -> StoreHandle:
+        """The store handle, for direct reads and writes."""
+        return self._store
+
+    # --- the four stages ----------------------------------------------------------------
+
+    async def compress(self, messages: list[UnifiedMessage]) -> Compressed:
+        """Apply ``MemoryConfig.strategies`` in order; see SPEC §4.
+
+        Returns:
+            The new messages (the caller's list is not changed) and the report.
+
+        Raises:
+            ConfigError: ``messages`` is not a list of ``UnifiedMessage``.
+        """
+        request = Compress(messages=check_messages(messages))
+        result = await self._compaction.ask(request)
+        assert isinstance(result, Compressed)
+        return result
+
+    async def retrieve(
+        self,
+        query: str,
+        k: int | None = None,
+        namespace: str | None = None,
+        min_similarity: float | None = None,
+    ) -> RetrievalReport:
+        """The best ``k`` entries of ``namespace`` for ``query``, best first.
+
+        ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
+        ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
+
+        Raises:
+            ConfigError: a bad query, ``k``, namespace or ``min_similarity``.
+            EmbedderError, EmbeddingError, Poisoned: the store could not answer.
+        """
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected str")
+        k = self._config.top_k if k is None else check_k(k)
+        namespace = self._config.namespace if namespace is None else namespace
+        check_name("namespace", namespace)
+        floor = self._config.min_similarity if min_similarity is None else min_similarity
+        if floor is not None and (
+            isinstance(floor, bool) or not isinstance(floor, int | float) or not -1 <= floor <= 1
+        ):
+            raise ConfigError(f"min_similarity is {floor!r}; expected a float in [-1, 1]")
+        request = Recall(query=query, k=k, namespace=namespace, min_similarity=floor)
+        result = await self._recall.ask(request)
+        assert isinstance(result, RetrievalReport)
+        return result
+
+    async def inject(self, report: RetrievalReport, request: UnifiedRequest) -> Injected:
+        """Render ``report`` with the config's renderer and place it in ``request``.
+
+        Raises:
+            ConfigError: ``report`` or ``request`` has the wrong type.
+        """
+        if not isinstance(report, RetrievalReport):
+            raise ConfigError(f"report is a {type(report).__name__}; expected RetrievalReport")
+        if not isinstance(request, UnifiedRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
+        result = await self._injection.ask(Inject(report=report, request=request))
+        assert isinstance(result, Injected)
+        return result
+
+    async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
+        """Send ``request`` to the dispatcher and return the assistant's message.
+
+        Raises:
+            ConfigError: ``request`` is not a ``UnifiedRequest``.
+            DispatchError: the dispatcher failed.
+        """
+        if not isinstance(request, UnifiedRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
+        self._check_open()
+        return await self._dispatcher.dispatch(request)
+
+    async def turn(self, request: UnifiedRequest) -> Turned:
+        """Run compress → retrieve → inject → dispatch for one agent turn.
+
+        The recall query is the projection of the newest user message; without one,
+        recall is skipped (and an old recall block is removed). Recall is best-effort
+        unless ``recall_errors="raise"``: a store or embedder error is logged as a
+        warning and recorded in the report, and the turn goes on without a recall block.
+
+        Raises:
+            ConfigError: ``request`` is not a ``UnifiedRequest``.
+            VectorStoreError: a recall error, with ``recall_errors="raise"``.
+            DispatchError: the dispatcher failed.
+        """
+        if not isinstance(request, UnifiedRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        compressed = await self.compress(request.messages)
+        timings["compress"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        messages = compressed.messages
+        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
+        recall: RetrievalReport | None = None
+        recall_error: str | None = None
+        if last_user is not None:
+            try:
+                recall = await self.retrieve(projection(last_user))
+            except VectorStoreError as error:
+                if self._config.recall_errors == "raise":
+                    raise
+                recall_error = describe_error(error)
+                logger.warning("recall failed; the turn goes on without it: %s", recall_error)
+        timings["retrieve"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        compacted = msgspec.structs.replace(request, messages=messages)
+        empty = RetrievalReport(turns=[], scanned=0)
+        injected = await self.inject(recall if recall is not None else empty, compacted)
+        timings["inject"] = time.perf_counter() - started
+
+        if self._config.auto_store_user_input and last_user is not None:
+            stored = await self._store.store_turns(
+                [last_user], namespace=self._config.namespace, source="user"
+            )
+            self._watch.after_write(stored)
+
+        started = time.perf_counter()
+        reply = await self.dispatch(injected.request)
+        timings["dispatch"] = time.perf_counter() - started
+        report = TurnReport(
+            namespace=self._config.namespace,
+            compression=compressed.report,
+            recall=recall,
+            recall_error=recall_error,
+            injection=injected.outcome,
+            digest=digest_request(injected.request),
+            timings=timings,
+        )
+        return Turned(reply=reply, request=injected.request, report=report)
+
+    # --- explicit memory, usage, events ------------------------------------------------
+
+    async def remember(
+        self,
+        content: str | UnifiedMessage,
+        source: str = "explicit",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store one explicit memory in the config's namespace and return its id.
+
+        A str becomes a user message. Blocks like ``StoreHandle.store_turns``.
+
+        Raises:
+            ConfigError: empty content, a bad source, or content of the wrong type.
+            JsonError: ``metadata`` is not a JSON object.
+            EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
+        """
+        if isinstance(content, str):
+            if not content.strip():
+                raise ConfigError("content is empty; expected some text to remember")
+            message = UnifiedMessage.user(content)
+        elif isinstance(content, UnifiedMessage):
+            message = content
+        else:
+            raise ConfigError(
+                f"content is a {type(content).__name__}; expected str or UnifiedMessage"
+            )
+        check_name("source", source)
+        meta = check_json_object({} if metadata is None else dict(metadata))
+        self._check_open()
+        stored = await self._store.store_turns(
+            [message], namespace=self._config.namespace, source=source, metadata=meta
+        )
+        self._watch.after_write(stored)
+        return stored.ids[0]
+
+    def usage(self) -> VectorStoreUsage:
+        """The store's fill level, in O(1)."""
+        return self._store.usage()
+
+    def events(self, buffer_size: int = 256) -> Subscription:
+        """Subscribe to the event stream, from now on.
+
+        The subscription is an async iterator and an async context manager. It holds at
+        most ``buffer_size`` events; when it is full, new events are dropped for it alone
+        and counted in its ``dropped``. Iteration ends when the memory closes.
+
+        Raises:
+            ConfigError: ``buffer_size`` is not an int > 0.
+            trio.ClosedResourceError: the memory has closed.
+        """
+        return self._hub.subscribe(buffer_size)
+
+    def statistics(self) -> MemoryStatistics:
+        return MemoryStatistics(
+            inbox_size=self._inbox_size,
+            compaction_used=self._compaction.used(),
+            recall_used=self._recall.used(),
+            injection_used=self._injection.used(),
+            subscribers=self._hub.subscribers,
+            events_published=self._hub.published,
+        )
+
+    def _check_open(self) -> None:
+        if self._hub._closed:
+            raise trio.ClosedResourceError("the memory is closed")
+
+
+def _check_store(config: object, embedder: object, inbox_size: int) -> VectorStoreConfig:
+    # The same checks as ``open_store``: the store actor starts in our nursery instead.
+    if not isinstance(config, VectorStoreConfig):
+        raise ConfigError(f"store is a {type(config).__name__}; expected VectorStoreConfig")
+    config.validate()
+    check_size("store_inbox_size", inbox_size)
+    width = getattr(embedder, "dimensions", None)
+    if isinstance(width, int) and width != config.dimensions:
+        raise ConfigError(
+            f"embedder {embedder!r} makes {width}-float vectors; this store takes "
+            f"{config.dimensions} (dimensions)"
+        )
+    return config
+
+
+@asynccontextmanager
+async def open_memory(
+    *,
+    store: VectorStoreConfig,
+    memory: MemoryConfig | None = None,
+    embedder: object | None = None,
+    dispatcher: Dispatcher | None = None,
+    summarizer: Summarizer | None = None,
+    inbox_size: int = 16,
+    store_inbox_size: int = 64,
+) -> AsyncIterator[Memory]:
+    """Start the store, compaction, recall and injection actors in one nursery.
+
+    Leaving the block closes every inbox and stops every actor; a request still queued
+    gets ``trio.ClosedResourceError``, and event iterators end. An exception from the
+    body propagates unchanged (never wrapped in an ``ExceptionGroup``). If the store
+    crashed, leaving the block raises :class:`~protocol.Poisoned`, as ``open_store`` does.
+
+    The dispatcher is borrowed, not owned: an ``OpenAIChatDispatcher`` is closed by its
+    own ``async with``.
+
+    Args:
+        store: the store's bounds.
+        memory: compaction, recall and injection settings; ``MemoryConfig()`` if None.
+        embedder: an ``Embedder`` or ``AsyncEmbedder``; ``HashingEmbedder(dimensions)``
+            if None.
+        dispatcher: what ``dispatch`` calls; ``EchoDispatcher()`` if None.
+        summarizer: what ``Summarize`` calls, sync (run in a worker thread) or async,
+            returning a str or a system message; an extractive summary if None.
+        inbox_size: the inbox size of each of the compaction, recall and injection
+            actors.
+        store_inbox_size: the store actor's inbox size.
+
+    Raises:
+        ConfigError: any argument of the wrong type or out of range.
+    """
+    memory_config = MemoryConfig() if memory is None else memory
+    if not isinstance(memory_config, MemoryConfig):
+        raise ConfigError(f"memory is a {type(memory_config).__name__}; expected MemoryConfig")
+    config = _check_store(store, embedder, store_inbox_size)
+    check_size("inbox_size", inbox_size)
+    if embedder is None:
+        embedder = HashingEmbedder(config.dimensions)
+    the_dispatcher: Dispatcher = EchoDispatcher() if dispatcher is None else dispatcher
+    if not callable(getattr(the_dispatcher, "dispatch", None)):
+        raise ConfigError(
+            f"dispatcher is a {type(the_dispatcher).__name__}; expected a Dispatcher "
+            "(an object with async dispatch(request))"
+        )
+    the_summarizer: Summarizer = default_summarizer if summarizer is None else summarizer
+    if not callable(the_summarizer):
+        raise ConfigError(f"summarizer is {the_summarizer!r:.60}; expected a callable")
+
+    store_actor = _StoreActor(config, embedder, store_inbox_size)
+    hub = EventHub()
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store_actor.run)
+        handle = StoreHandle(store_actor)
+        watch = StoreWatch(hub, handle, memory_config.namespace)
+        compaction = CompactionActor(memory_config, handle, hub, watch, the_summarizer, inbox_size)
+        recall = RecallActor(handle, hub, inbox_size)
+        injection = InjectionActor(
+            memory_config.renderer, memory_config.namespace, hub, inbox_size
+        )
+        try:
+            await nursery.start(compaction.run)
+            await nursery.start(recall.run)
+            await nursery.start(injection.run)
+            yield Memory(
+                config=memory_config,
+                store=handle,
+                hub=hub,
+                watch=watch,
+                dispatcher=the_dispatcher,
+                compaction=compaction.mailbox,
+                recall=recall.mailbox,
+                injection=injection.mailbox,
+                inbox_size=inbox_size,
+            )
+        except BaseException as error:
+            # Re-raised below, outside the nursery, so it is not wrapped in a group.
+            body_error = error
+        finally:
+            hub.close()
+            for mailbox in (compaction.mailbox, recall.mailbox, injection.mailbox):
+                mailbox.send.close()
+            handle._close()
+            store_actor.send.close()
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        if store_actor.crash is not None:
+            body_error.add_note(f"trio-recall: the store was poisoned by {store_actor.crash!r}")
+        raise body_error
+    if store_actor.crash is not None:
+        raise store_actor.poisoned()

@@ -1,0 +1,365 @@
+"""Memory configuration, compaction strategies and reports, and the actors' messages.
+
+The five strategies form one tagged union (``Strategy``) so that a ``MemoryConfig`` can be
+written to and read from JSON or msgpack. Each actor has one tagged union of commands:
+``CompactionRequest``, ``RecallRequest`` and ``InjectionRequest``. Replies are past tense.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from ._chat import UnifiedMessage, UnifiedRequest
+from ._errors import ConfigError
+from ._render import RENDERERS, RecallInjection
+from ._store import DEFAULT_NAMESPACE, RetrievalReport
+
+__all__ = [
+    "Clamped",
+    "ClampOversizedMessages",
+    "CompactionAction",
+    "CompactionMsg",
+    "CompactionRequest",
+    "Compress",
+    "Compressed",
+    "CompressionReport",
+    "DropObservations",
+    "Dropped",
+    "Inject",
+    "InjectionMsg",
+    "InjectionRequest",
+    "MemoryConfig",
+    "Offload",
+    "Offloaded",
+    "Recall",
+    "RecallMsg",
+    "RecallRequest",
+    "Rejected",
+    "Skipped",
+    "SlidingWindow",
+    "Strategy",
+    "Summarize",
+    "Summarized",
+    "TurnReport",
+]
+
+
+def _int_at_least(owner: str, name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"{owner}.{name} is {value!r} ({type(value).__name__}); expected an int >= {low}"
+        )
+    if value < low:
+        raise ConfigError(f"{owner}.{name} is {value}; expected an int >= {low}")
+
+
+# --- strategies ---------------------------------------------------------------------------
+
+
+class StrategyBase(msgspec.Struct, frozen=True, tag_field="strategy"):
+    """Base of the compaction strategies."""
+
+
+class Offload(StrategyBase, frozen=True, kw_only=True, tag="offload"):
+    """Move up to ``turns`` of the oldest unprotected messages into the store."""
+
+    turns: int
+
+    def __post_init__(self) -> None:
+        _int_at_least("Offload", "turns", self.turns, 1)
+
+
+class Summarize(StrategyBase, frozen=True, kw_only=True, tag="summarize"):
+    """Replace up to ``turns`` of the oldest unprotected messages with one system summary."""
+
+    turns: int
+
+    def __post_init__(self) -> None:
+        _int_at_least("Summarize", "turns", self.turns, 1)
+
+
+class DropObservations(StrategyBase, frozen=True, kw_only=True, tag="drop_observations"):
+    """Replace the output of every tool result but the last ``keep_last`` with a
+    placeholder."""
+
+    keep_last: int
+
+    def __post_init__(self) -> None:
+        _int_at_least("DropObservations", "keep_last", self.keep_last, 0)
+
+
+class SlidingWindow(StrategyBase, frozen=True, kw_only=True, tag="sliding_window"):
+    """Drop the oldest unprotected messages until at most ``max_messages`` remain."""
+
+    max_messages: int
+
+    def __post_init__(self) -> None:
+        _int_at_least("SlidingWindow", "max_messages", self.max_messages, 1)
+
+
+class ClampOversizedMessages(StrategyBase, frozen=True, kw_only=True, tag="clamp"):
+    """Truncate text so that each message's payload is at most ``max_bytes``."""
+
+    max_bytes: int
+
+    def __post_init__(self) -> None:
+        _int_at_least("ClampOversizedMessages", "max_bytes", self.max_bytes, 1)
+
+
+Strategy = Offload | Summarize | DropObservations | SlidingWindow | ClampOversizedMessages
+_STRATEGY_TYPES = (Offload, Summarize, DropObservations, SlidingWindow, ClampOversizedMessages)
+
+
+class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How :func:`actors.open_memory` compacts, recalls and injects.
+
+    Args:
+        strategies: the compaction strategies, applied in order by ``compress``.
+        namespace: where offloaded turns, summaries and explicit memories go, and where
+            recall looks.
+        top_k: how many hits ``retrieve`` asks for when ``k`` is not given.
+        min_similarity: hits scoring below it are dropped after ranking; None keeps all.
+        renderer: ``"plain"`` or ``"xml"``; how ``inject`` renders the recall block.
+        auto_store_compaction: also store every summary, with source ``"compaction"``.
+        auto_store_user_input: store the newest user message of every ``turn`` (after
+            recall, so that a turn never recalls itself), with source ``"user"``.
+        max_prompt_bytes: a budget of summed payload bytes. When set, each strategy runs
+            only while the prompt is over it; None runs every strategy every time.
+        recall_errors: ``"warn"`` (the default) logs a recall failure during ``turn`` and
+            goes on without a recall block; ``"raise"`` raises it.
+
+    Raises:
+        ConfigError: any field out of range or of the wrong type.
+    """
+
+    strategies: list[Strategy] = msgspec.field(default_factory=list)
+    namespace: str = DEFAULT_NAMESPACE
+    top_k: int = 5
+    min_similarity: float | None = None
+    renderer: Literal["plain", "xml"] = "plain"
+    auto_store_compaction: bool = True
+    auto_store_user_input: bool = False
+    max_prompt_bytes: int | None = None
+    recall_errors: Literal["warn", "raise"] = "warn"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategies, list):
+            raise ConfigError(
+                f"MemoryConfig.strategies is a {type(self.strategies).__name__}; "
+                "expected a list of strategies"
+            )
+        for i, strategy in enumerate(self.strategies):
+            if not isinstance(strategy, _STRATEGY_TYPES):
+                raise ConfigError(
+                    f"MemoryConfig.strategies[{i}] is {strategy!r:.60}; expected Offload, "
+                    "Summarize, DropObservations, SlidingWindow or ClampOversizedMessages"
+                )
+        if not isinstance(self.namespace, str) or not self.namespace:
+            raise ConfigError(
+                f"MemoryConfig.namespace is {self.namespace!r}; expected a non-empty str"
+            )
+        _int_at_least("MemoryConfig", "top_k", self.top_k, 1)
+        ms = self.min_similarity
+        if ms is not None and (
+            isinstance(ms, bool) or not isinstance(ms, int | float) or not -1.0 <= ms <= 1.0
+        ):
+            raise ConfigError(
+                f"MemoryConfig.min_similarity is {ms!r}; expected a float in [-1, 1] or None"
+            )
+        if self.renderer not in RENDERERS:
+            raise ConfigError(
+                f"MemoryConfig.renderer is {self.renderer!r}; expected one of {list(RENDERERS)}"
+            )
+        for name in ("auto_store_compaction", "auto_store_user_input"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"MemoryConfig.{name} is {getattr(self, name)!r}; expected a bool"
+                )
+        if self.max_prompt_bytes is not None:
+            _int_at_least("MemoryConfig", "max_prompt_bytes", self.max_prompt_bytes, 1)
+        if self.recall_errors not in ("warn", "raise"):
+            raise ConfigError(
+                f"MemoryConfig.recall_errors is {self.recall_errors!r}; expected 'warn' or 'raise'"
+            )
+
+
+# --- what compaction did --------------------------------------------------------------------
+
+
+class ActionBase(msgspec.Struct, frozen=True, tag_field="action"):
+    """Base of the compaction actions; ``strategy`` is the tag of the strategy that ran."""
+
+
+class Offloaded(ActionBase, frozen=True, kw_only=True, tag="offloaded"):
+    """``indices`` (in the prompt the strategy saw) moved to the store as ``ids``."""
+
+    strategy: str
+    indices: list[int]
+    ids: list[str]
+
+
+class Summarized(ActionBase, frozen=True, kw_only=True, tag="summarized"):
+    """``indices`` became one system summary; ``stored_id`` is set when it was stored."""
+
+    strategy: str
+    indices: list[int]
+    stored_id: str | None = None
+
+
+class Dropped(ActionBase, frozen=True, kw_only=True, tag="dropped"):
+    """``count`` messages (sliding window) or tool outputs (drop observations) went."""
+
+    strategy: str
+    count: int
+
+
+class Clamped(ActionBase, frozen=True, kw_only=True, tag="clamped"):
+    """``count`` messages were truncated by ``bytes_removed`` in all; ``unclampable``
+    messages stayed over the cap because their fixed parts (ids, names, tool
+    arguments) alone are over it."""
+
+    strategy: str
+    count: int
+    bytes_removed: int
+    unclampable: int = 0
+
+
+class Skipped(ActionBase, frozen=True, kw_only=True, tag="skipped"):
+    """The strategy had nothing to do; ``reason`` says why."""
+
+    strategy: str
+    reason: str
+
+
+class Rejected(ActionBase, frozen=True, kw_only=True, tag="rejected"):
+    """The strategy failed and changed nothing; the error is ``CompressionReport.last_error``.
+
+    ``error`` is ``"TypeName: message"``, so the action list stays plain data.
+    """
+
+    strategy: str
+    error: str
+
+
+CompactionAction = Offloaded | Summarized | Dropped | Clamped | Skipped | Rejected
+
+
+class CompressionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``compress`` did.
+
+    Attributes:
+        actions: one action per strategy, in order (a failed summary store adds a
+            ``Rejected`` after its ``Summarized``).
+        before, after: message counts.
+        before_bytes, after_bytes: summed payload bytes.
+        last_error: the last error a strategy met, converted by
+            :func:`protocol.to_plugin_error` when it came from the store. It is a live
+            exception, so a report that holds one cannot be msgpack-encoded; the
+            ``Rejected`` action carries its text.
+    """
+
+    actions: list[CompactionAction]
+    before: int
+    after: int
+    before_bytes: int = 0
+    after_bytes: int = 0
+    last_error: BaseException | None = None
+
+
+# --- actor messages -------------------------------------------------------------------------
+
+
+class CompactionMsg(msgspec.Struct, frozen=True, tag_field="kind"):
+    """Base of the compaction actor's messages."""
+
+
+class Compress(CompactionMsg, frozen=True, kw_only=True, tag="compress"):
+    """Apply the configured strategies to ``messages``."""
+
+    messages: list[UnifiedMessage]
+
+
+CompactionRequest = Compress
+
+
+class Compressed(CompactionMsg, frozen=True, kw_only=True, tag="compressed"):
+    """The new prompt and what each strategy did."""
+
+    messages: list[UnifiedMessage]
+    report: CompressionReport
+
+
+class RecallMsg(msgspec.Struct, frozen=True, tag_field="kind"):
+    """Base of the recall actor's messages."""
+
+
+class Recall(RecallMsg, frozen=True, kw_only=True, tag="recall"):
+    """Rank the ``k`` best entries of ``namespace`` for ``query``, then drop those under
+    ``min_similarity``."""
+
+    query: str
+    k: int
+    namespace: str
+    min_similarity: float | None = None
+
+
+RecallRequest = Recall
+
+
+class InjectionMsg(msgspec.Struct, frozen=True, tag_field="kind"):
+    """Base of the injection actor's messages."""
+
+
+class Inject(InjectionMsg, frozen=True, kw_only=True, tag="inject"):
+    """Render ``report`` and place it in ``request``."""
+
+    report: RetrievalReport
+    request: UnifiedRequest
+
+
+InjectionRequest = Inject
+
+
+class TurnReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What each stage of ``Memory.turn`` did, and how long it took.
+
+    Attributes:
+        namespace: the memory's namespace.
+        compression: the compaction report.
+        recall: the recall report, or None when recall failed or there was no user
+            message to recall for.
+        recall_error: ``"TypeName: message"`` when recall failed (best-effort mode).
+        injection: the injection outcome.
+        digest: :func:`protocol.digest_request` of the request as dispatched.
+        timings: seconds per stage, keyed ``compress``, ``retrieve``, ``inject``,
+            ``dispatch`` (wall time, from ``time.perf_counter``).
+    """
+
+    namespace: str
+    compression: CompressionReport
+    recall: RetrievalReport | None
+    recall_error: str | None
+    injection: RecallInjection
+    digest: str
+    timings: dict[str, float]
+
+
+def describe_error(error: BaseException) -> str:
+    """``"TypeName: message"``, the plain-data form of an error in reports and events."""
+    return f"{type(error).__name__}: {error}"
+
+
+def check_messages(messages: object, *, what: str = "messages") -> list[UnifiedMessage]:
+    """Return ``messages`` as a new list after checking that it is a list of messages."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, list | tuple):
+        raise ConfigError(
+            f"{what} is a {type(messages).__name__}; expected a list of UnifiedMessage"
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, UnifiedMessage):
+            raise ConfigError(
+                f"{what}[{i}] is a {type(message).__name__}; expected UnifiedMessage"
+            )
+    return list(messages)
