@@ -8,6 +8,11 @@ from ._embedders import AsyncEmbedder as AsyncEmbedder
 from ._embedders import Embedder as Embedder
 from ._embedders import HashingEmbedder as HashingEmbedder
 from ._events import Subscription as Subscription
+from ._indexing import DocumentStore as DocumentStore
+from ._indexing import InMemoryRecordManager as InMemoryRecordManager
+from ._indexing import Record as Record
+from ._indexing import RecordManager as RecordManager
+from ._indexing import index as index
 from ._memory import Memory as Memory
 from ._memory import MemoryStatistics as MemoryStatistics
 from ._memory import Turned as Turned
@@ -19,17 +24,22 @@ from ._store import open_store as open_store
 __all__ = [
     "AsyncEmbedder",
     "Dispatcher",
+    "DocumentStore",
     "EchoDispatcher",
     "Embedder",
     "HashingEmbedder",
+    "InMemoryRecordManager",
     "Memory",
     "MemoryStatistics",
     "OpenAIChatDispatcher",
+    "Record",
+    "RecordManager",
     "StoreHandle",
     "StoreStatistics",
     "Subscription",
     "Summarizer",
     "Turned",
+    "index",
     "open_memory",
     "open_store",
 ]

@@ -16,6 +16,13 @@ from ._chat import UnifiedRequest as UnifiedRequest
 from ._chat import payload_bytes as payload_bytes
 from ._chat import projection as projection
 from ._config import VectorStoreConfig as VectorStoreConfig
+from ._documents import DeleteResult as DeleteResult
+from ._documents import Document as Document
+from ._documents import IndexResult as IndexResult
+from ._documents import ScoredDocument as ScoredDocument
+from ._documents import SearchKind as SearchKind
+from ._documents import SearchRequest as SearchRequest
+from ._documents import document_id as document_id
 from ._errors import ConfigError as ConfigError
 from ._errors import DispatchError as DispatchError
 from ._errors import DispatchTimeout as DispatchTimeout
@@ -41,6 +48,22 @@ from ._events import RecallInjected as RecallInjected
 from ._events import StoreNearCap as StoreNearCap
 from ._events import TurnsOffloaded as TurnsOffloaded
 from ._events import TurnsSummarized as TurnsSummarized
+from ._filters import And as And
+from ._filters import Eq as Eq
+from ._filters import Exists as Exists
+from ._filters import Filter as Filter
+from ._filters import FilterNode as FilterNode
+from ._filters import Gt as Gt
+from ._filters import Gte as Gte
+from ._filters import In as In
+from ._filters import Lt as Lt
+from ._filters import Lte as Lte
+from ._filters import Ne as Ne
+from ._filters import Nin as Nin
+from ._filters import Not as Not
+from ._filters import Or as Or
+from ._filters import matches as filter_matches
+from ._filters import parse_filter as parse_filter
 from ._memory import Clamped as Clamped
 from ._memory import ClampOversizedMessages as ClampOversizedMessages
 from ._memory import CompactionAction as CompactionAction
@@ -89,10 +112,7 @@ from ._store import TurnsStored as TurnsStored
 from ._store import VectorStoreUsage as VectorStoreUsage
 
 __all__ = [
-    "DEFAULT_NAMESPACE",
-    "RECALL_MARKER",
-    "ROLES",
-    "XML_RECALL_MARKER",
+    "And",
     "ClampOversizedMessages",
     "Clamped",
     "Clear",
@@ -105,10 +125,13 @@ __all__ = [
     "CompressionReport",
     "ConfigError",
     "ContentBlock",
+    "DEFAULT_NAMESPACE",
     "Delete",
+    "DeleteResult",
     "Deleted",
     "DispatchError",
     "DispatchTimeout",
+    "Document",
     "DropObservations",
     "Dropped",
     "EmbedderError",
@@ -116,23 +139,39 @@ __all__ = [
     "EmbeddingProviderError",
     "EmbeddingTimeout",
     "EntryTooLarge",
+    "Eq",
     "Event",
     "Evicted",
+    "Exists",
+    "Filter",
     "FilterError",
+    "FilterNode",
+    "Gt",
+    "Gte",
     "ImageBase64",
+    "In",
+    "IndexResult",
     "Inject",
     "Injected",
     "InjectionMsg",
     "InjectionRequest",
     "JsonError",
+    "Lt",
+    "Lte",
     "MemoryConfig",
     "MemoryEvent",
+    "Ne",
+    "Nin",
+    "Not",
     "Offload",
     "Offloaded",
+    "Or",
     "PluginError",
     "PluginInternalError",
     "PluginValidationError",
     "Poisoned",
+    "RECALL_MARKER",
+    "ROLES",
     "Recall",
     "RecallFailed",
     "RecallInjected",
@@ -144,6 +183,9 @@ __all__ = [
     "RetrievalReport",
     "RetrievedTurn",
     "Role",
+    "ScoredDocument",
+    "SearchKind",
+    "SearchRequest",
     "Skipped",
     "SlidingWindow",
     "StoreMsg",
@@ -167,8 +209,12 @@ __all__ = [
     "VectorStoreConfig",
     "VectorStoreError",
     "VectorStoreUsage",
+    "XML_RECALL_MARKER",
     "digest_request",
+    "document_id",
+    "filter_matches",
     "inject",
+    "parse_filter",
     "payload_bytes",
     "projection",
     "render",

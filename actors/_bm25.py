@@ -1,0 +1,322 @@
+"""An incremental Okapi BM25 index over the arena's slots.
+
+Scoring, for a query and a document D among the N live documents:
+
+    score(D) = Σ_t  qtf(t) · idf(t) · tf(t, D) · (k1 + 1) / (tf(t, D) + norm(D))
+    idf(t)   = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
+    norm(D)  = k1 · (1 − b + b · |D| / avgdl)
+
+with k1 = 1.2 and b = 0.75. The sum runs over the query's distinct terms in the order
+they first appear, and ``qtf`` counts a term's repeats in the query. The idf is Lucene's,
+which is never negative, so a document scores above 0 exactly when it holds a query
+term, and only those documents are hits.
+
+Tokens are the maximal runs of alphanumeric characters (``str.isalnum``, so Unicode
+letters and digits count) of the lowercased text.
+
+Each document belongs to a group (the store passes its namespace id). A query scoped to
+a group takes its statistics (N, avgdl, df) from that group's documents only, so one
+namespace's scores never depend on, and so never reveal, another's documents; an
+unscoped query uses every live document. One index serves every group, so memory does
+not grow with the number of namespaces. A mask narrows which documents may be hits; it
+does not change the statistics.
+
+All statistics are kept as exact integers and updated at each :meth:`add` and
+:meth:`remove`, so the scores after any sequence of updates are bit-identical to a
+from-scratch computation that evaluates the same formula in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from bisect import bisect_left
+from collections import Counter
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from protocol._errors import ConfigError
+
+__all__ = ["B", "K1", "Bm25Index", "idf", "tokenize"]
+
+K1 = 1.2
+B = 0.75
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def tokenize(text: str) -> list[str]:
+    """The BM25 tokens of ``text``: lowercased runs of alphanumeric characters."""
+    return _TOKEN.findall(text.lower())
+
+
+def idf(n_docs: int, df: int) -> float:
+    """Lucene's BM25 idf, ``ln(1 + (N − df + 0.5) / (df + 0.5))``."""
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+@attrs.define(eq=False)
+class _Postings:
+    """The slots holding one term and the term's frequency in each, unordered.
+
+    ``array.array`` appends in O(1) without numpy's per-item overhead, and numpy reads
+    it as one block (``np.frombuffer``) when a query scores the term.
+    """
+
+    slots: array[int] = attrs.field(factory=lambda: array("i"))
+    tfs: array[int] = attrs.field(factory=lambda: array("i"))
+    peak: int = 0
+
+    def append(self, slot: int, tf: int) -> int:
+        self.slots.append(slot)
+        self.tfs.append(tf)
+        self.peak = max(self.peak, len(self.slots))
+        return len(self.slots) - 1
+
+    def remove_at(self, position: int) -> int | None:
+        """Swap-remove the posting at ``position``; return the slot moved into it."""
+        last = len(self.slots) - 1
+        moved = None
+        if position != last:
+            moved = self.slots[last]
+            self.slots[position] = moved
+            self.tfs[position] = self.tfs[last]
+        self.slots.pop()
+        self.tfs.pop()
+        if self.peak > 64 and len(self.slots) * 4 < self.peak:
+            # An array never gives back memory as it pops: copy it, so a term that was
+            # common once does not keep its peak allocation.
+            self.slots, self.tfs = array("i", self.slots), array("i", self.tfs)
+            self.peak = len(self.slots)
+        return moved
+
+
+@attrs.define(eq=False)
+class _DocTerms:
+    """A document's distinct term ids (sorted) and where each sits in that term's
+    postings."""
+
+    term_ids: array[int]
+    positions: array[int]
+
+
+@attrs.define(eq=False)
+class Bm25Index:
+    """BM25 over documents kept in slots ``[0, capacity)``.
+
+    Only the store actor calls :meth:`add` and :meth:`remove`, at commit; reads run on
+    the same thread, so a read sees exactly the last commit.
+
+    Args:
+        capacity: the number of slots (the arena's ``max_entries``).
+    """
+
+    capacity: int
+    _lengths: npt.NDArray[np.int64] = attrs.field(init=False)
+    _docs: list[_DocTerms | None] = attrs.field(init=False)
+    _vocab: dict[str, int] = attrs.field(init=False, factory=dict)
+    _postings: list[_Postings | None] = attrs.field(init=False, factory=list)
+    _terms: list[str | None] = attrs.field(init=False, factory=list)
+    _free_terms: list[int] = attrs.field(init=False, factory=list)
+    _groups: npt.NDArray[np.int64] = attrs.field(init=False)
+    # group -> [documents, total length]; a group with no documents is dropped.
+    _group_stats: dict[int, list[int]] = attrs.field(init=False, factory=dict)
+    n_docs: int = attrs.field(init=False, default=0)
+    total_length: int = attrs.field(init=False, default=0)
+    high: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        if (
+            isinstance(self.capacity, bool)
+            or not isinstance(self.capacity, int)
+            or self.capacity <= 0
+        ):
+            raise ConfigError(f"capacity is {self.capacity!r}; expected an int > 0")
+        self._lengths = np.zeros(self.capacity, dtype=np.int64)
+        self._groups = np.full(self.capacity, -1, dtype=np.int64)
+        self._docs = [None] * self.capacity
+
+    # --- writes (at commit) ------------------------------------------------------------
+
+    def add(self, slot: int, text: str, group: int = 0) -> None:
+        """Index ``text`` as the document in ``slot`` of ``group`` (>= 0), replacing what
+        was there."""
+        self._check_slot(slot)
+        if not isinstance(text, str):
+            raise ConfigError(f"text is a {type(text).__name__}; expected a str")
+        if isinstance(group, bool) or not isinstance(group, int | np.integer) or group < 0:
+            raise ConfigError(f"group is {group!r}; expected an int >= 0")
+        if self._docs[slot] is not None:
+            self.remove(slot)
+        counts = Counter(tokenize(text))
+        pairs = sorted((self._term_id(term), tf) for term, tf in counts.items())
+        term_ids, positions = array("q"), array("q")
+        postings = self._postings
+        for term_id, tf in pairs:
+            term_postings = postings[term_id]
+            assert term_postings is not None
+            term_ids.append(term_id)
+            positions.append(term_postings.append(slot, tf))
+        self._docs[slot] = _DocTerms(term_ids, positions)
+        length = sum(counts.values())
+        self._lengths[slot] = length
+        self._groups[slot] = group
+        stats = self._group_stats.setdefault(int(group), [0, 0])
+        stats[0] += 1
+        stats[1] += length
+        self.total_length += length
+        self.n_docs += 1
+        self.high = max(self.high, slot + 1)
+
+    def remove(self, slot: int) -> None:
+        """Drop the document in ``slot`` (deleted or evicted). A free slot is a no-op."""
+        self._check_slot(slot)
+        doc = self._docs[slot]
+        if doc is None:
+            return
+        for term_id, position in zip(doc.term_ids, doc.positions, strict=True):
+            postings = self._postings[term_id]
+            assert postings is not None
+            moved = postings.remove_at(position)
+            if moved is not None:
+                # The posting swapped into this position belongs to another document:
+                # tell it where its posting for this term now is.
+                other = self._docs[moved]
+                assert other is not None
+                other.positions[bisect_left(other.term_ids, term_id)] = position
+            if not postings.slots:
+                self._release_term(term_id)
+        self._docs[slot] = None
+        length, group = int(self._lengths[slot]), int(self._groups[slot])
+        stats = self._group_stats[group]
+        stats[0] -= 1
+        stats[1] -= length
+        if stats[0] == 0:
+            del self._group_stats[group]
+        self.total_length -= length
+        self._lengths[slot] = 0
+        self._groups[slot] = -1
+        self.n_docs -= 1
+
+    def _term_id(self, term: str) -> int:
+        term_id = self._vocab.get(term)
+        if term_id is None:
+            if self._free_terms:
+                term_id = self._free_terms.pop()
+                self._postings[term_id] = _Postings()
+                self._terms[term_id] = term
+            else:
+                term_id = len(self._postings)
+                self._postings.append(_Postings())
+                self._terms.append(term)
+            self._vocab[term] = term_id
+        return term_id
+
+    def _release_term(self, term_id: int) -> None:
+        # A term no document holds is forgotten, so the vocabulary stays bounded by
+        # what the live documents contain.
+        term = self._terms[term_id]
+        assert term is not None
+        del self._vocab[term]
+        self._terms[term_id] = None
+        self._postings[term_id] = None
+        self._free_terms.append(term_id)
+
+    def _check_slot(self, slot: int) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
+            raise ConfigError(f"slot is {slot!r}; expected an int")
+        if not 0 <= slot < self.capacity:
+            raise ConfigError(f"slot is {slot}; expected 0 <= slot < {self.capacity}")
+
+    # --- reads -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.n_docs
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and 0 <= slot < self.capacity and self._docs[slot] is not None
+
+    def document_frequency(self, term: str) -> int:
+        term_id = self._vocab.get(term)
+        if term_id is None:
+            return 0
+        postings = self._postings[term_id]
+        assert postings is not None
+        return len(postings.slots)
+
+    def scores(
+        self,
+        query: str,
+        mask: npt.NDArray[np.bool_] | None = None,
+        group: int | None = None,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """Every hit of ``query``: the slots that hold a query term (in ``group``, when
+        given, and passing ``mask``), ascending, and their scores."""
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected a str")
+        if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
+            raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
+        if group is None:
+            n_docs, total_length = self.n_docs, self.total_length
+        else:
+            n_docs, total_length = self._group_stats.get(group, (0, 0))
+        if n_docs == 0:
+            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
+        terms = Counter(tokenize(query))
+        n = self.high
+        total = np.zeros(n, dtype=np.float64)
+        hit = np.zeros(n, dtype=np.bool_)
+        avgdl = total_length / n_docs
+        for term, qtf in terms.items():
+            term_id = self._vocab.get(term)
+            if term_id is None:
+                continue
+            postings = self._postings[term_id]
+            assert postings is not None
+            # Copies, not views: a live view would stop the array from growing, and a
+            # traceback that kept one would break every later add of this term.
+            slots = np.frombuffer(postings.slots, dtype=np.intc).astype(np.intp)
+            tf = np.frombuffer(postings.tfs, dtype=np.intc).astype(np.float64)
+            if group is not None:
+                mine = self._groups[slots] == group
+                slots, tf = slots[mine], tf[mine]
+                if slots.shape[0] == 0:
+                    continue
+            dl = self._lengths[slots].astype(np.float64)
+            weight = qtf * idf(n_docs, slots.shape[0])
+            # Written exactly as the reference evaluates it, so the float64 results are
+            # bit-identical: each numpy operation here is one correctly rounded IEEE op.
+            norm = K1 * (1.0 - B + B * dl / avgdl)
+            total[slots] += weight * (tf * (K1 + 1.0)) / (tf + norm)
+            hit[slots] = True
+        if mask is not None:
+            width = min(n, mask.shape[0])
+            hit[:width] &= mask[:width]
+            hit[width:] = False
+        slots_hit = np.flatnonzero(hit)
+        return slots_hit, total[slots_hit]
+
+    def top(
+        self,
+        query: str,
+        n: int,
+        mask: npt.NDArray[np.bool_] | None = None,
+        seqs: npt.NDArray[np.int64] | None = None,
+        group: int | None = None,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """The best ``n`` hits of ``query``, best first, and their scores.
+
+        Ties go to the higher sequence in ``seqs`` (newest first, as in the dense scan),
+        or, without ``seqs``, to the lower slot.
+
+        Raises:
+            ConfigError: ``n ≤ 0``, or a bad query or mask.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigError(f"n is {n!r}; expected an int > 0")
+        slots, scores = self.scores(query, mask, group)
+        tie = -seqs[slots] if seqs is not None else slots
+        order = np.lexsort((tie, -scores))[:n]
+        return slots[order], scores[order]

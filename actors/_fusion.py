@@ -1,0 +1,188 @@
+"""Result fusion and diversification: reciprocal rank fusion and MMR.
+
+Both are pure functions over ranked candidates, so the in-memory store and any other
+backend fuse and diversify the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from protocol._errors import ConfigError
+
+__all__ = ["RRF_K", "FusedHit", "mmr", "rrf"]
+
+RRF_K = 60
+K = TypeVar("K", bound=Hashable)
+
+
+@attrs.frozen
+class FusedHit(Generic[K]):
+    """One fused hit.
+
+    Attributes:
+        key: the hit (a slot, an id: whatever the lists held).
+        score: ``Σ weight[list] / (k + rank)`` over the lists it appears in.
+        ranks: its 1-based rank in each list it appears in, by list name.
+    """
+
+    key: K
+    score: float
+    ranks: dict[str, int]
+
+
+def rrf(
+    lists: Mapping[str, Sequence[K]],
+    *,
+    k: float = RRF_K,
+    weights: Mapping[str, float] | None = None,
+    limit: int | None = None,
+) -> list[FusedHit[K]]:
+    """Reciprocal rank fusion of ranked lists, best first.
+
+    A hit at 1-based rank ``r`` in list ``L`` earns ``weights[L] / (k + r)``; the
+    contributions are summed in the order of ``lists``. Ties in the fused score go to
+    the hit with the best (lowest) rank in any list, and then to the hit that holds that
+    rank in the earlier list. That pair names one hit, so the order is total and does
+    not depend on hashing.
+
+    Args:
+        lists: list name → keys, best first. A key may appear once per list.
+        k: the RRF constant, > 0 (60 by default, as in Cormack et al.).
+        weights: a finite weight ≥ 0 per list name; a missing name weighs 1.0.
+        limit: keep only the best ``limit`` hits (> 0); None keeps all.
+
+    Raises:
+        ConfigError: a bad ``k``, weight, ``limit``, an unknown weight name, or a key
+            repeated within one list.
+    """
+    if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
+        raise ConfigError(f"rrf k is {k!r}; expected a finite number > 0")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+        raise ConfigError(f"limit is {limit!r}; expected None or an int > 0")
+    weights = {} if weights is None else dict(weights)
+    for name, weight in weights.items():
+        if name not in lists:
+            raise ConfigError(
+                f"weight given for the list {name!r}, which is not among {sorted(lists)}"
+            )
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
+            raise ConfigError(f"weight of {name!r} is {weight!r}; expected a finite number >= 0")
+    scores: dict[K, float] = {}
+    ranks: dict[K, dict[str, int]] = {}
+    best: dict[K, tuple[int, int]] = {}
+    for list_index, (name, keys) in enumerate(lists.items()):
+        weight = float(weights.get(name, 1.0))
+        seen: set[K] = set()
+        for rank, key in enumerate(keys, start=1):
+            if key in seen:
+                raise ConfigError(f"list {name!r} holds {key!r} more than once")
+            seen.add(key)
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+            ranks.setdefault(key, {})[name] = rank
+            if key not in best or (rank, list_index) < best[key]:
+                best[key] = (rank, list_index)
+    order = sorted(scores, key=lambda key: (-scores[key], best[key]))
+    if limit is not None:
+        order = order[:limit]
+    return [FusedHit(key=key, score=scores[key], ranks=ranks[key]) for key in order]
+
+
+def _as_matrix(what: str, value: Any, ndim: int) -> npt.NDArray[np.float64]:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ConfigError(f"{what} has {arr.ndim} dimensions; expected {ndim}")
+    if not np.all(np.isfinite(arr)):
+        raise ConfigError(f"{what} holds a non-finite number; expected finite floats")
+    return arr
+
+
+def _cosine(
+    a: npt.NDArray[np.float64],
+    a_norms: npt.NDArray[np.float64],
+    b: npt.NDArray[np.float64],
+    b_norm: float,
+) -> npt.NDArray[np.float64]:
+    """Cosine of every row of ``a`` with ``b``: ``(a·b) / (|a| |b|)``, 0.0 where a norm
+    is zero (as LangChain's ``cosine_similarity`` does)."""
+    dots = a @ b
+    denom = a_norms * b_norm
+    out = np.zeros_like(dots)
+    np.divide(dots, denom, out=out, where=denom != 0.0)
+    return out
+
+
+def mmr(
+    query_vec: Any,
+    candidate_vecs: Any,
+    k: int,
+    lambda_mult: float = 0.5,
+) -> list[int]:
+    """Maximal marginal relevance: pick ``k`` candidates that are relevant and diverse.
+
+    The LangChain definition, over cosine similarity: the first pick is the candidate
+    most similar to the query; each next pick maximizes
+    ``lambda_mult · sim(query, c) − (1 − lambda_mult) · max_{s picked} sim(c, s)``.
+    Ties go to the lower candidate index, so pass candidates best first (as the exact
+    scan ranks them) and a tie goes to the better-ranked one. Runs in
+    ``O(k · n · d)``: each step folds only the newest pick into the redundancy.
+
+    Args:
+        query_vec: the query, shape ``(d,)``; it need not be normalized.
+        candidate_vecs: shape ``(n, d)``; need not be normalized, zero rows allowed.
+        k: how many to pick, > 0; at most ``n`` are returned.
+        lambda_mult: in [0, 1]; 1 is pure relevance, 0 pure diversity.
+
+    Returns:
+        Indices into ``candidate_vecs``, in the order they were picked.
+
+    Raises:
+        ConfigError: a bad shape, a non-finite number, ``k ≤ 0`` or ``lambda_mult``
+            outside [0, 1].
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise ConfigError(f"k is {k!r}; expected an int > 0")
+    if (
+        isinstance(lambda_mult, bool)
+        or not isinstance(lambda_mult, int | float)
+        or not 0.0 <= lambda_mult <= 1.0
+    ):
+        raise ConfigError(f"lambda_mult is {lambda_mult!r}; expected a number in [0, 1]")
+    query = _as_matrix("query_vec", query_vec, 1)
+    cands = _as_matrix("candidate_vecs", candidate_vecs, 2)
+    n = cands.shape[0]
+    if n == 0:
+        return []
+    if cands.shape[1] != query.shape[0]:
+        raise ConfigError(
+            f"candidate_vecs has width {cands.shape[1]}; the query has {query.shape[0]}"
+        )
+    norms = np.sqrt(np.einsum("ij,ij->i", cands, cands))
+    to_query = _cosine(cands, norms, query, float(np.sqrt(query @ query)))
+    first = int(np.argmax(to_query))
+    picked = [first]
+    taken = np.zeros(n, dtype=np.bool_)
+    taken[first] = True
+    redundancy = _cosine(cands, norms, cands[first], float(norms[first]))
+    lam = float(lambda_mult)
+    while len(picked) < min(k, n):
+        score = lam * to_query - (1.0 - lam) * redundancy
+        score[taken] = -np.inf
+        best = int(np.argmax(score))
+        picked.append(best)
+        taken[best] = True
+        np.maximum(
+            redundancy, _cosine(cands, norms, cands[best], float(norms[best])), out=redundancy
+        )
+    return picked

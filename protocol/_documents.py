@@ -1,0 +1,288 @@
+"""Documents, search requests and their results (SPEC §9, the retrieval toolkit).
+
+Every Struct here validates itself when built, so a bad request fails in the caller's
+task with an error that names the field, the value seen and what was expected, and
+never reaches the store actor.
+
+**Scores.** A dense score (``similarity`` and ``mmr`` search) is the cosine similarity
+between the query and the document, in [-1, 1]; a zero vector scores exactly 0.0.
+``score_threshold`` always means that cosine similarity, for every backend: a hit is
+kept when ``score >= score_threshold``. A ``hybrid`` hit's score is its reciprocal rank
+fusion score, which is not a similarity, so ``score_threshold`` is refused for hybrid
+search rather than given a second meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Literal
+
+import msgspec
+
+from ._errors import ConfigError, FilterError
+from ._filters import Filter, FilterNode, parse_filter
+from ._json import check_json_object
+
+__all__ = [
+    "HYBRID_LISTS",
+    "DeleteResult",
+    "Document",
+    "IndexResult",
+    "ScoredDocument",
+    "SearchKind",
+    "SearchRequest",
+    "document_id",
+]
+
+SearchKind = Literal["similarity", "mmr", "hybrid"]
+# The ranked lists a hybrid search fuses, by the names ScoredDocument.ranks uses.
+HYBRID_LISTS = ("dense", "bm25")
+_KINDS = ("similarity", "mmr", "hybrid")
+_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
+    """A deterministic id for a document's content: 32 hex characters of sha256.
+
+    The hash covers the text and the metadata, as JSON with sorted keys, so equal
+    content gives the same id in every process and on every run. ``1`` and ``1.0`` are
+    different JSON and so give different ids.
+
+    Raises:
+        ConfigError: ``text`` is not a str.
+        JsonError: ``metadata`` is not a JSON object.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"text is a {type(text).__name__}; expected a str")
+    meta = check_json_object({} if metadata is None else metadata)
+    blob = _HASH_ENCODER.encode({"text": text, "metadata": meta})
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _check_optional_str(what: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{what} is {value!r:.60}; expected None or a non-empty str")
+
+
+class Document(msgspec.Struct, frozen=True, kw_only=True):
+    """A text with an id, JSON metadata and an optional source id.
+
+    Args:
+        text: what is embedded, indexed for BM25 and returned.
+        id: the document's id; ``None`` lets the store derive one with
+            :func:`document_id`. The same id upserts.
+        metadata: a JSON object (str keys, JSON values, finite numbers).
+        source_id: where the document came from (a file, a URL); the record manager's
+            scoped cleanup groups by it.
+
+    Raises:
+        ConfigError: ``text`` is not a str, or ``id``/``source_id`` is not ``None`` or a
+            non-empty str.
+        JsonError: ``metadata`` is not a JSON object.
+    """
+
+    text: str
+    id: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    source_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise ConfigError(f"document text is a {type(self.text).__name__}; expected a str")
+        _check_optional_str("document id", self.id)
+        _check_optional_str("document source_id", self.source_id)
+        check_json_object(self.metadata, what="document metadata")
+
+    def with_id(self) -> Document:
+        """This document with its id filled in from :func:`document_id` when missing."""
+        if self.id is not None:
+            return self
+        return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
+
+
+def _check_int(what: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected an int")
+    if value < minimum:
+        raise ConfigError(f"{what} is {value}; expected an int >= {minimum}")
+
+
+def _check_real(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected a number")
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} is {value!r}; expected a finite number")
+    return float(value)
+
+
+class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One search, validated when built.
+
+    Args:
+        query: the query text. ``similarity`` and ``mmr`` take exactly one of ``query``
+            and ``vector``; ``hybrid`` needs ``query`` (BM25 reads it) and may also take
+            ``vector``, which then replaces the query's embedding for the dense list.
+        vector: a query embedding (any sequence of finite numbers, a numpy array
+            included); it is stored as a list of floats. The store checks its width and
+            normalizes a copy.
+        k: how many hits to return, > 0. When fewer entries match, all are returned.
+        kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
+        score_threshold: keep hits whose cosine similarity is ``>=`` this, in [-1, 1].
+            For ``mmr`` it filters the candidates before selection. Refused for
+            ``hybrid``.
+        fetch_k: for ``mmr``, how many exact nearest candidates MMR chooses from; for
+            ``hybrid``, how deep each list (dense and BM25) is before fusion. Must be
+            ``>= k`` for those kinds; ignored by ``similarity``.
+        lambda_mult: MMR's trade-off in [0, 1]: 1 is pure relevance, 0 pure diversity.
+        filter: a metadata filter, as a dict (parsed here) or a :data:`Filter` tree.
+            It is applied inside the scan, before top-k.
+        namespace: the namespace to search; ``None`` means the store's default.
+        rrf_k: the reciprocal rank fusion constant for ``hybrid``, > 0 (60 by default).
+        weights: ``hybrid`` list weights by list name (``"dense"``, ``"bm25"``), each a
+            finite number >= 0; a list left out weighs 1.0.
+
+    Raises:
+        ConfigError: a bad ``k``, ``fetch_k``, ``lambda_mult``, ``score_threshold``,
+            ``kind``, ``namespace``, ``rrf_k``, ``weights``, or a bad combination of
+            ``query`` and ``vector``.
+        FilterError: the filter is malformed.
+    """
+
+    query: str | None = None
+    vector: list[float] | None = None
+    k: int = 4
+    kind: SearchKind = "similarity"
+    score_threshold: float | None = None
+    fetch_k: int = 20
+    lambda_mult: float = 0.5
+    filter: Filter | None = None
+    namespace: str | None = None
+    rrf_k: float = 60
+    weights: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ConfigError(f"kind is {self.kind!r}; expected one of {', '.join(_KINDS)}")
+        if self.query is not None and not isinstance(self.query, str):
+            raise ConfigError(f"query is a {type(self.query).__name__}; expected a str or None")
+        if self.vector is not None:
+            msgspec.structs.force_setattr(self, "vector", self._vector_list(self.vector))
+        has_query, has_vector = self.query is not None, self.vector is not None
+        if self.kind == "hybrid":
+            if not has_query:
+                raise ConfigError("hybrid search needs query text (BM25 reads it); got query=None")
+        elif has_query == has_vector:
+            raise ConfigError(
+                f"{self.kind} search takes exactly one of query and vector; got "
+                f"{'both' if has_query else 'neither'}"
+            )
+        _check_int("k", self.k, 1)
+        _check_int("fetch_k", self.fetch_k, 1)
+        if self.kind != "similarity" and self.fetch_k < self.k:
+            raise ConfigError(
+                f"fetch_k is {self.fetch_k} and k is {self.k}; {self.kind} search needs "
+                "fetch_k >= k"
+            )
+        lam = _check_real("lambda_mult", self.lambda_mult)
+        if not 0.0 <= lam <= 1.0:
+            raise ConfigError(f"lambda_mult is {lam}; expected a number in [0, 1]")
+        msgspec.structs.force_setattr(self, "lambda_mult", lam)
+        if self.score_threshold is not None:
+            if self.kind == "hybrid":
+                raise ConfigError(
+                    "score_threshold is cosine similarity, but hybrid scores are fused "
+                    "ranks; filter hybrid hits by rank or use similarity search"
+                )
+            t = _check_real("score_threshold", self.score_threshold)
+            if not -1.0 <= t <= 1.0:
+                raise ConfigError(
+                    f"score_threshold is {t}; expected a cosine similarity in [-1, 1]"
+                )
+            msgspec.structs.force_setattr(self, "score_threshold", t)
+        if self.filter is not None and not isinstance(self.filter, FilterNode):
+            if not isinstance(self.filter, dict):
+                raise FilterError(
+                    f"filter is a {type(self.filter).__name__}; expected a dict or a Filter tree"
+                )
+            msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
+        _check_optional_str("namespace", self.namespace)
+        rrf_k = _check_real("rrf_k", self.rrf_k)
+        if rrf_k <= 0:
+            raise ConfigError(f"rrf_k is {self.rrf_k!r}; expected a number > 0")
+        msgspec.structs.force_setattr(self, "rrf_k", rrf_k)
+        if self.weights is not None:
+            if not isinstance(self.weights, dict):
+                raise ConfigError(
+                    f"weights is a {type(self.weights).__name__}; expected a dict of list "
+                    f"name to weight, with names among {', '.join(HYBRID_LISTS)}"
+                )
+            clean: dict[str, float] = {}
+            for name, weight in self.weights.items():
+                if name not in HYBRID_LISTS:
+                    raise ConfigError(
+                        f"weights names the list {name!r}; expected one of "
+                        f"{', '.join(HYBRID_LISTS)}"
+                    )
+                w = _check_real(f"weights[{name!r}]", weight)
+                if w < 0:
+                    raise ConfigError(f"weights[{name!r}] is {weight!r}; expected a number >= 0")
+                clean[name] = w
+            msgspec.structs.force_setattr(self, "weights", clean)
+
+    @staticmethod
+    def _vector_list(vector: object) -> list[float]:
+        # numpy arrays (and anything array-like) become plain floats here, so the
+        # request never carries a mutable array another task may still hold.
+        tolist = getattr(vector, "tolist", None)
+        items = tolist() if callable(tolist) else vector
+        if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+            raise ConfigError(
+                f"vector is a {type(vector).__name__}; expected a sequence of numbers"
+            )
+        out: list[float] = []
+        for i, x in enumerate(items):
+            out.append(_check_real(f"vector[{i}]", x))
+        if not out:
+            raise ConfigError("vector is empty; expected at least one number")
+        return out
+
+
+class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """One search hit.
+
+    Attributes:
+        document: the stored document, id and metadata included.
+        score: cosine similarity for ``similarity``/``mmr``; the fused reciprocal rank
+            score for ``hybrid``.
+        ranks: the hit's 1-based rank in each list it appeared in, by list name
+            (``"dense"``, ``"bm25"``); a list the hit was not in is absent.
+    """
+
+    document: Document
+    score: float
+    ranks: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class DeleteResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Which ids were deleted and which were not there (in input order, deduplicated)."""
+
+    deleted: list[str]
+    missing: list[str]
+
+
+class IndexResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one ``index()`` run did.
+
+    Attributes:
+        num_added: documents the record manager had not seen (or that were missing from
+            the store), written.
+        num_updated: documents whose id was known with another hash, rewritten.
+        num_skipped: unchanged documents and duplicates in the input; nothing embedded.
+        num_deleted: stale documents removed by cleanup.
+    """
+
+    num_added: int = 0
+    num_updated: int = 0
+    num_skipped: int = 0
+    num_deleted: int = 0
