@@ -4,7 +4,9 @@ Writes (``store_turns``, ``delete``, ``clear``) are msgspec messages sent throug
 actor's inbox and applied one at a time, in arrival order. Each is validated and embedded
 first (awaiting, with nothing changed) and then committed in one synchronous step, which
 publishes a new snapshot. Reads never touch the inbox: they scan the arena as of the
-last published snapshot, synchronously, so no read can see part of a commit.
+last published snapshot, so no read can see part of a commit. A small scan runs inline;
+a big one runs in worker threads, coalesced with concurrent reads, while the arena is
+pinned against commits (``_scan.py``).
 """
 
 from __future__ import annotations
@@ -46,17 +48,18 @@ from protocol._json import check_json_object
 
 from ._arena import Arena, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
-from ._kernel import rank_top_k
+from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 
 __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 
 logger = logging.getLogger("trio_recall.store")
 
 _ENCODER = msgspec.msgpack.Encoder()
+# Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
+_FAST_NORM_LIMIT = 1e38
 _MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_METADATA = _ENCODER.encode({})
-_NEG_INF = np.float32(-np.inf)
 
 
 @attrs.define(eq=False)
@@ -150,12 +153,30 @@ def check_name(what: str, value: object) -> str:
 class _StoreActor:
     """Owns the arena and the receive side of the inbox. Nothing else writes."""
 
-    def __init__(self, config: VectorStoreConfig, embedder: object, inbox_size: int) -> None:
+    def __init__(
+        self,
+        config: VectorStoreConfig,
+        embedder: object,
+        inbox_size: int,
+        *,
+        thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+    ) -> None:
         self.config = config
         self.embedder = EmbedderAdapter(embedder)
         self.arena = Arena(config.max_entries, config.dimensions)
         self.vectors, self.seqs, self.ns_ids = self.arena.readonly_views()
         self.snapshot: Snapshot = self.arena.snapshot(0)
+        self.scans = ScanEngine(
+            vectors=self.vectors,
+            seqs=self.seqs,
+            ns_ids=self.ns_ids,
+            snapshot=lambda: self.snapshot,
+            namespace_id=self.arena.namespace_id,
+            build=self._report,
+            check_usable=self.check_usable,
+            on_crash=self._scan_crashed,
+            thread_threshold=thread_scan_threshold,
+        )
         self.inbox_size = inbox_size
         self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
         self.crash: BaseException | None = None
@@ -226,6 +247,9 @@ class _StoreActor:
             self._poison(crash)
             envelope.reply.fail(self.poisoned())
             return
+        # A read scoring the arena in a worker thread pins it: wait for it here, then
+        # commit with no await in between, so the commit never tears a scan.
+        await self.scans.wait_unpinned()
         # Phase 2 commits in one synchronous step; any exception here is a crash.
         try:
             result = self._commit(request, prepared)
@@ -331,50 +355,79 @@ class _StoreActor:
 
     def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None:
         """A normalized float32 copy of ``vector``, or None for a zero query."""
-        arr = as_vector(vector, self.config.dimensions, what="query embedding")
-        normalized, zero = normalize_rows(arr[None, :], what="query embedding")
-        return None if zero[0] else normalized[0]
+        d = self.config.dimensions
+        if (
+            isinstance(vector, np.ndarray)
+            and vector.shape == (d,)
+            and vector.dtype in (np.float32, np.float64)
+        ):
+            # The common case, checked by its square: a non-finite component makes it
+            # non-finite, and then as_vector below names the culprit.
+            arr = vector.astype(np.float64)
+            squared = float(np.dot(arr, arr))
+            if not np.isfinite(squared):
+                arr = as_vector(vector, d, what="query embedding")
+        else:
+            arr = as_vector(vector, d, what="query embedding")
+            squared = float(np.dot(arr, arr))
+        if squared == 0.0:
+            return None
+        if squared < _FAST_NORM_LIMIT:
+            # The common case, without normalize_rows' per-call overhead (about 50 µs,
+            # which is most of a small read): this square cannot overflow float32.
+            normalized: npt.NDArray[np.float32] = (arr / np.sqrt(squared)).astype(np.float32)
+            return normalized
+        rows, zero = normalize_rows(arr[None, :], what="query embedding")
+        return None if zero[0] else rows[0]
 
-    def scan(
+    async def scan(
         self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
     ) -> RetrievalReport:
         """Score every live entry in scope against ``query`` and rank the best ``k``.
 
-        Runs synchronously on the snapshot that is current when it is called.
+        A small scan runs inline on the snapshot current when it is called; a big one is
+        coalesced with concurrent reads and scored in worker threads (see ``_scan.py``).
         """
         self.check_usable()
-        snap = self.snapshot
-        n = snap.high
-        valid = snap.live if namespace is None else snap.namespace_counts.get(namespace, 0)
-        if valid == 0:
-            return RetrievalReport(turns=[], scanned=0)
-        scores = np.zeros(n, dtype=np.float32) if query is None else self.vectors[:n] @ query
-        if namespace is not None:
-            ns_id = self.arena.namespace_id(namespace)
-            np.copyto(scores, _NEG_INF, where=self.ns_ids[:n] != ns_id)
-        elif not snap.dense:
-            np.copyto(scores, _NEG_INF, where=self.ns_ids[:n] < 0)
-        top = rank_top_k(scores, self.seqs[:n], k, valid)
-        return RetrievalReport(turns=[self._hit(int(s), scores) for s in top], scanned=valid)
+        report = await self.scans.scan(query, k, namespace)
+        assert isinstance(report, RetrievalReport)
+        return report
 
-    def _hit(self, slot: int, scores: npt.NDArray[np.float32]) -> RetrievedTurn:
+    def _report(self, result: ScanResult) -> RetrievalReport:
+        # Called while the scanned rows are pinned, so each payload matches its score.
+        # Per-hit numpy scalar access is the bulk of a small read's overhead, so the
+        # columns are read as lists in one go.
         arena = self.arena
-        payload, metadata = arena.payloads[slot], arena.metadata[slot]
-        entry_id, source = arena.ids[slot], arena.sources[slot]
-        assert payload is not None
-        assert metadata is not None
-        assert entry_id is not None
-        assert source is not None
-        return RetrievedTurn(
-            message=_MESSAGE_DECODER.decode(payload),
-            # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
-            score=float(scores[slot]) + 0.0,
-            sequence=int(self.seqs[slot]),
-            namespace=arena.namespace_of(slot),
-            source=source,
-            metadata=_METADATA_DECODER.decode(metadata),
-            id=entry_id,
-        )
+        slots = result.slots.tolist()
+        seqs = self.seqs[result.slots].tolist()
+        turns = []
+        for slot, score, seq in zip(slots, result.scores.tolist(), seqs, strict=True):
+            payload, metadata = arena.payloads[slot], arena.metadata[slot]
+            entry_id, source = arena.ids[slot], arena.sources[slot]
+            assert payload is not None
+            assert metadata is not None
+            assert entry_id is not None
+            assert source is not None
+            turns.append(
+                RetrievedTurn(
+                    message=_MESSAGE_DECODER.decode(payload),
+                    # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
+                    score=score + 0.0,
+                    sequence=seq,
+                    namespace=arena.namespace_of(slot),
+                    source=source,
+                    # Most entries carry no metadata: skip decoding the shared empty map.
+                    metadata={}
+                    if metadata == _EMPTY_METADATA
+                    else _METADATA_DECODER.decode(metadata),
+                    id=entry_id,
+                )
+            )
+        return RetrievalReport(turns=turns, scanned=result.scanned)
+
+    def _scan_crashed(self, crash: BaseException) -> BaseException:
+        self._poison(crash)
+        return self.poisoned()
 
 
 class StoreHandle:
@@ -485,14 +538,24 @@ class StoreHandle:
 
         The vector need not be normalized: a normalized copy is scored, and the caller's
         array is never changed. A zero vector scores 0.0 everywhere.
+
+        A scan over at least ``thread_scan_threshold`` floats waits for the store's scan
+        runner, which may be scoring earlier reads; it then shares one matrix product with
+        every read that waited with it. If the caller is cancelled while it waits, its
+        answer is dropped and the other reads are not affected.
+
+        Raises:
+            ConfigError: ``k ≤ 0`` or an empty namespace.
+            EmbeddingError: a vector of the wrong width or with a non-finite component.
+            Poisoned: the actor has crashed.
+            trio.ClosedResourceError: the store closed before the scan ran.
         """
         self._check()
         k = check_k(k)
         if namespace is not None:
             check_name("namespace", namespace)
         query = self._actor.query_vector(vector)
-        await trio.lowlevel.checkpoint()
-        return self._actor.scan(query, k, namespace)
+        return await self._actor.scan(query, k, namespace)
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
@@ -500,7 +563,7 @@ class StoreHandle:
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         raw = await self._actor.embedder.query(query)
-        return self._actor.scan(self._actor.query_vector(raw), k, namespace)
+        return await self._actor.scan(self._actor.query_vector(raw), k, namespace)
 
     # --- state -------------------------------------------------------------------------
 
@@ -558,7 +621,11 @@ class StoreHandle:
 
 @asynccontextmanager
 async def open_store(
-    config: VectorStoreConfig, embedder: object, *, inbox_size: int = 64
+    config: VectorStoreConfig,
+    embedder: object,
+    *,
+    inbox_size: int = 64,
+    thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
 ) -> AsyncIterator[StoreHandle]:
     """Open an in-memory store and run its actor for the duration of the block.
 
@@ -575,25 +642,40 @@ async def open_store(
         embedder: an :class:`Embedder` (sync, run in a worker thread) or an
             :class:`AsyncEmbedder`.
         inbox_size: how many writes may queue before callers wait.
+        thread_scan_threshold: a read that scans at least this many floats (rows ×
+            dimensions) runs in worker threads, coalesced with concurrent reads into one
+            matrix product, so the trio loop stays responsive; a smaller one runs inline.
+            The default, 2**20 floats (4 MiB, about 250 µs of scan), is where a thread
+            round trip stops costing more than it saves. 0 sends every read to threads.
 
     Raises:
-        ConfigError: a bad config, embedder or inbox size.
+        ConfigError: a bad config, embedder, inbox size or thread_scan_threshold.
     """
     if not isinstance(config, VectorStoreConfig):
         raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
     config.validate()
     if isinstance(inbox_size, bool) or not isinstance(inbox_size, int) or inbox_size <= 0:
         raise ConfigError(f"inbox_size is {inbox_size!r}; expected an int > 0")
+    if (
+        isinstance(thread_scan_threshold, bool)
+        or not isinstance(thread_scan_threshold, int)
+        or thread_scan_threshold < 0
+    ):
+        raise ConfigError(
+            f"thread_scan_threshold is {thread_scan_threshold!r}; expected an int >= 0 "
+            "(a number of floats, rows × dimensions)"
+        )
     width = getattr(embedder, "dimensions", None)
     if isinstance(width, int) and width != config.dimensions:
         raise ConfigError(
             f"embedder {embedder!r} makes {width}-float vectors; this store takes "
             f"{config.dimensions} (dimensions)"
         )
-    actor = _StoreActor(config, embedder, inbox_size)
+    actor = _StoreActor(config, embedder, inbox_size, thread_scan_threshold=thread_scan_threshold)
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
+        await nursery.start(actor.scans.run)
         handle = StoreHandle(actor)
         try:
             yield handle

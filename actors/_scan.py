@@ -1,0 +1,627 @@
+"""The scan engine: exact top-k reads, coalesced, pinned and moved off the trio thread.
+
+A read asks for the ``k`` best live entries in its scope (every namespace, one
+namespace, optionally narrowed by a per-slot boolean mask). The engine answers in one of
+two ways:
+
+- **Inline.** A scan over fewer than ``thread_threshold`` floats (rows × dimensions) runs
+  synchronously on the trio thread, as soon as it is asked for. It has no await, so no
+  commit can interleave with it.
+- **In worker threads.** A bigger scan is queued for the engine's runner task, which
+  lives in the store's nursery. The runner takes every read that is waiting (up to
+  ``max_batch``), scores them all in one matrix product (GEMM) on one snapshot, and
+  ranks each caller's own top-k with its own scope. Only one such batch runs at a time
+  per store. A lone read starts at once: the runner never waits for company, it only
+  gathers the reads that arrived while the previous batch was running.
+
+**Pinning.** While a batch runs in threads, the engine holds a pin. The store's writer
+calls :meth:`ScanEngine.wait_unpinned` just before its synchronous commit, so a commit
+never overwrites rows under a running scan. While a writer waits, the runner starts no
+new batch, so a steady stream of reads cannot starve writes. The hits are built (payloads
+decoded) before the pin is dropped, so they match the scores.
+
+**Threads.** A batch over at least ``2 × SPLIT_FLOATS`` floats is split by rows into one
+chunk per core, each scored and ranked in its own worker thread, and the per-chunk
+candidates are merged exactly. OpenBLAS is held at one thread for the duration (see
+:class:`BlasThreads`): on this 2-core machine a two-thread OpenBLAS call stalls for 8–12
+ms whenever the other core is busy, while a row split over two of our own threads
+degrades to the single-thread time instead (both measured in ``benches/``).
+
+**Allocation.** Scores, the partition scratch and the scope flags live in buffers that
+are allocated once per store and reused, since only one batch runs at a time. Masking
+writes ``-inf`` into the scores in place; the arena is never copied. A query allocates
+its candidates (about ``k`` indices per chunk) and its results.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from ._arena import Snapshot
+
+__all__ = [
+    "DEFAULT_THREAD_SCAN_THRESHOLD",
+    "SPLIT_FLOATS",
+    "BlasThreads",
+    "ScanEngine",
+    "ScanResult",
+    "blas_threads",
+]
+
+#: Scans over at least this many floats run in worker threads. A trio thread round trip
+#: costs about 60–150 µs here; a scan of 2**20 float32 (4 MiB, for example 1365 × 768)
+#: takes about 250 µs, so below this size the round trip would cost more than it saves,
+#: and above it the trio loop would be blocked for more than a quarter of a millisecond.
+DEFAULT_THREAD_SCAN_THRESHOLD = 1 << 20
+
+#: Each row chunk of a threaded scan covers at least this many floats; smaller chunks
+#: cost more in thread round trips than the second core gives back.
+SPLIT_FLOATS = 1 << 20
+
+#: OpenBLAS 0.3.x runs sgemv on one thread below 115200 × GEMM_MULTITHREAD_THRESHOLD (4)
+#: = 460 800 elements. An inline scan below this size therefore leaves the BLAS thread
+#: count alone and pays nothing for it.
+BLAS_SINGLE_BELOW = 400_000
+
+_NEG_INF = np.float32(-np.inf)
+_NO_CANDIDATES = np.empty(0, dtype=np.intp)
+
+Mask = npt.NDArray[np.bool_]
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class BlasThreads:
+    """Holds the BLAS libraries that numpy loaded at one thread while scans run.
+
+    The setting is process-wide, so holders are counted: the first one in saves the
+    current counts and sets one thread, the last one out restores them. This uses the
+    library controllers of one ``threadpoolctl.ThreadpoolController``, made once:
+    ``lib.set_num_threads`` costs about 2 µs here, against about 25 µs for
+    ``ThreadpoolController.limit`` and about 470 µs for a fresh ``threadpool_limits``
+    (which scans the loaded libraries again each time).
+
+    Other threads of the process that run BLAS while a scan is in flight run on one
+    thread too; their previous count comes back when the last scan ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: list[int] = []
+        self._libs: list[Any] | None = None
+
+    def libraries(self) -> list[Any]:
+        """The BLAS library controllers (loaded lazily, once)."""
+        if self._libs is None:
+            from threadpoolctl import ThreadpoolController
+
+            controller = ThreadpoolController()
+            self._libs = list(controller.select(user_api="blas").lib_controllers)
+        return self._libs
+
+    def info(self) -> list[dict[str, Any]]:
+        """Which BLAS numpy uses and with how many threads (threadpoolctl's view)."""
+        return [lib.info() for lib in self.libraries()]
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                libs = self.libraries()
+                self._saved = [int(lib.get_num_threads()) for lib in libs]
+                for lib, count in zip(libs, self._saved, strict=True):
+                    if count != 1:
+                        lib.set_num_threads(1)
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                for lib, count in zip(self.libraries(), self._saved, strict=True):
+                    if count != 1:
+                        lib.set_num_threads(count)
+
+
+#: The process-wide guard every store shares.
+blas_threads = BlasThreads()
+
+
+def _lot() -> trio.lowlevel.ParkingLot:
+    return trio.lowlevel.ParkingLot()
+
+
+@attrs.frozen
+class ScanResult:
+    """One caller's answer: slots best first, their scores, and how many were scored."""
+
+    slots: npt.NDArray[np.intp]
+    scores: npt.NDArray[np.float32]
+    scanned: int
+
+
+@attrs.define(eq=False)
+class _Request:
+    query: npt.NDArray[np.float32] | None
+    k: int
+    namespace: str | None
+    mask: Mask | Callable[[Snapshot], Mask] | None
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: object = None
+    error: BaseException | None = None
+    abandoned: bool = False
+
+
+@attrs.define(eq=False)
+class _Scope:
+    """A request's scope resolved against the batch's snapshot (on the trio thread)."""
+
+    ns_id: int | None  # None: every namespace; -2: a namespace with no entries
+    mask: Mask | None
+    valid: int  # in-scope live entries; -1 when a mask makes it unknown until the scan
+
+
+def _chunk_candidates(
+    row: npt.NDArray[np.float32],
+    k: int,
+    masked: bool,
+    part: npt.NDArray[np.float32],
+    flags: Mask,
+) -> npt.NDArray[np.intp]:
+    """Indices into ``row`` of its best ``k`` scores, plus every score tied with the k-th.
+
+    Out-of-scope entries hold ``-inf`` and are never returned. ``part`` and ``flags`` are
+    scratch of ``row``'s length. Ties are all kept so that the merge can break them by
+    sequence, which makes the answer independent of how the partition splits them.
+    """
+    n = row.shape[0]
+    if k < n:
+        np.copyto(part, row)
+        part.partition(n - k)
+        threshold = part[n - k]
+        if threshold == _NEG_INF:
+            # Fewer than k entries are in scope here: take exactly those.
+            np.greater(row, _NEG_INF, out=flags)
+        else:
+            np.greater_equal(row, threshold, out=flags)
+        return np.flatnonzero(flags)
+    if masked:
+        np.greater(row, _NEG_INF, out=flags)
+        return np.flatnonzero(flags)
+    return np.arange(n)
+
+
+def rank_candidates(
+    candidates: npt.NDArray[np.intp],
+    scores: npt.NDArray[np.float32],
+    seqs: npt.NDArray[np.int64],
+    k: int,
+) -> npt.NDArray[np.intp]:
+    """Rank ``candidates`` (slots) by score descending, ties to the newest; keep ``k``."""
+    order = np.lexsort((-seqs[candidates], -scores))[:k]
+    result: npt.NDArray[np.intp] = order
+    return result
+
+
+@attrs.define(eq=False)
+class ScanEngine:
+    """Scores and ranks reads against one arena, one batch at a time.
+
+    Args:
+        vectors, seqs, ns_ids: read-only views of the arena's arrays.
+        snapshot: returns the last published snapshot.
+        namespace_id: maps a namespace to its per-slot id, or None when it has no entry.
+        build: turns one caller's :class:`ScanResult` into its reply; called on the trio
+            thread while the rows are still pinned.
+        check_usable: raises (``Poisoned``) when the store may no longer be read.
+        on_crash: told about an unexpected exception in a batch, which poisons the store.
+        thread_threshold: scans over at least this many floats run in worker threads.
+    """
+
+    vectors: npt.NDArray[np.float32]
+    seqs: npt.NDArray[np.int64]
+    ns_ids: npt.NDArray[np.int32]
+    snapshot: Callable[[], Snapshot]
+    namespace_id: Callable[[str], int | None]
+    build: Callable[[ScanResult], Any]
+    check_usable: Callable[[], None]
+    on_crash: Callable[[BaseException], BaseException]
+    thread_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD
+    workers: int = attrs.field(factory=_cores)
+    max_batch: int = attrs.field(init=False)
+    batches: int = attrs.field(init=False, default=0)
+    largest_batch: int = attrs.field(init=False, default=0)
+    _pending: list[_Request] = attrs.field(init=False, factory=list)
+    _busy: bool = attrs.field(init=False, default=False)
+    _closed: bool = attrs.field(init=False, default=False)
+    _pins: int = attrs.field(init=False, default=0)
+    _writers: int = attrs.field(init=False, default=0)
+    _runner_lot: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=_lot)
+    _writer_lot: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=_lot)
+    _scores: npt.NDArray[np.float32] = attrs.field(init=False)
+    _part: npt.NDArray[np.float32] = attrs.field(init=False)
+    _flags: Mask = attrs.field(init=False)
+    _scope_flags: Mask = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        capacity, dimensions = self.vectors.shape
+        capacity = max(capacity, 1)
+        # A batch's scores are max_batch × capacity floats: keep them within a quarter of
+        # the arena (or 1 MiB for a tiny one), and at most 64 queries per GEMM.
+        budget = max(capacity * dimensions // 4, 1 << 18)
+        self.max_batch = int(min(64, max(1, budget // capacity)))
+        self._scores = np.empty(0, dtype=np.float32)
+        self._part = np.empty(capacity, dtype=np.float32)
+        self._flags = np.empty(capacity, dtype=np.bool_)
+        self._scope_flags = np.empty(capacity, dtype=np.bool_)
+
+    # --- the caller's side -------------------------------------------------------------
+
+    async def scan(
+        self,
+        query: npt.NDArray[np.float32] | None,
+        k: int,
+        namespace: str | None = None,
+        mask: Mask | Callable[[Snapshot], Mask] | None = None,
+    ) -> Any:
+        """Score ``query`` against every live entry in scope and return ``build``'s reply.
+
+        ``query`` is a unit float32 vector, or None for a zero query (every score 0.0).
+        ``mask``, when given, is indexed by slot (``True``: in scope), or a function that
+        makes one from the snapshot the scan runs on; it narrows the namespace scope.
+
+        A big scan waits for the runner: if the caller is cancelled while it is queued or
+        running, its answer is dropped and nothing else is affected. Raises whatever
+        ``check_usable`` raises, and ``trio.ClosedResourceError`` once the store closes.
+        """
+        # A checkpoint like any trio call (the inline path has no other), taken before
+        # the snapshot is read so the scan sees every commit made before it returns.
+        await trio.lowlevel.checkpoint()
+        snap = self.snapshot()
+        if (
+            not self._busy
+            and not self._pending
+            and (snap.high * self.vectors.shape[1] < self.thread_threshold)
+        ):
+            # Inline: nothing else is using the buffers, and no await until we return.
+            self.check_usable()
+            if mask is None:
+                return self.build(self._inline(query, k, namespace, snap))
+            request = _Request(query=query, k=k, namespace=namespace, mask=mask)
+            return self.build(self._run_inline(request, snap)[0])
+        request = _Request(query=query, k=k, namespace=namespace, mask=mask)
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        self._pending.append(request)
+        self._runner_lot.unpark_all()
+        try:
+            await request.done.wait()
+        except BaseException:
+            # Queued: leave the queue. Running: the runner sees the flag and drops it.
+            request.abandoned = True
+            if not request.done.is_set() and request in self._pending:
+                self._pending.remove(request)
+            raise
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    # --- the writer's side -------------------------------------------------------------
+
+    async def wait_unpinned(self) -> None:
+        """Return once no batch is scoring the arena in a thread.
+
+        The caller must then commit with no await in between. While a writer waits, no
+        new batch starts. Cancellation is safe: the wait is simply abandoned.
+        """
+        if self._pins == 0:
+            return
+        self._writers += 1
+        try:
+            while self._pins:
+                await self._writer_lot.park()
+        finally:
+            self._writers -= 1
+            # The runner resumes only after our caller's synchronous commit.
+            self._runner_lot.unpark_all()
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a batch is scoring the arena in worker threads right now."""
+        return self._pins > 0
+
+    # --- the runner --------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The runner task: one batch at a time, until cancelled (the store closing)."""
+        task_status.started()
+        try:
+            while True:
+                while not self._pending or self._writers:
+                    await self._runner_lot.park()
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                await self._run_batch(batch)
+        finally:
+            self._closed = True
+            closed = trio.ClosedResourceError("the store closed before this read ran")
+            for request in self._pending:
+                self._fail(request, closed)
+            self._pending.clear()
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        try:
+            self.check_usable()
+        except Exception as error:
+            for request in batch:
+                self._fail(request, error)
+            return
+        self._busy = True
+        self._pins += 1
+        try:
+            snap = self.snapshot()
+            scopes: list[_Scope] = []
+            for request in list(batch):
+                try:
+                    scopes.append(self._resolve(request, snap))
+                except ValueError as error:
+                    self._fail(request, error)
+                    batch.remove(request)
+            try:
+                results = await self._score_in_threads(batch, scopes, snap)
+                # Still pinned: the hits are built from the rows that were scored.
+                for request, result in zip(batch, results, strict=True):
+                    if not request.abandoned:
+                        request.result = self.build(result)
+                        request.done.set()
+            except Exception as crash:
+                poisoned = self.on_crash(crash)
+                for request in batch:
+                    self._fail(request, poisoned)
+            self.batches += 1
+            self.largest_batch = max(self.largest_batch, len(batch))
+        except BaseException:
+            closed = trio.ClosedResourceError("the store closed while this read ran")
+            for request in batch:
+                self._fail(request, closed)
+            raise
+        finally:
+            self._pins -= 1
+            self._busy = False
+            self._writer_lot.unpark_all()
+
+    @staticmethod
+    def _fail(request: _Request, error: BaseException) -> None:
+        if not request.done.is_set():
+            request.error = error
+            request.done.set()
+
+    # --- scoring -----------------------------------------------------------------------
+
+    def _resolve(self, request: _Request, snap: Snapshot) -> _Scope:
+        # Resolved at batch time, never at request time: a namespace id freed by a clear
+        # may be reused by another namespace while the read is queued.
+        mask = request.mask(snap) if callable(request.mask) else request.mask
+        if mask is not None:
+            mask = np.asarray(mask, dtype=np.bool_)
+            if mask.ndim != 1 or mask.shape[0] < snap.high:
+                raise ValueError(
+                    f"scan mask has shape {mask.shape}; expected a flat bool array of at "
+                    f"least {snap.high} slots"
+                )
+        if request.namespace is None:
+            return _Scope(None, mask, -1 if mask is not None else snap.live)
+        count = snap.namespace_counts.get(request.namespace, 0)
+        ns_id = self.namespace_id(request.namespace) if count else None
+        if ns_id is None:
+            return _Scope(-2, None, 0)
+        return _Scope(ns_id, mask, -1 if mask is not None else count)
+
+    def _inline(
+        self,
+        query: npt.NDArray[np.float32] | None,
+        k: int,
+        namespace: str | None,
+        snap: Snapshot,
+    ) -> ScanResult:
+        """One unmasked query, inline: the general path without its per-batch overhead,
+        which is a good part of a small read's cost."""
+        n = snap.high
+        if namespace is None:
+            valid, ns_id = snap.live, None
+        else:
+            valid = snap.namespace_counts.get(namespace, 0)
+            ns_id = self.namespace_id(namespace) if valid else None
+        if valid == 0:
+            return ScanResult(_NO_CANDIDATES, np.empty(0, dtype=np.float32), 0)
+        self._ensure_scores(1, n)
+        row = self._scores[:n]
+        if query is None:
+            row.fill(0.0)
+        elif n * self.vectors.shape[1] < BLAS_SINGLE_BELOW:
+            np.matmul(self.vectors[:n], query, out=row)
+        else:
+            blas_threads.acquire()
+            try:
+                np.matmul(self.vectors[:n], query, out=row)
+            finally:
+                blas_threads.release()
+        flags = self._scope_flags[:n]
+        masked = True
+        if ns_id is not None:
+            np.not_equal(self.ns_ids[:n], ns_id, out=flags)
+        elif not snap.dense:
+            np.less(self.ns_ids[:n], 0, out=flags)
+        else:
+            masked = False
+        if masked:
+            np.copyto(row, _NEG_INF, where=flags)
+        k = min(k, valid)
+        local = _chunk_candidates(row, k, masked, self._part[:n], self._flags[:n])
+        order = rank_candidates(local, row[local], self.seqs, k)
+        slots = local[order]
+        return ScanResult(slots, row[slots], valid)
+
+    def _run_inline(self, request: _Request, snap: Snapshot) -> list[ScanResult]:
+        scope = self._resolve(request, snap)
+        floats = snap.high * self.vectors.shape[1]
+        if floats < BLAS_SINGLE_BELOW:
+            return self._score([request], [scope], snap)
+        blas_threads.acquire()
+        try:
+            return self._score([request], [scope], snap)
+        finally:
+            blas_threads.release()
+
+    async def _score_in_threads(
+        self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot
+    ) -> list[ScanResult]:
+        n = snap.high
+        floats = n * self.vectors.shape[1]
+        chunks = int(min(self.workers, max(1, floats // SPLIT_FLOATS)))
+        bounds = [n * c // chunks for c in range(chunks + 1)]
+        parts: list[list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]] = [
+            [] for _ in range(chunks)
+        ]
+        queries = self._queries(batch)
+        self._ensure_scores(len(batch), n)
+
+        def work(c: int) -> None:
+            parts[c] = self._score_chunk(
+                queries, batch, scopes, bounds[c], bounds[c + 1], snap.dense
+            )
+
+        # Set and restored here, on the trio thread, while none of our threads is inside
+        # BLAS: OpenBLAS was seen to ignore a count set from a worker thread while another
+        # thread was inside a call.
+        blas_threads.acquire()
+        try:
+            # abandon_on_cancel=False (the default): a cancelled runner still waits for
+            # its threads, so the pin outlives every read of the arena.
+            async with trio.open_nursery() as nursery:
+                for c in range(chunks):
+                    nursery.start_soon(trio.to_thread.run_sync, work, c)
+        finally:
+            blas_threads.release()
+        return [
+            self._merge(parts, i, r, s) for i, (r, s) in enumerate(zip(batch, scopes, strict=True))
+        ]
+
+    def _score(
+        self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot
+    ) -> list[ScanResult]:
+        n = snap.high
+        queries = self._queries(batch)
+        self._ensure_scores(len(batch), n)
+        parts = [self._score_chunk(queries, batch, scopes, 0, n, snap.dense)]
+        return [
+            self._merge(parts, i, r, s) for i, (r, s) in enumerate(zip(batch, scopes, strict=True))
+        ]
+
+    def _queries(self, batch: list[_Request]) -> npt.NDArray[np.float32] | None:
+        if all(r.query is None for r in batch):
+            return None
+        if len(batch) == 1 and batch[0].query is not None:
+            return batch[0].query[None, :]
+        width = self.vectors.shape[1]
+        queries = np.zeros((len(batch), width), dtype=np.float32)
+        for i, request in enumerate(batch):
+            if request.query is not None:
+                queries[i] = request.query
+        return queries
+
+    def _ensure_scores(self, rows: int, n: int) -> None:
+        if self._scores.shape[0] < rows * n:
+            # Grown to the largest batch seen, at most max_batch × capacity floats.
+            capacity = self.vectors.shape[0]
+            self._scores = np.empty(max(rows, 1) * max(capacity, 1), dtype=np.float32)
+
+    def _score_chunk(
+        self,
+        queries: npt.NDArray[np.float32] | None,
+        batch: list[_Request],
+        scopes: list[_Scope],
+        lo: int,
+        hi: int,
+        dense: bool = False,
+    ) -> list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]:
+        """Score rows ``[lo, hi)`` for every query; return each one's chunk candidates.
+
+        Runs in a worker thread (or inline). Writes only to this chunk's slices of the
+        shared buffers, so chunks never touch each other's memory.
+        """
+        length = hi - lo
+        b = len(batch)
+        out: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]] = []
+        if length == 0:
+            return [(_NO_CANDIDATES, np.empty(0, dtype=np.float32), 0)] * b
+        # This chunk's scores: a contiguous b × length block of the shared buffer.
+        block = self._scores[lo * b : hi * b].reshape(b, length)
+        rows = self.vectors[lo:hi]
+        if queries is None:
+            block.fill(0.0)
+        elif b == 1:
+            np.matmul(rows, queries[0], out=block[0])
+        else:
+            np.matmul(queries, rows.T, out=block)
+        ns = self.ns_ids[lo:hi]
+        part, flags, scope_flags = self._part[lo:hi], self._flags[lo:hi], self._scope_flags[lo:hi]
+        snap_live_dense = all(s.ns_id is None and s.mask is None for s in scopes)
+        has_holes = not dense
+        if snap_live_dense and has_holes:
+            # One live check shared by every unscoped query of the batch.
+            np.less(ns, 0, out=scope_flags)
+            has_holes = bool(scope_flags.any())
+        for i, scope in enumerate(scopes):
+            row = block[i]
+            if scope.ns_id == -2:
+                out.append((_NO_CANDIDATES, np.empty(0, dtype=np.float32), 0))
+                continue
+            masked = True
+            if scope.ns_id is not None:
+                np.not_equal(ns, scope.ns_id, out=scope_flags)
+            elif scope.mask is None and snap_live_dense:
+                masked = has_holes
+            else:
+                np.less(ns, 0, out=scope_flags)
+            if scope.mask is not None:
+                np.logical_or(scope_flags, ~scope.mask[lo:hi], out=scope_flags)
+            if masked:
+                np.copyto(row, _NEG_INF, where=scope_flags)
+            in_scope = length - int(np.count_nonzero(scope_flags)) if scope.valid < 0 else 0
+            local = _chunk_candidates(row, batch[i].k, masked, part, flags)
+            out.append((local + lo, row[local], in_scope))
+        return out
+
+    def _merge(
+        self,
+        parts: list[list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]],
+        i: int,
+        request: _Request,
+        scope: _Scope,
+    ) -> ScanResult:
+        pieces = [p[i] for p in parts]
+        valid = scope.valid if scope.valid >= 0 else sum(p[2] for p in pieces)
+        k = min(request.k, valid)
+        if k <= 0:
+            return ScanResult(_NO_CANDIDATES, np.empty(0, dtype=np.float32), valid)
+        if len(pieces) == 1:
+            slots, scores = pieces[0][0], pieces[0][1]
+        else:
+            slots = np.concatenate([p[0] for p in pieces])
+            scores = np.concatenate([p[1] for p in pieces])
+        order = rank_candidates(slots, scores, self.seqs, k)
+        return ScanResult(slots[order], scores[order], valid)

@@ -1,0 +1,554 @@
+"""trio-recall's read and write benches (issue 5, SPEC §10).
+
+Run from the repository root::
+
+    uv run --extra bench python benches/vector_store.py            # the full run, < 10 min
+    uv run --extra bench python benches/vector_store.py --quick    # a smoke run, < 1 min
+
+It prints a table of ratios (p50 and p90, every figure measured in the same run) and
+writes ``benches/results/latest.json`` and ``benches/results/latest.png``. Contenders
+are interleaved round-robin, one call each per round, so that load from other processes
+on a shared machine hits them all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from actors import open_store
+from actors._scan import DEFAULT_THREAD_SCAN_THRESHOLD, blas_threads
+from protocol import UnifiedMessage, VectorStoreConfig
+
+K = 8
+SIZES = [(1024, 384), (8192, 768), (8192, 1536), (65536, 768)]
+RESULTS = Path(__file__).resolve().parent / "results"
+
+Timer = Callable[[], Awaitable[None]]
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    blas = [
+        {
+            k: v
+            for k, v in info.items()
+            if k in ("internal_api", "version", "num_threads", "architecture")
+        }
+        for info in blas_threads.info()
+    ]
+    return {
+        "host": platform.node(),
+        "cpu": model,
+        "cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "blas": blas,
+        "env": {
+            k: os.environ.get(k)
+            for k in (
+                "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE",
+                "OPENBLAS_NUM_THREADS",
+                "OMP_NUM_THREADS",
+            )
+        },
+        "load_average": os.getloadavg(),
+    }
+
+
+def stats(samples: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    n = len(ordered)
+    return {
+        "p50": ordered[n // 2],
+        "p90": ordered[min(n - 1, int(n * 0.9))],
+        "n": n,
+    }
+
+
+async def interleave(contenders: dict[str, tuple[Timer, int]]) -> dict[str, dict[str, float]]:
+    """Run each contender once per round until it has its repetitions."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    rounds = max(reps for _, reps in contenders.values())
+    for r in range(rounds):
+        for name, (call, reps) in contenders.items():
+            # Spread a slow contender's few repetitions evenly over the rounds.
+            if len(samples[name]) < reps and r * reps // rounds == len(samples[name]):
+                start = time.perf_counter()
+                await call()
+                samples[name].append(time.perf_counter() - start)
+    return {name: stats(s) for name, s in samples.items()}
+
+
+def unit_rows(rng: np.random.Generator, n: int, d: int) -> npt.NDArray[np.float32]:
+    rows = rng.standard_normal((n, d), dtype=np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
+
+
+class Precomputed:
+    """An async embedder that hands out rows of a fixed table, for the benches."""
+
+    def __init__(self, table: npt.NDArray[np.float32]) -> None:
+        self.table = table
+        self.next = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        start = self.next % len(self.table)
+        self.next += len(texts)
+        return self.table[start : start + len(texts)]
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        return self.table[0]
+
+
+def raw_kernel(a: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
+    scores = a @ q
+    top = np.argpartition(scores, -K)[-K:]
+    result: npt.NDArray[np.intp] = top[np.argsort(-scores[top], kind="stable")]
+    return result
+
+
+def per_row_loop(a: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
+    scores = np.empty(a.shape[0], dtype=np.float32)
+    for i in range(a.shape[0]):
+        scores[i] = np.dot(a[i], q)
+    top = np.argpartition(scores, -K)[-K:]
+    result: npt.NDArray[np.intp] = top[np.argsort(-scores[top], kind="stable")]
+    return result
+
+
+def sync(fn: Callable[[], object]) -> Timer:
+    async def call() -> None:
+        fn()
+
+    return call
+
+
+def with_blas_threads(count: int, fn: Callable[[], object]) -> Callable[[], object]:
+    lib = blas_threads.libraries()
+
+    def call() -> object:
+        saved = [x.get_num_threads() for x in lib]
+        for x in lib:
+            x.set_num_threads(count)
+        try:
+            return fn()
+        finally:
+            for x, c in zip(lib, saved, strict=True):
+                x.set_num_threads(c)
+
+    return call
+
+
+# --- the measurements ------------------------------------------------------------------
+
+
+async def bench_size(n: int, d: int, quick: bool, skip_langchain: bool) -> dict[str, Any]:
+    import faiss  # type: ignore[import-not-found]
+
+    rng = np.random.default_rng(n + d)
+    table = unit_rows(rng, n, d)
+    queries = unit_rows(rng, 64, d)
+    big = n * d >= 8192 * 768
+    huge = n * d > 8192 * 1536
+    fast_reps = 15 if quick else (40 if huge else (120 if big else 400))
+    loop_reps = 2 if quick else (3 if huge else (8 if big else 30))
+    lc_reps = 1 if quick else (2 if huge else (4 if big else 15))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=256)
+    out: dict[str, Any] = {"size": f"{n}x{d}", "rows": n, "dims": d}
+    async with (
+        open_store(config, Precomputed(table)) as store,
+        open_store(config, Precomputed(table), thread_scan_threshold=1 << 62) as inline,
+    ):
+        for start in range(0, n, 8192):
+            count = min(8192, n - start)
+            for s in (store, inline):
+                await s.store_turns([UnifiedMessage.user(f"r{start + i}") for i in range(count)])
+        arena = store._actor.vectors[:n]
+        index = faiss.IndexFlatIP(d)
+        index.add(np.ascontiguousarray(arena))
+        turn = {"i": 0}
+
+        def query() -> npt.NDArray[np.float32]:
+            turn["i"] = (turn["i"] + 1) % len(queries)
+            return queries[turn["i"]]
+
+        async def store_call() -> None:
+            await store.retrieve_embedding(query(), K)
+
+        async def inline_call() -> None:
+            await inline.retrieve_embedding(query(), K)
+
+        async def thread_round_trip() -> None:
+            await trio.to_thread.run_sync(int)
+
+        contenders: dict[str, tuple[Timer, int]] = {
+            "retrieve_embedding": (store_call, fast_reps),
+            "retrieve_embedding, inline": (inline_call, fast_reps),
+            "trio.to_thread no-op": (thread_round_trip, fast_reps),
+            "raw kernel": (sync(lambda: raw_kernel(arena, query())), fast_reps),
+            "raw kernel, 1 BLAS thread": (
+                sync(with_blas_threads(1, lambda: raw_kernel(arena, query()))),
+                fast_reps,
+            ),
+            "faiss IndexFlatIP": (sync(lambda: index.search(query()[None, :], K)), fast_reps),
+            "per-row loop": (sync(lambda: per_row_loop(arena, query())), loop_reps),
+        }
+        if not skip_langchain:
+            lc = langchain_store(table)
+            contenders["langchain InMemoryVectorStore"] = (
+                sync(lambda: lc.similarity_search_by_vector(query().tolist(), k=K)),
+                lc_reps,
+            )
+        timings = await interleave(contenders)
+        # Bandwidth: the time to read the arena once, on one thread and on two.
+        pool = ThreadPoolExecutor(2)
+        half = n // 2
+
+        def read_two() -> None:
+            list(
+                pool.map(
+                    lambda s: np.add.reduce(arena[s], axis=None), [slice(0, half), slice(half, n)]
+                )
+            )
+
+        reads = await interleave(
+            {
+                "read once, 1 thread": (sync(lambda: np.add.reduce(arena, axis=None)), fast_reps),
+                "read once, 2 threads": (sync(read_two), fast_reps),
+            }
+        )
+        pool.shutdown()
+        timings.update(reads)
+        out["batches"] = store._actor.scans.batches
+    out["timings"] = timings
+    out["bytes"] = n * d * 4
+    return out
+
+
+def langchain_store(table: npt.NDArray[np.float32]) -> Any:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=table.shape[1]))
+    # Filled directly: this is the layout add_texts produces, without embedding text.
+    for i, row in enumerate(table):
+        store.store[str(i)] = {
+            "id": str(i),
+            "vector": row.tolist(),
+            "text": f"r{i}",
+            "metadata": {},
+        }
+    return store
+
+
+async def bench_concurrent(quick: bool) -> dict[str, Any]:
+    n, d = 8192, 768
+    rng = np.random.default_rng(1)
+    table = unit_rows(rng, n, d)
+    queries = unit_rows(rng, 64, d)
+    reps = 4 if quick else 15
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=256)
+    async with open_store(config, Precomputed(table)) as store:
+        await store.store_turns([UnifiedMessage.user(f"r{i}") for i in range(n)])
+        arena = store._actor.vectors[:n]
+
+        async def sequential() -> None:
+            for q in queries:
+                await store.retrieve_embedding(q, K)
+
+        async def concurrent() -> None:
+            async with trio.open_nursery() as nursery:
+                for q in queries:
+                    nursery.start_soon(store.retrieve_embedding, q, K)
+
+        def numpy_sequential() -> None:
+            for q in queries:
+                raw_kernel(arena, q)
+
+        def numpy_gemm() -> None:
+            scores = queries @ arena.T
+            top = np.argpartition(scores, -K, axis=1)[:, -K:]
+            np.take_along_axis(scores, top, axis=1)
+
+        timings = await interleave(
+            {
+                "64 sequential": (sequential, reps),
+                "64 concurrent": (concurrent, reps),
+                "numpy 64 matvecs": (sync(numpy_sequential), reps),
+                "numpy one GEMM of 64": (sync(numpy_gemm), reps),
+            }
+        )
+        largest = store._actor.scans.largest_batch
+    return {"timings": timings, "largest_batch": largest}
+
+
+async def bench_store_turns(quick: bool) -> dict[str, Any]:
+    n, d, batch = 8192, 768, 64
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((batch * 64, d), dtype=np.float32)
+    reps = 30 if quick else 200
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=256)
+    turns = [UnifiedMessage.user(f"turn {i}") for i in range(batch)]
+    arena = np.zeros((n, d), dtype=np.float32)
+    cursor = {"at": 0}
+
+    def raw() -> None:
+        start = cursor["at"]
+        cursor["at"] = (start + batch) % n
+        x = table[start % len(table) : start % len(table) + batch]
+        if not np.isfinite(x).all():
+            raise ValueError("non-finite")
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+        arena[start : start + batch] = x / norms[:, None]
+
+    async with open_store(config, Precomputed(table)) as store:
+
+        async def write() -> None:
+            await store.store_turns(turns)
+
+        timings = await interleave(
+            {"store_turns 64x768": (write, reps), "raw validate+normalize+copy": (sync(raw), reps)}
+        )
+    return {"timings": timings}
+
+
+def bench_blas(quick: bool) -> dict[str, Any]:
+    """What a thread-count change costs, and 1 vs 2 BLAS threads on one matvec."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    reps = 50 if quick else 300
+    controller = ThreadpoolController()
+    lib = blas_threads.libraries()[0]
+
+    def fresh() -> None:
+        with threadpool_limits(1):
+            pass
+
+    def limit() -> None:
+        with controller.limit(limits=1, user_api="blas"):
+            pass
+
+    def direct() -> None:
+        saved = lib.get_num_threads()
+        lib.set_num_threads(1)
+        lib.set_num_threads(saved)
+
+    rng = np.random.default_rng(3)
+    a = unit_rows(rng, 8192, 768)
+    q = a[0].copy()
+    return trio.run(
+        interleave,
+        {
+            "threadpool_limits(1) enter+exit": (sync(fresh), reps),
+            "ThreadpoolController.limit enter+exit": (sync(limit), reps),
+            "lib get+set+set (what the store uses)": (sync(direct), reps),
+            "matvec 8192x768, 1 BLAS thread": (sync(with_blas_threads(1, lambda: a @ q)), reps),
+            "matvec 8192x768, 2 BLAS threads": (sync(with_blas_threads(2, lambda: a @ q)), reps),
+        },
+    )
+
+
+# --- report ---------------------------------------------------------------------------
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:9.3f}"
+
+
+def ratio(a: dict[str, float], b: dict[str, float], key: str) -> float:
+    return a[key] / b[key]
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    m = results["machine"]
+    lines.append(
+        f"machine: {m['host']} | {m['cpu']} | {m['cores']} cores | numpy {m['numpy']}"
+        f" | BLAS {m['blas']}"
+    )
+    lines.append(f"env: {m['env']} | load average at start {m['load_average']}")
+    lines.append("")
+    lines.append(
+        f"{'size':<11} {'contender':<32} {'p50 ms':>9} {'p90 ms':>9} {'GB/s':>7}"
+        "  ratio p50 (p90) vs retrieve_embedding"
+    )
+    targets: list[tuple[str, float, str, bool]] = []
+    for size in results["sizes"]:
+        t = size["timings"]
+        ours = t["retrieve_embedding"]
+        for name, s in t.items():
+            gbs = size["bytes"] / s["p50"] / 1e9
+            r50, r90 = s["p50"] / ours["p50"], s["p90"] / ours["p90"]
+            lines.append(
+                f"{size['size']:<11} {name:<32} {ms(s['p50'])} {ms(s['p90'])} {gbs:7.1f}"
+                f"  {r50:8.2f}x ({r90:.2f}x)"
+            )
+        raw = min(t["raw kernel"], t["raw kernel, 1 BLAS thread"], key=lambda s: s["p50"])
+        over = ours["p50"] / raw["p50"]
+        limit = 1.6 if size["rows"] == 1024 else 1.15
+        inl = t["retrieve_embedding, inline"]["p50"] / raw["p50"]
+        targets.append(
+            (f"  (inline, no thread) / best raw kernel, {size['size']}", inl, "info", True)
+        )
+        if size["size"] != "65536x768":
+            targets.append(
+                (
+                    f"retrieve_embedding / best raw kernel, {size['size']}",
+                    over,
+                    f"<= {limit}",
+                    over <= limit,
+                )
+            )
+        else:
+            targets.append(
+                (
+                    f"retrieve_embedding / best raw kernel, {size['size']} (no target)",
+                    over,
+                    "-",
+                    True,
+                )
+            )
+        vs_faiss = ours["p50"] / t["faiss IndexFlatIP"]["p50"]
+        targets.append(
+            (f"retrieve_embedding / faiss, {size['size']}", vs_faiss, "<= 1", vs_faiss <= 1.0)
+        )
+        loop = t["per-row loop"]["p50"] / ours["p50"]
+        targets.append(
+            (f"per-row loop / retrieve_embedding, {size['size']}", loop, ">= 12", loop >= 12)
+        )
+        if "langchain InMemoryVectorStore" in t and size["size"] == "8192x768":
+            lc = t["langchain InMemoryVectorStore"]["p50"] / ours["p50"]
+            targets.append(("langchain / retrieve_embedding, 8192x768", lc, ">= 200", lc >= 200))
+        if size["size"] == "65536x768":
+            bw = size["bytes"] / ours["p50"]
+            limit_bw = size["bytes"] / t["read once, 2 threads"]["p50"]
+            targets.append(
+                (
+                    "scan GB/s / two-thread read GB/s, 65536x768",
+                    bw / limit_bw,
+                    ">= 0.7",
+                    bw / limit_bw >= 0.7,
+                )
+            )
+        lines.append("")
+    c = results["concurrent"]["timings"]
+    lines.append(
+        f"64 reads at 8192x768 (largest coalesced batch {results['concurrent']['largest_batch']})"
+    )
+    for name, s in c.items():
+        lines.append(f"  {name:<40} {ms(s['p50'])} {ms(s['p90'])}")
+    conc = c["64 sequential"]["p50"] / c["64 concurrent"]["p50"]
+    bare = c["numpy 64 matvecs"]["p50"] / c["numpy one GEMM of 64"]["p50"]
+    p90 = c["64 sequential"]["p90"] / c["64 concurrent"]["p90"]
+    lines.append(f"  sequential / concurrent {conc:.2f}x (p90 {p90:.2f}x); bare numpy {bare:.2f}x")
+    targets.append(("64 sequential / 64 concurrent, 8192x768", conc, ">= 3.5", conc >= 3.5))
+    w = results["store_turns"]["timings"]
+    lines.append("")
+    lines.append("store_turns, 64 turns of 768 floats")
+    for name, s in w.items():
+        lines.append(f"  {name:<40} {ms(s['p50'])} {ms(s['p90'])}")
+    wr = w["store_turns 64x768"]["p50"] / w["raw validate+normalize+copy"]["p50"]
+    targets.append(("store_turns(64x768) / raw validate+normalize+copy", wr, "<= 2", wr <= 2))
+    lines.append("")
+    lines.append("BLAS threads")
+    for name, s in results["blas"].items():
+        lines.append(f"  {name:<40} {ms(s['p50'])} {ms(s['p90'])}")
+    lines.append("")
+    lines.append(f"{'target':<56} {'measured':>9}  {'wanted':<8} met")
+    for name, value, wanted, met in targets:
+        verdict = "-" if wanted in ("-", "info") else "yes" if met else "NO"
+        lines.append(f"{name:<56} {value:9.3f}  {wanted:<8} {verdict}")
+    results["targets"] = [
+        {"name": n, "value": v, "wanted": w_, "met": m_} for n, v, w_, m_ in targets
+    ]
+    return lines
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [s["size"] for s in results["sizes"]]
+    names = [n for n in results["sizes"][0]["timings"] if not n.startswith("read once")]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [s["timings"].get(name, {}).get("p50", np.nan) * 1e3 for s in results["sizes"]]
+        ax.bar(np.arange(len(sizes)) + i * width, values, width, label=name)
+    ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, sizes)
+    ax.set_yscale("log")
+    ax.set_ylabel("p50 latency, ms (log)")
+    ax.set_title(
+        f"top-{K} exact search on {results['machine']['cpu']}"
+        f" ({results['machine']['cores']} cores)"
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="few repetitions: a smoke run")
+    parser.add_argument("--skip-langchain", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "k": K,
+        "thread_scan_threshold": DEFAULT_THREAD_SCAN_THRESHOLD,
+    }
+    results["sizes"] = []
+    for n, d in SIZES:
+        print(f"... {n}x{d}", file=sys.stderr, flush=True)
+        results["sizes"].append(trio.run(bench_size, n, d, args.quick, args.skip_langchain))
+    print("... concurrency, store_turns, BLAS", file=sys.stderr, flush=True)
+    results["concurrent"] = trio.run(bench_concurrent, args.quick)
+    results["store_turns"] = trio.run(bench_store_turns, args.quick)
+    results["blas"] = bench_blas(args.quick)
+    results["load_average_end"] = os.getloadavg()
+    lines = report(results)
+    results["seconds"] = time.perf_counter() - started
+    lines.append(
+        f"\nload average at end {results['load_average_end']}; took {results['seconds']:.0f} s"
+    )
+    print("\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(results, args.out / "latest.png")
+
+
+if __name__ == "__main__":
+    main()

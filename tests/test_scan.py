@@ -1,0 +1,351 @@
+"""The scan engine: exactness on both paths, pinning against writers, cancellation,
+allocation and the BLAS thread guard."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import trio
+import trio.testing
+
+from actors import open_store
+from actors._kernel import rank_top_k
+from actors._scan import ScanEngine, blas_threads
+from protocol import ConfigError, UnifiedMessage, VectorStoreConfig
+
+TIMEOUT = 30
+
+
+class TableEmbedder:
+    """Returns the next rows of a fixed table, so tests choose every vector."""
+
+    def __init__(self, table: npt.NDArray[np.float32]) -> None:
+        self.table = table
+        self.next = 0
+
+    def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        rows = [self.table[(self.next + i) % len(self.table)] for i in range(len(texts))]
+        self.next += len(texts)
+        return np.asarray(rows, dtype=np.float32)
+
+    def embed(self, text: str) -> npt.NDArray[np.float32]:
+        return self.embed_batch([text])[0]
+
+
+def turns(count: int, tag: str = "t") -> list[UnifiedMessage]:
+    return [UnifiedMessage.user(f"{tag}{i}") for i in range(count)]
+
+
+def unit(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
+    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (rows / norms).astype(np.float32)
+
+
+def reference(
+    vectors: npt.NDArray[np.float32],
+    seqs: npt.NDArray[np.int64],
+    in_scope: npt.NDArray[np.bool_],
+    query: npt.NDArray[np.float32],
+    k: int,
+) -> list[int]:
+    """Float32 scores (the same product), ranked by the kernel this engine replaces."""
+    scores = (vectors @ query).astype(np.float32)
+    scores[~in_scope] = -np.inf
+    return [int(s) for s in rank_top_k(scores, seqs, k, int(in_scope.sum()))]
+
+
+# --- open_store's new argument ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "0", None])
+async def test_thread_scan_threshold_is_validated(bad: object) -> None:
+    config = VectorStoreConfig(max_entries=4, dimensions=4, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT), pytest.raises(ConfigError, match="thread_scan_threshold is"):
+        async with open_store(
+            config, TableEmbedder(np.eye(4, dtype=np.float32)), thread_scan_threshold=bad
+        ):  # type: ignore[arg-type]
+            pass
+
+
+# --- both paths give the same exact answer -------------------------------------------
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 40])
+async def test_both_paths_match_the_reference(threshold: int) -> None:
+    rng = np.random.default_rng(7)
+    n, d = 300, 16
+    table = unit(rng.standard_normal((n, d)))
+    table[10] = table[20] = table[30]  # exact ties, broken by sequence
+    table[40] = 0.0  # a zero-norm entry
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            config, TableEmbedder(table), thread_scan_threshold=threshold
+        ) as store:
+            stored_a = await store.store_turns(turns(150, "a"), namespace="a")
+            await store.store_turns(turns(150, "b"), namespace="b")
+            await store.delete(stored_a.ids[::7])  # holes below high
+            actor = store._actor
+            live = actor.ns_ids[:n] >= 0
+            seqs = np.asarray(actor.seqs[:n])
+            for trial in range(20):
+                query = table[30] if trial == 0 else unit(rng.standard_normal(d))
+                k = int(rng.integers(1, 40))
+                for namespace in (None, "a", "b", "missing"):
+                    if namespace is None:
+                        scope = live
+                    elif namespace == "missing":
+                        scope = np.zeros(n, dtype=np.bool_)
+                    else:
+                        scope = actor.ns_ids[:n] == actor.arena.namespace_id(namespace)
+                    report = await store.retrieve_embedding(query, k, namespace=namespace)
+                    got = [actor.arena.slot_of(t.id) for t in report.turns]
+                    assert got == reference(actor.vectors[:n], seqs, scope, query, k)
+                    assert report.scanned == int(scope.sum())
+                    assert all(namespace in (None, t.namespace) for t in report.turns)
+            batches = actor.scans.batches
+            assert (batches > 0) == (threshold == 0)
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 5])
+async def test_thread_path_on_tiny_arenas(capacity: int) -> None:
+    table = np.eye(5, 3, dtype=np.float32)
+    config = VectorStoreConfig(max_entries=capacity, dimensions=3, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+            empty = await store.retrieve_embedding([1.0, 0.0, 0.0], 3)
+            assert empty.turns == []
+            assert empty.scanned == 0
+            await store.store_turns(turns(capacity))
+            report = await store.retrieve_embedding([1.0, 0.0, 0.0], 10)
+            assert report.scanned == capacity
+            assert len(report.turns) == capacity
+            assert report.turns[0].score == pytest.approx(1.0)
+            zero = await store.retrieve_embedding([0.0, 0.0, 0.0], 10)
+            assert [t.score for t in zero.turns] == [0.0] * capacity
+            # A zero query ties everywhere: newest first.
+            assert [t.sequence for t in zero.turns] == sorted(
+                (t.sequence for t in zero.turns), reverse=True
+            )
+            assert (await store.retrieve_embedding([1.0, 0, 0], 2, namespace="nope")).turns == []
+
+
+# --- writers never tear a scan running in a thread ----------------------------------
+
+
+async def test_concurrent_writes_never_tear_a_threaded_scan() -> None:
+    """Every write replaces the whole arena with one version's vector. A read that saw
+    rows of two versions, or a payload that does not match its score, was torn."""
+    n, d, versions = 4096, 256, 12
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((versions, d))
+    table = unit(np.repeat(base, n, axis=0))
+    query = unit(rng.standard_normal(d))
+    expected = {v: float(table[v * n] @ query) for v in range(versions)}
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    seen_versions: set[int] = set()
+    reads = 0
+    with trio.fail_after(120):
+        async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+            await store.store_turns(turns(n, "v0-"))
+
+            async def writer() -> None:
+                for v in range(1, versions):
+                    await store.store_turns(turns(n, f"v{v}-"))
+
+            async def reader() -> None:
+                nonlocal reads
+                while store._actor.snapshot.version < versions:
+                    report = await store.retrieve_embedding(query, 16)
+                    text = {t.message.content[0].text.split("-")[0] for t in report.turns}  # type: ignore[union-attr]
+                    assert len(text) == 1, f"a read mixed versions {text}"
+                    version = int(text.pop()[1:])
+                    for hit in report.turns:
+                        assert hit.score == pytest.approx(expected[version], abs=1e-5)
+                    assert report.scanned == n
+                    seen_versions.add(version)
+                    reads += 1
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer)
+                for _ in range(4):
+                    nursery.start_soon(reader)
+            assert not store._actor.scans.pinned
+    assert reads > versions
+    assert len(seen_versions) > 1  # the reads really did overlap the writes
+
+
+# --- cancellation ---------------------------------------------------------------------
+
+
+class Gate:
+    """Holds every threaded chunk until released, to freeze a batch mid-scan."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.calls = 0
+        inner = ScanEngine._score_chunk
+
+        def gated(engine: ScanEngine, *args: Any) -> Any:
+            self.calls += 1
+            self.open.wait(timeout=20)
+            return inner(engine, *args)
+
+        monkeypatch.setattr(ScanEngine, "_score_chunk", gated)
+
+
+async def test_cancelled_readers_do_not_break_others_or_leak_a_pin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(5)
+    n, d = 64, 8
+    table = unit(rng.standard_normal((n, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    queries = unit(rng.standard_normal((5, d)))
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+            await store.store_turns(turns(n))
+            expected = [
+                [t.id for t in (await store.retrieve_embedding(q, 5)).turns] for q in queries
+            ]
+            engine = store._actor.scans
+            gate = Gate(monkeypatch)
+            results: dict[int, list[str]] = {}
+            scopes = {i: trio.CancelScope() for i in range(5)}
+
+            async def read(i: int) -> None:
+                with scopes[i]:
+                    report = await store.retrieve_embedding(queries[i], 5)
+                    results[i] = [t.id for t in report.turns]
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, 0)  # runs alone, held at the gate
+                nursery.start_soon(read, 1)
+                await trio.testing.wait_all_tasks_blocked()
+                assert engine.pinned
+                for i in (2, 3, 4):  # queued behind the running batch
+                    nursery.start_soon(read, i)
+                await trio.testing.wait_all_tasks_blocked()
+                scopes[1].cancel()  # cancelled while its batch runs
+                scopes[3].cancel()  # cancelled while queued
+                await trio.testing.wait_all_tasks_blocked()
+                gate.open.set()
+            assert results == {i: expected[i] for i in (0, 2, 4)}
+            assert engine.largest_batch == 2  # 0 and 1, then 2 and 4
+            assert not engine.pinned
+            # A write goes through: no pin leaked.
+            await store.store_turns(turns(1, "after"))
+
+
+async def test_close_fails_queued_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    n, d = 16, 4
+    table = unit(np.random.default_rng(1).standard_normal((n, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    outcomes: dict[str, str] = {}
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as outer:
+            async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+                await store.store_turns(turns(n))
+                gate = Gate(monkeypatch)
+
+                async def read(name: str) -> None:
+                    try:
+                        await store.retrieve_embedding(table[0], 3)
+                        outcomes[name] = "answered"
+                    except trio.ClosedResourceError:
+                        outcomes[name] = "closed"
+
+                outer.start_soon(read, "running")
+                await trio.testing.wait_all_tasks_blocked()
+                outer.start_soon(read, "queued-1")
+                outer.start_soon(read, "queued-2")
+                await trio.testing.wait_all_tasks_blocked()
+                gate.open.set()
+                # Leaving the block cancels the runner; a running batch still finishes
+                # its thread first, so the pin holds until nothing reads the arena.
+            assert not store._actor.scans.pinned
+    assert outcomes["queued-1"] == outcomes["queued-2"] == "closed"
+    assert outcomes["running"] in ("answered", "closed")
+
+
+# --- allocation -----------------------------------------------------------------------
+
+
+async def test_a_scoped_scan_does_not_copy_the_arena() -> None:
+    n, d = 4096, 64
+    rng = np.random.default_rng(2)
+    table = unit(rng.standard_normal((n, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            config, TableEmbedder(table), thread_scan_threshold=1 << 40
+        ) as store:
+            await store.store_turns(turns(n // 2), namespace="a")
+            await store.store_turns(turns(n // 2), namespace="b")
+            query = table[0]
+            await store.retrieve_embedding(query, 8, namespace="a")  # warm the buffers
+            tracemalloc.start()
+            try:
+                await store.retrieve_embedding(query, 8, namespace="a")
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+    # Not even one scores vector (n × 4 bytes) is allocated per query, let alone the
+    # arena (n × d × 4): the scores, flags and partition scratch are reused.
+    assert peak < n * 4
+
+
+# --- BLAS threads ---------------------------------------------------------------------
+
+
+async def test_threaded_scans_restore_the_blas_thread_count() -> None:
+    libs = blas_threads.libraries()
+    before = [lib.get_num_threads() for lib in libs]
+    n, d = 2048, 1024  # over the inline BLAS limit and over the split size
+    table = unit(np.random.default_rng(4).standard_normal((64, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+            await store.store_turns(turns(n))
+            async with trio.open_nursery() as nursery:
+                for i in range(8):
+                    nursery.start_soon(store.retrieve_embedding, table[i], 4)
+    assert [lib.get_num_threads() for lib in libs] == before
+    assert blas_threads._holders == 0
+
+
+# --- masks (the seam for metadata filters) ------------------------------------------
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 40])
+async def test_a_mask_narrows_the_scope_on_both_paths(threshold: int) -> None:
+    rng = np.random.default_rng(9)
+    n, d = 200, 8
+    table = unit(rng.standard_normal((n, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            config, TableEmbedder(table), thread_scan_threshold=threshold
+        ) as store:
+            await store.store_turns(turns(n // 2), namespace="a")
+            await store.store_turns(turns(n // 2), namespace="b")
+            actor = store._actor
+            engine = actor.scans
+            seqs = np.asarray(actor.seqs[:n])
+            mask = rng.random(n) < 0.3
+            a_id = actor.arena.namespace_id("a")
+            for namespace, scope in ((None, mask), ("a", mask & (actor.ns_ids[:n] == a_id))):
+                for given in (mask, lambda snap: mask):
+                    report = await engine.scan(table[0], 12, namespace, mask=given)
+                    got = [actor.arena.slot_of(t.id) for t in report.turns]
+                    assert got == reference(actor.vectors[:n], seqs, scope, table[0], 12)
+                    assert report.scanned == int(scope.sum())
+            with pytest.raises(ValueError, match="scan mask has shape"):
+                await engine.scan(table[0], 3, None, mask=np.ones(3, dtype=np.bool_))
