@@ -8,13 +8,22 @@ were committed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Arena", "Snapshot"]
+from protocol import UnifiedMessage, projection
+
+from ._bm25 import Bm25Index
+from ._filtering import MetadataIndex
+
+_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
+
+__all__ = ["Arena", "Entries", "Snapshot"]
 
 
 @attrs.frozen
@@ -36,6 +45,37 @@ class Snapshot:
     namespace_counts: dict[str, int]
 
 
+@attrs.frozen
+class Entries:
+    """A validated, embedded batch, ready to commit into an arena.
+
+    Attributes:
+        vectors: ``[m, dimensions]`` float32, normalized (zero rows for zero norms).
+        zero: which rows had zero norm.
+        texts: what BM25 indexes and documents return (a turn's projection).
+        payloads: a turn's message as msgpack, or None for a document.
+        metadata: one JSON object per entry (a batch of turns shares one object). The
+            arena keeps them by reference: nobody may mutate them afterwards.
+        ids: one id per entry, or None for turns, whose id is ``turn-<sequence>``.
+        source_ids: a document's source id, or None.
+        namespace: every entry's namespace.
+        source: every entry's source (``offload``, ``explicit``, ``document``...).
+    """
+
+    vectors: npt.NDArray[np.float32]
+    zero: npt.NDArray[np.bool_]
+    texts: list[str]
+    payloads: list[bytes | None]
+    metadata: list[Mapping[str, Any]]
+    ids: list[str] | None
+    source_ids: list[str | None]
+    namespace: str
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
 def _readonly(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
     view = arr.view()
     view.flags.writeable = False
@@ -47,7 +87,13 @@ class Arena:
     """Slots for ``capacity`` entries of ``dimensions`` floats.
 
     Free slots are reused first; when there is none, the oldest entry is evicted (FIFO
-    by sequence number). Sequence numbers are never reused.
+    by sequence number). Sequence numbers are never reused. An id is unique within its
+    namespace: the same id in two namespaces is two entries.
+
+    Besides the vectors, each slot keeps its text (indexed by :attr:`bm25`), its
+    metadata (indexed by :attr:`meta` for filters), its message payload for a turn, and
+    its source and source id. Both indexes are updated in the same synchronous step as
+    the slot, so they always agree with the last commit.
     """
 
     capacity: int
@@ -57,9 +103,14 @@ class Arena:
     ns_ids: npt.NDArray[np.int32] = attrs.field(init=False)
     zero: npt.NDArray[np.bool_] = attrs.field(init=False)
     ids: list[str | None] = attrs.field(init=False)
+    texts: list[str | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
-    metadata: list[bytes | None] = attrs.field(init=False)
+    source_ids: list[str | None] = attrs.field(init=False)
+    _bm25: Bm25Index = attrs.field(init=False)
+    meta: MetadataIndex = attrs.field(init=False)
+    # slot -> True to (re)index the slot's current entry, False to unindex; see bm25().
+    _bm25_pending: dict[int, bool] = attrs.field(factory=dict)
     high: int = 0
     next_seq: int = 0
     evicted_total: int = 0
@@ -67,7 +118,7 @@ class Arena:
     _free: list[int] = attrs.field(factory=list)
     # seq -> slot for every live entry, oldest first: the FIFO eviction order.
     _order: OrderedDict[int, int] = attrs.field(factory=OrderedDict)
-    _id_slot: dict[str, int] = attrs.field(factory=dict)
+    _id_slot: dict[tuple[str, str], int] = attrs.field(factory=dict)
     _ns_index: dict[str, int] = attrs.field(factory=dict)
     _ns_names: list[str | None] = attrs.field(factory=list)
     _ns_counts: list[int] = attrs.field(factory=list)
@@ -80,9 +131,12 @@ class Arena:
         self.ns_ids = np.full(n, -1, dtype=np.int32)
         self.zero = np.zeros(n, dtype=np.bool_)
         self.ids = [None] * n
+        self.texts = [None] * n
         self.payloads = [None] * n
         self.sources = [None] * n
-        self.metadata = [None] * n
+        self.source_ids = [None] * n
+        self._bm25 = Bm25Index(n)
+        self.meta = MetadataIndex(n)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -103,8 +157,44 @@ class Arena:
         assert name is not None
         return name
 
-    def slot_of(self, entry_id: str) -> int | None:
-        return self._id_slot.get(entry_id)
+    def slot_of(self, namespace: str, entry_id: str) -> int | None:
+        """The slot of the live entry ``entry_id`` in ``namespace``, if any."""
+        return self._id_slot.get((namespace, entry_id))
+
+    def bm25(self) -> Bm25Index:
+        """The BM25 index, as of the last commit.
+
+        A commit only records which slots changed (O(1) per entry, at most one record per
+        slot), so writes do not pay for tokenizing; the changes are applied here, on the
+        trio thread, before any BM25 read. Between two commits the result is the same as
+        indexing at commit.
+        """
+        if self._bm25_pending:
+            bm25 = self._bm25
+            # A slot's record is its last change, and the slot still holds the entry that
+            # change wrote, so its text and namespace are read from the slot itself.
+            for slot, index in self._bm25_pending.items():
+                if index:
+                    bm25.add(slot, self.text_of(slot), group=int(self.ns_ids[slot]))
+                else:
+                    bm25.remove(slot)
+            self._bm25_pending.clear()
+        return self._bm25
+
+    def text_of(self, slot: int) -> str:
+        """The live entry's text: a document's own, or a turn's projection (derived from
+        its payload, so a turn's text is not stored twice)."""
+        text = self.texts[slot]
+        if text is not None:
+            return text
+        payload = self.payloads[slot]
+        assert payload is not None, f"slot {slot} is free"
+        return projection(_MESSAGE_DECODER.decode(payload))
+
+    def metadata_of(self, slot: int) -> Mapping[str, Any]:
+        metadata = self.meta.get(slot)
+        assert metadata is not None, f"slot {slot} is free"
+        return metadata
 
     def snapshot(self, version: int) -> Snapshot:
         counts = {
@@ -145,41 +235,38 @@ class Arena:
         self.evicted_total += evicted
         return slots, evicted
 
-    def write(
-        self,
-        slots: list[int],
-        vectors: npt.NDArray[np.float32],
-        zero: npt.NDArray[np.bool_],
-        ids: list[str] | None,
-        payloads: list[bytes],
-        namespace: str,
-        source: str,
-        metadata: bytes,
-    ) -> tuple[list[str], list[int]]:
-        """Fill ``slots`` with a batch and give each entry the next sequence number.
+    def write(self, slots: list[int], entries: Entries) -> tuple[list[str], list[int]]:
+        """Fill ``slots`` with ``entries`` and give each the next sequence number.
 
-        With ``ids=None`` each entry's id is derived from its sequence number.
+        The caller has made sure that no id of ``entries`` is live in its namespace
+        (an upsert removes the old entry first).
         """
         first = self.next_seq
         count = len(slots)
         seqs = list(range(first, first + count))
         self.next_seq = first + count
         index = np.asarray(slots, dtype=np.intp)
-        self.vectors[index] = vectors
+        self.vectors[index] = entries.vectors
         self.seqs[index] = seqs
+        namespace = entries.namespace
         ns_id = self._intern(namespace, count)
         self.ns_ids[index] = ns_id
-        self.zero[index] = zero
-        self.zero_count += int(np.count_nonzero(zero))
-        out_ids = [f"turn-{seq}" for seq in seqs] if ids is None else ids
-        for slot, seq, entry_id, payload in zip(slots, seqs, out_ids, payloads, strict=True):
+        self.zero[index] = entries.zero
+        self.zero_count += int(np.count_nonzero(entries.zero))
+        ids = [f"turn-{seq}" for seq in seqs] if entries.ids is None else entries.ids
+        for i, (slot, seq, entry_id) in enumerate(zip(slots, seqs, ids, strict=True)):
+            payload = entries.payloads[i]
             self.ids[slot] = entry_id
+            # A turn's text is its payload's projection: keep it once, as the payload.
+            self.texts[slot] = entries.texts[i] if payload is None else None
             self.payloads[slot] = payload
-            self.sources[slot] = source
-            self.metadata[slot] = metadata
+            self.sources[slot] = entries.source
+            self.source_ids[slot] = entries.source_ids[i]
+            self._bm25_pending[slot] = True
+            self.meta.set(slot, entries.metadata[i])
             self._order[seq] = slot
-            self._id_slot[entry_id] = slot
-        return out_ids, seqs
+            self._id_slot[(namespace, entry_id)] = slot
+        return ids, seqs
 
     def remove(self, slot: int) -> None:
         """Delete the live entry in ``slot``; the slot is reused by a later write."""
@@ -187,10 +274,13 @@ class Arena:
         self._release(slot)
 
     def _release(self, slot: int) -> None:
-        entry_id = self.ids[slot]
-        if entry_id is not None:
-            del self._id_slot[entry_id]
         ns_id = int(self.ns_ids[slot])
+        entry_id, namespace = self.ids[slot], self._ns_names[ns_id]
+        assert entry_id is not None
+        assert namespace is not None
+        del self._id_slot[(namespace, entry_id)]
+        self._bm25_pending[slot] = False
+        self.meta.remove(slot)
         self._ns_counts[ns_id] -= 1
         if self._ns_counts[ns_id] == 0:
             name = self._ns_names[ns_id]
@@ -204,9 +294,10 @@ class Arena:
         self.seqs[slot] = -1
         self.ns_ids[slot] = -1
         self.ids[slot] = None
+        self.texts[slot] = None
         self.payloads[slot] = None
         self.sources[slot] = None
-        self.metadata[slot] = None
+        self.source_ids[slot] = None
         self._free.append(slot)
 
     def _intern(self, namespace: str, count: int) -> int:

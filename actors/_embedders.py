@@ -144,20 +144,27 @@ class EmbedderAdapter:
 
 def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.float64]:
     """Check an embedder's output for a batch of ``count`` texts and return it as a
-    float64 ``[count, dimensions]`` copy.
+    float64 ``[count, dimensions]`` array (the caller must not modify it).
+
+    The common shapes (a 2-D array, or a list of equal-width vectors) are checked in one
+    vectorized pass; anything else, or a batch that fails, is checked row by row so the
+    error names the offending vector.
 
     Raises:
         EmbeddingError: the wrong number of vectors, a wrong width, something that is not
             numbers, or a non-finite component.
     """
-    if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
-        rows: list[Any] = list(vectors)
-    elif isinstance(vectors, Sequence | np.ndarray):
-        rows = list(vectors)
-    else:
+    if not isinstance(vectors, Sequence | np.ndarray):
         raise EmbeddingError(
             f"embedder returned a {type(vectors).__name__}; expected a list of vectors"
         )
+    try:
+        fast: npt.NDArray[np.float64] | None = np.asarray(vectors, dtype=np.float64)
+    except (TypeError, ValueError):
+        fast = None
+    if fast is not None and fast.shape == (count, dimensions) and bool(np.isfinite(fast).all()):
+        return fast
+    rows: list[Any] = list(vectors)
     if len(rows) != count:
         raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
     out = np.empty((count, dimensions), dtype=np.float64)
@@ -188,27 +195,31 @@ def as_vector(
     return arr
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def normalize_rows(
     matrix: npt.NDArray[np.float64], *, what: str = "embedding"
 ) -> tuple[Matrix, npt.NDArray[np.bool_]]:
     """Normalize each row once, into float32; return the rows and their zero-norm flags.
 
+    Norms are taken in float64, so a tiny but nonzero vector still normalizes; a row
+    whose squared norm is past float32's range is refused, since the same vector could
+    not be scored in float32 without overflow.
+
     Raises:
-        EmbeddingError: a row's squared norm is not finite in float32, so the same vector
-            could not be scored without overflow.
+        EmbeddingError: a row's squared norm is not finite in float32.
     """
-    as32 = matrix.astype(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        squared32 = np.einsum("ij,ij->i", as32, as32)
-    if not np.isfinite(squared32).all():
-        bad = int(np.flatnonzero(~np.isfinite(squared32))[0])
+    squared = np.einsum("ij,ij->i", matrix, matrix)
+    over = ~(squared <= _FLOAT32_MAX)
+    if over.any():
+        bad = int(np.flatnonzero(over)[0])
         raise EmbeddingError(
             f"{what} {bad} has a squared norm that overflows float32 "
             f"(max |component| {np.abs(matrix[bad]).max():.3g}); expected a finite norm"
         )
-    # The norm itself is taken in float64, so a tiny but nonzero vector still normalizes.
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    zero = norms == 0.0
-    norms[zero] = 1.0
-    out = (matrix / norms[:, None]).astype(np.float32)
+    zero = squared == 0.0
+    scale = np.zeros_like(squared)
+    np.divide(1.0, np.sqrt(squared), out=scale, where=~zero)
+    out = (matrix * scale[:, None]).astype(np.float32)
     return out, zero

@@ -7,6 +7,7 @@ all four and reports each stage.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -65,6 +66,16 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
     reply: UnifiedMessage
     request: UnifiedRequest
     report: TurnReport
+
+
+def memory_id(content: str, source: str, timestamp_ns: int) -> str:
+    """An explicit memory's id: 16 hex characters of sha256(content ‖ source ‖ time).
+
+    The parts are joined with a NUL, which neither a source nor a decimal timestamp can
+    hold, so two different (content, source) pairs never hash the same bytes.
+    """
+    blob = "\0".join((content, source, str(timestamp_ns))).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 @attrs.frozen
@@ -265,7 +276,9 @@ class Memory:
     ) -> str:
         """Store one explicit memory in the config's namespace and return its id.
 
-        A str becomes a user message. Blocks like ``StoreHandle.store_turns``.
+        A str becomes a user message. The id is the first 16 hex characters of
+        sha256(content ‖ source ‖ timestamp), so remembering the same content twice
+        keeps two entries. Blocks like ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: empty content, a bad source, or content of the wrong type.
@@ -286,7 +299,11 @@ class Memory:
         meta = check_json_object({} if metadata is None else dict(metadata))
         self._check_open()
         stored = await self._store.store_turns(
-            [message], namespace=self._config.namespace, source=source, metadata=meta
+            [message],
+            namespace=self._config.namespace,
+            source=source,
+            metadata=meta,
+            ids=[memory_id(projection(message), source, time.time_ns())],
         )
         self._watch.after_write(stored)
         return stored.ids[0]

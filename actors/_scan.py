@@ -159,6 +159,7 @@ class _Request:
     k: int
     namespace: str | None
     mask: Mask | Callable[[Snapshot], Mask] | None
+    build: Callable[[ScanResult], Any]
     done: trio.Event = attrs.field(factory=trio.Event)
     result: object = None
     error: BaseException | None = None
@@ -276,12 +277,15 @@ class ScanEngine:
         k: int,
         namespace: str | None = None,
         mask: Mask | Callable[[Snapshot], Mask] | None = None,
+        build: Callable[[ScanResult], Any] | None = None,
     ) -> Any:
         """Score ``query`` against every live entry in scope and return ``build``'s reply.
 
         ``query`` is a unit float32 vector, or None for a zero query (every score 0.0).
         ``mask``, when given, is indexed by slot (``True``: in scope), or a function that
         makes one from the snapshot the scan runs on; it narrows the namespace scope.
+        ``build``, when given, replaces the engine's ``build`` for this read; it runs on
+        the trio thread while the rows are pinned, so it may read the arena.
 
         A big scan waits for the runner: if the caller is cancelled while it is queued or
         running, its answer is dropped and nothing else is affected. Raises whatever
@@ -298,11 +302,18 @@ class ScanEngine:
         ):
             # Inline: nothing else is using the buffers, and no await until we return.
             self.check_usable()
+            reply = self.build if build is None else build
             if mask is None:
-                return self.build(self._inline(query, k, namespace, snap))
-            request = _Request(query=query, k=k, namespace=namespace, mask=mask)
-            return self.build(self._run_inline(request, snap)[0])
-        request = _Request(query=query, k=k, namespace=namespace, mask=mask)
+                return reply(self._inline(query, k, namespace, snap))
+            request = _Request(query=query, k=k, namespace=namespace, mask=mask, build=reply)
+            return reply(self._run_inline(request, snap)[0])
+        request = _Request(
+            query=query,
+            k=k,
+            namespace=namespace,
+            mask=mask,
+            build=self.build if build is None else build,
+        )
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         self._pending.append(request)
@@ -385,7 +396,7 @@ class ScanEngine:
                 # Still pinned: the hits are built from the rows that were scored.
                 for request, result in zip(batch, results, strict=True):
                     if not request.abandoned:
-                        request.result = self.build(result)
+                        request.result = request.build(result)
                         request.done.set()
             except Exception as crash:
                 poisoned = self.on_crash(crash)

@@ -28,27 +28,34 @@ from protocol import (
     Cleared,
     ConfigError,
     Delete,
-    Deleted,
+    DeleteResult,
+    Document,
+    DocumentsUpserted,
     EntryTooLarge,
     Poisoned,
     RetrievalReport,
     RetrievedTurn,
+    ScoredDocument,
+    SearchRequest,
     StoreReply,
     StoreRequest,
     StoreTurns,
+    Text,
     TurnsStored,
     UnifiedMessage,
+    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreError,
     VectorStoreUsage,
     payload_bytes,
     projection,
 )
-from protocol._json import check_json_object
+from protocol._json import check_json_object, compact_json
 
-from ._arena import Arena, Snapshot
+from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
+from ._search import run_search
 
 __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 
@@ -114,14 +121,11 @@ class StoreStatistics:
 
 
 @attrs.frozen
-class _PreparedTurns:
-    vectors: npt.NDArray[np.float32]
-    zero: npt.NDArray[np.bool_]
-    payloads: list[bytes]
-    namespace: str
-    source: str
-    metadata: bytes
-    dropped: int
+class _Prepared:
+    """A write that passed every check and is embedded: committing it cannot fail."""
+
+    entries: Entries
+    dropped: int  # the head of an over-long batch, counted as evicted
 
 
 def exact_msgpack(value: object) -> bytes:
@@ -134,6 +138,37 @@ def exact_msgpack(value: object) -> bytes:
     buffer = bytearray()
     _ENCODER.encode_into(value, buffer)
     return bytes(buffer)
+
+
+def _private_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy that the store owns: the caller may mutate its own afterwards."""
+    if not value:
+        return _EMPTY_DICT
+    copied: dict[str, Any] = _METADATA_DECODER.decode(_ENCODER.encode(value))
+    return copied
+
+
+_EMPTY_DICT: dict[str, Any] = {}
+
+
+def check_ids(ids: object, what: str = "ids") -> list[str]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ConfigError(f"{what} is a {type(ids).__name__}; expected a list of str")
+    for i, entry_id in enumerate(ids):
+        if not isinstance(entry_id, str) or not entry_id:
+            raise ConfigError(f"{what}[{i}] is {entry_id!r:.60}; expected a non-empty str")
+    return list(ids)
+
+
+def document_bytes(document: Document) -> int:
+    """A document's payload, checked against ``max_entry_bytes``: the UTF-8 length of
+    its text, id and source id, plus its metadata as compact JSON."""
+    size = len(document.text.encode("utf-8", "surrogatepass"))
+    size += len((document.id or "").encode("utf-8", "surrogatepass"))
+    size += len((document.source_id or "").encode("utf-8", "surrogatepass"))
+    if document.metadata:
+        size += len(compact_json(document.metadata, what="document metadata"))
+    return size
 
 
 def check_k(k: object) -> int:
@@ -263,6 +298,8 @@ class _StoreActor:
         match request:
             case StoreTurns():
                 return await self._prepare_turns(request)
+            case UpsertDocuments():
+                return await self._prepare_documents(request)
             case Delete() | Clear():
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
@@ -273,19 +310,34 @@ class _StoreActor:
             raise crash
         match request:
             case StoreTurns():
-                assert isinstance(prepared, _PreparedTurns)
-                return self._commit_turns(prepared)
+                assert isinstance(prepared, _Prepared)
+                ids, seqs, evicted, _ = self._commit_entries(prepared)
+                zero = int(np.count_nonzero(prepared.entries.zero))
+                return TurnsStored(ids=ids, sequences=seqs, evicted=evicted, zero_norm=zero)
+            case UpsertDocuments():
+                assert isinstance(prepared, _Prepared)
+                ids, seqs, evicted, replaced = self._commit_entries(prepared)
+                return DocumentsUpserted(
+                    ids=ids, sequences=seqs, evicted=evicted, replaced=replaced
+                )
             case Delete(ids=ids, namespace=namespace):
                 return self._commit_delete(ids, namespace)
             case Clear(namespace=namespace):
                 return self._commit_clear(namespace)
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
-    async def _prepare_turns(self, request: StoreTurns) -> _PreparedTurns:
+    async def _prepare_turns(self, request: StoreTurns) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
         source = check_name("source", request.source)
-        metadata = check_json_object(request.metadata)
+        metadata = _private_json(check_json_object(request.metadata))
         turns = request.turns
+        ids = request.ids
+        if ids is not None:
+            ids = check_ids(ids)
+            if len(ids) != len(turns):
+                raise ConfigError(f"{len(ids)} ids for {len(turns)} turns; expected one per turn")
+            if len(set(ids)) != len(ids):
+                raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
         limit = self.config.max_entry_bytes
         for i, turn in enumerate(turns):
             if not isinstance(turn, UnifiedMessage):
@@ -295,50 +347,107 @@ class _StoreActor:
             size = payload_bytes(turn)
             if size > limit:
                 raise EntryTooLarge(size, limit, i)
-        survivors = turns[-self.config.max_entries :] if turns else []
-        raw = await self.embedder.documents([projection(t) for t in survivors])
-        matrix = as_matrix(raw, len(survivors), self.config.dimensions)
-        vectors, zero = normalize_rows(matrix)
-        return _PreparedTurns(
-            vectors=vectors,
-            zero=zero,
-            payloads=[exact_msgpack(t) for t in survivors],
-            namespace=namespace,
-            source=source,
-            metadata=exact_msgpack(metadata) if metadata else _EMPTY_METADATA,
-            dropped=len(turns) - len(survivors),
+        keep = min(len(turns), self.config.max_entries)
+        survivors = turns[len(turns) - keep :]
+        texts = [projection(t) for t in survivors]
+        vectors, zero = await self._embed(texts)
+        return _Prepared(
+            entries=Entries(
+                vectors=vectors,
+                zero=zero,
+                texts=texts,
+                payloads=[exact_msgpack(t) for t in survivors],
+                metadata=[metadata] * keep,
+                ids=None if ids is None else ids[len(ids) - keep :],
+                source_ids=[None] * keep,
+                namespace=namespace,
+                source=source,
+            ),
+            dropped=len(turns) - keep,
         )
 
-    def _commit_turns(self, p: _PreparedTurns) -> TurnsStored:
-        arena = self.arena
-        slots, evicted = arena.take_slots(len(p.payloads))
+    async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
+        namespace = check_name("namespace", request.namespace)
+        limit = self.config.max_entry_bytes
+        unique: dict[str, Document] = {}
+        for i, document in enumerate(request.documents):
+            if not isinstance(document, Document):
+                raise ConfigError(
+                    f"document {i} of the batch is a {type(document).__name__}; expected Document"
+                )
+            document = document.with_id()
+            assert document.id is not None
+            size = document_bytes(document)
+            if size > limit:
+                raise EntryTooLarge(size, limit, i)
+            seen = unique.get(document.id)
+            if seen is not None and seen != document:
+                raise ConfigError(
+                    f"document id {document.id!r} appears twice in the batch with different "
+                    "content; expected one version per id"
+                )
+            unique[document.id] = document
+        documents = list(unique.values())
+        keep = min(len(documents), self.config.max_entries)
+        survivors = documents[len(documents) - keep :]
+        texts = [d.text for d in survivors]
+        vectors, zero = await self._embed(texts)
+        return _Prepared(
+            entries=Entries(
+                vectors=vectors,
+                zero=zero,
+                texts=texts,
+                payloads=[None] * keep,
+                metadata=[_private_json(d.metadata) for d in survivors],
+                ids=[d.id for d in survivors if d.id is not None],
+                source_ids=[d.source_id for d in survivors],
+                namespace=namespace,
+                source="document",
+            ),
+            dropped=len(documents) - keep,
+        )
+
+    async def _embed(
+        self, texts: list[str]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        raw = await self.embedder.documents(texts)
+        return normalize_rows(as_matrix(raw, len(texts), self.config.dimensions))
+
+    def _commit_entries(self, p: _Prepared) -> tuple[list[str], list[int], int, int]:
+        """Commit a prepared batch: replace live ids, take slots, write, publish.
+
+        Returns the ids, the sequences, how many entries were evicted (the dropped head
+        included) and how many live entries were replaced.
+        """
+        arena, entries = self.arena, p.entries
+        replaced = 0
+        if entries.ids is not None:
+            # Free the replaced slots first, so the batch takes them back instead of
+            # evicting the oldest entries (or another target of the same batch).
+            for entry_id in entries.ids:
+                slot = arena.slot_of(entries.namespace, entry_id)
+                if slot is not None:
+                    arena.remove(slot)
+                    replaced += 1
+        slots, evicted = arena.take_slots(len(entries))
         arena.evicted_total += p.dropped
-        ids, seqs = arena.write(
-            slots, p.vectors, p.zero, None, p.payloads, p.namespace, p.source, p.metadata
-        )
+        ids, seqs = arena.write(slots, entries)
         self._publish()
-        return TurnsStored(
-            ids=ids,
-            sequences=seqs,
-            evicted=evicted + p.dropped,
-            zero_norm=int(np.count_nonzero(p.zero)),
-        )
+        return ids, seqs, evicted + p.dropped, replaced
 
-    def _commit_delete(self, ids: list[str], namespace: str | None) -> Deleted:
+    def _commit_delete(self, ids: list[str], namespace: str) -> DeleteResult:
         deleted: list[str] = []
         missing: list[str] = []
         for entry_id in dict.fromkeys(ids):
-            slot = self.arena.slot_of(entry_id)
-            if slot is None or (
-                namespace is not None and self.arena.namespace_of(slot) != namespace
-            ):
+            slot = self.arena.slot_of(namespace, entry_id)
+            if slot is None:
                 missing.append(entry_id)
                 continue
             self.arena.remove(slot)
             deleted.append(entry_id)
         if deleted:
             self._publish()
-        return Deleted(deleted=deleted, missing=missing)
+        return DeleteResult(deleted=deleted, missing=missing)
 
     def _commit_clear(self, namespace: str | None) -> Cleared:
         slots = self.arena.live_slots(namespace)
@@ -398,32 +507,51 @@ class _StoreActor:
         # Per-hit numpy scalar access is the bulk of a small read's overhead, so the
         # columns are read as lists in one go.
         arena = self.arena
-        slots = result.slots.tolist()
         seqs = self.seqs[result.slots].tolist()
         turns = []
-        for slot, score, seq in zip(slots, result.scores.tolist(), seqs, strict=True):
-            payload, metadata = arena.payloads[slot], arena.metadata[slot]
+        for slot, score, seq in zip(
+            result.slots.tolist(), result.scores.tolist(), seqs, strict=True
+        ):
             entry_id, source = arena.ids[slot], arena.sources[slot]
-            assert payload is not None
-            assert metadata is not None
             assert entry_id is not None
             assert source is not None
             turns.append(
                 RetrievedTurn(
-                    message=_MESSAGE_DECODER.decode(payload),
+                    message=self.message_of(slot),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
                     namespace=arena.namespace_of(slot),
                     source=source,
-                    # Most entries carry no metadata: skip decoding the shared empty map.
-                    metadata={}
-                    if metadata == _EMPTY_METADATA
-                    else _METADATA_DECODER.decode(metadata),
+                    metadata=self.metadata_copy(slot),
                     id=entry_id,
                 )
             )
         return RetrievalReport(turns=turns, scanned=result.scanned)
+
+    def message_of(self, slot: int) -> UnifiedMessage:
+        """A fresh copy of the message in ``slot``; a document reads as a user message
+        holding its text."""
+        payload = self.arena.payloads[slot]
+        if payload is None:
+            return UnifiedMessage(role="user", content=[Text(text=self.arena.text_of(slot))])
+        message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
+        return message
+
+    def metadata_copy(self, slot: int) -> dict[str, Any]:
+        """A copy of the metadata in ``slot`` that the caller may mutate."""
+        metadata = self.arena.metadata_of(slot)
+        return {} if not metadata else _private_json(dict(metadata))
+
+    def document_of(self, slot: int) -> Document:
+        """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection)."""
+        arena = self.arena
+        return Document(
+            text=arena.text_of(slot),
+            id=arena.ids[slot],
+            metadata=self.metadata_copy(slot),
+            source_id=arena.source_ids[slot],
+        )
 
     def _scan_crashed(self, crash: BaseException) -> BaseException:
         self._poison(crash)
@@ -451,12 +579,15 @@ class StoreHandle:
         namespace: str = DEFAULT_NAMESPACE,
         source: str = "offload",
         metadata: dict[str, Any] | None = None,
+        ids: Sequence[str] | None = None,
     ) -> TurnsStored:
         """Store a batch of turns, all or nothing (SPEC §3).
 
         Every turn is size-checked (the dropped head too); a batch longer than the
         capacity keeps its newest turns; the survivors are embedded in one call, checked,
-        normalized and committed together.
+        normalized and committed together. ``metadata`` applies to every turn of the
+        batch. ``ids`` names each turn (an explicit memory's id): an id already live in
+        the namespace is replaced. Without it, each id is ``turn-<sequence>``.
 
         Blocks while the inbox is full, then until the actor has applied the batch. If
         the caller is cancelled while it waits, the batch is either fully committed or
@@ -476,23 +607,103 @@ class StoreHandle:
             namespace=namespace,
             source=source,
             metadata={} if metadata is None else metadata,
+            ids=None if ids is None else check_ids(ids),
         )
         result = await self._request(request)
         assert isinstance(result, TurnsStored)
         return result
 
-    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> Deleted:
-        """Delete entries by id; report which were deleted and which were missing.
+    async def add_documents(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents, all or nothing, and return their ids in input order.
 
-        Blocks like :meth:`store_turns`; a delete is all or nothing too.
+        A document without an id gets ``document_id(text, metadata)``, a content hash, so
+        adding the same content twice keeps one entry. A document whose id is already
+        live in the namespace replaces it (see :meth:`upsert`). ``namespace=None`` is the
+        default namespace. Blocks and behaves on cancellation like :meth:`store_turns`.
+
+        Raises:
+            EntryTooLarge: a document's text, ids and metadata are over
+                ``max_entry_bytes``.
+            ConfigError: not a list of Documents, or one id with two different contents.
+            EmbeddingError, EmbedderError: the batch could not be embedded.
+            Poisoned: the actor has crashed.
         """
-        if isinstance(ids, str) or not all(isinstance(i, str) for i in ids):
-            raise ConfigError(f"ids is {ids!r:.80}; expected a list of str")
-        if namespace is not None:
-            check_name("namespace", namespace)
-        result = await self._request(Delete(ids=list(ids), namespace=namespace))
-        assert isinstance(result, Deleted)
+        return await self.upsert(documents, namespace)
+
+    async def upsert(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents; the same id replaces the vector, text and metadata.
+
+        A replaced document gets a new sequence number, so it counts as the newest entry
+        for FIFO eviction and for ties. Returns the ids in input order.
+        """
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ConfigError(
+                f"documents is a {type(documents).__name__}; expected a list of Document"
+            )
+        space = self._namespace(namespace)
+        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
+        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
+        assert isinstance(result, DocumentsUpserted)
+        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
+        """Delete entries of one namespace by id (``None``: the default namespace).
+
+        Ids are unique within a namespace, so a delete never reaches another namespace.
+        Returns which ids were deleted and which were missing, deduplicated, in input
+        order. Blocks like :meth:`store_turns`; a delete is all or nothing too.
+        """
+        wanted = check_ids(ids)
+        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
+        assert isinstance(result, DeleteResult)
         return result
+
+    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
+        """The live documents with these ids in one namespace (``None``: the default).
+
+        Missing ids are left out; the order is not promised. Reads the last snapshot
+        without using the inbox.
+        """
+        self._check()
+        wanted = check_ids(ids)
+        space = self._namespace(namespace)
+        await trio.lowlevel.checkpoint()
+        self._check()
+        actor = self._actor
+        slots = (actor.arena.slot_of(space, i) for i in dict.fromkeys(wanted))
+        return [actor.document_of(slot) for slot in slots if slot is not None]
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
+        """Run one search: similarity, MMR or hybrid, with an optional metadata filter
+        and score threshold (see :class:`~protocol.SearchRequest`).
+
+        Every kind scores the same exact scan; the filter is applied inside it, before
+        top-k, so ``k`` hits come back whenever ``k`` entries match. Dense scores are
+        cosine similarity in [-1, 1]; a hybrid hit's score is its fused RRF score, and
+        ``ranks`` gives its 1-based rank in each list (``"dense"``, ``"bm25"``).
+
+        Raises:
+            ConfigError: not a SearchRequest.
+            EmbeddingError, EmbedderError: the query could not be embedded.
+            Poisoned: the actor has crashed.
+        """
+        self._check()
+        if not isinstance(request, SearchRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
+        actor = self._actor
+        if request.vector is not None:
+            query = actor.query_vector(request.vector)
+        else:
+            assert request.query is not None
+            query = actor.query_vector(await actor.embedder.query(request.query))
+        return await run_search(actor, request, self._namespace(request.namespace), query)
+
+    def _namespace(self, namespace: str | None) -> str:
+        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
 
     async def clear(self, namespace: str | None = None) -> Cleared:
         """Remove every entry of ``namespace``, or every entry when it is None."""

@@ -102,6 +102,7 @@ from ._store import Clear as Clear
 from ._store import Cleared as Cleared
 from ._store import Delete as Delete
 from ._store import Deleted as Deleted
+from ._store import DocumentsUpserted as DocumentsUpserted
 from ._store import RetrievalReport as RetrievalReport
 from ._store import RetrievedTurn as RetrievedTurn
 from ._store import StoreMsg as StoreMsg
@@ -109,6 +110,7 @@ from ._store import StoreReply as StoreReply
 from ._store import StoreRequest as StoreRequest
 from ._store import StoreTurns as StoreTurns
 from ._store import TurnsStored as TurnsStored
+from ._store import UpsertDocuments as UpsertDocuments
 from ._store import VectorStoreUsage as VectorStoreUsage
 
 __all__ = [
@@ -129,6 +131,7 @@ __all__ = [
     "Delete",
     "DeleteResult",
     "Deleted",
+    "DocumentsUpserted",
     "DispatchError",
     "DispatchTimeout",
     "Document",
@@ -206,6 +209,7 @@ __all__ = [
     "TurnsSummarized",
     "UnifiedMessage",
     "UnifiedRequest",
+    "UpsertDocuments",
     "VectorStoreConfig",
     "VectorStoreError",
     "VectorStoreUsage",

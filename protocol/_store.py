@@ -11,12 +11,15 @@ from typing import Any
 import msgspec
 
 from ._chat import UnifiedMessage
+from ._documents import DeleteResult, Document
 
 __all__ = [
     "Clear",
     "Cleared",
     "Delete",
     "Deleted",
+    "DocumentsUpserted",
+    "UpsertDocuments",
     "RetrievalReport",
     "RetrievedTurn",
     "StoreMsg",
@@ -74,19 +77,32 @@ class StoreMsg(msgspec.Struct, frozen=True, tag_field="kind"):
 
 
 class StoreTurns(StoreMsg, frozen=True, kw_only=True, tag="store_turns"):
-    """Store a batch of turns, all or nothing (SPEC §3)."""
+    """Store a batch of turns, all or nothing (SPEC §3).
+
+    ``ids``, when given, names each turn (an explicit memory's id); an id already live
+    in the namespace is replaced. Without ids, each turn's id is ``turn-<sequence>``.
+    """
 
     turns: list[UnifiedMessage]
     namespace: str = DEFAULT_NAMESPACE
     source: str = "offload"
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    ids: list[str] | None = None
+
+
+class UpsertDocuments(StoreMsg, frozen=True, kw_only=True, tag="upsert_documents"):
+    """Store documents, all or nothing; a document whose id is live in the namespace is
+    replaced (new vector, text and metadata, and a new sequence number)."""
+
+    documents: list[Document]
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class Delete(StoreMsg, frozen=True, kw_only=True, tag="delete"):
-    """Delete entries by id; ``namespace=None`` looks in every namespace."""
+    """Delete entries of one namespace by id (an id is unique within its namespace)."""
 
     ids: list[str]
-    namespace: str | None = None
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class Clear(StoreMsg, frozen=True, kw_only=True, tag="clear"):
@@ -95,7 +111,7 @@ class Clear(StoreMsg, frozen=True, kw_only=True, tag="clear"):
     namespace: str | None = None
 
 
-StoreRequest = StoreTurns | Delete | Clear
+StoreRequest = StoreTurns | UpsertDocuments | Delete | Clear
 
 
 class TurnsStored(StoreMsg, frozen=True, kw_only=True, tag="turns_stored"):
@@ -108,13 +124,21 @@ class TurnsStored(StoreMsg, frozen=True, kw_only=True, tag="turns_stored"):
     zero_norm: int
 
 
-class Deleted(StoreMsg, frozen=True, kw_only=True, tag="deleted"):
-    deleted: list[str]
-    missing: list[str]
+class DocumentsUpserted(StoreMsg, frozen=True, kw_only=True, tag="documents_upserted"):
+    """The documents committed. ``replaced`` counts ids that were already live."""
+
+    ids: list[str]
+    sequences: list[int]
+    evicted: int
+    replaced: int
+
+
+#: The reply to :class:`Delete` is the toolkit's :class:`~protocol.DeleteResult`.
+Deleted = DeleteResult
 
 
 class Cleared(StoreMsg, frozen=True, kw_only=True, tag="cleared"):
     removed: int
 
 
-StoreReply = TurnsStored | Deleted | Cleared
+StoreReply = TurnsStored | DocumentsUpserted | DeleteResult | Cleared

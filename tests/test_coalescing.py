@@ -41,11 +41,13 @@ class Gate:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.open = threading.Event()
+        self.entered = threading.Event()
         self.calls = 0
         inner = ScanEngine._score_chunk
 
         def gated(engine: ScanEngine, *args: Any) -> Any:
             self.calls += 1
+            self.entered.set()
             self.open.wait(timeout=20)
             return inner(engine, *args)
 
@@ -185,7 +187,9 @@ async def test_one_batch_at_a_time_and_reads_that_wait_are_gathered(
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read, 0)
-                await trio.testing.wait_all_tasks_blocked()
+                # wait_all_tasks_blocked does not wait for worker threads: wait until the
+                # first batch's thread is really holding the gate.
+                await trio.to_thread.run_sync(gate.entered.wait, 20)
                 for i in range(1, 6):
                     nursery.start_soon(read, i)
                 await trio.testing.wait_all_tasks_blocked()

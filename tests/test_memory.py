@@ -325,3 +325,26 @@ async def test_memory_with_a_custom_dispatcher() -> None:
     assert seen == [turned.request]
     assert turned.reply == UnifiedMessage.assistant("ok")
     assert repr(EchoDispatcher()) == "EchoDispatcher()"
+
+
+async def test_remember_ids_are_content_source_time_hashes_so_repeats_keep_two() -> None:
+    import hashlib
+    import re
+
+    from actors._memory import memory_id
+
+    with trio.fail_after(10):
+        async with open_memory(store=STORE) as memory:
+            first = await memory.remember("the door code is 4312", metadata={"k": 1})
+            second = await memory.remember("the door code is 4312", metadata={"k": 1})
+            assert first != second
+            assert re.fullmatch(r"[0-9a-f]{16}", first)
+            assert memory.usage().entries == 2
+            report = await memory.retrieve("door code", k=5)
+            assert {t.id for t in report.turns} == {first, second}
+            assert {t.source for t in report.turns} == {"explicit"}
+    blob = b"\x00".join([b"the door code is 4312", b"explicit", b"123"])
+    assert (
+        memory_id("the door code is 4312", "explicit", 123)
+        == hashlib.sha256(blob).hexdigest()[:16]
+    )

@@ -106,7 +106,7 @@ async def test_both_paths_match_the_reference(threshold: int) -> None:
                     else:
                         scope = actor.ns_ids[:n] == actor.arena.namespace_id(namespace)
                     report = await store.retrieve_embedding(query, k, namespace=namespace)
-                    got = [actor.arena.slot_of(t.id) for t in report.turns]
+                    got = [actor.arena.slot_of(t.namespace, t.id) for t in report.turns]
                     assert got == reference(actor.vectors[:n], seqs, scope, query, k)
                     assert report.scanned == int(scope.sum())
                     assert all(namespace in (None, t.namespace) for t in report.turns)
@@ -344,7 +344,7 @@ async def test_a_mask_narrows_the_scope_on_both_paths(threshold: int) -> None:
             for namespace, scope in ((None, mask), ("a", mask & (actor.ns_ids[:n] == a_id))):
                 for given in (mask, lambda snap: mask):
                     report = await engine.scan(table[0], 12, namespace, mask=given)
-                    got = [actor.arena.slot_of(t.id) for t in report.turns]
+                    got = [actor.arena.slot_of(t.namespace, t.id) for t in report.turns]
                     assert got == reference(actor.vectors[:n], seqs, scope, table[0], 12)
                     assert report.scanned == int(scope.sum())
             with pytest.raises(ValueError, match="scan mask has shape"):
