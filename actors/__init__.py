@@ -7,6 +7,14 @@ from ._dispatch import OpenAIChatDispatcher as OpenAIChatDispatcher
 from ._embedders import AsyncEmbedder as AsyncEmbedder
 from ._embedders import Embedder as Embedder
 from ._embedders import HashingEmbedder as HashingEmbedder
+from ._embedding import CachedEmbedder as CachedEmbedder
+from ._embedding import CacheStatistics as CacheStatistics
+from ._embedding import EmbeddingCache as EmbeddingCache
+from ._embedding import EmbeddingModel as EmbeddingModel
+from ._embedding import EmbeddingRegistry as EmbeddingRegistry
+from ._embedding import EmbeddingResult as EmbeddingResult
+from ._embedding import EmbeddingUsageLog as EmbeddingUsageLog
+from ._embedding import check_profile as check_profile
 from ._events import Subscription as Subscription
 from ._indexing import DocumentStore as DocumentStore
 from ._indexing import InMemoryRecordManager as InMemoryRecordManager
@@ -17,28 +25,44 @@ from ._memory import Memory as Memory
 from ._memory import MemoryStatistics as MemoryStatistics
 from ._memory import Turned as Turned
 from ._memory import open_memory as open_memory
+from ._minilm import MiniLMEmbedder as MiniLMEmbedder
+from ._minilm import MiniLMStatistics as MiniLMStatistics
+from ._openai_embeddings import OpenAIEmbeddings as OpenAIEmbeddings
+from ._st_adapter import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from ._store import StoreHandle as StoreHandle
 from ._store import StoreStatistics as StoreStatistics
 from ._store import open_store as open_store
 
 __all__ = [
     "AsyncEmbedder",
+    "CacheStatistics",
+    "CachedEmbedder",
     "Dispatcher",
     "DocumentStore",
     "EchoDispatcher",
     "Embedder",
+    "EmbeddingCache",
+    "EmbeddingModel",
+    "EmbeddingRegistry",
+    "EmbeddingResult",
+    "EmbeddingUsageLog",
     "HashingEmbedder",
     "InMemoryRecordManager",
     "Memory",
     "MemoryStatistics",
+    "MiniLMEmbedder",
+    "MiniLMStatistics",
     "OpenAIChatDispatcher",
+    "OpenAIEmbeddings",
     "Record",
     "RecordManager",
+    "SentenceTransformerEmbedder",
     "StoreHandle",
     "StoreStatistics",
     "Subscription",
     "Summarizer",
     "Turned",
+    "check_profile",
     "index",
     "open_memory",
     "open_store",

@@ -23,6 +23,11 @@ from ._documents import ScoredDocument as ScoredDocument
 from ._documents import SearchKind as SearchKind
 from ._documents import SearchRequest as SearchRequest
 from ._documents import document_id as document_id
+from ._embedding import EmbeddingCall as EmbeddingCall
+from ._embedding import EmbeddingPrice as EmbeddingPrice
+from ._embedding import EmbeddingProfile as EmbeddingProfile
+from ._embedding import EmbeddingUsageTotals as EmbeddingUsageTotals
+from ._embedding import InputType as InputType
 from ._errors import ConfigError as ConfigError
 from ._errors import DispatchError as DispatchError
 from ._errors import DispatchTimeout as DispatchTimeout
@@ -138,9 +143,13 @@ __all__ = [
     "DropObservations",
     "Dropped",
     "EmbedderError",
+    "EmbeddingCall",
     "EmbeddingError",
+    "EmbeddingPrice",
+    "EmbeddingProfile",
     "EmbeddingProviderError",
     "EmbeddingTimeout",
+    "EmbeddingUsageTotals",
     "EntryTooLarge",
     "Eq",
     "Event",
@@ -158,6 +167,7 @@ __all__ = [
     "Injected",
     "InjectionMsg",
     "InjectionRequest",
+    "InputType",
     "JsonError",
     "Lt",
     "Lte",

