@@ -21,6 +21,8 @@ from ._indexing import InMemoryRecordManager as InMemoryRecordManager
 from ._indexing import Record as Record
 from ._indexing import RecordManager as RecordManager
 from ._indexing import index as index
+from ._llama_server import open_llama_server as open_llama_server
+from ._llama_server import smollm2_gguf_path as smollm2_gguf_path
 from ._memory import Memory as Memory
 from ._memory import MemoryStatistics as MemoryStatistics
 from ._memory import Turned as Turned
@@ -64,6 +66,25 @@ __all__ = [
     "Turned",
     "check_profile",
     "index",
+    "open_llama_server",
     "open_memory",
     "open_store",
+    "smollm2_gguf_path",
 ]
+
+# The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,
+# so `import actors` works without it.
+_LAZY = {"open_pg_store": "._pg_store", "PgStoreHandle": "._pg_store"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'actors' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -17,7 +17,8 @@ import trio
 
 from protocol import ConfigError, Event, Evicted, StoreNearCap, TurnsStored
 
-from ._store import StoreHandle, _ReplySlot
+from ._mailbox import ReplySlot
+from ._store import StoreHandle
 
 __all__ = ["EventHub", "Mailbox", "StoreWatch", "Subscription", "check_size", "now"]
 
@@ -39,7 +40,7 @@ class Envelope(Generic[R]):
     """A request and its one-shot reply slot."""
 
     request: R
-    reply: _ReplySlot
+    reply: ReplySlot
 
 
 @attrs.define(eq=False)
@@ -72,7 +73,7 @@ class Mailbox(Generic[R]):
             trio.ClosedResourceError: the memory has closed.
             Exception: whatever the actor's handler raised for this request.
         """
-        reply = _ReplySlot()
+        reply = ReplySlot()
         try:
             await self.send.send(Envelope(request, reply))
         except (trio.ClosedResourceError, trio.BrokenResourceError):

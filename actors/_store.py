@@ -54,6 +54,7 @@ from protocol._json import check_json_object, compact_json
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
+from ._mailbox import ReplySlot
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
 
@@ -69,36 +70,10 @@ _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_METADATA = _ENCODER.encode({})
 
 
-@attrs.define(eq=False)
-class _ReplySlot:
-    """A one-shot reply. Setting it never blocks, so the actor never waits on a caller
-    that has gone away."""
-
-    _event: trio.Event = attrs.field(factory=trio.Event)
-    _value: object = None
-    _error: BaseException | None = None
-
-    def succeed(self, value: object) -> None:
-        if not self._event.is_set():
-            self._value = value
-            self._event.set()
-
-    def fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
-            self._error = error
-            self._event.set()
-
-    async def wait(self) -> object:
-        await self._event.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 @attrs.frozen
 class _Envelope:
     request: StoreRequest
-    reply: _ReplySlot
+    reply: ReplySlot
 
 
 @attrs.frozen
@@ -715,7 +690,7 @@ class StoreHandle:
 
     async def _request(self, request: StoreRequest) -> object:
         self._check()
-        reply = _ReplySlot()
+        reply = ReplySlot()
         try:
             await self._send.send(_Envelope(request, reply))
         except (trio.ClosedResourceError, trio.BrokenResourceError):

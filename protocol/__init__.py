@@ -42,6 +42,7 @@ from ._errors import PluginError as PluginError
 from ._errors import PluginInternalError as PluginInternalError
 from ._errors import PluginValidationError as PluginValidationError
 from ._errors import Poisoned as Poisoned
+from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import VectorStoreError as VectorStoreError
 from ._errors import to_plugin_error as to_plugin_error
 from ._events import Event as Event
@@ -206,6 +207,7 @@ __all__ = [
     "StoreReply",
     "StoreRequest",
     "StoreTurns",
+    "StoreUnavailable",
     "Strategy",
     "Summarize",
     "Summarized",

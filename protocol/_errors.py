@@ -25,6 +25,7 @@ __all__ = [
     "PluginInternalError",
     "PluginValidationError",
     "Poisoned",
+    "StoreUnavailable",
     "VectorStoreError",
     "to_plugin_error",
 ]
@@ -111,6 +112,12 @@ class EmbedderError(VectorStoreError):
 class Poisoned(VectorStoreError, RuntimeError):
     """The store actor crashed. The crash is the ``__cause__``; every later call raises
     this error too."""
+
+
+class StoreUnavailable(VectorStoreError, ConnectionError):
+    """A store's database could not be reached, or the connection was lost, after the
+    bounded retries. A write that raises this was rolled back, unless the message says
+    the connection was lost while committing, when its outcome is unknown."""
 
 
 class JsonError(VectorStoreError, TypeError):
