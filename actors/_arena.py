@@ -228,8 +228,7 @@ class Arena:
                 self.high += 1
             else:
                 _, slot = self._order.popitem(last=False)
-                self._release(slot)
-                self._free.pop()  # _release pushed it; it is taken right away
+                self._release(slot, reused=True)
                 slots.append(slot)
                 evicted += 1
         self.evicted_total += evicted
@@ -253,6 +252,7 @@ class Arena:
         self.ns_ids[index] = ns_id
         self.zero[index] = entries.zero
         self.zero_count += int(np.count_nonzero(entries.zero))
+        self.meta.set_many(slots, entries.metadata)
         ids = [f"turn-{seq}" for seq in seqs] if entries.ids is None else entries.ids
         for i, (slot, seq, entry_id) in enumerate(zip(slots, seqs, ids, strict=True)):
             payload = entries.payloads[i]
@@ -263,7 +263,6 @@ class Arena:
             self.sources[slot] = entries.source
             self.source_ids[slot] = entries.source_ids[i]
             self._bm25_pending[slot] = True
-            self.meta.set(slot, entries.metadata[i])
             self._order[seq] = slot
             self._id_slot[(namespace, entry_id)] = slot
         return ids, seqs
@@ -273,14 +272,17 @@ class Arena:
         del self._order[int(self.seqs[slot])]
         self._release(slot)
 
-    def _release(self, slot: int) -> None:
+    def _release(self, slot: int, *, reused: bool = False) -> None:
+        """Drop the live entry in ``slot``. With ``reused``, the caller writes a new entry
+        into the slot in the same commit, which overwrites every per-slot field, so only
+        the shared bookkeeping (id map, counts) is undone here."""
         ns_id = int(self.ns_ids[slot])
         entry_id, namespace = self.ids[slot], self._ns_names[ns_id]
         assert entry_id is not None
         assert namespace is not None
         del self._id_slot[(namespace, entry_id)]
-        self._bm25_pending[slot] = False
-        self.meta.remove(slot)
+        if self.zero[slot]:
+            self.zero_count -= 1
         self._ns_counts[ns_id] -= 1
         if self._ns_counts[ns_id] == 0:
             name = self._ns_names[ns_id]
@@ -288,9 +290,11 @@ class Arena:
             del self._ns_index[name]
             self._ns_names[ns_id] = None
             self._ns_free.append(ns_id)
-        if self.zero[slot]:
-            self.zero_count -= 1
-            self.zero[slot] = False
+        if reused:
+            return
+        self._bm25_pending[slot] = False
+        self.meta.remove(slot)
+        self.zero[slot] = False
         self.seqs[slot] = -1
         self.ns_ids[slot] = -1
         self.ids[slot] = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -204,6 +204,20 @@ class MetadataIndex:
         self.high = max(self.high, slot + 1)
         for column in self._columns.values():
             column.set(slot, metadata.get(column.key, _ABSENT))
+
+    def set_many(self, slots: Sequence[int], metadata: Sequence[Mapping[str, Any]]) -> None:
+        """:meth:`set` for a batch of slots the arena picked (so they are not checked
+        one by one): the store's commit path."""
+        docs = self._docs
+        for slot, meta in zip(slots, metadata, strict=True):
+            docs[slot] = meta
+        index = np.asarray(slots, dtype=np.intp)
+        self.live[index] = True
+        if len(slots):
+            self.high = max(self.high, int(index.max()) + 1)
+        for column in self._columns.values():
+            for slot, meta in zip(slots, metadata, strict=True):
+                column.set(slot, meta.get(column.key, _ABSENT))
 
     def remove(self, slot: int) -> None:
         """Forget the entry in ``slot`` (deleted or evicted). A free slot is a no-op."""

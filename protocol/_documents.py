@@ -264,8 +264,12 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
     ranks: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-class DeleteResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Which ids were deleted and which were not there (in input order, deduplicated)."""
+class DeleteResult(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", tag_field="kind"):
+    """Which ids were deleted and which were not there (in input order, deduplicated).
+
+    It is also the store actor's reply to ``Delete``, so it carries the same ``kind`` tag
+    as the other replies and the reply union decodes.
+    """
 
     deleted: list[str]
     missing: list[str]

@@ -1,0 +1,324 @@
+"""A trio-aware base for Hypothesis rule-based state machines.
+
+Hypothesis drives a state machine synchronously, one step at a time. This base keeps
+one trio loop alive for a whole example, in a worker thread, and runs each async rule,
+initializer and invariant on it through ``trio.from_thread.run``, under a per-step
+deadline. Only Hypothesis's public API is used: the async steps are wrapped into plain
+sync functions *before* they are handed to Hypothesis's own decorators, which is why
+this module exports its own :func:`rule`, :func:`initialize` and :func:`invariant`.
+
+Anything an example opens with :meth:`TrioRuleBasedStateMachine.enter_async_context`
+(a store, a nursery of background tasks) is entered and exited by one long-lived task
+on the loop, as trio requires of context managers that hold a nursery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import trio
+import trio.testing
+from hypothesis import stateful as _stateful
+from hypothesis.stateful import Bundle as Bundle
+from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import consumes as consumes
+from hypothesis.stateful import multiple as multiple
+from hypothesis.stateful import precondition as precondition
+
+__all__ = [
+    "Bundle",
+    "LoopStopTimeout",
+    "TrioRuleBasedStateMachine",
+    "consumes",
+    "initialize",
+    "invariant",
+    "multiple",
+    "precondition",
+    "rule",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ASYNC_STEP = "__trio_recall_async_step__"
+
+
+class LoopStopTimeout(RuntimeError):
+    """The example's trio loop did not stop in time at teardown: something hangs."""
+
+
+def _as_sync_step(f: F) -> F:
+    """Wrap an ``async def`` method into a sync one that runs it on the machine's loop."""
+    if not inspect.iscoroutinefunction(f):
+        return f
+
+    @functools.wraps(f)
+    def step(self: TrioRuleBasedStateMachine, *args: Any, **kwargs: Any) -> Any:
+        return self.run_on_loop(functools.partial(f, self, *args, **kwargs))
+
+    # The wrapper must look sync to anything that unwraps it (Hypothesis's proxies and
+    # our own check for un-wrapped async steps), but keep the signature for reports.
+    del step.__wrapped__
+    step.__signature__ = inspect.signature(f)  # type: ignore[attr-defined]
+    setattr(step, _ASYNC_STEP, f)
+    return step  # type: ignore[return-value]
+
+
+def rule(**kwargs: Any) -> Callable[[F], F]:
+    """Hypothesis's ``@rule``, which also accepts ``async def`` methods.
+
+    An async rule runs on the example's trio loop under the machine's ``step_timeout``.
+    All of Hypothesis's arguments (``target``, ``targets``, strategies) work unchanged.
+    """
+    decorator: Any = _stateful.rule(**kwargs)
+    return lambda f: decorator(_as_sync_step(f))
+
+
+def initialize(**kwargs: Any) -> Callable[[F], F]:
+    """Hypothesis's ``@initialize``, which also accepts ``async def`` methods."""
+    decorator: Any = _stateful.initialize(**kwargs)
+    return lambda f: decorator(_as_sync_step(f))
+
+
+def invariant(*, check_during_init: bool = False) -> Callable[[F], F]:
+    """Hypothesis's ``@invariant``, which also accepts ``async def`` methods."""
+    decorator = _stateful.invariant(check_during_init=check_during_init)
+    return lambda f: decorator(_as_sync_step(f))
+
+
+@attrs.define(eq=False)
+class _EnterRequest:
+    cm: AbstractAsyncContextManager[Any]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    value: object = None
+    error: BaseException | None = None
+
+
+@asynccontextmanager
+async def _task_nursery() -> AsyncIterator[trio.Nursery]:
+    # Background tasks are cancelled, not awaited, when their layer closes: a pending
+    # operation that the example left blocked must not hang teardown.
+    async with trio.open_nursery() as nursery:
+        try:
+            yield nursery
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def _unwrap_group(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+class _Loop:
+    """One trio run in a daemon thread, plus the task that owns its contexts."""
+
+    def __init__(self, name: str) -> None:
+        self.token: trio.lowlevel.TrioToken | None = None
+        self.error: BaseException | None = None
+        self.nursery: trio.Nursery | None = None
+        self._ready = threading.Event()
+        self._send: trio.MemorySendChannel[_EnterRequest] | None = None
+        self.thread = threading.Thread(target=self._thread_main, name=name, daemon=True)
+        self.thread.start()
+        self._ready.wait()
+        if self.token is None:
+            self.thread.join()
+            raise RuntimeError("the example's trio loop failed to start") from self.error
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as error:  # reported to the test thread, never dropped
+            self.error = _unwrap_group(error)
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        async with AsyncExitStack() as stack:
+            self.nursery = await stack.enter_async_context(_task_nursery())
+            send, receive = trio.open_memory_channel[_EnterRequest](0)
+            self._send = send
+            self._ready.set()
+            async with receive:
+                async for request in receive:
+                    try:
+                        request.value = await stack.enter_async_context(request.cm)
+                    except Exception as error:
+                        request.error = error
+                    finally:
+                        request.done.set()
+                    if request.error is None:
+                        # A fresh layer of tasks, so that tasks started after this context
+                        # are cancelled before it closes.
+                        self.nursery = await stack.enter_async_context(_task_nursery())
+
+    async def enter(self, cm: AbstractAsyncContextManager[T]) -> T:
+        assert self._send is not None
+        request = _EnterRequest(cm)
+        await self._send.send(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.value  # type: ignore[return-value]
+
+    def stop(self, timeout: float) -> None:
+        if self.thread.is_alive() and self._send is not None and self.token is not None:
+            # The loop may finish on its own meanwhile; then there is nothing to close.
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self._send.close, trio_token=self.token)
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise LoopStopTimeout(
+                f"the example's trio loop did not stop within {timeout} s of teardown; "
+                "something it opened hangs while closing"
+            )
+
+
+class TrioRuleBasedStateMachine(RuleBasedStateMachine):
+    """A ``RuleBasedStateMachine`` whose rules may be ``async def``.
+
+    Use :func:`rule`, :func:`initialize`, :func:`invariant` from this module (and
+    Hypothesis's ``precondition`` and ``Bundle``, re-exported here). One trio loop runs
+    for the whole example, in a worker thread; it starts at the first step and stops at
+    :meth:`teardown`. Every async step runs under ``step_timeout`` seconds, so a hang
+    fails the example with ``trio.TooSlowError`` instead of stalling the run.
+
+    Inside an async step:
+
+    - :meth:`start_soon` starts a background task that outlives the step (a pending
+      write, a reader...). Tasks run until they block; :meth:`settle` waits until every
+      task is blocked. A background task that raises ends the example: its error is
+      raised by the next step, or by teardown.
+    - :meth:`enter_async_context` opens a context manager (a store) for the rest of the
+      example; it is closed at teardown, after the background tasks are cancelled.
+
+    Override :meth:`async_teardown` to clean up on the loop before it stops. Teardown
+    then stops the loop, joins its thread (within ``stop_timeout`` seconds) and re-raises
+    any error that escaped from a background task or a context.
+
+    Attributes:
+        step_timeout: the deadline of one step, in seconds.
+        stop_timeout: how long teardown waits for the loop to stop, in seconds.
+    """
+
+    step_timeout: ClassVar[float] = 10.0
+    stop_timeout: ClassVar[float] = 10.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in vars(cls).items():
+            if not callable(value) or inspect.iscoroutinefunction(value):
+                continue
+            if getattr(value, _ASYNC_STEP, None) is not None:
+                continue
+            if inspect.iscoroutinefunction(inspect.unwrap(value)) and hasattr(
+                value, "__wrapped__"
+            ):
+                raise TypeError(
+                    f"{cls.__name__}.{name} is an async def wrapped by a sync decorator "
+                    "(probably hypothesis.stateful.rule/initialize/invariant); use "
+                    "actors.testing.rule/initialize/invariant, which run it on the trio loop"
+                )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.__loop: _Loop | None = None
+
+    # --- running steps -----------------------------------------------------------------
+
+    def run_on_loop(self, afn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``afn()`` on the example's loop, under ``step_timeout``; return its result.
+
+        This is what an async rule becomes. Call it from sync code only (a sync rule, a
+        sync invariant); inside an async step, just ``await``.
+
+        Once ``afn`` returns, the loop settles (every task runs until it blocks), so the
+        tasks a step started have run, deterministically, before the next step.
+
+        Raises:
+            trio.TooSlowError: the step did not finish within ``step_timeout``.
+            BaseException: whatever the step raised, or an error that escaped from a
+                background task or a context while the step ran.
+        """
+        loop = self._loop()
+        self._raise_escaped()
+        timeout = self.step_timeout
+
+        async def step() -> T:
+            with trio.fail_after(timeout):
+                result = await afn()
+                # Tasks the step started run until they block before the next step, so
+                # an error they raise shows up at the same step on every replay.
+                await trio.testing.wait_all_tasks_blocked()
+                return result
+
+        try:
+            return trio.from_thread.run(step, trio_token=loop.token)
+        except (trio.Cancelled, trio.RunFinishedError):
+            # The loop ended under the step: report why it ended.
+            loop.thread.join(self.stop_timeout)
+            self._raise_escaped()
+            raise
+
+    def _loop(self) -> _Loop:
+        if self.__loop is None:
+            self.__loop = _Loop(f"trio-loop:{type(self).__name__}")
+        return self.__loop
+
+    def _raise_escaped(self) -> None:
+        loop = self.__loop
+        if loop is not None and loop.error is not None:
+            raise loop.error
+
+    # --- inside steps ------------------------------------------------------------------
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The nursery for background tasks of this example (use it on the loop only)."""
+        nursery = self._loop().nursery
+        assert nursery is not None
+        return nursery
+
+    def start_soon(self, afn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Start ``afn(*args)`` as a background task; call it from an async step."""
+        self.nursery.start_soon(afn, *args)
+
+    async def enter_async_context(self, cm: AbstractAsyncContextManager[T]) -> T:
+        """Enter ``cm`` for the rest of the example and return what it yields.
+
+        It is entered and, at teardown, exited by the loop's main task, so a context that
+        holds a nursery (like :func:`actors.open_store`) is legal here. Contexts close in
+        reverse order; the background tasks started after a context close before it.
+        """
+        return await self._loop().enter(cm)
+
+    async def settle(self) -> None:
+        """Wait until every task on the loop is blocked (no sleeps involved)."""
+        await trio.testing.wait_all_tasks_blocked()
+
+    # --- teardown ----------------------------------------------------------------------
+
+    async def async_teardown(self) -> None:
+        """Clean up on the loop, before it stops. Does nothing by default."""
+
+    def teardown(self) -> None:
+        """Run :meth:`async_teardown`, stop the loop, join it, re-raise escaped errors."""
+        loop = self.__loop
+        if loop is None:
+            return
+        try:
+            if loop.thread.is_alive() and loop.error is None:
+                self.run_on_loop(self.async_teardown)
+        finally:
+            loop.stop(self.stop_timeout)
+            self._raise_escaped()

@@ -1,0 +1,749 @@
+"""``VectorStoreMachine``: the store's contract (SPEC §3) as a Hypothesis state machine.
+
+The machine drives a store with concurrent writers and readers and compares it, after
+every step, with :class:`~actors.testing.ModelState`, a float64 brute-force model.
+
+How concurrency is checked. Every write and read runs as a background task. A write
+can be told to park inside its embedder call (a :class:`Fault` with a gate), and a
+text read can park inside its query embedding, so Hypothesis chooses when each one
+goes on. Writes apply in one order, the order they entered the store's inbox, so the
+model keeps ``history[j]``, the state after the first ``j`` writes. A read that
+started when writes ``< lo`` had replied and ended when ``hi`` writes had started must
+equal the model's answer at some ``history[j]`` with ``lo <= j <= hi``; anything else
+is a torn or premature read.
+
+What the model assumes about a store (override the machine to change it): sequence
+numbers start at 0 and grow by one per stored entry; writes apply in the order they
+were sent; a write that does not reach the embedder (an oversized turn, an empty batch,
+a delete) does not call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+import trio
+from hypothesis import strategies as st
+
+from protocol import (
+    DEFAULT_NAMESPACE,
+    ConfigError,
+    EmbedderError,
+    EmbeddingError,
+    EntryTooLarge,
+    Poisoned,
+    RetrievalReport,
+    Text,
+    Thinking,
+    TurnsStored,
+    UnifiedMessage,
+    VectorStoreConfig,
+    payload_bytes,
+    projection,
+)
+
+from .._embedders import HashingEmbedder
+from .._store import open_store
+from ._crash import inject_crash
+from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
+from ._machine import TrioRuleBasedStateMachine, initialize, precondition, rule
+from ._model import ModelEntry, ModelState, check_report, normalize64
+
+__all__ = ["VectorStoreMachine"]
+
+WORDS = ("apple", "berry", "cedar", "delta", "ember", "fjord")
+NAMESPACES = (DEFAULT_NAMESPACE, "alice", "bob")
+_BARRIER_NAMESPACE = "trio-recall-barrier"
+
+texts = st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join)
+
+
+def message(role: str, text: str, pad: int) -> UnifiedMessage:
+    """A turn whose projection is ``text``; ``pad`` bytes of thinking only add payload."""
+    content: list[Any] = [Text(text=text)]
+    if pad:
+        content.append(Thinking(text="t" * pad))
+    return UnifiedMessage(role=role, content=content)  # type: ignore[arg-type]
+
+
+messages = st.builds(
+    message, st.sampled_from(["user", "assistant"]), texts, st.sampled_from([0, 0, 0, 8, 48])
+)
+# Mostly well-behaved calls, so that most writes commit and most reads return; the
+# faults still come up often enough.
+faults = st.sampled_from(["pass", "pass", "pass", "raise", "wrong_width", "nan", "huge"])
+query_faults = st.sampled_from(["pass", "pass", "pass", "raise", "nan"])
+parks = st.sampled_from([False, False, True])
+vector_kinds = st.sampled_from(["text", "zero", "scaled", "list", "wrong_width", "nan"])
+read_kinds = st.sampled_from(["retrieve", "retrieve_in", "retrieve_embedding"])
+
+
+@attrs.define(eq=False)
+class _Op:
+    """One pending store call, run as a background task."""
+
+    number: int
+    kind: str  # "write" or "read"
+    label: str
+    version: int  # write: its history index; read: the lowest history index it may see
+    expect_errors: tuple[type[BaseException], ...]
+    check: Callable[[_Op], str | None]
+    gate: trio.Event | None = None
+    reaches_embedder: bool = False
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    finished: trio.Event = attrs.field(factory=trio.Event)
+    value: object = None
+    error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<op {self.number}: {self.label}>"
+
+
+class VectorStoreMachine(TrioRuleBasedStateMachine):
+    """Checks a store against SPEC §3, with concurrent readers and writers.
+
+    By default it tests :func:`actors.open_store`. To check another store, subclass it
+    and override :meth:`open_store_under_test` (and :meth:`inject_crash`, or set
+    ``supports_crash`` to False). Run it with ``run_state_machine_as_test(Machine)`` or
+    ``TestMachine = Machine.TestCase``.
+
+    Attributes:
+        supports_crash: whether the crash rule runs.
+        max_pending: how many operations may be pending at once.
+    """
+
+    supports_crash: ClassVar[bool] = True
+    max_pending: ClassVar[int] = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: Any = None
+        self.embedder: FaultyEmbedder | None = None
+        self.config: VectorStoreConfig | None = None
+        self.history: list[ModelState] = []
+        self.lo = 0  # writes [0, lo) are known to have applied
+        self.pending: list[_Op] = []
+        self.ids: dict[int, str] = {}  # sequence -> id, learned from replies and reads
+        self.poisoned = False
+        self._numbers = 0
+
+    # --- overridable -------------------------------------------------------------------
+
+    def open_store_under_test(
+        self, config: VectorStoreConfig, embedder: object
+    ) -> AbstractAsyncContextManager[Any]:
+        """Return an async context manager that yields the store to test."""
+        return open_store(config, embedder)
+
+    def inject_crash(self, store: Any) -> None:
+        """Make ``store``'s next write crash inside its actor."""
+        inject_crash(store)
+
+    # --- set-up --------------------------------------------------------------------------
+
+    @initialize(
+        max_entries=st.integers(1, 5),
+        dimensions=st.sampled_from([4, 8, 16]),
+        max_entry_bytes=st.sampled_from([32, 64]),
+        warn_fraction=st.sampled_from([None, 0.5, 1.0]),
+        hashing=st.booleans(),
+    )
+    async def open(
+        self,
+        max_entries: int,
+        dimensions: int,
+        max_entry_bytes: int,
+        warn_fraction: float | None,
+        hashing: bool,
+    ) -> None:
+        self.config = VectorStoreConfig(
+            max_entries=max_entries,
+            dimensions=dimensions,
+            max_entry_bytes=max_entry_bytes,
+            warn_fraction=warn_fraction,
+        )
+        inner = HashingEmbedder(dimensions) if hashing else DeterministicFakeEmbedding(dimensions)
+        self.embedder = FaultyEmbedder(inner)
+        self.history = [ModelState(capacity=max_entries)]
+        self.store = await self.enter_async_context(
+            self._tolerate_poison(self.open_store_under_test(self.config, self.embedder))
+        )
+        await self.check_usage()
+
+    @asynccontextmanager
+    async def _tolerate_poison(self, cm: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+        # A poisoned store raises Poisoned when it closes (SPEC §3); that is expected
+        # once this machine crashed it, and a bug otherwise.
+        try:
+            async with cm as store:
+                yield store
+        except Poisoned:
+            if not self.poisoned:
+                raise
+
+    # --- helpers -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ModelState:
+        return self.history[-1]
+
+    def _inner_embed(self, text: str) -> object:
+        assert self.embedder is not None
+        inner: Any = self.embedder.inner
+        return inner.embed(text)
+
+    def _start(self, op: _Op, call: Callable[[], Awaitable[object]]) -> None:
+        async def run() -> None:
+            with op.scope:
+                try:
+                    op.value = await call()
+                except Exception as error:
+                    op.error = error
+            op.finished.set()
+
+        self.pending.append(op)
+        self.start_soon(run)
+
+    def _new_op(self, *args: Any, **kw: Any) -> _Op:
+        self._numbers += 1
+        return _Op(self._numbers, *args, **kw)
+
+    def _hi(self) -> int:
+        """The newest history index the store may show now.
+
+        A write still parked in its embedder (its gate not yet set) cannot have
+        committed, and neither can any write behind it in the inbox."""
+        for op in self.pending:
+            if op.kind == "write" and op.gate is not None and not op.gate.is_set():
+                return op.version - 1
+        return len(self.history) - 1
+
+    def _blocked(self, op: _Op) -> bool:
+        """Whether ``op`` is expected to be parked on a gate (its own, or a write's
+        ahead of it in the inbox)."""
+        if op.kind == "read":
+            return op.gate is not None and not op.gate.is_set()
+        for other in self.pending:
+            if other.kind != "write" or other.version > op.version:
+                continue
+            if other.finished.is_set():
+                continue
+            if other.gate is not None and not other.gate.is_set():
+                return True
+        return False
+
+    async def _quiesce(self, *, check_usage: bool = True) -> None:
+        """Let every operation that is not parked on a gate finish, then check them."""
+        while True:
+            await self.settle()
+            runnable = [
+                op for op in self.pending if not op.finished.is_set() and not self._blocked(op)
+            ]
+            if not runnable:
+                break
+            await runnable[0].finished.wait()
+        self._check_finished()
+        if check_usage:
+            await self.check_usage()
+        if not self.pending and self.embedder is not None:
+            # A script a call never used (the store did not call the embedder when the
+            # model said it would) must not leak into later steps.
+            self.embedder._scripts["documents"].clear()
+            self.embedder._scripts["query"].clear()
+
+    def _check_finished(self) -> None:
+        for op in list(self.pending):
+            if not op.finished.is_set():
+                continue
+            self.pending.remove(op)
+            if op.scope.cancelled_caught:
+                continue
+            if op.error is not None:
+                if self.poisoned and isinstance(op.error, Poisoned):
+                    continue
+                if not isinstance(op.error, op.expect_errors):
+                    raise AssertionError(
+                        f"{op.label} raised {op.error!r}; expected "
+                        f"{[t.__name__ for t in op.expect_errors] or 'success'}"
+                    ) from op.error
+                # A rejected write proves nothing about the writes ahead of it: a store
+                # may refuse a batch before it queues it.
+                continue
+            if op.expect_errors:
+                raise AssertionError(
+                    f"{op.label} returned {op.value!r:.200}; expected "
+                    f"{[t.__name__ for t in op.expect_errors]}"
+                )
+            problem = op.check(op)
+            if problem is not None:
+                raise AssertionError(f"{op.label}: {problem}")
+            if op.kind == "write":
+                self.lo = max(self.lo, op.version)
+
+    def _learn_ids(self, report: RetrievalReport) -> str | None:
+        for hit in report.turns:
+            known = self.ids.setdefault(hit.sequence, hit.id)
+            if known != hit.id:
+                return f"sequence {hit.sequence} has id {hit.id!r}; it had {known!r} before"
+        return None
+
+    async def _expect_poisoned(self, call: Callable[[], Awaitable[object]], what: str) -> None:
+        try:
+            result = await call()
+        except Poisoned:
+            return
+        raise AssertionError(f"{what} on a poisoned store returned {result!r:.200}")
+
+    # --- writes ----------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(
+        turns=st.lists(messages, max_size=7),
+        namespace=st.sampled_from(NAMESPACES),
+        source=st.sampled_from(["offload", "compaction"]),
+        metadata=st.sampled_from([{}, {"k": 1}]),
+        fault=faults,
+        park=parks,
+    )
+    async def store_turns(
+        self,
+        turns: list[UnifiedMessage],
+        namespace: str,
+        source: str,
+        metadata: dict[str, Any],
+        fault: str,
+        park: bool,
+    ) -> None:
+        await self._write_turns(turns, namespace, source, metadata, fault, park)
+
+    # Hypothesis favours the rule with the fewest arguments (and then the first name)
+    # when it simplifies, so this one-argument rule keeps plain, successful writes
+    # common instead of letting ``clear`` dominate.
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(entry=st.tuples(texts, st.sampled_from(NAMESPACES)))
+    async def add(self, entry: tuple[str, str]) -> None:
+        """Store one well-behaved turn."""
+        text, namespace = entry
+        await self._write_turns(
+            [message("user", text, 0)], namespace, "offload", {}, "pass", False
+        )
+
+    async def _write_turns(
+        self,
+        turns: list[UnifiedMessage],
+        namespace: str,
+        source: str,
+        metadata: dict[str, Any],
+        fault: str,
+        park: bool,
+    ) -> None:
+        assert self.config is not None
+        assert self.embedder is not None
+        store = self.store
+        if self.poisoned:
+            await self._expect_poisoned(lambda: store.store_turns(turns, namespace), "store_turns")
+            return
+        state = self.state
+        cap = self.config.max_entries
+        too_large = any(payload_bytes(t) > self.config.max_entry_bytes for t in turns)
+        survivors = turns[-cap:]
+        reaches = bool(survivors) and not too_large
+        expect: tuple[type[BaseException], ...] = ()
+        new_state, evicted, seqs = state, 0, []
+        zero = 0
+        if too_large:
+            expect = (EntryTooLarge,)
+        elif reaches and fault == "raise":
+            expect = (EmbedderError,)
+        elif reaches and fault != "pass":
+            expect = (EmbeddingError,)
+        else:
+            entries = [
+                ModelEntry.build(
+                    state.next_seq + i,
+                    namespace,
+                    t,
+                    source,
+                    metadata,
+                    self._inner_embed(projection(t)),
+                )
+                for i, t in enumerate(survivors)
+            ]
+            new_state, evicted = state.add(entries, len(turns) - len(survivors))
+            seqs = [e.seq for e in entries]
+            zero = sum(1 for e in entries if e.vector is None)
+        gate = trio.Event() if park and reaches else None
+        if reaches:
+            self.embedder.script_documents(
+                Fault(fault, gate=gate),  # type: ignore[arg-type]
+                [projection(t) for t in survivors],
+            )
+        self.history.append(new_state)
+        version = len(self.history) - 1
+
+        def check(op: _Op) -> str | None:
+            reply = op.value
+            if not isinstance(reply, TurnsStored):
+                return f"replied {reply!r}; expected TurnsStored"
+            if reply.sequences != seqs:
+                return f"sequences {reply.sequences}; the model expects {seqs}"
+            if (reply.evicted, reply.zero_norm) != (evicted, zero):
+                return (
+                    f"evicted={reply.evicted} zero_norm={reply.zero_norm}; the model "
+                    f"expects evicted={evicted} zero_norm={zero}"
+                )
+            if len(reply.ids) != len(seqs) or len(set(reply.ids)) != len(seqs):
+                return f"ids {reply.ids} are not one distinct id per entry"
+            for seq, entry_id in zip(seqs, reply.ids, strict=True):
+                if entry_id in self.ids.values() and self.ids.get(seq) != entry_id:
+                    return f"id {entry_id!r} was reused"
+                self.ids[seq] = entry_id
+            return None
+
+        op = self._new_op(
+            "write",
+            f"store_turns#{version}({len(turns)} turns, {namespace!r}, fault={fault})",
+            version,
+            expect_errors=expect,
+            check=check,
+            gate=gate,
+            reaches_embedder=reaches,
+        )
+        self._start(op, lambda: store.store_turns(turns, namespace, source, metadata))
+        await self._quiesce()
+
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(
+        picks=st.lists(st.integers(0, 40), max_size=3),
+        unknown=st.booleans(),
+        namespace=st.sampled_from((None, *NAMESPACES)),
+    )
+    async def delete(self, picks: list[int], unknown: bool, namespace: str | None) -> None:
+        store = self.store
+        known = sorted(self.ids.items())
+        ids = [known[p % len(known)][1] for p in picks] if known else []
+        if unknown:
+            ids.append("no-such-id")
+        if self.poisoned:
+            await self._expect_poisoned(lambda: store.delete(ids, namespace), "delete")
+            return
+        state = self.state
+        live = {self.ids.get(e.seq): e for e in state.entries}
+        deleted, missing, gone = [], [], set()
+        for entry_id in dict.fromkeys(ids):
+            entry = live.get(entry_id)
+            # An id is unique within its namespace; None means the default namespace.
+            if entry is None or entry.namespace != (namespace or DEFAULT_NAMESPACE):
+                missing.append(entry_id)
+            else:
+                deleted.append(entry_id)
+                gone.add(entry.seq)
+        self.history.append(state.without(gone))
+        version = len(self.history) - 1
+
+        def check(op: _Op) -> str | None:
+            got = (getattr(op.value, "deleted", None), getattr(op.value, "missing", None))
+            if got == (deleted, missing):
+                return None
+            return f"replied {op.value!r}; expected deleted={deleted} missing={missing}"
+
+        op = self._new_op("write", f"delete#{version}({ids}, {namespace!r})", version, (), check)
+        self._start(op, lambda: store.delete(ids, namespace))
+        await self._quiesce()
+
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(namespace=st.sampled_from((None, *NAMESPACES)))
+    async def clear(self, namespace: str | None) -> None:
+        store = self.store
+        if self.poisoned:
+            await self._expect_poisoned(lambda: store.clear(namespace), "clear")
+            return
+        state = self.state
+        gone = {e.seq for e in state.in_scope(namespace)}
+        self.history.append(state.without(gone))
+        version = len(self.history) - 1
+
+        def check(op: _Op) -> str | None:
+            removed = getattr(op.value, "removed", None)
+            return None if removed == len(gone) else f"removed {removed}; expected {len(gone)}"
+
+        op = self._new_op("write", f"clear#{version}({namespace!r})", version, (), check)
+        self._start(op, lambda: store.clear(namespace))
+        await self._quiesce()
+
+    # --- reads -----------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(
+        kind=read_kinds,
+        query=texts,
+        k=st.integers(-1, 7),
+        namespace=st.sampled_from(NAMESPACES),
+        scoped=st.booleans(),
+        fault=query_faults,
+        vector_kind=vector_kinds,
+        park=parks,
+    )
+    async def read(
+        self,
+        kind: str,
+        query: str,
+        k: int,
+        namespace: str,
+        scoped: bool,
+        fault: str,
+        vector_kind: str,
+        park: bool,
+    ) -> None:
+        assert self.config is not None
+        assert self.embedder is not None
+        store = self.store
+        ns: str | None = (
+            namespace
+            if kind == "retrieve_in" or (kind == "retrieve_embedding" and scoped)
+            else None
+        )
+        expect: tuple[type[BaseException], ...] = ()
+        gate: trio.Event | None = None
+        raw = np.asarray(self._inner_embed(query), dtype=np.float64)
+        call: Callable[[], Awaitable[object]]
+        vector: Any = None
+        if kind == "retrieve_embedding":
+            vector = {
+                "text": raw.astype(np.float32),
+                "zero": np.zeros_like(raw),
+                "scaled": raw * 1000.0,
+                "list": raw.tolist(),
+                "wrong_width": raw[:-1],
+                "nan": np.full_like(raw, np.nan),
+            }[vector_kind]
+            before = np.array(vector, copy=True)
+            qvec = normalize64(vector) if vector_kind not in ("wrong_width", "nan") else None
+            if k <= 0:
+                expect = (ConfigError,)
+                if vector_kind in ("wrong_width", "nan"):
+                    expect = (ConfigError, EmbeddingError)
+            elif vector_kind in ("wrong_width", "nan"):
+                expect = (EmbeddingError,)
+            label = f"retrieve_embedding({vector_kind}, k={k}, namespace={ns!r})"
+            call = lambda: store.retrieve_embedding(vector, k, namespace=ns)  # noqa: E731
+        else:
+            qvec = normalize64(raw)
+            if k <= 0:
+                expect = (ConfigError,)
+            else:
+                if fault == "raise":
+                    expect = (EmbedderError,)
+                elif fault == "nan":
+                    expect = (EmbeddingError,)
+                gate = trio.Event() if park else None
+                self.embedder.script_query(Fault(fault, gate=gate), query)  # type: ignore[arg-type]
+            if kind == "retrieve":
+                label = f"retrieve({query!r}, k={k}, fault={fault})"
+                call = lambda: store.retrieve(query, k)  # noqa: E731
+            else:
+                label = f"retrieve_in({ns!r}, {query!r}, k={k}, fault={fault})"
+                call = lambda: store.retrieve_in(namespace, query, k)  # noqa: E731
+        if self.poisoned:
+            if k > 0 and kind != "retrieve_embedding":
+                self.embedder._scripts["query"].clear()
+            try:
+                await call()
+            except (Poisoned, *expect):  # type: ignore[misc]
+                return
+            raise AssertionError(f"{label} on a poisoned store did not raise Poisoned")
+        lo = self.lo
+
+        def check(op: _Op) -> str | None:
+            report = op.value
+            if not isinstance(report, RetrievalReport):
+                return f"returned {report!r}; expected RetrievalReport"
+            if vector is not None and not np.array_equal(np.array(vector), before, equal_nan=True):
+                return "changed the caller's query array"
+            problem = self._learn_ids(report)
+            if problem is not None:
+                return problem
+            reasons = []
+            hi = self._hi()
+            for j in range(lo, hi + 1):
+                reason = check_report(report, self.history[j], qvec, k, ns)
+                if reason is None:
+                    return None
+                reasons.append(f"  after write {j}: {reason}")
+            hits = [(h.sequence, round(h.score, 6)) for h in report.turns]
+            return (
+                f"matches no state between write {lo} and write {hi} "
+                f"(scanned={report.scanned}, hits={hits}):\n" + "\n".join(reasons)
+            )
+
+        op = self._new_op("read", label, lo, expect, check, gate=gate)
+        self._start(op, call)
+        await self._quiesce()
+
+    # --- interleaving ------------------------------------------------------------------
+
+    @precondition(
+        lambda self: any(op.gate is not None and not op.gate.is_set() for op in self.pending)
+    )
+    @rule(pick=st.integers(0, 10), cascade=st.booleans())
+    async def release(self, pick: int, cascade: bool) -> None:
+        """Let one parked operation go on; with ``cascade``, also every write ahead of
+        it, so that it can finish."""
+        parked = [op for op in self.pending if op.gate is not None and not op.gate.is_set()]
+        target = parked[pick % len(parked)]
+        for op in self.pending:
+            ahead = cascade and "write" == op.kind == target.kind and op.version < target.version
+            if (op is target or ahead) and op.gate is not None:
+                op.gate.set()
+        await self._quiesce()
+
+    @precondition(
+        lambda self: (
+            any(op.kind == "write" for op in self.pending)
+            and all(op.kind == "write" for op in self.pending)
+            and not self.poisoned
+        )
+    )
+    @rule()
+    async def cancel_last_write(self) -> None:
+        """Cancel the newest pending writer while it waits; its batch must then be either
+        fully applied or not at all (SPEC §3)."""
+        target = self.pending[-1]
+        assert target.kind == "write"
+        target.scope.cancel()
+        for op in self.pending:
+            if op.gate is not None:
+                op.gate.set()
+        await self._quiesce()
+        # A write of nothing, as a barrier: once it replies, the store has dealt with
+        # every write sent before it, the cancelled one included.
+        await self.store.clear(_BARRIER_NAMESPACE)
+        applied, skipped = self.history[target.version], self.history[target.version - 1]
+        assert self.config is not None
+        capacity = self.config.max_entries
+        listing = await self.store.retrieve_embedding(np.zeros(self.config.dimensions), capacity)
+        seqs = {h.sequence for h in listing.turns}
+        if seqs == {e.seq for e in applied.entries}:
+            state = applied
+        elif seqs == {e.seq for e in skipped.entries}:
+            state = skipped
+        else:
+            raise AssertionError(
+                f"after cancelling {target.label}, the store holds sequences "
+                f"{sorted(seqs)}: neither all of the batch nor none of it"
+            )
+        problem = check_report(listing, state, None, capacity, None)
+        if problem is not None:
+            raise AssertionError(f"listing every entry after a cancel: {problem}")
+        problem = self._learn_ids(listing)
+        if problem is not None:
+            raise AssertionError(problem)
+        self.history[-1] = state
+        self.history.append(state)  # the barrier
+        self.lo = len(self.history) - 1
+
+    # --- crash ---------------------------------------------------------------------------
+
+    @precondition(
+        lambda self: (
+            self.supports_crash
+            and self.store is not None
+            and not self.poisoned
+            and all(op.kind == "write" for op in self.pending)
+        )
+    )
+    @rule(roll=st.integers(0, 7))
+    async def crash(self, roll: int) -> None:
+        """Crash the actor at its next commit: every later call raises Poisoned, queued
+        writes included, and nothing hangs.
+
+        It crashes on one roll in eight only, because a poisoned store has little left
+        to test and the rest of the example would be spent on it.
+        """
+        if roll != 7:
+            return
+        self.inject_crash(self.store)
+        crashed = False
+        for op in self.pending:
+            if crashed:
+                op.expect_errors = (Poisoned,)
+            elif not op.expect_errors:
+                op.expect_errors = (Poisoned,)
+                crashed = True
+            if op.gate is not None:
+                op.gate.set()
+        self.poisoned = True
+        await self._quiesce(check_usage=False)
+        if not crashed:
+            await self._expect_poisoned(
+                lambda: self.store.store_turns([UnifiedMessage.user("crash")]),
+                "the crashing write",
+            )
+        await self.check_usage()
+        await self._expect_poisoned(lambda: self.store.retrieve("apple", 1), "retrieve")
+
+    # --- invariants ----------------------------------------------------------------------
+
+    async def check_usage(self) -> None:
+        """Usage, length and capacity must match the model at some possible state.
+
+        Called at the end of every step (it is not an ``@invariant`` only to save a
+        round trip to the loop per step)."""
+        if self.store is None or self.config is None:
+            return
+        store = self.store
+        if self.poisoned:
+            for name, call in (("usage", store.usage), ("len", lambda: len(store))):
+                try:
+                    result = call()
+                except Poisoned:
+                    continue
+                raise AssertionError(f"{name}() on a poisoned store returned {result!r}")
+            return
+        usage = store.usage()
+        size = len(store)
+        empty = store.is_empty()
+        if store.capacity != self.config.max_entries or usage.capacity != store.capacity:
+            raise AssertionError(f"capacity {store.capacity}; expected {self.config.max_entries}")
+        wf = self.config.warn_fraction
+        seen = []
+        hi = self._hi()
+        for j in range(self.lo, hi + 1):
+            state = self.history[j]
+            n = len(state.entries)
+            fraction = n / self.config.max_entries
+            expected = (
+                n,
+                fraction,
+                wf is not None and fraction >= wf,
+                state.evicted,
+                state.zero_norm,
+            )
+            got = (
+                usage.entries,
+                usage.fraction,
+                usage.near_cap,
+                usage.evicted_entries,
+                usage.zero_norm_entries,
+            )
+            if got == expected and size == n and empty == (n == 0):
+                return
+            seen.append(f"  after write {j}: expected {expected}")
+        raise AssertionError(
+            f"usage {usage} (len {size}) matches no state between write {self.lo} and "
+            f"write {hi}:\n" + "\n".join(seen)
+        )
+
+    # --- teardown ------------------------------------------------------------------------
+
+    async def async_teardown(self) -> None:
+        # Let every parked call go, so nothing is left blocked inside the store, then
+        # give up on whatever has not finished.
+        for op in self.pending:
+            if op.gate is not None:
+                op.gate.set()
+            op.scope.cancel()
