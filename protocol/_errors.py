@@ -135,12 +135,15 @@ class DispatchError(VectorStoreError, RuntimeError):
     Attributes:
         endpoint: the URL that was called.
         status: the HTTP status, or None when no response arrived.
+        report: when raised by ``Memory.turn``, the turn's ``TurnReport`` (what the
+            earlier stages did, and ``dispatch_error``); otherwise None.
     """
 
     def __init__(self, message: str, *, endpoint: str, status: int | None = None) -> None:
         self.endpoint = endpoint
         self.status = status
         self.message = message
+        self.report: object | None = None
         status_text = "no response" if status is None else f"HTTP {status}"
         super().__init__(f"POST {endpoint} failed ({status_text}): {message}")
 

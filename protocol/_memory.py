@@ -335,6 +335,8 @@ class TurnReport(msgspec.Struct, frozen=True, kw_only=True):
         digest: :func:`protocol.digest_request` of the request as dispatched.
         timings: seconds per stage, keyed ``compress``, ``retrieve``, ``inject``,
             ``dispatch`` (wall time, from ``time.perf_counter``).
+        dispatch_error: ``"TypeName: message"`` when the dispatch failed; ``turn`` then
+            raises the ``DispatchError`` with this report as its ``report``.
     """
 
     namespace: str
@@ -344,6 +346,7 @@ class TurnReport(msgspec.Struct, frozen=True, kw_only=True):
     injection: RecallInjection
     digest: str
     timings: dict[str, float]
+    dispatch_error: str | None = None
 
 
 def describe_error(error: BaseException) -> str:
