@@ -259,23 +259,10 @@ class CompactionActor:
         self.mailbox: Mailbox[Compress] = Mailbox.open("compaction", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        in_flight = None
-        try:
-            async with self.mailbox.receive:
-                task_status.started()
-                async for envelope in self.mailbox.receive:
-                    in_flight = envelope
-                    try:
-                        result = await self.compress(envelope.request.messages)
-                    except Exception as error:
-                        envelope.reply.fail(error)
-                    else:
-                        envelope.reply.succeed(result)
-                    in_flight = None
-        finally:
-            if in_flight is not None:
-                in_flight.reply.fail(trio.ClosedResourceError("the memory closed mid-compress"))
-            self.mailbox.fail_leftovers()
+        await self.mailbox.serve(self._handle, task_status=task_status)
+
+    async def _handle(self, request: Compress) -> Compressed:
+        return await self.compress(request.messages)
 
     async def compress(self, messages: list[UnifiedMessage]) -> Compressed:
         """Apply every strategy in order and report what each did."""

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import json
-from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
+import trio
 
 from protocol import (
     ConfigError,
@@ -183,7 +183,7 @@ def from_openai(data: object, endpoint: str, status: int) -> UnifiedMessage:
     return UnifiedMessage(role="assistant", content=content)
 
 
-class OpenAIChatDispatcher:
+class OpenAIChatDispatcher(trio.abc.AsyncResource):
     """An OpenAI-compatible ``/v1/chat/completions`` client over ``httpx.AsyncClient``.
 
     Use it as an async context manager to keep one connection pool for many requests;
@@ -232,14 +232,6 @@ class OpenAIChatDispatcher:
         if self._client is None:
             self._client = self._new_client()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connection pool, if one is open."""

@@ -8,7 +8,7 @@ actor, and no buffer grows without bound.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Generic, TypeVar
 
@@ -79,6 +79,40 @@ class Mailbox(Generic[R]):
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise trio.ClosedResourceError(f"the {self.name} actor is closed") from None
         return await reply.wait()
+
+    async def serve(
+        self,
+        handle: Callable[[R], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run an actor: answer each request with ``await handle(request)``, in order.
+
+        An exception from ``handle`` is that caller's reply, not a crash. When the actor
+        stops (its inbox closes, or it is cancelled), the request in flight and every
+        queued one fail with ``trio.ClosedResourceError``, so no caller waits forever;
+        the inbox is drained before it is closed, or the drain would find nothing.
+        """
+        in_flight: Envelope[R] | None = None
+        try:
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                del envelope  # an idle actor must not keep the last request alive
+                try:
+                    result = await handle(in_flight.request)
+                except Exception as error:
+                    in_flight.reply.fail(error)
+                else:
+                    in_flight.reply.succeed(result)
+                in_flight = None
+        finally:
+            if in_flight is not None:
+                in_flight.reply.fail(
+                    trio.ClosedResourceError(f"the {self.name} actor closed mid-request")
+                )
+            self.fail_leftovers()
+            self.receive.close()
 
     def fail_leftovers(self) -> None:
         """Fail every queued request, so no caller waits on an actor that has stopped."""

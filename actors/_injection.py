@@ -26,18 +26,10 @@ class InjectionActor:
         self.mailbox: Mailbox[Inject] = Mailbox.open("injection", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            async with self.mailbox.receive:
-                task_status.started()
-                async for envelope in self.mailbox.receive:
-                    try:
-                        result = self.inject(envelope.request)
-                    except Exception as error:
-                        envelope.reply.fail(error)
-                    else:
-                        envelope.reply.succeed(result)
-        finally:
-            self.mailbox.fail_leftovers()
+        await self.mailbox.serve(self._handle, task_status=task_status)
+
+    async def _handle(self, request: Inject) -> Injected:
+        return self.inject(request)
 
     def inject(self, request: Inject) -> Injected:
         injected = inject(request.report, request.request, self.renderer)

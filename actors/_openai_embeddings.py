@@ -11,13 +11,13 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import anyio
 import httpx
 import numpy as np
 import numpy.typing as npt
+import trio
 
 from protocol import (
     ConfigError,
@@ -93,7 +93,7 @@ def _server_message(response: httpx.Response) -> str:
     return repr(response.text[:300])
 
 
-class OpenAIEmbeddings:
+class OpenAIEmbeddings(trio.abc.AsyncResource):
     """An ``EmbeddingModel`` backed by an OpenAI-compatible ``/v1/embeddings`` endpoint.
 
     Texts are sent in requests of at most ``max_batch_size`` inputs, one request at a
@@ -217,17 +217,6 @@ class OpenAIEmbeddings:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
-
-    async def __aenter__(self) -> OpenAIEmbeddings:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _backoff(self, attempt: int) -> float:
         # Equal jitter: half the exponential delay, plus a random half, so that clients
