@@ -30,6 +30,11 @@ document written in the same run, however the run is batched:
   comes back after it was cleaned has its unchanged documents written again, never lost.
 
 A run that raises stops before any cleanup that has not run yet.
+
+Events: with ``on_event``, a run sends ``indexing.started``, one
+``indexing.batch_completed`` per batch (with the run's totals so far), then
+``indexing.completed`` or, when it raises, ``indexing.failed``. A cancelled run sends
+nothing more.
 """
 
 from __future__ import annotations
@@ -38,14 +43,22 @@ import hashlib
 import itertools
 import sys
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Literal, Protocol, TextIO, get_args, runtime_checkable
 
 import attrs
 import msgspec
+import trio
 
 from protocol._documents import DeleteResult, Document, IndexResult
 from protocol._errors import ConfigError
+from protocol._events import (
+    Event,
+    IndexingBatchCompleted,
+    IndexingCompleted,
+    IndexingFailed,
+    IndexingStarted,
+)
 
 __all__ = [
     "Cleanup",
@@ -376,6 +389,7 @@ async def index(
     batch_size: int = 100,
     *,
     progress: bool | TextIO | None = None,
+    on_event: Callable[[Event], None] | None = None,
 ) -> IndexResult:
     """Index ``docs`` into ``store``, writing only what changed (see the module docs).
 
@@ -390,6 +404,9 @@ async def index(
         batch_size: documents per store write, > 0.
         progress: a status line on stderr when stderr is a terminal (``None``);
             ``True``/``False`` force it on or off; a text stream receives it instead.
+        on_event: an event sink for the ``indexing.*`` events (see the module docs),
+            called synchronously: it must not block (``Memory.publish`` does not). An
+            exception from it propagates and stops the run.
 
     Returns:
         The counts of added, updated, skipped and deleted documents.
@@ -423,6 +440,8 @@ async def index(
         raise ConfigError(
             f"record_manager is a {type(record_manager).__name__}; expected a RecordManager"
         )
+    if on_event is not None and not callable(on_event):
+        raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     namespace = record_manager.namespace
     run = _Run(
         store=store,
@@ -434,10 +453,44 @@ async def index(
         progress=_Progress(_progress_stream(progress), namespace),
         batch_size=batch_size,
     )
+    started = time.perf_counter()
+
+    def totals() -> dict[str, int]:
+        return {
+            "run": run.run,
+            "seen": run.seen,
+            "num_added": run.added,
+            "num_updated": run.updated,
+            "num_skipped": run.skipped,
+            "num_deleted": run.deleted,
+        }
+
+    if on_event is not None:
+        on_event(
+            IndexingStarted(
+                at=trio.current_time(),
+                namespace=namespace,
+                run=run.run,
+                cleanup=cleanup,
+                batch_size=batch_size,
+            )
+        )
     try:
         items = iter(docs)
+        number = 0
         while batch := list(itertools.islice(items, batch_size)):
             await run.batch(batch)
+            if on_event is not None:
+                on_event(
+                    IndexingBatchCompleted(
+                        at=trio.current_time(),
+                        namespace=namespace,
+                        batch=number,
+                        documents=len(batch),
+                        **totals(),
+                    )
+                )
+            number += 1
         if cleanup == "full":
             await run.clean(None)
         elif cleanup == "scoped_full" and run.sources:
@@ -445,6 +498,27 @@ async def index(
         elif cleanup == "incremental" and run.pending:
             await run.clean(run.pending)
         run.progress.update(run.seen, run.result())
+    except Exception as error:
+        if on_event is not None:
+            on_event(
+                IndexingFailed(
+                    at=trio.current_time(),
+                    namespace=namespace,
+                    error=f"{type(error).__name__}: {error}",
+                    seconds=time.perf_counter() - started,
+                    **totals(),
+                )
+            )
+        raise
     finally:
         run.progress.close()
+    if on_event is not None:
+        on_event(
+            IndexingCompleted(
+                at=trio.current_time(),
+                namespace=namespace,
+                seconds=time.perf_counter() - started,
+                **totals(),
+            )
+        )
     return run.result()

@@ -8,9 +8,10 @@ all four and reports each stage.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,11 +24,21 @@ from protocol import (
     Compressed,
     ConfigError,
     DispatchError,
+    EmbeddingCall,
+    EmbeddingEmbedded,
+    EmbeddingFailed,
+    EmbeddingPrice,
+    EmbeddingProfile,
+    EmbeddingUsageTotals,
+    Event,
     Inject,
     Injected,
     MemoryConfig,
     Recall,
     RetrievalReport,
+    RetrieverCompleted,
+    RetrieverFailed,
+    RetrieverStarted,
     TurnReport,
     UnifiedMessage,
     UnifiedRequest,
@@ -37,16 +48,19 @@ from protocol import (
     digest_request,
     projection,
 )
+from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error
 
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
 from ._embedders import HashingEmbedder
-from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size
+from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
+from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size, now
 from ._injection import InjectionActor
 from ._recall import RecallActor
 from ._store import StoreHandle, _StoreActor, check_k, check_name
+from ._store_hooks import bound_profile
 
 __all__ = ["Memory", "MemoryStatistics", "Turned", "open_memory"]
 
@@ -77,6 +91,123 @@ def memory_id(content: str, source: str, timestamp_ns: int) -> str:
     """
     blob = "\0".join((content, source, str(timestamp_ns))).encode("utf-8", "surrogatepass")
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class _TeeUsageLog(EmbeddingUsageLog):
+    """This memory's usage log in front of the caller's own: every record goes to
+    both, the caller's pricing applies, and the totals here are this memory's only."""
+
+    def __init__(self, inner: EmbeddingUsageLog, listener: Callable[[EmbeddingCall], None]):
+        super().__init__(listener=listener)
+        self._inner = inner
+
+    def price_for(self, profile: EmbeddingProfile) -> EmbeddingPrice | None:
+        return self._inner.price_for(profile)
+
+    def record(self, call: EmbeddingCall) -> None:
+        self._inner.record(call)
+        super().record(call)
+
+
+class _MeteredEmbedder:
+    """An ``AsyncEmbedder`` that calls a plain ``Embedder``/``AsyncEmbedder`` exactly as
+    the store would (a sync one in a worker thread) and records each call's usage.
+
+    It returns what the embedder returned, unchecked, so the store's checks and error
+    messages are the same as without it; exceptions pass through unchanged. It has no
+    cache, so every text reaches the embedder; a cancelled call records nothing.
+    """
+
+    def __init__(self, inner: object, dimensions: int, usage: EmbeddingUsageLog) -> None:
+        self.inner = inner
+        self.usage = usage
+        self.dimensions = dimensions
+        self._async = inspect.iscoroutinefunction(getattr(inner, "embed_documents", None))
+        self._provider = "local"
+        self._model = type(inner).__name__
+
+    async def embed_documents(self, texts: Sequence[str]) -> object:
+        items = list(texts)
+        inner: Any = self.inner
+        if self._async:
+            return await self._metered("document", items, 1, inner.embed_documents(items))
+        batch = getattr(inner, "embed_batch", None)
+        if callable(batch):
+            return await self._metered("document", items, 1, trio.to_thread.run_sync(batch, items))
+        return await self._metered(
+            "document",
+            items,
+            len(items),
+            trio.to_thread.run_sync(lambda: [inner.embed(t) for t in items]),
+        )
+
+    async def embed_query(self, text: str) -> object:
+        inner: Any = self.inner
+        if self._async:
+            return await self._metered("query", [text], 1, inner.embed_query(text))
+        return await self._metered("query", [text], 1, trio.to_thread.run_sync(inner.embed, text))
+
+    async def _metered(self, input_type: str, texts: list[str], batches: int, call: Any) -> object:
+        start = time.perf_counter()
+        try:
+            result = await call
+        except Exception as error:
+            self._record(input_type, texts, 0, start, type(error).__name__)
+            raise
+        self._record(input_type, texts, batches, start, None)
+        return result
+
+    def _record(
+        self, input_type: str, texts: list[str], batches: int, start: float, error: str | None
+    ) -> None:
+        sent = texts if error is None else []
+        self.usage.record(
+            EmbeddingCall(
+                provider=self._provider,
+                model=self._model,
+                input_type=input_type,  # type: ignore[arg-type]
+                texts=len(texts),
+                cache_hits=0,
+                texts_embedded=len(sent),
+                characters=sum(len(t) for t in sent),
+                tokens=None,
+                truncated=0,
+                batches=batches,
+                dimensions=self.dimensions,
+                seconds=time.perf_counter() - start,
+                error=error,
+            )
+        )
+
+    def __repr__(self) -> str:
+        return f"_MeteredEmbedder({self.inner!r})"
+
+
+def _embedding_layer(
+    embedder: object, dimensions: int, listener: Callable[[EmbeddingCall], None]
+) -> tuple[object, EmbeddingUsageLog]:
+    """``embedder`` behind a usage recorder, and the log that holds this memory's totals.
+
+    - A ``CachedEmbedder`` keeps its model, cache and log: a new ``CachedEmbedder`` over
+      the same model and cache records into a log that forwards every record to the
+      caller's log (and uses its pricing).
+    - An ``EmbeddingModel`` (a profile and async methods) goes behind a
+      ``CachedEmbedder`` without a cache.
+    - Any other embedder goes behind ``_MeteredEmbedder``, whose records name the
+      provider ``"local"`` and the embedder's class as the model.
+    """
+    if isinstance(embedder, CachedEmbedder):
+        tee = _TeeUsageLog(embedder.usage, listener)
+        return CachedEmbedder(embedder.model, cache=embedder.cache, usage=tee), tee
+    log = EmbeddingUsageLog(listener=listener)
+    if (
+        isinstance(embedder, EmbeddingModel)
+        and isinstance(getattr(embedder, "profile", None), EmbeddingProfile)
+        and inspect.iscoroutinefunction(getattr(embedder, "embed_documents", None))
+        and inspect.iscoroutinefunction(getattr(embedder, "embed_query", None))
+    ):
+        return CachedEmbedder(embedder, usage=log), log
+    return _MeteredEmbedder(embedder, dimensions, log), log
 
 
 @attrs.frozen
@@ -113,6 +244,7 @@ class Memory:
         recall: Mailbox[Recall],
         injection: Mailbox[Inject],
         inbox_size: int,
+        embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -123,6 +255,7 @@ class Memory:
         self._recall = recall
         self._injection = injection
         self._inbox_size = inbox_size
+        self._embedding_usage = EmbeddingUsageLog() if embedding_usage is None else embedding_usage
 
     @property
     def config(self) -> MemoryConfig:
@@ -176,8 +309,38 @@ class Memory:
         ):
             raise ConfigError(f"min_similarity is {floor!r}; expected a float in [-1, 1]")
         request = Recall(query=query, k=k, namespace=namespace, min_similarity=floor)
-        result = await self._recall.ask(request)
+        query_print = fingerprint(query)
+        started = time.perf_counter()
+        self._hub.publish(
+            RetrieverStarted(at=now(), namespace=namespace, query_fingerprint=query_print, k=k)
+        )
+        try:
+            result = await self._recall.ask(request)
+        except Exception as error:
+            self._hub.publish(
+                RetrieverFailed(
+                    at=now(),
+                    namespace=namespace,
+                    query_fingerprint=query_print,
+                    k=k,
+                    error=describe_error(error),
+                    seconds=time.perf_counter() - started,
+                )
+            )
+            raise
         assert isinstance(result, RetrievalReport)
+        self._hub.publish(
+            RetrieverCompleted(
+                at=now(),
+                namespace=namespace,
+                query_fingerprint=query_print,
+                k=k,
+                hits=len(result.turns),
+                scanned=result.scanned,
+                best=result.turns[0].score if result.turns else None,
+                seconds=time.perf_counter() - started,
+            )
+        )
         return result
 
     async def inject(self, report: RetrievalReport, request: UnifiedRequest) -> Injected:
@@ -323,6 +486,25 @@ class Memory:
         """The store's fill level, in O(1)."""
         return self._store.usage()
 
+    def embedding_usage(self) -> EmbeddingUsageTotals:
+        """The totals of every embedder call this memory made (documents and queries):
+        calls, texts, cache hits (never counted as provider usage), texts and
+        characters sent, tokens where reported, batches, wall time and cost (from the
+        pricing of a ``CachedEmbedder``'s log). Each call is also an ``embedding.*``
+        event."""
+        return self._embedding_usage.totals()
+
+    def publish(self, event: Event) -> None:
+        """Offer ``event`` to every subscriber without waiting, as the actors do: the
+        sink to give ``index(..., on_event=memory.publish)``.
+
+        Raises:
+            ConfigError: ``event`` is not an :class:`~protocol.Event`.
+        """
+        if not isinstance(event, Event):
+            raise ConfigError(f"event is a {type(event).__name__}; expected an Event")
+        self._hub.publish(event)
+
     def events(self, buffer_size: int = 256) -> Subscription:
         """Subscribe to the event stream, from now on.
 
@@ -390,8 +572,12 @@ async def open_memory(
     Args:
         store: the store's bounds.
         memory: compaction, recall and injection settings; ``MemoryConfig()`` if None.
-        embedder: an ``Embedder`` or ``AsyncEmbedder``; ``HashingEmbedder(dimensions)``
-            if None.
+        embedder: an ``Embedder``, ``AsyncEmbedder``, ``EmbeddingModel`` or
+            ``CachedEmbedder``; ``HashingEmbedder(dimensions)`` if None. It is put
+            behind a usage recorder, so that ``embedding_usage()`` and the
+            ``embedding.*`` events work with any embedder (a ``CachedEmbedder`` keeps
+            its cache, and its own log still gets every record). When it has a
+            ``profile``, the store is bound to it (see ``open_store``).
         dispatcher: what ``dispatch`` calls; ``EchoDispatcher()`` if None.
         summarizer: what ``Summarize`` calls, sync (run in a worker thread) or async,
             returning a str or a system message; an extractive summary if None.
@@ -419,8 +605,18 @@ async def open_memory(
     if not callable(the_summarizer):
         raise ConfigError(f"summarizer is {the_summarizer!r:.60}; expected a callable")
 
-    store_actor = _StoreActor(config, embedder, store_inbox_size)
     hub = EventHub()
+    namespace = memory_config.namespace
+
+    def on_embedding(call: EmbeddingCall) -> None:
+        kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
+        hub.publish(kind(at=now(), namespace=namespace, usage=call))
+
+    profile = bound_profile(embedder, config)
+    metered, embedding_log = _embedding_layer(embedder, config.dimensions, on_embedding)
+    store_actor = _StoreActor(
+        config, metered, store_inbox_size, profile=profile, on_event=hub.publish
+    )
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         await nursery.start(store_actor.run)
@@ -445,6 +641,7 @@ async def open_memory(
                 recall=recall.mailbox,
                 injection=injection.mailbox,
                 inbox_size=inbox_size,
+                embedding_usage=embedding_log,
             )
         except BaseException as error:
             # Re-raised below, outside the nursery, so it is not wrapped in a group.

@@ -1,8 +1,16 @@
 """The PostgreSQL side of the pg store: names, schema, and every SQL statement it runs.
 
-Each store is three objects named after its table ``T``:
+Each store is four objects named after its table ``T``:
 
-- ``T``: one row per live entry (see :data:`SCHEMA_VERSION` for the columns);
+- ``T``: one row per live entry, turn or document. ``(namespace, id)`` is unique: an id
+  is unique within its namespace. ``text`` is the searchable copy of the entry's text
+  (NUL and lone surrogates replaced); ``exact_text`` keeps the exact text, only where it
+  differs. ``metadata`` is the jsonb that filters read, with top-level floats written as
+  their exact decimal value (so that numbers compare exactly, as in Python);
+  ``meta_raw`` is the metadata as msgpack, which is what reads return. ``doc_len`` is the
+  BM25 length of the text;
+- ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
+  frequency; they go with their entry (``ON DELETE CASCADE``);
 - ``T_meta``: one row, the table's version record and its counters. Its row lock is what
   serializes writers across processes, and it keeps the usage counters, so that they are
   in the database and every process sees one cap;
@@ -15,19 +23,25 @@ Every value goes to the server as a bound parameter. Only names (validated, quot
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from protocol import ConfigError, JsonError
+from protocol import ConfigError, EmbeddingProfile, JsonError
 
 __all__ = [
     "MAX_DIMENSIONS",
     "SCHEMA_VERSION",
     "Names",
+    "bound_profile",
+    "exact_text",
+    "filter_json",
+    "profile_json",
     "check_pg_text",
     "check_pg_json",
     "ensure_schema",
@@ -35,7 +49,8 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_FILTER_ENCODER = msgspec.json.Encoder(decimal_format="number")
 # pgvector's ``vector`` type holds at most 16,000 dimensions.
 MAX_DIMENSIONS = 16000
 # 63 bytes is PostgreSQL's identifier limit; the longest derived name adds "_ns_seq_idx".
@@ -56,6 +71,10 @@ class Names:
         self.meta = sql.Identifier(f"{table}_meta")
         self.seq = sql.Identifier(f"{table}_seq")
         self.index = sql.Identifier(f"{table}_ns_seq_idx")
+        self.terms = sql.Identifier(f"{table}_terms")
+        self.terms_index = sql.Identifier(f"{table}_terms_idx")
+        self.unique = sql.Identifier(f"{table}_ns_id_key")
+        self.hnsw = sql.Identifier(f"{table}_hnsw_idx")
         # nextval() takes a regclass: the quoted name travels as a bound text parameter.
         self.seq_regclass = f'"{table}_seq"'
         self.meta_regclass = f'"{table}_meta"'
@@ -107,6 +126,49 @@ def search_text(text: str) -> str:
     return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
+def exact_text(text: str, searchable: str) -> bytes | None:
+    """The exact text as UTF-8 (lone surrogates kept), or None when the searchable copy
+    is already exact."""
+    if text == searchable:
+        return None
+    return text.encode("utf-8", "surrogatepass")
+
+
+def filter_json(metadata: dict[str, Any]) -> str:
+    """The jsonb text that filters read: the metadata, with every top-level float as its
+    exact binary value in decimal.
+
+    PostgreSQL's ``numeric`` then compares ints and floats by exact value, as Python
+    does. The shortest repr would not: the float ``1e23`` is 99999999999999991611392,
+    which is less than the int ``10**23 - 1``, but its repr ``1e+23`` is not. Nested
+    values are never compared by a filter (keys are top-level), so they are left alone.
+    """
+    exact = {
+        key: Decimal(value) if isinstance(value, float) else value
+        for key, value in metadata.items()
+    }
+    return _FILTER_ENCODER.encode(exact).decode("utf-8")
+
+
+def profile_json(profile: object) -> str | None:
+    """The part of an embedding profile that a table is bound to, as canonical JSON, or
+    None when the embedder has no profile.
+
+    It is what changes the vectors: the provider, the model, the dimensions and the
+    options. The batch size and the input limit may change between opens.
+    """
+    if not isinstance(profile, EmbeddingProfile):
+        return None
+    return msgspec.json.encode(
+        {
+            "provider": profile.provider,
+            "model": profile.model,
+            "dimensions": profile.dimensions,
+            "options": dict(sorted(profile.options.items())),
+        }
+    ).decode("utf-8")
+
+
 def vector_literal(row: npt.NDArray[np.float32]) -> str:
     """pgvector's text form of a float32 row, exactly.
 
@@ -128,7 +190,7 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " schema_version integer NOT NULL,"
             " dimensions integer NOT NULL,"
             " max_entries bigint NOT NULL,"
-            # Phase 2: the embedding profile a table is bound to; NULL until then.
+            # The embedding profile the table is bound to (see profile_json), or NULL.
             " profile text,"
             " entries bigint NOT NULL DEFAULT 0,"
             " evicted_entries bigint NOT NULL DEFAULT 0,"
@@ -140,37 +202,64 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
         sql.SQL(
             "CREATE TABLE {table} ("
             " seq bigint PRIMARY KEY,"
-            " id text NOT NULL UNIQUE,"
+            " id text NOT NULL,"
             " namespace text NOT NULL,"
             " source text NOT NULL,"
             " source_id text,"
             " text text NOT NULL,"
+            " exact_text bytea,"
             " message bytea,"
             " metadata jsonb NOT NULL DEFAULT '{{}}',"
+            " meta_raw bytea,"
+            " doc_len integer NOT NULL DEFAULT 0,"
             " embedding vector({dimensions}) NOT NULL,"
-            " zero_norm boolean NOT NULL)"
-        ).format(table=names.table, dimensions=sql.Literal(dimensions)),
-        sql.SQL("CREATE INDEX {index} ON {table} (namespace, seq)").format(
+            " zero_norm boolean NOT NULL,"
+            " CONSTRAINT {unique} UNIQUE (namespace, id))"
+        ).format(table=names.table, unique=names.unique, dimensions=sql.Literal(dimensions)),
+        sql.SQL("CREATE INDEX {index} ON {table} (namespace, seq) INCLUDE (doc_len)").format(
             index=names.index, table=names.table
+        ),
+        sql.SQL(
+            "CREATE TABLE {terms} ("
+            " seq bigint NOT NULL REFERENCES {table} (seq) ON DELETE CASCADE,"
+            " term text NOT NULL,"
+            " namespace text NOT NULL,"
+            " tf integer NOT NULL,"
+            " PRIMARY KEY (seq, term))"
+        ).format(terms=names.terms, table=names.table),
+        sql.SQL("CREATE INDEX {index} ON {terms} (namespace, term) INCLUDE (seq, tf)").format(
+            index=names.terms_index, terms=names.terms
         ),
     ]
 
 
 def ensure_schema(
-    conn: psycopg.Connection[Any], names: Names, dimensions: int, max_entries: int
-) -> tuple[int, int, int, int]:
+    conn: psycopg.Connection[Any],
+    names: Names,
+    dimensions: int,
+    max_entries: int,
+    *,
+    profile: str | None = None,
+    hnsw: bool = False,
+) -> tuple[tuple[int, int, int, int], str | None]:
     """Create the store's schema on first open, or check the one that is there.
 
     Runs in one transaction under an advisory lock keyed on the table, so processes that
     open the same table at once do not race on ``CREATE``.
 
+    A table is bound to the first embedding profile it is opened with (``profile``, from
+    :func:`profile_json`); an embedder without a profile neither binds nor is checked.
+    ``hnsw`` adds the approximate index if it is missing; it never removes one (exact
+    reads do not use it).
+
     Returns:
-        The meta row's ``(entries, evicted_entries, zero_norm_entries, version)``.
+        The meta row's ``(entries, evicted_entries, zero_norm_entries, version)``, and
+        the profile the table is bound to (as :func:`profile_json` wrote it), or None.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
             not a trio-recall store; or it was made with another schema version,
-            dimensions or capacity.
+            dimensions, capacity or embedding profile.
     """
     with conn.transaction():
         conn.execute(
@@ -206,24 +295,66 @@ def ensure_schema(
                 conn.execute(statement)
             conn.execute(
                 sql.SQL(
-                    "INSERT INTO {meta} (schema_version, dimensions, max_entries) "
-                    "VALUES (%s, %s, %s)"
+                    "INSERT INTO {meta} (schema_version, dimensions, max_entries, profile) "
+                    "VALUES (%s, %s, %s, %s)"
                 ).format(meta=names.meta),
-                (SCHEMA_VERSION, dimensions, max_entries),
+                (SCHEMA_VERSION, dimensions, max_entries, profile),
             )
         meta = conn.execute(
             sql.SQL(
                 "SELECT schema_version, dimensions, max_entries, entries, evicted_entries, "
-                "zero_norm_entries, version FROM {meta}"
+                "zero_norm_entries, version, profile FROM {meta}"
             ).format(meta=names.meta)
         ).fetchone()
-    if meta is None:
-        raise ConfigError(f"table {names.table_name}_meta is empty: it is not a trio-recall store")
-    version, dims, cap, entries, evicted, zero, commits = (int(v) for v in meta)
+        if meta is None:
+            raise ConfigError(
+                f"table {names.table_name}_meta is empty: it is not a trio-recall store"
+            )
+        version, dims, cap, entries, evicted, zero, commits = (int(v) for v in meta[:7])
+        bound: str | None = meta[7]
+        _check_meta(names, version, dims, cap, bound, dimensions, max_entries, profile)
+        if bound is None and profile is not None:
+            conn.execute(
+                sql.SQL("UPDATE {meta} SET profile = %s").format(meta=names.meta), (profile,)
+            )
+        if hnsw:
+            conn.execute(
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {index} ON {table} "
+                    "USING hnsw (embedding vector_ip_ops)"
+                ).format(index=names.hnsw, table=names.table)
+            )
+    return (entries, evicted, zero, commits), profile if bound is None else bound
+
+
+def bound_profile(text: str | None) -> EmbeddingProfile | None:
+    """The :class:`EmbeddingProfile` that :func:`profile_json` wrote, or None."""
+    if text is None:
+        return None
+    fields = msgspec.json.decode(text)
+    return EmbeddingProfile(
+        provider=fields["provider"],
+        model=fields["model"],
+        dimensions=fields["dimensions"],
+        options=fields["options"],
+    )
+
+
+def _check_meta(
+    names: Names,
+    version: int,
+    dims: int,
+    cap: int,
+    bound: str | None,
+    dimensions: int,
+    max_entries: int,
+    profile: str | None,
+) -> None:
     if version != SCHEMA_VERSION:
         raise ConfigError(
             f"table {names.table_name!r} has schema version {version}; this trio-recall "
-            f"reads version {SCHEMA_VERSION}"
+            f"reads version {SCHEMA_VERSION}. Version 1 tables (before documents) are not "
+            "migrated: drop the table or open another one"
         )
     if dims != dimensions:
         raise ConfigError(
@@ -235,4 +366,9 @@ def ensure_schema(
             f"table {names.table_name!r} was made with max_entries={cap}; this config "
             f"has {max_entries}: every process that shares a table shares one cap"
         )
-    return entries, evicted, zero, commits
+    if bound is not None and profile is not None and bound != profile:
+        raise ConfigError(
+            f"table {names.table_name!r} is bound to the embedding profile {bound}; this "
+            f"embedder's profile is {profile}. Vectors from another model do not compare: "
+            "open another table, or use the same model"
+        )

@@ -1,7 +1,8 @@
-"""The SQL of the pg store: one object per table, with every statement composed once.
+"""The write SQL of the pg store: one object per table, with every statement composed once.
 
 Every value is a bound parameter; only the validated, quoted names are composed in.
-Each method runs inside the transaction that :meth:`_PgStoreActor.call` opened.
+Each method runs inside the transaction that :meth:`_PgStoreActor.call` opened. The
+reads are in ``_pg_reads.py``; the filter translation in ``_pg_filters.py``.
 """
 
 from __future__ import annotations
@@ -9,25 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import msgspec
 import psycopg
 from psycopg import sql
 
-from protocol import (
-    Cleared,
-    Deleted,
-    RetrievalReport,
-    RetrievedTurn,
-    TurnsStored,
-    UnifiedMessage,
-)
+from protocol import Cleared, Deleted
 
 from ._pg_schema import Names
 
-__all__ = ["Counts", "PreparedTurns", "Statements"]
-
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.json.Decoder(dict[str, Any])
+__all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]
 
 
 @attrs.frozen
@@ -39,31 +29,76 @@ class Counts:
 
 
 @attrs.frozen
-class PreparedTurns:
+class PreparedEntries:
+    """A validated, embedded batch of turns or documents, ready to commit.
+
+    Attributes:
+        vectors: pgvector literals, normalized.
+        zero: which vectors had zero norm.
+        payloads: a turn's message as msgpack, or None for a document.
+        texts: the searchable text (``_pg_schema.search_text``).
+        exact: the exact text where the searchable one differs, else None.
+        metadata: the jsonb text that filters read (``_pg_schema.filter_json``).
+        meta_raw: the exact metadata as msgpack, or None for ``{}``.
+        ids: one id per entry, or None for turns named ``turn-<sequence>``.
+        source_ids: a document's source id, or None.
+        doc_lens: each text's BM25 length.
+        terms: each text's distinct BM25 terms and their frequencies.
+        dropped: the head of an over-long batch, counted as evicted.
+    """
+
     vectors: list[str]
     zero: list[bool]
-    payloads: list[bytes]
+    payloads: list[bytes | None]
     texts: list[str]
+    exact: list[bytes | None]
+    metadata: list[str]
+    meta_raw: list[bytes | None]
+    ids: list[str] | None
+    source_ids: list[str | None]
+    doc_lens: list[int]
+    terms: list[dict[str, int]]
     namespace: str
     source: str
-    metadata: str
     dropped: int
 
 
+@attrs.frozen
+class Committed:
+    ids: list[str]
+    sequences: list[int]
+    evicted: int  # the dropped head included
+    replaced: int
+    zero_norm: int
+
+
 class Statements:
-    """The SQL of one table, composed once; every value is a bound parameter."""
+    """The write SQL of one table, composed once; every value is a bound parameter."""
 
     def __init__(self, names: Names) -> None:
         self.names = names
-        f = {"table": names.table, "meta": names.meta}
+        f = {"table": names.table, "meta": names.meta, "terms": names.terms}
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
         self.next_seqs = sql.SQL("SELECT nextval(%s::regclass) FROM generate_series(1, %s)")
         self.insert = sql.SQL(
-            "INSERT INTO {table} "
-            "(seq, id, namespace, source, text, message, metadata, embedding, zero_norm) "
-            "SELECT u.seq, u.id, %s, %s, u.text, u.message, %s::jsonb, u.embedding::vector, "
-            "u.zero_norm FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], "
-            "%s::text[], %s::boolean[]) AS u(seq, id, text, message, embedding, zero_norm)"
+            "INSERT INTO {table} (seq, id, namespace, source, source_id, text, exact_text, "
+            "message, metadata, meta_raw, doc_len, embedding, zero_norm) "
+            "SELECT u.seq, u.id, %s, %s, u.source_id, u.text, u.exact_text, u.message, "
+            "u.metadata::jsonb, u.meta_raw, u.doc_len, u.embedding::vector, u.zero_norm "
+            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::bytea[], "
+            "%s::bytea[], %s::text[], %s::bytea[], %s::integer[], %s::text[], %s::boolean[]) "
+            "AS u(seq, id, source_id, text, exact_text, message, metadata, meta_raw, doc_len, "
+            "embedding, zero_norm)"
+        ).format(**f)
+        self.insert_terms = sql.SQL(
+            "INSERT INTO {terms} (seq, term, namespace, tf) "
+            "SELECT u.seq, u.term, %s, u.tf "
+            "FROM unnest(%s::bigint[], %s::text[], %s::integer[]) AS u(seq, term, tf)"
+        ).format(**f)
+        self.replace = sql.SQL(
+            "WITH gone AS (DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s) "
+            "RETURNING zero_norm) "
+            "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
         ).format(**f)
         self.evict = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE seq IN "
@@ -79,34 +114,16 @@ class Statements:
         self.read_counts = sql.SQL(
             "SELECT entries, evicted_entries, zero_norm_entries, version FROM {meta}"
         ).format(**f)
-        delete = (
-            "WITH gone AS (DELETE FROM {table} WHERE id = ANY(%s){scope} "
+        self.delete_in = sql.SQL(
+            "WITH gone AS (DELETE FROM {table} WHERE id = ANY(%s) AND namespace = %s "
             "RETURNING id, zero_norm) SELECT id, zero_norm FROM gone"
-        )
-        self.delete_any = sql.SQL(delete).format(scope=sql.SQL(""), **f)
-        self.delete_in = sql.SQL(delete).format(scope=sql.SQL(" AND namespace = %s"), **f)
+        ).format(**f)
         clear = (
             "WITH gone AS (DELETE FROM {table}{scope} RETURNING zero_norm) "
             "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
         )
         self.clear_all = sql.SQL(clear).format(scope=sql.SQL(""), **f)
         self.clear_in = sql.SQL(clear).format(scope=sql.SQL(" WHERE namespace = %s"), **f)
-        # One statement, so the hits, the count in scope and the counters come from one
-        # snapshot. The distance is pgvector's negative inner product, ascending; ties go
-        # to the newest sequence. The second sort key also keeps an approximate index
-        # (phase 2, opt-in) from being used by this exact query.
-        read = (
-            "SELECT m.entries, m.evicted_entries, m.zero_norm_entries, m.version, c.n, "
-            "h.seq, h.id, h.namespace, h.source, h.message, h.metadata, h.dist "
-            "FROM {meta} m "
-            "CROSS JOIN (SELECT count(*) AS n FROM {table}{where}) c "
-            "LEFT JOIN LATERAL (SELECT seq, id, namespace, source, message, "
-            "metadata::text AS metadata, embedding <#> %(q)s::vector AS dist "
-            "FROM {table}{where} ORDER BY dist, seq DESC LIMIT %(k)s) h ON true "
-            "ORDER BY h.dist, h.seq DESC"
-        )
-        self.read_all = sql.SQL(read).format(where=sql.SQL(""), **f)
-        self.read_in = sql.SQL(read).format(where=sql.SQL(" WHERE namespace = %(ns)s"), **f)
 
     def _finish(
         self, conn: psycopg.Connection[Any], d_entries: int, d_evicted: int, d_zero: int
@@ -115,46 +132,75 @@ class Statements:
         assert row is not None
         return Counts(*(int(v) for v in row))
 
-    def store_turns(
-        self, conn: psycopg.Connection[Any], p: PreparedTurns, cap: int
-    ) -> tuple[TurnsStored, Counts]:
+    def store(
+        self, conn: psycopg.Connection[Any], p: PreparedEntries, cap: int
+    ) -> tuple[Committed, Counts]:
+        """Replace the batch's live ids, insert it, evict the oldest past the cap."""
         locked = conn.execute(self.lock_meta).fetchone()
         assert locked is not None
         entries = int(locked[0])
-        n = len(p.payloads)
+        n = len(p.vectors)
         seqs = sorted(
             int(r[0])
             for r in conn.execute(self.next_seqs, (self.names.seq_regclass, n)).fetchall()
         )
-        ids = [f"turn-{seq}" for seq in seqs]
-        evicted = evicted_zero = 0
+        ids = [f"turn-{seq}" for seq in seqs] if p.ids is None else p.ids
+        evicted = evicted_zero = replaced = replaced_zero = 0
         if n:
-            # Insert first, then evict: the sequence guard keeps the new rows.
+            # An id is unique within its namespace: a live one is replaced (its row goes,
+            # the new row gets a new sequence), which frees its place before eviction.
+            row = conn.execute(self.replace, (p.namespace, ids)).fetchone()
+            assert row is not None
+            replaced, replaced_zero = int(row[0]), int(row[1])
             conn.execute(
                 self.insert,
                 (
                     p.namespace,
                     p.source,
-                    p.metadata,
                     seqs,
                     ids,
+                    p.source_ids,
                     p.texts,
+                    p.exact,
                     p.payloads,
+                    p.metadata,
+                    p.meta_raw,
+                    p.doc_lens,
                     p.vectors,
                     p.zero,
                 ),
             )
-            excess = entries + n - cap
+            t_seqs: list[int] = []
+            t_terms: list[str] = []
+            t_tfs: list[int] = []
+            for seq, terms in zip(seqs, p.terms, strict=True):
+                for term, tf in terms.items():
+                    t_seqs.append(seq)
+                    t_terms.append(term)
+                    t_tfs.append(tf)
+            if t_seqs:
+                conn.execute(self.insert_terms, (p.namespace, t_seqs, t_terms, t_tfs))
+            excess = entries - replaced + n - cap
             if excess > 0:
+                # Insert first, then evict: the sequence guard keeps the new rows.
                 row = conn.execute(self.evict, (seqs[0], excess)).fetchone()
                 assert row is not None
                 evicted, evicted_zero = int(row[0]), int(row[1])
         new_zero = sum(p.zero)
-        counts = self._finish(conn, n - evicted, evicted + p.dropped, new_zero - evicted_zero)
-        stored = TurnsStored(
-            ids=ids, sequences=seqs, evicted=evicted + p.dropped, zero_norm=new_zero
+        counts = self._finish(
+            conn,
+            n - replaced - evicted,
+            evicted + p.dropped,
+            new_zero - replaced_zero - evicted_zero,
         )
-        return stored, counts
+        committed = Committed(
+            ids=ids,
+            sequences=seqs,
+            evicted=evicted + p.dropped,
+            replaced=replaced,
+            zero_norm=new_zero,
+        )
+        return committed, counts
 
     def delete(
         self,
@@ -165,11 +211,8 @@ class Statements:
     ) -> tuple[Deleted, Counts]:
         conn.execute(self.lock_meta)
         gone: dict[str, bool] = {}
-        if storable:
-            if namespace is None:
-                rows = conn.execute(self.delete_any, (storable,)).fetchall()
-            else:
-                rows = conn.execute(self.delete_in, (storable, namespace)).fetchall()
+        if storable and namespace is not None:
+            rows = conn.execute(self.delete_in, (storable, namespace)).fetchall()
             gone = {str(r[0]): bool(r[1]) for r in rows}
         if gone:
             counts = self._finish(conn, -len(gone), 0, -sum(gone.values()))
@@ -200,30 +243,3 @@ class Statements:
         row = conn.execute(self.read_counts).fetchone()
         assert row is not None
         return Counts(*(int(v) for v in row))
-
-    def retrieve(
-        self, conn: psycopg.Connection[Any], query: str, k: int, namespace: str | None
-    ) -> tuple[RetrievalReport, Counts]:
-        params: dict[str, object] = {"q": query, "k": k}
-        if namespace is None:
-            rows = conn.execute(self.read_all, params).fetchall()
-        else:
-            params["ns"] = namespace
-            rows = conn.execute(self.read_in, params).fetchall()
-        first = rows[0]
-        counts = Counts(int(first[0]), int(first[1]), int(first[2]), int(first[3]))
-        turns = [
-            RetrievedTurn(
-                message=_MESSAGE_DECODER.decode(row[9]),
-                # - turns the distance into the similarity; + 0.0 turns -0.0 into 0.0.
-                score=-float(row[11]) + 0.0,
-                sequence=int(row[5]),
-                namespace=row[7],
-                source=row[8],
-                metadata=_METADATA_DECODER.decode(row[10]),
-                id=row[6],
-            )
-            for row in rows
-            if row[5] is not None
-        ]
-        return RetrievalReport(turns=turns, scanned=int(first[4])), counts

@@ -26,6 +26,30 @@ the in-memory store's; the documented bound, which the conformance machine check
 give the same scores and ranking, and ties still go to the newest sequence, but scores
 are not bit-identical to the in-memory store's.
 
+**Documents and search** (issue 6's API, with the in-memory store's semantics, which the
+tests compare operation by operation). Turns and documents share one id space, and
+``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
+inserts the new ones with new sequence numbers and evicts past the cap, all in its one
+transaction. Metadata filters become SQL over jsonb (``_pg_filters.py``) inside each
+statement's WHERE clause, so they apply before top-k. MMR reads the exact top
+``fetch_k`` and their vectors back and runs ``actors._fusion.mmr``. Hybrid search fuses
+the dense list with BM25 by ``actors._fusion.rrf``; BM25 is computed in SQL from
+postings that each write stores (``_pg_reads.py``), so a query reads the postings of its
+own terms through an index rather than loading the namespace's texts: its cost grows
+with those postings, not with the table.
+
+**Differences from the in-memory store.**
+
+- Scores: see above (within 1e-5, not bit-identical). BM25 scores agree with
+  ``actors._bm25`` to 1e-12 relative and rank alike; fused RRF scores are equal.
+- PostgreSQL text and jsonb cannot hold a NUL or a lone surrogate: such an id, source id,
+  namespace or source is a ConfigError, and such a string in metadata a JsonError. A
+  text may hold them (its exact copy is kept as bytes); reads and filters never fail on
+  them (an id that cannot be stored is simply missing).
+- ``index="hnsw"`` makes reads approximate (``RetrievalReport.exact`` is False).
+- Reads in one call see one snapshot, but two calls may see other processes' commits in
+  between; there is no cross-call snapshot.
+
 **Freshness of the synchronous counters.** ``usage()``, ``len()`` and ``is_empty()`` stay
 synchronous and O(1): they return the table's counters as of the last commit or read that
 *this handle* made. Another process's commits show up after this handle's next write or
@@ -34,13 +58,10 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-import attrs
-import msgspec
 import psycopg
 import psycopg_pool
 import trio
@@ -51,334 +72,38 @@ from protocol import (
     Cleared,
     ConfigError,
     Delete,
-    Deleted,
-    EntryTooLarge,
-    Poisoned,
+    DeleteResult,
+    Document,
+    DocumentsUpserted,
+    EmbeddingProfile,
     RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     StoreRequest,
     StoreTurns,
     StoreUnavailable,
     TurnsStored,
     UnifiedMessage,
+    UpsertDocuments,
     VectorStoreConfig,
-    VectorStoreError,
     VectorStoreUsage,
-    payload_bytes,
-    projection,
 )
-from protocol._json import check_json_object
 
-from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
+from ._embedders import EmbedderAdapter
 from ._mailbox import ReplySlot
+from ._pg_actor import _Envelope, _PgStoreActor
 from ._pg_schema import (
     MAX_DIMENSIONS,
     Names,
-    check_pg_json,
-    check_pg_text,
+    bound_profile,
     ensure_schema,
-    search_text,
+    profile_json,
     vector_literal,
 )
-from ._pg_sql import Counts, PreparedTurns, Statements
-from ._store import StoreStatistics, check_ids, check_k, check_name, exact_msgpack
+from ._pg_sql import Counts
+from ._store import StoreStatistics, check_ids, check_k, check_name
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
-
-logger = logging.getLogger("trio_recall.pg_store")
-
-T = TypeVar("T")
-
-
-class _AmbiguousCommit(Exception):
-    """The connection broke during COMMIT: the server may or may not have applied it."""
-
-
-@attrs.frozen
-class _Envelope:
-    request: StoreRequest
-    reply: ReplySlot
-
-
-def _representable(value: str) -> bool:
-    """Whether PostgreSQL text can hold ``value`` (no NUL, valid UTF-8)."""
-    try:
-        check_pg_text("value", value)
-    except ConfigError:
-        return False
-    return True
-
-
-class _PgStoreActor:
-    """Owns the write side: the inbox's receive end and the writer's connection slot."""
-
-    def __init__(
-        self,
-        config: VectorStoreConfig,
-        embedder: object,
-        names: Names,
-        pool: psycopg_pool.ConnectionPool[Any],
-        *,
-        inbox_size: int,
-        pool_size: int,
-        retries: int,
-        retry_delay: float,
-        acquire_timeout: float,
-        counts: Counts,
-    ) -> None:
-        self.config = config
-        self.embedder = EmbedderAdapter(embedder)
-        self.names = names
-        self.pool = pool
-        self.inbox_size = inbox_size
-        self.retries = retries
-        self.retry_delay = retry_delay
-        self.acquire_timeout = acquire_timeout
-        self.counts = counts
-        self.write_limiter = trio.CapacityLimiter(1)
-        self.read_limiter = trio.CapacityLimiter(pool_size - 1)
-        self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
-        self.crash: BaseException | None = None
-        # Set by actors.testing.inject_crash: raised at the next write, before its commit.
-        self.armed_crash: BaseException | None = None
-        self._statements = Statements(names)
-
-    # --- lifecycle ---------------------------------------------------------------------
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        in_flight: _Envelope | None = None
-        try:
-            task_status.started()
-            async for envelope in self.receive:
-                in_flight = envelope
-                del envelope
-                await self._handle(in_flight)
-                in_flight = None
-        finally:
-            if in_flight is not None:
-                in_flight.reply.fail(self._closing_error())
-            while True:
-                try:
-                    leftover = self.receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                leftover.reply.fail(self._closing_error())
-            self.receive.close()
-
-    def _closing_error(self) -> BaseException:
-        if self.crash is not None:
-            return self.poisoned()
-        return trio.ClosedResourceError("the store closed before this request was applied")
-
-    def poisoned(self) -> Poisoned:
-        crash = self.crash
-        error = Poisoned(
-            f"the store actor crashed ({type(crash).__name__}: {crash}); the store is poisoned"
-        )
-        error.__cause__ = crash
-        return error
-
-    def check_usable(self) -> None:
-        if self.crash is not None:
-            raise self.poisoned()
-
-    def _poison(self, crash: BaseException) -> None:
-        self.crash = crash
-        logger.error("pg store actor crashed; the store is poisoned", exc_info=crash)
-
-    def observe(self, counts: Counts) -> None:
-        """Keep the newest counters seen; a slow read never moves them backwards."""
-        if counts.version >= self.counts.version:
-            self.counts = counts
-
-    # --- the database ------------------------------------------------------------------
-
-    async def call(
-        self,
-        fn: Callable[[psycopg.Connection[Any]], T],
-        *,
-        write: bool,
-        what: str,
-    ) -> T:
-        """Run ``fn(conn)`` in one transaction in a worker thread, retrying lost
-        connections and transient failures up to ``retries`` times.
-
-        A write's thread is shielded from cancellation: once its transaction has started
-        it runs to its end, so the caller learns whether it committed. It is bounded by
-        the server's ``statement_timeout``.
-
-        Raises:
-            StoreUnavailable: the database failed every attempt, or the connection was
-                lost while committing.
-        """
-        limiter = self.write_limiter if write else self.read_limiter
-        attempt = 0
-        while True:
-            try:
-                with trio.CancelScope(shield=write):
-                    return await trio.to_thread.run_sync(self._transaction, fn, limiter=limiter)
-            except _AmbiguousCommit as error:
-                cause = error.__cause__
-                raise StoreUnavailable(
-                    f"{what}: the connection was lost while committing ({cause}); the "
-                    "server may or may not have applied it, so it was not retried"
-                ) from cause
-            except psycopg.OperationalError as error:
-                if attempt >= self.retries:
-                    rolled = " and was rolled back; nothing was applied" if write else ""
-                    raise StoreUnavailable(
-                        f"{what} failed after {attempt + 1} attempt(s){rolled}: "
-                        f"{type(error).__name__}: {str(error).strip()}"
-                    ) from error
-                logger.warning("%s failed (%s: %s); retrying", what, type(error).__name__, error)
-            attempt += 1
-            await trio.sleep(self.retry_delay * 2 ** (attempt - 1))
-
-    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        with self.pool.connection(timeout=self.acquire_timeout) as conn:
-            committing = False
-            try:
-                with conn.transaction():
-                    result = fn(conn)
-                    committing = True
-            except psycopg.OperationalError as error:
-                if committing:
-                    raise _AmbiguousCommit() from error
-                raise
-            return result
-
-    # --- writes ------------------------------------------------------------------------
-
-    async def _handle(self, envelope: _Envelope) -> None:
-        if self.crash is not None:
-            envelope.reply.fail(self.poisoned())
-            return
-        request = envelope.request
-        try:
-            prepared = await self._prepare(request)
-        except VectorStoreError as error:
-            envelope.reply.fail(error)
-            return
-        except Exception as crash:
-            self._poison(crash)
-            envelope.reply.fail(self.poisoned())
-            return
-        try:
-            if self.armed_crash is not None:
-                armed, self.armed_crash = self.armed_crash, None
-                raise armed
-            result, counts = await self._commit(request, prepared)
-        except VectorStoreError as error:
-            # StoreUnavailable: the transaction rolled back, the store is still sound.
-            envelope.reply.fail(error)
-            return
-        except Exception as crash:
-            self._poison(crash)
-            envelope.reply.fail(self.poisoned())
-            return
-        self.observe(counts)
-        envelope.reply.succeed(result)
-
-    async def _prepare(self, request: StoreRequest) -> PreparedTurns | None:
-        match request:
-            case StoreTurns():
-                return await self._prepare_turns(request)
-            case Delete() | Clear():
-                return None
-        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
-
-    async def _prepare_turns(self, request: StoreTurns) -> PreparedTurns:
-        namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
-        source = check_pg_text("source", check_name("source", request.source))
-        metadata = check_json_object(request.metadata)
-        check_pg_json(metadata)
-        turns = request.turns
-        limit = self.config.max_entry_bytes
-        for i, turn in enumerate(turns):
-            if not isinstance(turn, UnifiedMessage):
-                raise ConfigError(
-                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-                )
-            size = payload_bytes(turn)
-            if size > limit:
-                raise EntryTooLarge(size, limit, i)
-        survivors = turns[-self.config.max_entries :] if turns else []
-        texts = [projection(t) for t in survivors]
-        raw = await self.embedder.documents(texts)
-        matrix = as_matrix(raw, len(survivors), self.config.dimensions)
-        vectors, zero = normalize_rows(matrix)
-        return PreparedTurns(
-            vectors=[vector_literal(row) for row in vectors],
-            zero=[bool(z) for z in zero],
-            payloads=[exact_msgpack(t) for t in survivors],
-            texts=[search_text(t) for t in texts],
-            namespace=namespace,
-            source=source,
-            metadata=msgspec.json.encode(metadata).decode("utf-8"),
-            dropped=len(turns) - len(survivors),
-        )
-
-    async def _commit(
-        self, request: StoreRequest, prepared: PreparedTurns | None
-    ) -> tuple[TurnsStored | Deleted | Cleared, Counts]:
-        s = self._statements
-        match request:
-            case StoreTurns():
-                assert prepared is not None
-                p = prepared
-                cap = self.config.max_entries
-                return await self.call(
-                    lambda conn: s.store_turns(conn, p, cap), write=True, what="store_turns"
-                )
-            case Delete(ids=ids, namespace=namespace):
-                wanted = list(dict.fromkeys(ids))
-                # An id or namespace that PostgreSQL text cannot hold matches nothing.
-                storable = [i for i in wanted if _representable(i)]
-                if namespace is not None and not _representable(namespace):
-                    storable = []
-                return await self.call(
-                    lambda conn: s.delete(conn, wanted, storable, namespace),
-                    write=True,
-                    what="delete",
-                )
-            case Clear(namespace=namespace):
-                if namespace is not None and not _representable(namespace):
-                    return Cleared(removed=0), self.counts
-                return await self.call(
-                    lambda conn: s.clear(conn, namespace), write=True, what="clear"
-                )
-        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
-
-    # --- reads -------------------------------------------------------------------------
-
-    def query_literal(self, vector: object) -> str:
-        """pgvector text of a normalized float32 copy of ``vector`` (zeros stay zeros)."""
-        arr = as_vector(vector, self.config.dimensions, what="query embedding")
-        normalized, _ = normalize_rows(arr[None, :], what="query embedding")
-        return vector_literal(normalized[0])
-
-    async def scan(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
-        """Rank the best ``k`` entries in scope against a normalized query, exactly."""
-        self.check_usable()
-        if namespace is not None and not _representable(namespace):
-            return RetrievalReport(turns=[], scanned=0)
-        s = self._statements
-        try:
-            report, counts = await self.call(
-                lambda conn: s.retrieve(conn, query, k, namespace), write=False, what="retrieve"
-            )
-        except VectorStoreError:
-            raise
-        except Exception as crash:
-            self._poison(crash)
-            raise self.poisoned() from None
-        self.observe(counts)
-        return report
-
-    async def refresh(self) -> Counts:
-        self.check_usable()
-        counts = await self.call(self._statements.counts, write=False, what="refresh")
-        self.observe(counts)
-        return self.counts
 
 
 class PgStoreHandle:
@@ -403,8 +128,12 @@ class PgStoreHandle:
         namespace: str = DEFAULT_NAMESPACE,
         source: str = "offload",
         metadata: dict[str, Any] | None = None,
+        ids: Sequence[str] | None = None,
     ) -> TurnsStored:
         """Store a batch of turns in one transaction, all or nothing (SPEC §3).
+
+        ``ids`` names each turn: an id already live in the namespace is replaced.
+        Without it, each id is ``turn-<sequence>``.
 
         Blocks while the inbox is full, then until the actor has applied the batch. If
         the caller is cancelled while it waits, the batch is either fully committed or
@@ -427,19 +156,91 @@ class PgStoreHandle:
             namespace=namespace,
             source=source,
             metadata={} if metadata is None else metadata,
+            ids=None if ids is None else check_ids(ids),
         )
         result = await self._request(request)
         assert isinstance(result, TurnsStored)
         return result
 
-    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> Deleted:
+    async def add_documents(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents in one transaction, all or nothing; return their ids in input
+        order.
+
+        A document without an id gets ``document_id(text, metadata)``; a document whose
+        id is live in the namespace replaces it (see :meth:`upsert`). ``namespace=None``
+        is the default namespace. Blocks and behaves on cancellation like
+        :meth:`store_turns`.
+
+        Raises:
+            EntryTooLarge: a document's text, ids and metadata are over
+                ``max_entry_bytes`` (``actors._store.document_bytes``).
+            ConfigError: not a list of Documents, one id with two contents, or an id or
+                source id that PostgreSQL text cannot hold (a NUL, a lone surrogate).
+            JsonError: metadata holds a string jsonb cannot hold.
+            EmbeddingError, EmbedderError: the batch could not be embedded.
+            StoreUnavailable: the database failed after the retries; rolled back.
+            Poisoned: the actor has crashed.
+        """
+        return await self.upsert(documents, namespace)
+
+    async def upsert(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents; the same id (in the namespace) replaces the vector, text and
+        metadata, and gets a new sequence number. Returns the ids in input order."""
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ConfigError(
+                f"documents is a {type(documents).__name__}; expected a list of Document"
+            )
+        space = self._namespace(namespace)
+        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
+        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
+        assert isinstance(result, DocumentsUpserted)
+        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
         """Delete entries of one namespace by id (``None``: the default namespace), in
-        one transaction; report what was deleted and what was missing."""
+        one transaction; report what was deleted and what was missing (deduplicated, in
+        input order)."""
         wanted = check_ids(ids)
-        space = DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
-        result = await self._request(Delete(ids=wanted, namespace=space))
-        assert isinstance(result, Deleted)
+        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
+        assert isinstance(result, DeleteResult)
         return result
+
+    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
+        """The live documents with these ids in one namespace (``None``: the default).
+
+        Missing ids are left out; the order is not promised. One statement; does not use
+        the inbox.
+        """
+        self._check()
+        wanted = check_ids(ids)
+        return await self._actor.get_by_ids(wanted, self._namespace(namespace))
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
+        """Run one search: similarity, MMR or hybrid, with an optional metadata filter
+        and score threshold (see :class:`~protocol.SearchRequest`).
+
+        The filter is translated to SQL over jsonb (``_pg_filters.py``) and applied in
+        the statement's WHERE clause, before top-k. Dense scores are cosine similarity
+        in [-1, 1]; a hybrid hit's score is its fused RRF score, and ``ranks`` gives its
+        1-based rank in each list. BM25 runs in SQL (``_pg_reads.py``).
+
+        Raises:
+            ConfigError: not a SearchRequest.
+            EmbeddingError, EmbedderError: the query could not be embedded.
+            StoreUnavailable: the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        self._check()
+        if not isinstance(request, SearchRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
+        return await self._actor.search(request, self._namespace(request.namespace))
+
+    def _namespace(self, namespace: str | None) -> str:
+        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
 
     async def clear(self, namespace: str | None = None) -> Cleared:
         """Remove every entry of ``namespace``, or every entry when it is None."""
@@ -480,15 +281,25 @@ class PgStoreHandle:
         return await self._retrieve(query, k, check_name("namespace", namespace))
 
     async def retrieve_embedding(
-        self, vector: object, k: int, namespace: str | None = None
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = None,
+        *,
+        profile: EmbeddingProfile | None = None,
     ) -> RetrievalReport:
-        """Rank entries against a vector you already have (normalized on a copy)."""
+        """Rank entries against a vector you already have (normalized on a copy).
+
+        A store bound to an embedding profile refuses a non-zero vector unless
+        ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
+        """
         self._check()
         k = check_k(k)
         if namespace is not None:
             check_name("namespace", namespace)
-        query = self._actor.query_literal(vector)
-        return await self._actor.scan(query, k, namespace)
+        query = self._actor.query_vector(vector)
+        self._actor.check_query_profile(query, profile)
+        return await self._actor.scan(vector_literal(query), k, namespace)
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
@@ -541,6 +352,14 @@ class PgStoreHandle:
     @property
     def config(self) -> VectorStoreConfig:
         return self._actor.config
+
+    @property
+    def profile(self) -> EmbeddingProfile | None:
+        """The embedding profile the table is bound to: this embedder's ``profile``, or
+        the one the table was bound to by an earlier open (provider, model, dimensions
+        and options only), or None. Pass it as ``SearchRequest(profile=...)`` with a
+        vector you embedded."""
+        return self._actor.profile
 
     @property
     def table(self) -> str:
@@ -602,13 +421,15 @@ async def open_pg_store(
     retry_delay: float = 0.05,
     connect_timeout: float = 10.0,
     statement_timeout: float = 60.0,
+    index: str | None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
     The first open of ``table`` creates it (and the pgvector extension if the role may),
-    its ``<table>_meta`` row (schema version, dimensions, capacity and the usage
-    counters) and its ``<table>_seq`` sequence. Later opens, from any process, check that
-    the dimensions and ``max_entries`` match. Leaving the block stops the actor and
+    its ``<table>_meta`` row (schema version, dimensions, capacity, embedding profile and
+    the usage counters), its ``<table>_terms`` BM25 postings and its ``<table>_seq``
+    sequence. Later opens, from any process, check that the dimensions, ``max_entries``
+    and the embedding profile match. Leaving the block stops the actor and
     closes the pool; a request still queued is not applied and its caller gets
     ``trio.ClosedResourceError``. A commit already running finishes first.
 
@@ -625,10 +446,23 @@ async def open_pg_store(
         retry_delay: the first retry's delay in seconds; it doubles each time.
         connect_timeout: seconds to wait for the first connection, and for a pooled one.
         statement_timeout: the server-side limit for one statement, in seconds.
+        index: ``None`` (the default) ranks every read exactly, by a full scan of the
+            scope. ``"hnsw"`` creates an HNSW index (inner product) if the table has
+            none, and ranks ``retrieve*`` and ``search`` through it: faster on big
+            tables, but approximate, so every ``RetrievalReport`` says ``exact=False``
+            (``scanned`` still counts the entries in scope). Filters and namespaces use
+            pgvector 0.8's iterative scans, so they do not starve the result. A store
+            opened without ``index`` stays exact even on a table that has the index.
+
+    The table is bound to the embedder's :class:`~protocol.EmbeddingProfile` (its
+    ``profile`` attribute, if it has one): its provider, model, dimensions and options.
+    Reopening with another profile raises ConfigError. An embedder without a profile is
+    not checked (and does not bind a new table).
 
     Raises:
         ConfigError: a bad argument, config or embedder, a table made with other
-            dimensions or another cap, or a database without pgvector.
+            dimensions, another cap or another embedding profile, or a database
+            without pgvector.
         StoreUnavailable: the database could not be reached.
     """
     if not isinstance(dsn, str):
@@ -656,6 +490,17 @@ async def open_pg_store(
             f"{config.dimensions} (dimensions)"
         )
     EmbedderAdapter(embedder)  # validates the embedder before anything connects
+    if index not in (None, "hnsw"):
+        raise ConfigError(f"index is {index!r}; expected None (exact) or 'hnsw'")
+    profile = getattr(embedder, "profile", None)
+    bound = profile_json(profile)
+    if bound is not None:
+        assert isinstance(profile, EmbeddingProfile)
+        if profile.dimensions != config.dimensions:
+            raise ConfigError(
+                f"embedder profile {profile.name} makes {profile.dimensions}-float "
+                f"vectors; this store takes {config.dimensions} (dimensions)"
+            )
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{statement_ms}ms",))
@@ -672,7 +517,9 @@ async def open_pg_store(
         name=f"trio-recall:{names.table_name}",
     )
     try:
-        counts = await trio.to_thread.run_sync(_open_pool, pool, names, config, connect, where)
+        counts, binding = await trio.to_thread.run_sync(
+            _open_pool, pool, names, config, connect, where, bound, index == "hnsw"
+        )
         actor = _PgStoreActor(
             config,
             embedder,
@@ -684,6 +531,8 @@ async def open_pg_store(
             retry_delay=delay,
             acquire_timeout=connect,
             counts=counts,
+            hnsw=index == "hnsw",
+            profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
         )
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
@@ -716,16 +565,18 @@ def _open_pool(
     config: VectorStoreConfig,
     timeout: float,
     where: str,
-) -> Counts:
+    profile: str | None,
+    hnsw: bool,
+) -> tuple[Counts, str | None]:
     try:
         pool.open(wait=True, timeout=timeout)
         with pool.connection(timeout=timeout) as conn:
-            entries, evicted, zero, version = ensure_schema(
-                conn, names, config.dimensions, config.max_entries
+            counts, bound = ensure_schema(
+                conn, names, config.dimensions, config.max_entries, profile=profile, hnsw=hnsw
             )
     except psycopg.OperationalError as error:
         raise StoreUnavailable(
             f"could not reach PostgreSQL at {where} within {timeout} s: "
             f"{type(error).__name__}: {str(error).strip()}"
         ) from error
-    return Counts(entries, evicted, zero, version)
+    return Counts(*counts), bound

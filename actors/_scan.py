@@ -72,6 +72,12 @@ SPLIT_FLOATS = 1 << 20
 BLAS_SINGLE_BELOW = 400_000
 
 _NEG_INF = np.float32(-np.inf)
+
+#: How far below the k-th float32 score a candidate may be and still be re-scored.
+#: OpenBLAS sums a row in an order that depends on where the row sits (its kernels
+#: block rows), so two identical vectors in different rows can score a few ulps apart
+#: (seen: 0.020396173 and 0.020396158); 2e-6 is far above that noise for unit vectors.
+TIE_SLACK = np.float32(2e-6)
 _NO_CANDIDATES = np.empty(0, dtype=np.intp)
 
 Mask = npt.NDArray[np.bool_]
@@ -182,7 +188,8 @@ def _chunk_candidates(
     part: npt.NDArray[np.float32],
     flags: Mask,
 ) -> npt.NDArray[np.intp]:
-    """Indices into ``row`` of its best ``k`` scores, plus every score tied with the k-th.
+    """Indices into ``row`` of its best ``k`` scores, plus every score within
+    ``TIE_SLACK`` of the k-th.
 
     Out-of-scope entries hold ``-inf`` and are never returned. ``part`` and ``flags`` are
     scratch of ``row``'s length. Ties are all kept so that the merge can break them by
@@ -197,7 +204,9 @@ def _chunk_candidates(
             # Fewer than k entries are in scope here: take exactly those.
             np.greater(row, _NEG_INF, out=flags)
         else:
-            np.greater_equal(row, threshold, out=flags)
+            # Everything within TIE_SLACK of the k-th score is re-scored exactly (see
+            # ScanEngine._exact), so BLAS noise cannot decide a tie.
+            np.greater_equal(row, threshold - TIE_SLACK, out=flags)
         return np.flatnonzero(flags)
     if masked:
         np.greater(row, _NEG_INF, out=flags)
@@ -207,7 +216,7 @@ def _chunk_candidates(
 
 def rank_candidates(
     candidates: npt.NDArray[np.intp],
-    scores: npt.NDArray[np.float32],
+    scores: npt.NDArray[np.floating[Any]],
     seqs: npt.NDArray[np.int64],
     k: int,
 ) -> npt.NDArray[np.intp]:
@@ -482,9 +491,26 @@ class ScanEngine:
             np.copyto(row, _NEG_INF, where=flags)
         k = min(k, valid)
         local = _chunk_candidates(row, k, masked, self._part[:n], self._flags[:n])
-        order = rank_candidates(local, row[local], self.seqs, k)
-        slots = local[order]
-        return ScanResult(slots, row[slots], valid)
+        exact = self._exact(local, query)
+        order = rank_candidates(local, exact, self.seqs, k)
+        return ScanResult(local[order], exact[order].astype(np.float32), valid)
+
+    def _exact(
+        self, slots: npt.NDArray[np.intp], query: npt.NDArray[np.float32] | None
+    ) -> npt.NDArray[np.float64]:
+        """The candidates' scores again, computed the same way for every row.
+
+        Products of two float32 values are exact in float64, and a reduction along a
+        row sums it the same way wherever the row sits, so identical vectors score
+        identically and the tie goes to the sequence, as SPEC §3 says. It costs
+        ``len(slots) × dimensions`` multiply-adds: about k of them.
+        """
+        if query is None:
+            return np.zeros(slots.shape[0], dtype=np.float64)
+        rows = self.vectors[slots].astype(np.float64)
+        rows *= query.astype(np.float64)
+        exact: npt.NDArray[np.float64] = rows.sum(axis=1)
+        return exact
 
     def _run_inline(self, request: _Request, snap: Snapshot) -> list[ScanResult]:
         scope = self._resolve(request, snap)
@@ -634,5 +660,7 @@ class ScanEngine:
         else:
             slots = np.concatenate([p[0] for p in pieces])
             scores = np.concatenate([p[1] for p in pieces])
-        order = rank_candidates(slots, scores, self.seqs, k)
-        return ScanResult(slots[order], scores[order], valid)
+        del scores  # ranked on the exact re-scores, not on the BLAS ones
+        exact = self._exact(slots, request.query)
+        order = rank_candidates(slots, exact, self.seqs, k)
+        return ScanResult(slots[order], exact[order].astype(np.float32), valid)

@@ -12,7 +12,8 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,7 +32,9 @@ from protocol import (
     DeleteResult,
     Document,
     DocumentsUpserted,
+    EmbeddingProfile,
     EntryTooLarge,
+    Event,
     Poisoned,
     RetrievalReport,
     RetrievedTurn,
@@ -50,6 +53,7 @@ from protocol import (
     payload_bytes,
     projection,
 )
+from protocol._events import SearchOperation
 from protocol._json import check_json_object, compact_json
 
 from ._arena import Arena, Entries, Snapshot
@@ -57,6 +61,7 @@ from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
 from ._mailbox import ReplySlot
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
+from ._store_hooks import bound_profile, check_query_profile, read_event, write_event
 
 __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 
@@ -170,9 +175,13 @@ class _StoreActor:
         inbox_size: int,
         *,
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+        profile: EmbeddingProfile | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.config = config
         self.embedder = EmbedderAdapter(embedder)
+        self.profile = profile
+        self.on_event = on_event
         self.arena = Arena(config.max_entries, config.dimensions)
         self.vectors, self.seqs, self.ns_ids = self.arena.readonly_views()
         self.snapshot: Snapshot = self.arena.snapshot(0)
@@ -268,6 +277,37 @@ class _StoreActor:
             envelope.reply.fail(self.poisoned())
             return
         envelope.reply.succeed(result)
+        if self.on_event is not None:
+            try:
+                self._emit_write(request, result)
+            except Exception as crash:
+                # The write has committed and its caller has its reply; a sink that
+                # raises is a bug inside the actor, so it poisons the store like any.
+                self._poison(crash)
+
+    def _emit_write(self, request: StoreRequest, result: StoreReply) -> None:
+        event = write_event(request, result)
+        if event is not None and self.on_event is not None:
+            self.on_event(event)
+
+    def emit_read(self, operation: SearchOperation, **fields: Any) -> None:
+        """Send ``vector_store.searched`` (see :func:`read_event`) when there is a sink."""
+        if self.on_event is not None:
+            self.on_event(read_event(operation, **fields))
+
+    def checked_query(
+        self, vector: object, profile: EmbeddingProfile | None
+    ) -> npt.NDArray[np.float32] | None:
+        """``vector`` normalized (see :meth:`query_vector`), once its ``profile`` is
+        checked against the store's (see :func:`check_query_profile`)."""
+        dimensions = self.config.dimensions
+        if profile is not None:
+            # First, so that a vector of another model's width says so.
+            check_query_profile(self.profile, dimensions, None, profile)
+        query = self.query_vector(vector)
+        if profile is None:
+            check_query_profile(self.profile, dimensions, query, None)
+        return query
 
     async def _prepare(self, request: StoreRequest) -> object:
         match request:
@@ -661,21 +701,43 @@ class StoreHandle:
         cosine similarity in [-1, 1]; a hybrid hit's score is its fused RRF score, and
         ``ranks`` gives its 1-based rank in each list (``"dense"``, ``"bm25"``).
 
+        A store bound to an embedding profile (see :attr:`profile`) refuses a non-zero
+        ``request.vector`` that does not name the same profile in ``request.profile``.
+
         Raises:
             ConfigError: not a SearchRequest.
-            EmbeddingError, EmbedderError: the query could not be embedded.
+            EmbeddingError: the query could not be embedded, or its vector was made by
+                another model or at another width than the store's profile.
+            EmbedderError: the embedder failed.
             Poisoned: the actor has crashed.
         """
         self._check()
+        started = time.perf_counter()
         if not isinstance(request, SearchRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         actor = self._actor
+        namespace = self._namespace(request.namespace)
         if request.vector is not None:
-            query = actor.query_vector(request.vector)
+            query = actor.checked_query(request.vector, request.profile)
         else:
             assert request.query is not None
+            if request.profile is not None:
+                check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
             query = actor.query_vector(await actor.embedder.query(request.query))
-        return await run_search(actor, request, self._namespace(request.namespace), query)
+        hits = await run_search(actor, request, namespace, query)
+        if actor.on_event is not None:
+            actor.emit_read(
+                "search",
+                namespace=namespace,
+                kind=request.kind,
+                query=request.query,
+                by_vector=request.vector is not None,
+                filtered=request.filter is not None,
+                k=request.k,
+                scores=[h.score for h in hits],
+                started=started,
+            )
+        return hits
 
     def _namespace(self, namespace: str | None) -> str:
         return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
@@ -718,7 +780,12 @@ class StoreHandle:
         return await self._retrieve(query, k, check_name("namespace", namespace))
 
     async def retrieve_embedding(
-        self, vector: object, k: int, namespace: str | None = None
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = None,
+        *,
+        profile: EmbeddingProfile | None = None,
     ) -> RetrievalReport:
         """Rank entries against a vector you already have.
 
@@ -730,26 +797,60 @@ class StoreHandle:
         every read that waited with it. If the caller is cancelled while it waits, its
         answer is dropped and the other reads are not affected.
 
+        A store bound to an embedding profile refuses a non-zero vector unless
+        ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
+
         Raises:
             ConfigError: ``k ≤ 0`` or an empty namespace.
-            EmbeddingError: a vector of the wrong width or with a non-finite component.
+            EmbeddingError: a vector of the wrong width or with a non-finite component,
+                or from another model than the store's profile.
             Poisoned: the actor has crashed.
             trio.ClosedResourceError: the store closed before the scan ran.
         """
         self._check()
+        started = time.perf_counter()
         k = check_k(k)
         if namespace is not None:
             check_name("namespace", namespace)
-        query = self._actor.query_vector(vector)
-        return await self._actor.scan(query, k, namespace)
+        actor = self._actor
+        query = actor.checked_query(vector, profile)
+        report = await actor.scan(query, k, namespace)
+        if actor.on_event is not None:
+            actor.emit_read(
+                "retrieve_embedding",
+                namespace=namespace,
+                kind="similarity",
+                query=None,
+                by_vector=True,
+                filtered=False,
+                k=k,
+                scores=[t.score for t in report.turns],
+                started=started,
+            )
+        return report
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
+        started = time.perf_counter()
         k = check_k(k)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        raw = await self._actor.embedder.query(query)
-        return await self._actor.scan(self._actor.query_vector(raw), k, namespace)
+        actor = self._actor
+        raw = await actor.embedder.query(query)
+        report = await actor.scan(actor.query_vector(raw), k, namespace)
+        if actor.on_event is not None:
+            actor.emit_read(
+                "retrieve",
+                namespace=namespace,
+                kind="similarity",
+                query=query,
+                by_vector=False,
+                filtered=False,
+                k=k,
+                scores=[t.score for t in report.turns],
+                started=started,
+            )
+        return report
 
     # --- state -------------------------------------------------------------------------
 
@@ -785,6 +886,13 @@ class StoreHandle:
     def config(self) -> VectorStoreConfig:
         return self._actor.config
 
+    @property
+    def profile(self) -> EmbeddingProfile | None:
+        """The embedding profile the store is bound to: its embedder's ``profile``, or
+        None when the embedder has none (then query vectors are checked for width
+        only). Pass it as ``SearchRequest(profile=...)`` with a vector you embedded."""
+        return self._actor.profile
+
     def statistics(self) -> StoreStatistics:
         stats = self._send.statistics()
         return StoreStatistics(
@@ -812,6 +920,7 @@ async def open_store(
     *,
     inbox_size: int = 64,
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+    on_event: Callable[[Event], None] | None = None,
 ) -> AsyncIterator[StoreHandle]:
     """Open an in-memory store and run its actor for the duration of the block.
 
@@ -833,9 +942,23 @@ async def open_store(
             matrix product, so the trio loop stays responsive; a smaller one runs inline.
             The default, 2**20 floats (4 MiB, about 250 µs of scan), is where a thread
             round trip stops costing more than it saves. 0 sends every read to threads.
+        on_event: an event sink, called synchronously with a ``vector_store.added`` or
+            ``vector_store.deleted`` event after each commit (in the actor, after the
+            caller's reply) and a ``vector_store.searched`` event after each read (in
+            the reader's task). It must not block: ``EventHub.publish`` is one. If it
+            raises after a write, the store is poisoned (it is a crash inside the
+            actor); after a read, the exception propagates to the reader.
+
+    Embedding profile: when ``embedder`` has a ``profile`` (an
+    :class:`~protocol.EmbeddingProfile`, as ``CachedEmbedder`` and every
+    ``EmbeddingModel`` do), the store is bound to it. A query vector given to
+    ``search`` or ``retrieve_embedding`` must then name that profile, and one made by
+    another provider, model, width or options is refused with
+    :class:`~protocol.EmbeddingError`.
 
     Raises:
-        ConfigError: a bad config, embedder, inbox size or thread_scan_threshold.
+        ConfigError: a bad config, embedder, inbox size, thread_scan_threshold or
+            on_event, or a profile whose dimensions differ from the config's.
     """
     if not isinstance(config, VectorStoreConfig):
         raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
@@ -857,7 +980,16 @@ async def open_store(
             f"embedder {embedder!r} makes {width}-float vectors; this store takes "
             f"{config.dimensions} (dimensions)"
         )
-    actor = _StoreActor(config, embedder, inbox_size, thread_scan_threshold=thread_scan_threshold)
+    if on_event is not None and not callable(on_event):
+        raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
+    actor = _StoreActor(
+        config,
+        embedder,
+        inbox_size,
+        thread_scan_threshold=thread_scan_threshold,
+        profile=bound_profile(embedder, config),
+        on_event=on_event,
+    )
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)

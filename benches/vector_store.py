@@ -516,6 +516,102 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+# --- opt-in: the PostgreSQL + pgvector store (--pg) -----------------------------------
+
+
+async def bench_pg(quick: bool) -> dict[str, Any]:
+    """retrieve_embedding at 8192x768, k = 8: the in-memory store next to the pg store,
+    exact and through an HNSW index. Needs TRIO_RECALL_PG_DSN (``.ci/pg_server.py``
+    starts an embedded server and writes its DSN) and the ``pg`` extra."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    from actors._pg_store import open_pg_store
+
+    dsn = os.environ.get("TRIO_RECALL_PG_DSN")
+    if not dsn:
+        raise SystemExit(
+            "--pg needs TRIO_RECALL_PG_DSN; start a server with "
+            "`uv run --extra pg python .ci/pg_server.py --dsn-file FILE`"
+        )
+    n, d = 8192, 768
+    rng = np.random.default_rng(n + d)
+    table = unit_rows(rng, n, d)
+    queries = unit_rows(rng, 64, d)
+    reps = 10 if quick else 60
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=256)
+    name = f"bench_pg_{os.getpid()}"
+    out: dict[str, Any] = {"size": f"{n}x{d}", "rows": n, "dims": d}
+    turn = {"i": 0}
+
+    def query() -> npt.NDArray[np.float32]:
+        turn["i"] = (turn["i"] + 1) % len(queries)
+        return queries[turn["i"]]
+
+    try:
+        async with (
+            open_store(config, Precomputed(table)) as mem,
+            open_pg_store(dsn, config, Precomputed(table), table=name) as pg,
+        ):
+            started = time.perf_counter()
+            for start in range(0, n, 1024):
+                turns = [UnifiedMessage.user(f"r{start + i}") for i in range(1024)]
+                await mem.store_turns(turns)
+                await pg.store_turns(turns)
+            out["pg_load_seconds"] = time.perf_counter() - started
+            contenders: dict[str, tuple[Timer, int]] = {
+                "in-memory retrieve_embedding": (
+                    lambda: mem.retrieve_embedding(query(), K),
+                    reps,
+                ),
+                "pg retrieve_embedding, exact": (
+                    lambda: pg.retrieve_embedding(query(), K),
+                    reps,
+                ),
+            }
+            timings = await interleave(contenders)
+        started = time.perf_counter()
+        async with open_pg_store(dsn, config, Precomputed(table), table=name, index="hnsw") as hn:
+            out["hnsw_build_seconds"] = time.perf_counter() - started
+            timings.update(
+                await interleave(
+                    {
+                        "pg retrieve_embedding, hnsw": (
+                            lambda: hn.retrieve_embedding(query(), K),
+                            reps,
+                        )
+                    }
+                )
+            )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for suffix in ("_terms", "", "_meta"):
+                conn.execute(
+                    pgsql.SQL("DROP TABLE IF EXISTS {}").format(pgsql.Identifier(name + suffix))
+                )
+            conn.execute(
+                pgsql.SQL("DROP SEQUENCE IF EXISTS {}").format(pgsql.Identifier(name + "_seq"))
+            )
+    out["timings"] = timings
+    return out
+
+
+def report_pg(pg: dict[str, Any]) -> list[str]:
+    t = pg["timings"]
+    ours = t["in-memory retrieve_embedding"]
+    lines = ["", f"pg store, {pg['size']}, k = {K} (--pg)"]
+    for name, s in t.items():
+        lines.append(
+            f"  {name:<32} {ms(s['p50'])} {ms(s['p90'])}  {s['p50'] / ours['p50']:8.2f}x"
+            f" ({s['p90'] / ours['p90']:.2f}x) vs in-memory"
+        )
+    lines.append(
+        f"  load {pg['pg_load_seconds']:.1f} s (8 batches of 1024); "
+        f"HNSW build {pg['hnsw_build_seconds']:.1f} s"
+    )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -523,6 +619,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions: a smoke run")
     parser.add_argument("--skip-langchain", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--pg", action="store_true", help="add the pg store's row (opt-in)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -539,7 +636,12 @@ def main(argv: list[str] | None = None) -> None:
     results["store_turns"] = trio.run(bench_store_turns, args.quick)
     results["blas"] = bench_blas(args.quick)
     results["load_average_end"] = os.getloadavg()
+    if args.pg:
+        print("... pg store", file=sys.stderr, flush=True)
+        results["pg"] = trio.run(bench_pg, args.quick)
     lines = report(results)
+    if args.pg:
+        lines += report_pg(results["pg"])
     results["seconds"] = time.perf_counter() - started
     lines.append(
         f"\nload average at end {results['load_average_end']}; took {results['seconds']:.0f} s"

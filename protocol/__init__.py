@@ -45,15 +45,29 @@ from ._errors import Poisoned as Poisoned
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import VectorStoreError as VectorStoreError
 from ._errors import to_plugin_error as to_plugin_error
+from ._events import DocumentsAdded as DocumentsAdded
+from ._events import DocumentsDeleted as DocumentsDeleted
+from ._events import EmbeddingEmbedded as EmbeddingEmbedded
+from ._events import EmbeddingFailed as EmbeddingFailed
 from ._events import Event as Event
+from ._events import EventSink as EventSink
 from ._events import Evicted as Evicted
+from ._events import IndexingBatchCompleted as IndexingBatchCompleted
+from ._events import IndexingCompleted as IndexingCompleted
+from ._events import IndexingFailed as IndexingFailed
+from ._events import IndexingStarted as IndexingStarted
 from ._events import MemoryEvent as MemoryEvent
 from ._events import Recalled as Recalled
 from ._events import RecallFailed as RecallFailed
 from ._events import RecallInjected as RecallInjected
+from ._events import RetrieverCompleted as RetrieverCompleted
+from ._events import RetrieverFailed as RetrieverFailed
+from ._events import RetrieverStarted as RetrieverStarted
 from ._events import StoreNearCap as StoreNearCap
+from ._events import StoreSearched as StoreSearched
 from ._events import TurnsOffloaded as TurnsOffloaded
 from ._events import TurnsSummarized as TurnsSummarized
+from ._events import fingerprint as fingerprint
 from ._filters import And as And
 from ._filters import Eq as Eq
 from ._filters import Exists as Exists
@@ -137,15 +151,19 @@ __all__ = [
     "Delete",
     "DeleteResult",
     "Deleted",
-    "DocumentsUpserted",
     "DispatchError",
     "DispatchTimeout",
     "Document",
+    "DocumentsAdded",
+    "DocumentsDeleted",
+    "DocumentsUpserted",
     "DropObservations",
     "Dropped",
     "EmbedderError",
     "EmbeddingCall",
+    "EmbeddingEmbedded",
     "EmbeddingError",
+    "EmbeddingFailed",
     "EmbeddingPrice",
     "EmbeddingProfile",
     "EmbeddingProviderError",
@@ -154,6 +172,7 @@ __all__ = [
     "EntryTooLarge",
     "Eq",
     "Event",
+    "EventSink",
     "Evicted",
     "Exists",
     "Filter",
@@ -164,6 +183,10 @@ __all__ = [
     "ImageBase64",
     "In",
     "IndexResult",
+    "IndexingBatchCompleted",
+    "IndexingCompleted",
+    "IndexingFailed",
+    "IndexingStarted",
     "Inject",
     "Injected",
     "InjectionMsg",
@@ -196,6 +219,9 @@ __all__ = [
     "Rejected",
     "RetrievalReport",
     "RetrievedTurn",
+    "RetrieverCompleted",
+    "RetrieverFailed",
+    "RetrieverStarted",
     "Role",
     "ScoredDocument",
     "SearchKind",
@@ -206,6 +232,7 @@ __all__ = [
     "StoreNearCap",
     "StoreReply",
     "StoreRequest",
+    "StoreSearched",
     "StoreTurns",
     "StoreUnavailable",
     "Strategy",
@@ -229,6 +256,7 @@ __all__ = [
     "digest_request",
     "document_id",
     "filter_matches",
+    "fingerprint",
     "inject",
     "parse_filter",
     "payload_bytes",

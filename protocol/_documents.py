@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._errors import ConfigError, FilterError
+from ._embedding import EmbeddingProfile
+from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
 from ._json import check_json_object
 
@@ -141,12 +142,18 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         rrf_k: the reciprocal rank fusion constant for ``hybrid``, > 0 (60 by default).
         weights: ``hybrid`` list weights by list name (``"dense"``, ``"bm25"``), each a
             finite number >= 0; a list left out weighs 1.0.
+        profile: the :class:`EmbeddingProfile` of the model that made ``vector``. A
+            store bound to a profile (its embedder has one) refuses a non-zero
+            ``vector`` without it, and any ``profile`` of another provider, model,
+            width or options, with :class:`EmbeddingError`: vectors of two models do
+            not compare. A zero vector scores 0.0 against everything, so it needs none.
 
     Raises:
         ConfigError: a bad ``k``, ``fetch_k``, ``lambda_mult``, ``score_threshold``,
             ``kind``, ``namespace``, ``rrf_k``, ``weights``, or a bad combination of
             ``query`` and ``vector``.
         FilterError: the filter is malformed.
+        EmbeddingError: ``vector`` is not as wide as ``profile.dimensions``.
     """
 
     query: str | None = None
@@ -160,6 +167,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str | None = None
     rrf_k: float = 60
     weights: dict[str, float] | None = None
+    profile: EmbeddingProfile | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -229,6 +237,16 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                     raise ConfigError(f"weights[{name!r}] is {weight!r}; expected a number >= 0")
                 clean[name] = w
             msgspec.structs.force_setattr(self, "weights", clean)
+        if self.profile is not None:
+            if not isinstance(self.profile, EmbeddingProfile):
+                raise ConfigError(
+                    f"profile is a {type(self.profile).__name__}; expected an EmbeddingProfile"
+                )
+            if self.vector is not None and len(self.vector) != self.profile.dimensions:
+                raise EmbeddingError(
+                    f"vector has {len(self.vector)} floats; its profile "
+                    f"{self.profile.name} makes {self.profile.dimensions}"
+                )
 
     @staticmethod
     def _vector_list(vector: object) -> list[float]:

@@ -1,26 +1,53 @@
 """Typed events on ``Memory.events()``.
 
 Every event carries ``at`` (a monotonic timestamp from the trio clock, in seconds) and
-the ``namespace`` it concerns. Tags are dotted, ``<area>.<what>``, so that later areas
-(``embedding.*``, ``vector_store.*``, ``retriever.*``, ``indexing.*``) join the same
-stream without renaming anything. Queries never appear in clear: a recall carries a
-fingerprint, the first 16 hex characters of the query's sha256.
+the ``namespace`` it concerns; ``""`` (never a valid namespace) means every namespace,
+for a read or a clear that is not scoped. Tags are dotted, ``<area>.<what>``:
+
+- ``compaction.offloaded``, ``compaction.summarized``;
+- ``recall.recalled``, ``recall.failed``, ``recall.injected``;
+- ``retriever.started``, ``retriever.completed``, ``retriever.failed`` (``Memory.retrieve``);
+- ``embedding.embedded``, ``embedding.failed`` (every embedder call, with its usage record);
+- ``vector_store.added``, ``vector_store.deleted``, ``vector_store.searched``,
+  ``vector_store.near_cap``, ``vector_store.evicted``;
+- ``indexing.started``, ``indexing.batch_completed``, ``indexing.completed``,
+  ``indexing.failed``.
+
+Queries never appear in clear: an event about a query carries a fingerprint, the first
+16 hex characters of the query's sha256 (:func:`fingerprint`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import Literal
 
 import msgspec
 
+from ._embedding import EmbeddingCall
+
 __all__ = [
+    "DocumentsAdded",
+    "DocumentsDeleted",
+    "EmbeddingEmbedded",
+    "EmbeddingFailed",
     "Event",
+    "EventSink",
     "Evicted",
+    "IndexingBatchCompleted",
+    "IndexingCompleted",
+    "IndexingFailed",
+    "IndexingStarted",
     "MemoryEvent",
     "RecallFailed",
     "RecallInjected",
     "Recalled",
+    "RetrieverCompleted",
+    "RetrieverFailed",
+    "RetrieverStarted",
     "StoreNearCap",
+    "StoreSearched",
     "TurnsOffloaded",
     "TurnsSummarized",
     "fingerprint",
@@ -90,6 +117,156 @@ class Evicted(Event, frozen=True, kw_only=True, tag="vector_store.evicted"):
     total: int
 
 
+class RetrieverStarted(Event, frozen=True, kw_only=True, tag="retriever.started"):
+    """``Memory.retrieve`` started: the ``embedding.*`` and ``vector_store.searched``
+    events of this retrieval follow, then ``retriever.completed`` or ``retriever.failed``."""
+
+    query_fingerprint: str
+    k: int
+
+
+class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.completed"):
+    """``Memory.retrieve`` returned ``hits`` of the ``scanned`` entries in ``seconds``
+    (wall time); ``best`` is the top score."""
+
+    query_fingerprint: str
+    k: int
+    hits: int
+    scanned: int
+    best: float | None
+    seconds: float
+
+
+class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
+    """``Memory.retrieve`` raised; ``error`` is ``"TypeName: message"``."""
+
+    query_fingerprint: str
+    k: int
+    error: str
+    seconds: float
+
+
+class EmbeddingEmbedded(Event, frozen=True, kw_only=True, tag="embedding.embedded"):
+    """One embedder call finished. ``usage`` is its record: texts asked for, cache hits
+    (counted apart from what reached the provider), texts embedded, characters, tokens
+    where the model reports them, batches, dimensions, wall time and cost."""
+
+    usage: EmbeddingCall
+
+
+class EmbeddingFailed(Event, frozen=True, kw_only=True, tag="embedding.failed"):
+    """One embedder call raised; ``usage.error`` names the exception type, and nothing
+    of the call counts as provider usage."""
+
+    usage: EmbeddingCall
+
+
+class DocumentsAdded(Event, frozen=True, kw_only=True, tag="vector_store.added"):
+    """A write committed ``count`` entries (documents or turns) as ``ids``.
+
+    Attributes:
+        source: ``"document"`` for documents, else the turns' source (``"offload"``,
+            ``"compaction"``, ``"user"``, ``"explicit"``, ...).
+        replaced: live entries with the same id that the write replaced.
+        evicted: entries pushed out (FIFO), the dropped head of a batch included.
+    """
+
+    count: int
+    ids: list[str]
+    source: str
+    replaced: int
+    evicted: int
+
+
+class DocumentsDeleted(Event, frozen=True, kw_only=True, tag="vector_store.deleted"):
+    """A delete (or a clear) committed. ``ids`` are the deleted ids (empty for a clear),
+    ``missing`` counts the ids that were not there, and ``cleared`` marks a clear (of
+    every namespace when ``namespace`` is ``""``)."""
+
+    count: int
+    ids: list[str]
+    missing: int
+    cleared: bool = False
+
+
+SearchOperation = Literal["search", "retrieve", "retrieve_embedding"]
+
+
+class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched"):
+    """A read of the store returned ``hits``.
+
+    Attributes:
+        operation: ``"search"`` (a ``SearchRequest``), ``"retrieve"`` (text, one
+            namespace or all) or ``"retrieve_embedding"`` (a vector).
+        kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
+        query_fingerprint: the query text's fingerprint, or ``None`` for a read by vector
+            alone.
+        by_vector: the caller gave the dense query vector.
+        filtered: a metadata filter applied.
+        k: the hits asked for.
+        best: the top score, or ``None`` when nothing was found.
+        seconds: wall time of the read, query embedding included.
+    """
+
+    operation: SearchOperation
+    kind: str
+    query_fingerprint: str | None
+    by_vector: bool
+    filtered: bool
+    k: int
+    hits: int
+    best: float | None
+    seconds: float
+
+
+class IndexingStarted(Event, frozen=True, kw_only=True, tag="indexing.started"):
+    """``index()`` started its run ``run`` (the record manager's run number)."""
+
+    run: int
+    cleanup: str | None
+    batch_size: int
+
+
+class IndexingBatchCompleted(Event, frozen=True, kw_only=True, tag="indexing.batch_completed"):
+    """Batch ``batch`` (0-based) of ``documents`` is written; the counts are the run's
+    totals so far, ``seen`` documents read in all."""
+
+    run: int
+    batch: int
+    documents: int
+    seen: int
+    num_added: int
+    num_updated: int
+    num_skipped: int
+    num_deleted: int
+
+
+class IndexingCompleted(Event, frozen=True, kw_only=True, tag="indexing.completed"):
+    """``index()`` finished, cleanup included; the counts are its ``IndexResult``."""
+
+    run: int
+    seen: int
+    num_added: int
+    num_updated: int
+    num_skipped: int
+    num_deleted: int
+    seconds: float
+
+
+class IndexingFailed(Event, frozen=True, kw_only=True, tag="indexing.failed"):
+    """``index()`` raised ``error`` (``"TypeName: message"``); the counts are what it
+    had done (and written) before. A cancelled run sends nothing."""
+
+    run: int
+    seen: int
+    num_added: int
+    num_updated: int
+    num_skipped: int
+    num_deleted: int
+    error: str
+    seconds: float
+
+
 MemoryEvent = (
     TurnsOffloaded
     | TurnsSummarized
@@ -98,7 +275,23 @@ MemoryEvent = (
     | RecallInjected
     | StoreNearCap
     | Evicted
+    | RetrieverStarted
+    | RetrieverCompleted
+    | RetrieverFailed
+    | EmbeddingEmbedded
+    | EmbeddingFailed
+    | DocumentsAdded
+    | DocumentsDeleted
+    | StoreSearched
+    | IndexingStarted
+    | IndexingBatchCompleted
+    | IndexingCompleted
+    | IndexingFailed
 )
+
+EventSink = Callable[[Event], None]
+"""Where a store or ``index()`` sends its events: called synchronously, so it must not
+block (``EventHub.publish`` and ``Memory.publish`` never do)."""
 
 
 def fingerprint(text: str) -> str:

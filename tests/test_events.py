@@ -40,6 +40,12 @@ def drain(subscription: object) -> list[Event]:
             return out
 
 
+def tagged(events: list[Event], *prefixes: str) -> list[Event]:
+    """The events whose tag starts with one of ``prefixes`` (the store, embedding and
+    retriever events are tested in test_store_events.py)."""
+    return [e for e in events if str(type(e).__struct_config__.tag).startswith(prefixes)]
+
+
 def prompt() -> list[UnifiedMessage]:
     return [
         UnifiedMessage.system("s"),
@@ -58,7 +64,7 @@ async def test_each_stage_publishes_a_typed_event() -> None:
             report = await memory.retrieve("what is the cat called")
             request = UnifiedRequest(model="m", messages=out.messages)
             injected = await memory.inject(report, request)
-            got = drain(events)
+            got = tagged(drain(events), "compaction.", "recall.")
     offloaded, recalled, injected_event = got
     assert isinstance(offloaded, TurnsOffloaded)
     assert offloaded.count == 2
@@ -100,7 +106,7 @@ async def test_summaries_evictions_and_near_cap() -> None:
             await memory.remember("two")  # 2/3: crosses 0.6
             await memory.remember("three")  # 3/3: still over, no second warning
             await memory.remember("four")  # evicts one
-            got = drain(events)
+            got = tagged(drain(events), "compaction.", "vector_store.near_cap", "vector_store.ev")
     kinds = [type(e) for e in got]
     assert kinds == [TurnsSummarized, StoreNearCap, Evicted]
     summarized, near, evicted = got
@@ -140,22 +146,24 @@ async def test_a_slow_subscriber_loses_events_and_never_blocks() -> None:
     with trio.fail_after(10):
         async with open_memory(store=store) as memory:
             slow = memory.events(buffer_size=2)
-            fast = memory.events(buffer_size=64)
-            # Nobody reads while ten recalls publish ten events: none of them waits.
+            fast = memory.events(buffer_size=1024)
+            # Nobody reads while ten recalls publish their events: none of them waits.
             for i in range(10):
                 await memory.retrieve(f"query {i}")
-            assert slow.dropped == 8
+            published = memory.statistics().events_published
+            assert published > 10  # each recall publishes several events
+            assert slow.dropped == published - 2
             assert fast.dropped == 0
             assert len(drain(slow)) == 2
-            assert len(drain(fast)) == 10
+            assert len(drain(fast)) == published
             # Once it has room again, the slow subscriber gets new events.
             await memory.retrieve("one more")
-            assert len(drain(slow)) == 1
-            assert slow.dropped == 8
+            assert len(tagged(drain(slow), "recall.")) <= 1
+            assert slow.dropped > published - 2
             await slow.aclose()
             await memory.retrieve("after unsubscribe")
             assert memory.statistics().subscribers == 1
-            assert len(drain(fast)) == 2
+            assert len(tagged(drain(fast), "recall.")) == 2
 
 
 async def test_iteration_ends_when_the_memory_closes() -> None:
@@ -173,7 +181,7 @@ async def test_iteration_ends_when_the_memory_closes() -> None:
             await memory.retrieve("a")
             await memory.retrieve("b")
             # Leaving open_memory ends the stream, so the consumer returns by itself.
-    assert [type(e) for e in seen] == [Recalled, Recalled]
+    assert [type(e) for e in tagged(seen, "recall.")] == [Recalled, Recalled]
 
 
 def test_hub_validates_and_stops_after_close() -> None:

@@ -31,11 +31,15 @@ if not have_pg_driver():  # pragma: no cover - depends on the installed extras
 
 from actors import HashingEmbedder
 from actors._pg_store import StoreUnavailable, open_pg_store
-from protocol import UnifiedMessage, VectorStoreConfig
+from protocol import Document, SearchRequest, UnifiedMessage, VectorStoreConfig
 
 DIM = 16
 TIMEOUT = 60
-CONFIG = VectorStoreConfig(max_entries=6, dimensions=DIM, max_entry_bytes=512)
+CONFIG = VectorStoreConfig(max_entries=8, dimensions=DIM, max_entry_bytes=512)
+DOCS = [
+    Document(id="doc-1", text="walrus on the ice", metadata={"n": 1.5}, source_id="a.md"),
+    Document(id="doc-2", text="a walrus \x00 swims", metadata={"n": 2, "s": "é"}),
+]
 
 
 async def test_everything_survives_a_server_crash_and_restart() -> None:
@@ -61,10 +65,16 @@ async def test_everything_survives_a_server_crash_and_restart() -> None:
                     metadata={"batch": 2},
                 )
                 await store.delete([second.ids[0]], namespace="beta")
+                await store.upsert(DOCS, namespace="docs")
+                hybrid = SearchRequest(
+                    query="walrus", k=2, kind="hybrid", namespace="docs", filter={"n": {"$gt": 1}}
+                )
+                searched = await store.search(hybrid)
                 before = await store.retrieve_embedding([1.0] * DIM, k=100)
                 usage_before = store.usage()
                 version_before = store.statistics().version
-            assert (usage_before.entries, usage_before.evicted_entries) == (5, 2)
+            assert (usage_before.entries, usage_before.evicted_entries) == (8, 1)
+            assert [h.document for h in searched] == [DOCS[1], DOCS[0]]
 
             # An immediate stop skips the shutdown checkpoint: the restart must replay
             # the write-ahead log to find the commits.
@@ -82,12 +92,16 @@ async def test_everything_survives_a_server_crash_and_restart() -> None:
                 assert store.usage() == usage_before
                 assert store.statistics().version == version_before
                 hits = {h.id: h for h in after.turns}
-                assert set(hits) == set(first.ids[2:] + second.ids[1:])
+                assert set(hits) == set(first.ids[1:] + second.ids[1:] + ["doc-1", "doc-2"])
                 assert hits[first.ids[3]].metadata == {"batch": 1, "tags": ["a", "ü"]}
                 assert hits[first.ids[3]].source == "explicit"
                 assert hits[first.ids[3]].namespace == "alpha"
                 assert hits[first.ids[3]].sequence == first.sequences[3]
                 assert hits[first.ids[3]].message == UnifiedMessage.user("first 3")
+                # Documents, their BM25 postings and their metadata are durable too.
+                assert await store.search(hybrid) == searched
+                got = await store.get_by_ids(["doc-1", "doc-2"], namespace="docs")
+                assert sorted(got, key=lambda d: d.id or "") == DOCS
                 # The sequence carries on after the restart: never reused.
                 third = await store.store_turns([UnifiedMessage.user("third")])
                 # (PostgreSQL may skip ahead: a sequence logs 32 values at a time.)

@@ -349,3 +349,36 @@ async def test_a_mask_narrows_the_scope_on_both_paths(threshold: int) -> None:
                     assert report.scanned == int(scope.sum())
             with pytest.raises(ValueError, match="scan mask has shape"):
                 await engine.scan(table[0], 3, None, mask=np.ones(3, dtype=np.bool_))
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 40], ids=["threaded", "inline"])
+async def test_identical_vectors_tie_exactly_and_the_newest_wins(threshold: int) -> None:
+    # Candidates are re-scored in float64, the same way for every row, so duplicates
+    # tie exactly whatever BLAS kernel scored them, alone or coalesced with other reads.
+    rng = np.random.default_rng(11)
+    d, n, distinct = 96, 480, 7
+    base = rng.standard_normal((distinct, d)).astype(np.float32)
+    table = np.stack([base[i % distinct] for i in range(n)])
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    queries = base + 0.3 * rng.standard_normal((distinct, d)).astype(np.float32)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            config, TableEmbedder(table), thread_scan_threshold=threshold
+        ) as store:
+            await store.store_turns(turns(n))
+            reports: dict[int, Any] = {}
+
+            async def read(i: int) -> None:
+                reports[i] = await store.retrieve_embedding(queries[i], n)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(distinct):
+                    nursery.start_soon(read, i)
+    for report in reports.values():
+        groups: dict[int, list[tuple[float, int]]] = {}
+        for hit in report.turns:
+            groups.setdefault(hit.sequence % distinct, []).append((hit.score, hit.sequence))
+        for members in groups.values():
+            assert len({score for score, _ in members}) == 1
+            sequences = [seq for _, seq in members]
+            assert sequences == sorted(sequences, reverse=True)

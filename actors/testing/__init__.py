@@ -5,11 +5,14 @@
   runs on one trio loop.
 - :class:`VectorStoreMachine`: the store contract (SPEC §3) as a state machine; subclass
   it and override ``open_store_under_test`` to check your own store.
+- :class:`StoreConformance`: the documents and search contract (issue 6) as pytest
+  tests; subclass it (as ``Test...``) and override ``open_store_under_test``.
 - The fakes: :class:`HashingEmbedder`, :class:`DeterministicFakeEmbedding` and
   :class:`FaultyEmbedder`, plus :func:`inject_crash`.
 """
 
 from .._embedders import HashingEmbedder as HashingEmbedder
+from ._conformance import StoreConformance as StoreConformance
 from ._crash import InjectedCrash as InjectedCrash
 from ._crash import inject_crash as inject_crash
 from ._fakes import DeterministicFakeEmbedding as DeterministicFakeEmbedding
@@ -45,6 +48,7 @@ __all__ = [
     "LoopStopTimeout",
     "ModelEntry",
     "ModelState",
+    "StoreConformance",
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
     "check_report",

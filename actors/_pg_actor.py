@@ -1,0 +1,420 @@
+"""The pg store's actor: the one writer, its inbox, and the database calls of every read.
+
+See ``_pg_store.py`` for the store's semantics. The actor validates and embeds a write
+(``_pg_prepare.py``), changing nothing, then commits it in one transaction
+(``_pg_sql.py``). Reads run their statements (``_pg_reads.py``, ``_pg_search.py``) in a
+worker thread from the pool's read connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import psycopg
+import psycopg_pool
+import trio
+
+from protocol import (
+    Clear,
+    Cleared,
+    ConfigError,
+    Delete,
+    Deleted,
+    Document,
+    DocumentsUpserted,
+    EmbeddingError,
+    EmbeddingProfile,
+    Poisoned,
+    RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
+    StoreRequest,
+    StoreTurns,
+    StoreUnavailable,
+    TurnsStored,
+    UpsertDocuments,
+    VectorStoreConfig,
+    VectorStoreError,
+)
+
+from ._embedders import EmbedderAdapter, as_vector, normalize_rows
+from ._embedding import check_profile
+from ._mailbox import ReplySlot
+from ._pg_prepare import prepare_documents, prepare_turns
+from ._pg_reads import Reads
+from ._pg_schema import (
+    Names,
+    check_pg_text,
+    vector_literal,
+)
+from ._pg_search import run_search
+from ._pg_sql import Counts, PreparedEntries, Statements
+
+__all__ = ["_Envelope", "_PgStoreActor", "_representable"]
+
+logger = logging.getLogger("trio_recall.pg_store")
+
+T = TypeVar("T")
+
+
+class _AmbiguousCommit(Exception):
+    """The connection broke during COMMIT: the server may or may not have applied it."""
+
+
+@attrs.frozen
+class _Envelope:
+    request: StoreRequest
+    reply: ReplySlot
+
+
+def _representable(value: str) -> bool:
+    """Whether PostgreSQL text can hold ``value`` (no NUL, valid UTF-8)."""
+    try:
+        check_pg_text("value", value)
+    except ConfigError:
+        return False
+    return True
+
+
+class _PgStoreActor:
+    """Owns the write side: the inbox's receive end and the writer's connection slot."""
+
+    def __init__(
+        self,
+        config: VectorStoreConfig,
+        embedder: object,
+        names: Names,
+        pool: psycopg_pool.ConnectionPool[Any],
+        *,
+        inbox_size: int,
+        pool_size: int,
+        retries: int,
+        retry_delay: float,
+        acquire_timeout: float,
+        counts: Counts,
+        hnsw: bool = False,
+        profile: EmbeddingProfile | None = None,
+    ) -> None:
+        self.config = config
+        self.embedder = EmbedderAdapter(embedder)
+        self.names = names
+        self.pool = pool
+        self.inbox_size = inbox_size
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.acquire_timeout = acquire_timeout
+        self.counts = counts
+        self.write_limiter = trio.CapacityLimiter(1)
+        self.read_limiter = trio.CapacityLimiter(pool_size - 1)
+        self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
+        self.crash: BaseException | None = None
+        # Set by actors.testing.inject_crash: raised at the next write, before its commit.
+        self.armed_crash: BaseException | None = None
+        self._statements = Statements(names)
+        self.reads = Reads(names, hnsw=hnsw)
+        self.profile = profile
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        in_flight: _Envelope | None = None
+        try:
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                del envelope
+                await self._handle(in_flight)
+                in_flight = None
+        finally:
+            if in_flight is not None:
+                in_flight.reply.fail(self._closing_error())
+            while True:
+                try:
+                    leftover = self.receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                leftover.reply.fail(self._closing_error())
+            self.receive.close()
+
+    def _closing_error(self) -> BaseException:
+        if self.crash is not None:
+            return self.poisoned()
+        return trio.ClosedResourceError("the store closed before this request was applied")
+
+    def poisoned(self) -> Poisoned:
+        crash = self.crash
+        error = Poisoned(
+            f"the store actor crashed ({type(crash).__name__}: {crash}); the store is poisoned"
+        )
+        error.__cause__ = crash
+        return error
+
+    def check_usable(self) -> None:
+        if self.crash is not None:
+            raise self.poisoned()
+
+    def _poison(self, crash: BaseException) -> None:
+        self.crash = crash
+        logger.error("pg store actor crashed; the store is poisoned", exc_info=crash)
+
+    def observe(self, counts: Counts) -> None:
+        """Keep the newest counters seen; a slow read never moves them backwards."""
+        if counts.version >= self.counts.version:
+            self.counts = counts
+
+    # --- the database ------------------------------------------------------------------
+
+    async def call(
+        self,
+        fn: Callable[[psycopg.Connection[Any]], T],
+        *,
+        write: bool,
+        what: str,
+    ) -> T:
+        """Run ``fn(conn)`` in one transaction in a worker thread, retrying lost
+        connections and transient failures up to ``retries`` times.
+
+        A write's thread is shielded from cancellation: once its transaction has started
+        it runs to its end, so the caller learns whether it committed. It is bounded by
+        the server's ``statement_timeout``.
+
+        Raises:
+            StoreUnavailable: the database failed every attempt, or the connection was
+                lost while committing.
+        """
+        limiter = self.write_limiter if write else self.read_limiter
+        attempt = 0
+        while True:
+            try:
+                with trio.CancelScope(shield=write):
+                    return await trio.to_thread.run_sync(self._transaction, fn, limiter=limiter)
+            except _AmbiguousCommit as error:
+                cause = error.__cause__
+                raise StoreUnavailable(
+                    f"{what}: the connection was lost while committing ({cause}); the "
+                    "server may or may not have applied it, so it was not retried"
+                ) from cause
+            except psycopg.OperationalError as error:
+                if attempt >= self.retries:
+                    rolled = " and was rolled back; nothing was applied" if write else ""
+                    raise StoreUnavailable(
+                        f"{what} failed after {attempt + 1} attempt(s){rolled}: "
+                        f"{type(error).__name__}: {str(error).strip()}"
+                    ) from error
+                logger.warning("%s failed (%s: %s); retrying", what, type(error).__name__, error)
+            attempt += 1
+            await trio.sleep(self.retry_delay * 2 ** (attempt - 1))
+
+    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self.pool.connection(timeout=self.acquire_timeout) as conn:
+            committing = False
+            try:
+                with conn.transaction():
+                    result = fn(conn)
+                    committing = True
+            except psycopg.OperationalError as error:
+                if committing:
+                    raise _AmbiguousCommit() from error
+                raise
+            return result
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def _handle(self, envelope: _Envelope) -> None:
+        if self.crash is not None:
+            envelope.reply.fail(self.poisoned())
+            return
+        request = envelope.request
+        try:
+            prepared = await self._prepare(request)
+        except VectorStoreError as error:
+            envelope.reply.fail(error)
+            return
+        except Exception as crash:
+            self._poison(crash)
+            envelope.reply.fail(self.poisoned())
+            return
+        try:
+            if self.armed_crash is not None:
+                armed, self.armed_crash = self.armed_crash, None
+                raise armed
+            result, counts = await self._commit(request, prepared)
+        except VectorStoreError as error:
+            # StoreUnavailable: the transaction rolled back, the store is still sound.
+            envelope.reply.fail(error)
+            return
+        except Exception as crash:
+            self._poison(crash)
+            envelope.reply.fail(self.poisoned())
+            return
+        self.observe(counts)
+        envelope.reply.succeed(result)
+
+    async def _prepare(self, request: StoreRequest) -> PreparedEntries | None:
+        match request:
+            case StoreTurns():
+                return await prepare_turns(request, self.config, self.embedder)
+            case UpsertDocuments():
+                return await prepare_documents(request, self.config, self.embedder)
+            case Delete() | Clear():
+                return None
+        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    async def _commit(
+        self, request: StoreRequest, prepared: PreparedEntries | None
+    ) -> tuple[TurnsStored | DocumentsUpserted | Deleted | Cleared, Counts]:
+        s = self._statements
+        cap = self.config.max_entries
+        match request:
+            case StoreTurns():
+                assert prepared is not None
+                p = prepared
+                done, counts = await self.call(
+                    lambda conn: s.store(conn, p, cap), write=True, what="store_turns"
+                )
+                stored = TurnsStored(
+                    ids=done.ids,
+                    sequences=done.sequences,
+                    evicted=done.evicted,
+                    zero_norm=done.zero_norm,
+                )
+                return stored, counts
+            case UpsertDocuments():
+                assert prepared is not None
+                d = prepared
+                done, counts = await self.call(
+                    lambda conn: s.store(conn, d, cap), write=True, what="upsert"
+                )
+                upserted = DocumentsUpserted(
+                    ids=done.ids,
+                    sequences=done.sequences,
+                    evicted=done.evicted,
+                    replaced=done.replaced,
+                )
+                return upserted, counts
+            case Delete(ids=ids, namespace=namespace):
+                wanted = list(dict.fromkeys(ids))
+                # An id or namespace that PostgreSQL text cannot hold matches nothing.
+                storable = [i for i in wanted if _representable(i)]
+                if namespace is not None and not _representable(namespace):
+                    storable = []
+                return await self.call(
+                    lambda conn: s.delete(conn, wanted, storable, namespace),
+                    write=True,
+                    what="delete",
+                )
+            case Clear(namespace=namespace):
+                if namespace is not None and not _representable(namespace):
+                    return Cleared(removed=0), self.counts
+                return await self.call(
+                    lambda conn: s.clear(conn, namespace), write=True, what="clear"
+                )
+        raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    # --- reads -------------------------------------------------------------------------
+
+    def query_vector(self, vector: object) -> npt.NDArray[np.float32]:
+        """A normalized float32 copy of ``vector`` (zeros stay zeros)."""
+        arr = as_vector(vector, self.config.dimensions, what="query embedding")
+        normalized, _ = normalize_rows(arr[None, :], what="query embedding")
+        row: npt.NDArray[np.float32] = normalized[0]
+        return row
+
+    def check_query_profile(
+        self, query: npt.NDArray[np.float32] | None, profile: EmbeddingProfile | None
+    ) -> None:
+        """Refuse a query vector that a model other than the bound one may have made,
+        exactly as the in-memory store does (``_StoreActor.check_query_profile``); a
+        zero vector (it scores 0.0 everywhere) needs no profile.
+
+        Raises:
+            EmbeddingError: the store is bound and ``profile`` is missing (for a
+                non-zero vector) or differs from the binding.
+            ConfigError: ``profile`` is not an ``EmbeddingProfile``.
+        """
+        bound = self.profile
+        if profile is not None:
+            if not isinstance(profile, EmbeddingProfile):
+                raise ConfigError(
+                    f"profile is a {type(profile).__name__}; expected an EmbeddingProfile"
+                )
+            if bound is not None:
+                check_profile(bound, profile)
+            elif profile.dimensions != self.config.dimensions:
+                raise EmbeddingError(
+                    f"query embedded with {profile.name} ({profile.dimensions} dimensions); "
+                    f"this store takes {self.config.dimensions}"
+                )
+            return
+        if bound is None or query is None or not np.any(query):
+            return
+        raise EmbeddingError(
+            f"this store is bound to {bound.name} ({bound.dimensions} dimensions); a query "
+            "vector must name the profile that made it (profile=...), so that a vector "
+            "from another model is never compared with these"
+        )
+
+    def query_literal(self, vector: object) -> str:
+        """pgvector text of a normalized float32 copy of ``vector`` (zeros stay zeros)."""
+        return vector_literal(self.query_vector(vector))
+
+    async def read(self, fn: Callable[[psycopg.Connection[Any]], T], what: str) -> T:
+        """Run a read in one transaction; an unexpected exception poisons the store."""
+        self.check_usable()
+        try:
+            return await self.call(fn, write=False, what=what)
+        except VectorStoreError:
+            raise
+        except Exception as crash:
+            self._poison(crash)
+            raise self.poisoned() from None
+
+    async def scan(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
+        """Rank the best ``k`` entries in scope against a normalized query, exactly (or
+        through the HNSW index, when the store was opened with one)."""
+        self.check_usable()
+        if namespace is not None and not _representable(namespace):
+            return RetrievalReport(turns=[], scanned=0, exact=not self.reads.hnsw)
+        reads = self.reads
+        report, counts = await self.read(
+            lambda conn: reads.retrieve(conn, query, k, namespace), "retrieve"
+        )
+        self.observe(counts)
+        return report
+
+    async def search(self, request: SearchRequest, namespace: str) -> list[ScoredDocument]:
+        self.check_usable()
+        if request.vector is not None:
+            vector = self.query_vector(request.vector)
+            self.check_query_profile(vector, request.profile)
+        else:
+            assert request.query is not None
+            self.check_query_profile(None, request.profile)
+            vector = self.query_vector(await self.embedder.query(request.query))
+        if not _representable(namespace):
+            return []
+        query, reads = vector_literal(vector), self.reads
+        return await self.read(
+            lambda conn: run_search(conn, reads, request, namespace, query, vector), "search"
+        )
+
+    async def get_by_ids(self, ids: list[str], namespace: str) -> list[Document]:
+        self.check_usable()
+        wanted = [i for i in dict.fromkeys(ids) if _representable(i)]
+        if not wanted or not _representable(namespace):
+            return []
+        reads = self.reads
+        return await self.read(
+            lambda conn: reads.get_by_ids(conn, wanted, namespace), "get_by_ids"
+        )
+
+    async def refresh(self) -> Counts:
+        self.check_usable()
+        counts = await self.call(self._statements.counts, write=False, what="refresh")
+        self.observe(counts)
+        return self.counts

@@ -1,0 +1,224 @@
+"""Metadata filters translated to SQL over the pg store's jsonb ``metadata`` column.
+
+The semantics are exactly those of :func:`protocol._filters.matches` (the tests compare
+the two on random metadata and random filters):
+
+- a missing key fails every comparison and passes ``$ne``/``$nin``; every leaf is a
+  ``CASE`` or an ``IS TRUE`` test, so it is true or false, never NULL, and ``NOT`` is an
+  exact negation;
+- types never mix: a leaf first checks ``jsonb_typeof`` (``'number'`` excludes
+  booleans, so a bool is not a number);
+- numbers compare as ``numeric``, by exact value across int and float: the store writes
+  top-level floats as their exact binary value in decimal (``_pg_schema.filter_json``),
+  and float operands are bound the same way;
+- strings compare ``COLLATE "C"``, which on UTF-8 is code point order;
+- lists and objects have jsonb types of their own, so they only pass ``$exists``,
+  ``$ne`` and ``$nin``.
+
+Keys and operands are always bound parameters (named ``%(f<n>)s``); only fixed SQL
+text is composed. An operand PostgreSQL text cannot hold (a NUL, a lone surrogate) is
+never sent: no stored value can contain one, so each such leaf is rewritten into an
+equivalent one over a representable operand (see :func:`_order_str`).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from psycopg import sql
+
+from protocol._filters import (
+    And,
+    Eq,
+    Exists,
+    Filter,
+    Gt,
+    Gte,
+    In,
+    Lt,
+    Lte,
+    Ne,
+    Nin,
+    Not,
+    Or,
+    Scalar,
+)
+
+__all__ = ["FilterSql", "translate"]
+
+_TRUE = sql.SQL("true")
+_FALSE = sql.SQL("false")
+# Every number a store can hold is below 1.8e308 in magnitude (ints: 64 bits), so an
+# operand beyond this bound compares like the bound itself, and its str() stays short.
+_BIG = 10**400
+_SYMBOL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+_ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}
+
+
+def _representable(text: str) -> int | None:
+    """The index of the first character PostgreSQL text cannot hold, or None."""
+    for i, ch in enumerate(text):
+        if ch == "\x00" or "\ud800" <= ch <= "\udfff":
+            return i
+    return None
+
+
+def _number(value: int | float) -> str | None:
+    """The operand's exact value as numeric text; None for an int too big to equal any
+    stored number (it still orders, through :func:`_clamp`)."""
+    if isinstance(value, float):
+        return str(Decimal(value))
+    if -_BIG <= value <= _BIG:
+        return str(value)
+    return None
+
+
+def _clamp(value: int | float) -> str:
+    exact = _number(value)
+    if exact is not None:
+        return exact
+    return str(_BIG if value > 0 else -_BIG)
+
+
+class FilterSql:
+    """A filter's SQL condition and its parameters, to merge into a statement's."""
+
+    def __init__(self, column: sql.Composable) -> None:
+        self.column = column
+        self.params: dict[str, Any] = {}
+        self.where: sql.Composable = _TRUE
+
+    def bind(self, value: Any) -> sql.Composable:
+        name = f"f{len(self.params)}"
+        self.params[name] = value
+        return sql.Placeholder(name)
+
+    def condition(self, node: Filter) -> sql.Composable:
+        match node:
+            case Eq(key=key, value=value):
+                return self._in(key, [value])
+            case Ne(key=key, value=value):
+                return sql.SQL("NOT {}").format(self._in(key, [value]))
+            case In(key=key, values=values):
+                return self._in(key, values)
+            case Nin(key=key, values=values):
+                return sql.SQL("NOT {}").format(self._in(key, values))
+            case Gt() | Gte() | Lt() | Lte():
+                return self._order(node.key, _ORDER_OPS[type(node)], node.value)
+            case Exists(key=key, value=present):
+                if _representable(key) is not None:
+                    return _FALSE if present else _TRUE
+                test = sql.SQL("jsonb_exists({}, {})").format(self.column, self.bind(key))
+                return test if present else sql.SQL("NOT {}").format(test)
+            case And(filters=children):
+                if not children:
+                    return _TRUE
+                parts = [self.condition(child) for child in children]
+                return sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
+            case Or(filters=children):
+                if not children:
+                    return _FALSE
+                parts = [self.condition(child) for child in children]
+                return sql.SQL("({})").format(sql.SQL(" OR ").join(parts))
+            case Not(filter=child):
+                return sql.SQL("NOT {}").format(self.condition(child))
+        raise TypeError(f"not a filter node: {node!r:.60}")  # pragma: no cover
+
+    def _value(self, key: str) -> tuple[sql.Composable, sql.Composable]:
+        """``(metadata -> key, metadata ->> key)`` with the key bound once."""
+        placeholder = self.bind(key)
+        return (
+            sql.SQL("({} -> {})").format(self.column, placeholder),
+            sql.SQL("({} ->> {})").format(self.column, placeholder),
+        )
+
+    def _in(self, key: str, operands: list[Scalar]) -> sql.Composable:
+        """The key's value equals one of ``operands``, with the type rules."""
+        if _representable(key) is not None:
+            return _FALSE  # no stored key holds a NUL or a lone surrogate
+        value, text = self._value(key)
+        strings = [v for v in operands if isinstance(v, str) and _representable(v) is None]
+        flags = sorted({v for v in operands if isinstance(v, bool)})
+        numbers = [
+            exact
+            for v in operands
+            if isinstance(v, int | float) and not isinstance(v, bool)
+            for exact in [_number(v)]
+            if exact is not None
+        ]
+        parts: list[sql.Composable] = []
+        if any(v is None for v in operands):
+            parts.append(sql.SQL("jsonb_typeof({}) = 'null'").format(value))
+        if strings:
+            parts.append(
+                sql.SQL(
+                    "CASE WHEN jsonb_typeof({v}) = 'string' "
+                    'THEN {t} COLLATE "C" = ANY({p}::text[]) ELSE false END'
+                ).format(v=value, t=text, p=self.bind(strings))
+            )
+        if flags:
+            parts.append(
+                sql.SQL(
+                    "CASE WHEN jsonb_typeof({v}) = 'boolean' "
+                    "THEN ({v})::boolean = ANY({p}::boolean[]) ELSE false END"
+                ).format(v=value, p=self.bind(flags))
+            )
+        if numbers:
+            parts.append(
+                sql.SQL(
+                    "CASE WHEN jsonb_typeof({v}) = 'number' "
+                    "THEN ({v})::numeric = ANY({p}::numeric[]) ELSE false END"
+                ).format(v=value, p=self.bind(numbers))
+            )
+        if not parts:
+            return _FALSE
+        return sql.SQL("(({}) IS TRUE)").format(sql.SQL(" OR ").join(parts))
+
+    def _order(self, key: str, op: str, operand: str | int | float) -> sql.Composable:
+        if _representable(key) is not None:
+            return _FALSE
+        value, text = self._value(key)
+        if isinstance(operand, str):
+            operand, op = _order_str(operand, op)
+            return sql.SQL(
+                "CASE WHEN jsonb_typeof({v}) = 'string' THEN {t} COLLATE \"C\" {o} {p} "
+                "ELSE false END"
+            ).format(v=value, t=text, o=sql.SQL(_SYMBOL[op]), p=self.bind(operand))
+        return sql.SQL(
+            "CASE WHEN jsonb_typeof({v}) = 'number' THEN ({v})::numeric {o} {p}::numeric "
+            "ELSE false END"
+        ).format(v=value, o=sql.SQL(_SYMBOL[op]), p=self.bind(_clamp(operand)))
+
+
+def _order_str(operand: str, op: str) -> tuple[str, str]:
+    """An equivalent comparison over a representable operand, for stored strings (which
+    hold no NUL and no lone surrogate).
+
+    Write the operand ``t = p + c + r``, with ``c`` its first unrepresentable character.
+    For a stored ``s``, comparing with ``t`` is decided within ``p`` unless ``s`` starts
+    with ``p``; if it does, by ``s``'s next character against ``c``, with ``s == p``
+    below ``t``. A NUL is below every stored character, so ``s > t ⟺ s > p`` and
+    ``s < t ⟺ s <= p``. A surrogate sits just below U+E000 for stored characters, so with
+    ``u = p + "\\ue000"``, ``s > t ⟺ s >= u`` and ``s < t ⟺ s < u``. Equality never
+    holds, so ``>=`` acts as ``>`` and ``<=`` as ``<``.
+    """
+    cut = _representable(operand)
+    if cut is None:
+        return operand, op
+    prefix = operand[:cut]
+    if operand[cut] == "\x00":
+        return prefix, "gt" if op in ("gt", "gte") else "lte"
+    return prefix + "\ue000", "gte" if op in ("gt", "gte") else "lt"
+
+
+def translate(node: Filter | None, column: sql.Composable) -> FilterSql:
+    """The SQL condition for ``node`` over the jsonb ``column`` (true when None).
+
+    Use ``result.params`` as (part of) the statement's named parameters, and
+    ``result.where`` in its WHERE clause.
+    """
+    out = FilterSql(column)
+    if node is not None:
+        out.where = out.condition(node)
+    return out

@@ -1,0 +1,170 @@
+"""The pg store's write preparation: validate, size-check and embed a batch, changing
+nothing, so that the commit is one transaction that cannot fail on the batch's content.
+
+The checks are the in-memory store's (``actors._store``), in the same order, with the
+same errors, plus what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
+source id, a namespace or a source is a :class:`~protocol.ConfigError`, and in metadata
+a :class:`~protocol.JsonError`. A text may hold them: its exact copy is kept as bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+from protocol import (
+    ConfigError,
+    Document,
+    EntryTooLarge,
+    StoreTurns,
+    UnifiedMessage,
+    UpsertDocuments,
+    VectorStoreConfig,
+    payload_bytes,
+    projection,
+)
+from protocol._json import check_json_object
+
+from ._bm25 import tokenize
+from ._embedders import EmbedderAdapter, as_matrix, normalize_rows
+from ._pg_schema import (
+    check_pg_json,
+    check_pg_text,
+    exact_text,
+    filter_json,
+    search_text,
+    vector_literal,
+)
+from ._pg_sql import PreparedEntries
+from ._store import check_ids, check_name, document_bytes, exact_msgpack
+
+__all__ = ["prepare_documents", "prepare_turns"]
+
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def _metadata(metadata: dict[str, Any]) -> tuple[str, bytes | None]:
+    check_pg_json(metadata)
+    return filter_json(metadata), (_ENCODER.encode(metadata) if metadata else None)
+
+
+async def _embed(
+    embedder: EmbedderAdapter, texts: list[str], dimensions: int
+) -> tuple[list[str], list[bool]]:
+    raw = await embedder.documents(texts)
+    vectors, zero = normalize_rows(as_matrix(raw, len(texts), dimensions))
+    return [vector_literal(row) for row in vectors], [bool(z) for z in zero]
+
+
+def _texts(
+    texts: list[str],
+) -> tuple[list[str], list[bytes | None], list[int], list[dict[str, int]]]:
+    searchable = [search_text(t) for t in texts]
+    exact = [exact_text(t, s) for t, s in zip(texts, searchable, strict=True)]
+    counts = [Counter(tokenize(t)) for t in texts]
+    return searchable, exact, [sum(c.values()) for c in counts], [dict(c) for c in counts]
+
+
+async def prepare_turns(
+    request: StoreTurns, config: VectorStoreConfig, embedder: EmbedderAdapter
+) -> PreparedEntries:
+    namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
+    source = check_pg_text("source", check_name("source", request.source))
+    metadata = check_json_object(request.metadata)
+    filter_text, raw = _metadata(metadata)
+    turns = request.turns
+    ids = request.ids
+    if ids is not None:
+        ids = check_ids(ids)
+        if len(ids) != len(turns):
+            raise ConfigError(f"{len(ids)} ids for {len(turns)} turns; expected one per turn")
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
+        for entry_id in ids:
+            check_pg_text("id", entry_id)
+    limit = config.max_entry_bytes
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, UnifiedMessage):
+            raise ConfigError(
+                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+            )
+        size = payload_bytes(turn)
+        if size > limit:
+            raise EntryTooLarge(size, limit, i)
+    keep = min(len(turns), config.max_entries)
+    survivors = turns[len(turns) - keep :]
+    texts = [projection(t) for t in survivors]
+    vectors, zero = await _embed(embedder, texts, config.dimensions)
+    searchable, exact, lengths, terms = _texts(texts)
+    payloads: list[bytes | None] = [exact_msgpack(t) for t in survivors]
+    return PreparedEntries(
+        vectors=vectors,
+        zero=zero,
+        payloads=payloads,
+        texts=searchable,
+        exact=exact,
+        metadata=[filter_text] * keep,
+        meta_raw=[raw] * keep,
+        ids=None if ids is None else ids[len(ids) - keep :],
+        source_ids=[None] * keep,
+        doc_lens=lengths,
+        terms=terms,
+        namespace=namespace,
+        source=source,
+        dropped=len(turns) - keep,
+    )
+
+
+async def prepare_documents(
+    request: UpsertDocuments, config: VectorStoreConfig, embedder: EmbedderAdapter
+) -> PreparedEntries:
+    namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
+    limit = config.max_entry_bytes
+    unique: dict[str, Document] = {}
+    for i, document in enumerate(request.documents):
+        if not isinstance(document, Document):
+            raise ConfigError(
+                f"document {i} of the batch is a {type(document).__name__}; expected Document"
+            )
+        document = document.with_id()
+        assert document.id is not None
+        size = document_bytes(document)
+        if size > limit:
+            raise EntryTooLarge(size, limit, i)
+        seen = unique.get(document.id)
+        if seen is not None and seen != document:
+            raise ConfigError(
+                f"document id {document.id!r} appears twice in the batch with different "
+                "content; expected one version per id"
+            )
+        unique[document.id] = document
+    documents = list(unique.values())
+    for document in documents:
+        assert document.id is not None
+        check_pg_text("document id", document.id)
+        if document.source_id is not None:
+            check_pg_text("document source_id", document.source_id)
+    keep = min(len(documents), config.max_entries)
+    survivors = documents[len(documents) - keep :]
+    metadata = [_metadata(d.metadata) for d in survivors]
+    texts = [d.text for d in survivors]
+    vectors, zero = await _embed(embedder, texts, config.dimensions)
+    searchable, exact, lengths, terms = _texts(texts)
+    return PreparedEntries(
+        vectors=vectors,
+        zero=zero,
+        payloads=[None] * keep,
+        texts=searchable,
+        exact=exact,
+        metadata=[m[0] for m in metadata],
+        meta_raw=[m[1] for m in metadata],
+        ids=[d.id for d in survivors if d.id is not None],
+        source_ids=[d.source_id for d in survivors],
+        doc_lens=lengths,
+        terms=terms,
+        namespace=namespace,
+        source="document",
+        dropped=len(documents) - keep,
+    )

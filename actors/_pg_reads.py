@@ -1,0 +1,249 @@
+"""The pg store's reads: retrieve, search (similarity, MMR, hybrid) and get_by_ids.
+
+Each read runs in one transaction. A read of one statement sees one committed state;
+a hybrid search runs several statements, so its transaction is ``REPEATABLE READ``: the
+dense list, the BM25 list and the documents come from one snapshot.
+
+**BM25 runs in SQL**, over the ``T_terms`` postings that each write fills (the tokens
+come from ``actors._bm25.tokenize``, in Python, so both stores tokenize alike). A query
+reads the postings of its own terms only, through the ``(namespace, term)`` index, and
+the namespace's N and total length through the ``(namespace, seq) INCLUDE (doc_len)``
+index, so its cost grows with the postings of the query's terms, not with the table.
+The formula is ``actors._bm25``'s (Okapi, k1 = 1.2, b = 0.75, Lucene's idf, statistics
+from the namespace only), evaluated in float8 with the same operations in the same
+order (the per-term sum is ``sum(... ORDER BY term order)``), so the scores agree with
+the in-memory index (the tests check them to 1e-12 and the rankings exactly).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg import sql
+
+from protocol import (
+    Document,
+    RetrievalReport,
+    RetrievedTurn,
+    Text,
+    UnifiedMessage,
+)
+
+from ._bm25 import K1, B, tokenize
+from ._pg_filters import FilterSql
+from ._pg_schema import Names
+from ._pg_sql import Counts
+
+__all__ = ["DocRow", "Reads", "query_terms"]
+
+_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
+_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_DOC_COLUMNS = "seq, id, namespace, source, source_id, text, exact_text, message, meta_raw"
+
+
+def query_terms(query: str) -> tuple[list[str], list[int]]:
+    """The query's distinct BM25 terms, in order of first appearance, and their counts."""
+    counts = Counter(tokenize(query))
+    return list(counts), list(counts.values())
+
+
+class DocRow:
+    """One entry as read back: enough to build a Document or a RetrievedTurn."""
+
+    __slots__ = ("id", "message", "meta", "namespace", "seq", "source", "source_id", "text")
+
+    def __init__(self, row: tuple[Any, ...] | Any) -> None:
+        self.seq = int(row[0])
+        self.id: str = row[1]
+        self.namespace: str = row[2]
+        self.source: str = row[3]
+        self.source_id: str | None = row[4]
+        exact = row[6]
+        self.text: str = row[5] if exact is None else bytes(exact).decode("utf-8", "surrogatepass")
+        self.message: bytes | None = None if row[7] is None else bytes(row[7])
+        self.meta: bytes | None = None if row[8] is None else bytes(row[8])
+
+    def metadata(self) -> dict[str, Any]:
+        return {} if self.meta is None else _METADATA_DECODER.decode(self.meta)
+
+    def document(self) -> Document:
+        return Document(
+            text=self.text, id=self.id, metadata=self.metadata(), source_id=self.source_id
+        )
+
+    def turn(self, score: float) -> RetrievedTurn:
+        if self.message is None:
+            # A document reads as a user message holding its text, as in open_store.
+            message = UnifiedMessage(role="user", content=[Text(text=self.text)])
+        else:
+            message = _MESSAGE_DECODER.decode(self.message)
+        return RetrievedTurn(
+            message=message,
+            # + 0.0 turns -0.0 into 0.0.
+            score=score + 0.0,
+            sequence=self.seq,
+            namespace=self.namespace,
+            source=self.source,
+            metadata=self.metadata(),
+            id=self.id,
+        )
+
+
+def parse_vector(text: str) -> npt.NDArray[np.float32]:
+    """pgvector's text form back to float32 (it prints the shortest exact float4)."""
+    return np.array(text[1:-1].split(","), dtype=np.float32)
+
+
+class Reads:
+    """The read statements of one table. ``hnsw``: rank through the approximate index."""
+
+    def __init__(self, names: Names, *, hnsw: bool) -> None:
+        self.names = names
+        self.hnsw = hnsw
+        f = {"table": names.table, "meta": names.meta, "cols": sql.SQL(_DOC_COLUMNS)}
+        # One statement, so the hits, the count in scope and the counters come from one
+        # snapshot. The exact order is pgvector's negative inner product, ascending, with
+        # ties to the newest sequence; that second key also keeps the planner off an
+        # HNSW index. With ``hnsw``, the inner query orders by distance only, so the
+        # index serves it, and the outer query breaks the ties.
+        order = sql.SQL("dist" if hnsw else "dist, seq DESC")
+        read = (
+            "SELECT m.entries, m.evicted_entries, m.zero_norm_entries, m.version, c.n, "
+            "h.dist, h.seq, h.id, h.namespace, h.source, h.source_id, h.text, h.exact_text, "
+            "h.message, h.meta_raw "
+            "FROM {meta} m "
+            "CROSS JOIN (SELECT count(*) AS n FROM {table}{where}) c "
+            "LEFT JOIN LATERAL (SELECT {cols}, embedding <#> %(q)s::vector AS dist "
+            "FROM {table}{where} ORDER BY {order} LIMIT %(k)s) h ON true "
+            "ORDER BY h.dist, h.seq DESC"
+        )
+        self.read_all = sql.SQL(read).format(where=sql.SQL(""), order=order, **f)
+        self.read_in = sql.SQL(read).format(
+            where=sql.SQL(" WHERE namespace = %(ns)s"), order=order, **f
+        )
+        self._by_ids = sql.SQL(
+            "SELECT {cols} FROM {table} WHERE namespace = %s AND id = ANY(%s)"
+        ).format(**f)
+        self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
+        self._dense = (
+            "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
+            "WHERE namespace = %(ns)s AND {filter} ORDER BY {order} LIMIT %(depth)s"
+        )
+        self._bm25 = (
+            "WITH q AS (SELECT term, qtf, ord FROM unnest(%(terms)s::text[], "
+            "%(qtfs)s::integer[]) WITH ORDINALITY AS q(term, qtf, ord)), "
+            "st AS (SELECT count(*)::float8 AS n, coalesce(sum(doc_len), 0)::float8 AS total "
+            "FROM {table} WHERE namespace = %(ns)s), "
+            "w AS (SELECT q.term, q.ord, st.total / st.n AS avgdl, "
+            "q.qtf * ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
+            "AS weight FROM q CROSS JOIN st CROSS JOIN LATERAL "
+            "(SELECT count(*)::float8 AS df FROM {terms} p "
+            "WHERE p.namespace = %(ns)s AND p.term = q.term) d "
+            "WHERE st.n > 0 AND d.df > 0) "
+            "SELECT p.seq, sum(w.weight * (p.tf * %(k1p1)s::float8) / (p.tf + %(k1)s::float8 "
+            "* (1.0::float8 - %(b)s::float8 + %(b)s::float8 * t.doc_len / w.avgdl)) "
+            "ORDER BY w.ord) AS score "
+            "FROM w JOIN {terms} p ON p.namespace = %(ns)s AND p.term = w.term "
+            "JOIN {table} t ON t.seq = p.seq "
+            "WHERE {filter} GROUP BY p.seq ORDER BY score DESC, p.seq DESC LIMIT %(depth)s"
+        )
+
+    def _approximate(self, conn: psycopg.Connection[Any], k: int) -> None:
+        if self.hnsw:
+            # Iterative scans (pgvector 0.8) keep walking the graph until k rows pass
+            # the WHERE clause, so a filter or a namespace does not starve the result.
+            conn.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true), "
+                "set_config('hnsw.ef_search', %s, true)",
+                (str(min(max(40, k), 1000)),),
+            )
+
+    def retrieve(
+        self, conn: psycopg.Connection[Any], query: str, k: int, namespace: str | None
+    ) -> tuple[RetrievalReport, Counts]:
+        self._approximate(conn, k)
+        params: dict[str, object] = {"q": query, "k": k}
+        if namespace is None:
+            rows = conn.execute(self.read_all, params).fetchall()
+        else:
+            params["ns"] = namespace
+            rows = conn.execute(self.read_in, params).fetchall()
+        first = rows[0]
+        counts = Counts(int(first[0]), int(first[1]), int(first[2]), int(first[3]))
+        # - turns the distance into the similarity.
+        turns = [DocRow(row[6:]).turn(-float(row[5])) for row in rows if row[6] is not None]
+        report = RetrievalReport(turns=turns, scanned=int(first[4]), exact=not self.hnsw)
+        return report, counts
+
+    def get_by_ids(
+        self, conn: psycopg.Connection[Any], ids: list[str], namespace: str
+    ) -> list[Document]:
+        rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
+        return [DocRow(row).document() for row in rows]
+
+    def dense(
+        self,
+        conn: psycopg.Connection[Any],
+        query: str,
+        depth: int,
+        namespace: str,
+        where: FilterSql,
+        *,
+        vectors: bool = False,
+    ) -> list[tuple[DocRow, float, npt.NDArray[np.float32] | None]]:
+        """The exact top ``depth`` in ``namespace`` that pass the filter: each hit's row,
+        its cosine similarity and, with ``vectors``, its stored vector."""
+        self._approximate(conn, depth)
+        statement = sql.SQL(self._dense).format(
+            cols=sql.SQL(_DOC_COLUMNS),
+            table=self.names.table,
+            vectors=sql.SQL(", embedding::text" if vectors else ""),
+            filter=where.where,
+            order=sql.SQL("dist" if self.hnsw else "dist, seq DESC"),
+        )
+        params = {**where.params, "q": query, "ns": namespace, "depth": depth}
+        rows = conn.execute(statement, params).fetchall()
+        if self.hnsw:
+            rows.sort(key=lambda row: (row[9], -row[0]))
+        return [
+            (DocRow(row), -float(row[9]), parse_vector(row[10]) if vectors else None)
+            for row in rows
+        ]
+
+    def bm25(
+        self,
+        conn: psycopg.Connection[Any],
+        query: str,
+        depth: int,
+        namespace: str,
+        where: FilterSql,
+    ) -> list[tuple[int, float]]:
+        """BM25's top ``depth`` (sequence, score) in ``namespace`` among the entries that
+        pass the filter, best first, ties to the newest sequence."""
+        terms, qtfs = query_terms(query)
+        if not terms:
+            return []
+        statement = sql.SQL(self._bm25).format(
+            table=self.names.table, terms=self.names.terms, filter=where.where
+        )
+        params = {
+            **where.params,
+            "terms": terms,
+            "qtfs": qtfs,
+            "ns": namespace,
+            "depth": depth,
+            "k1": K1,
+            "k1p1": K1 + 1.0,
+            "b": B,
+        }
+        rows = conn.execute(statement, params).fetchall()
+        return [(int(row[0]), float(row[1])) for row in rows]
+
+    def by_seqs(self, conn: psycopg.Connection[Any], seqs: list[int]) -> dict[int, DocRow]:
+        rows = conn.execute(self._by_seqs, (seqs,)).fetchall()
+        return {int(row[0]): DocRow(row) for row in rows}

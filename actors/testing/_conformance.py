@@ -1,0 +1,704 @@
+"""``StoreConformance``: the documents-and-search contract (issue 6) as pytest tests.
+
+Subclass it in a test module, under a name pytest collects (``Test...``), and override
+:meth:`StoreConformance.open_store_under_test` to check your own store::
+
+    class TestMyStore(StoreConformance):
+        def open_store_under_test(self, config, embedder):
+            return open_my_store(config, embedder, dsn=...)
+
+Every test is an ``async def`` method marked ``pytest.mark.trio`` (through the class's
+``pytestmark``), so pytest-trio runs it whether or not ``trio_mode`` is on. Every test
+runs under ``trio.fail_after(self.timeout)``, so a store that hangs fails the test.
+
+The scenarios are our own. They cover what LangChain's standard vector-store tests
+cover (an empty store, add, a fresh store per test, delete, bulk delete, deleting
+missing ids, idempotent adds with ids, re-adding an id with new content, get by ids,
+missing ids, adding documents, documents that carry their own ids), plus metadata
+filters, MMR, score thresholds, hybrid search, search by vector and namespaces.
+
+What the suite assumes of a store:
+
+- it has the ``StoreHandle`` documents API: ``add_documents``, ``upsert``, ``delete``,
+  ``get_by_ids``, ``search``, ``len()`` and ``is_empty()``;
+- each call of ``open_store_under_test`` yields a new, empty store (a fresh table, a
+  fresh schema), and leaving its block releases it;
+- dense scores are cosine similarity, to within :attr:`StoreConformance.score_tolerance`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import trio
+
+from protocol import (
+    DEFAULT_NAMESPACE,
+    ConfigError,
+    DeleteResult,
+    Document,
+    EmbeddingProfile,
+    FilterError,
+    ScoredDocument,
+    SearchRequest,
+    VectorStoreConfig,
+    document_id,
+)
+
+from .._embedders import HashingEmbedder
+from .._store import open_store
+
+__all__ = ["StoreConformance"]
+
+
+def _ids(hits: Sequence[ScoredDocument]) -> list[str | None]:
+    return [h.document.id for h in hits]
+
+
+def _cosine(a: Any, b: Any) -> float:
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    nx, ny = float(np.linalg.norm(x)), float(np.linalg.norm(y))
+    if nx == 0.0 or ny == 0.0:
+        return 0.0
+    return float(np.dot(x, y) / (nx * ny))
+
+
+class StoreConformance:
+    """Conformance tests for a document store. Subclass it; see the module docs.
+
+    Attributes:
+        dimensions: the store's width (and the embedder's).
+        max_entries: the store's capacity; every test stays well under it.
+        max_entry_bytes: the store's per-entry cap.
+        timeout: seconds each test may take, opening and closing the store included.
+        score_tolerance: how far a store's score may be from the exact float64 cosine.
+    """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.trio]
+
+    dimensions: ClassVar[int] = 64
+    max_entries: ClassVar[int] = 128
+    max_entry_bytes: ClassVar[int] = 4096
+    timeout: ClassVar[float] = 30.0
+    score_tolerance: ClassVar[float] = 1e-5
+
+    # --- overridable ---------------------------------------------------------------------
+
+    def open_store_under_test(
+        self, config: VectorStoreConfig, embedder: object
+    ) -> AbstractAsyncContextManager[Any]:
+        """Return an async context manager that yields a new, empty store to test."""
+        return open_store(config, embedder)
+
+    def make_config(self) -> VectorStoreConfig:
+        """The config every test opens its stores with."""
+        return VectorStoreConfig(
+            max_entries=self.max_entries,
+            dimensions=self.dimensions,
+            max_entry_bytes=self.max_entry_bytes,
+        )
+
+    def make_embedder(self) -> HashingEmbedder:
+        """The embedder every test uses: a bag of words, so that sharing words is
+        being similar and the expected scores can be computed here."""
+        return HashingEmbedder(self.dimensions)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def fresh_store(self) -> AsyncIterator[Any]:
+        """A new store from :meth:`open_store_under_test`."""
+        async with self.open_store_under_test(self.make_config(), self.make_embedder()) as store:
+            yield store
+
+    def embed(self, text: str) -> list[float]:
+        """``text``'s vector, as the store's embedder makes it."""
+        vector: list[float] = self.make_embedder().embed(text).tolist()
+        return vector
+
+    def cosine(self, a: str, b: str) -> float:
+        """The exact cosine similarity of two texts' embeddings."""
+        return _cosine(self.embed(a), self.embed(b))
+
+    def profile_of(self, store: Any) -> EmbeddingProfile | None:
+        """The profile ``store`` is bound to (its ``profile``), for searches by vector."""
+        profile = getattr(store, "profile", None)
+        return profile if isinstance(profile, EmbeddingProfile) else None
+
+    async def search(self, store: Any, **kwargs: Any) -> list[ScoredDocument]:
+        hits: list[ScoredDocument] = await store.search(SearchRequest(**kwargs))
+        return hits
+
+    def assert_scores_are_cosine(self, query: str, hits: Sequence[ScoredDocument]) -> None:
+        for h in hits:
+            expected = self.cosine(query, h.document.text)
+            assert math.isclose(h.score, expected, abs_tol=self.score_tolerance), (
+                f"{h.document.id}: score {h.score}, cosine {expected}"
+            )
+
+    # --- the twelve basic scenarios --------------------------------------------------------
+
+    async def test_a_new_store_is_empty(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                assert store.is_empty()
+                assert len(store) == 0
+                assert await self.search(store, query="anything at all", k=4) == []
+                assert await store.get_by_ids(["a", "b"]) == []
+
+    async def test_add_then_find(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                ids = await store.add_documents(
+                    [Document(text="red apples"), Document(text="blue bicycles")]
+                )
+                assert len(ids) == 2
+                assert len(store) == 2
+                assert not store.is_empty()
+                hits = await self.search(store, query="red apples", k=1)
+                assert _ids(hits) == [ids[0]]
+                assert hits[0].document.text == "red apples"
+                assert math.isclose(hits[0].score, 1.0, abs_tol=self.score_tolerance)
+
+    async def test_every_store_starts_empty(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as first:
+                await first.add_documents([Document(text="left behind", id="x")])
+                async with self.fresh_store() as second:
+                    assert second.is_empty()
+                    assert await second.get_by_ids(["x"]) == []
+            async with self.fresh_store() as third:
+                assert third.is_empty()
+                assert await self.search(third, query="left behind", k=4) == []
+
+    async def test_delete(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                ids = await store.add_documents([Document(text="short lived", id="gone")])
+                assert ids == ["gone"]
+                result = await store.delete(["gone"])
+                assert result == DeleteResult(deleted=["gone"], missing=[])
+                assert store.is_empty()
+                assert await store.get_by_ids(["gone"]) == []
+                assert await self.search(store, query="short lived", k=4) == []
+
+    async def test_bulk_delete(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [Document(text=f"note number {i}", id=f"n{i}") for i in range(6)]
+                )
+                result = await store.delete(["n1", "n3", "n4", "n1"])
+                assert result.deleted == ["n1", "n3", "n4"]
+                assert result.missing == []
+                assert len(store) == 3
+                left = await store.get_by_ids([f"n{i}" for i in range(6)])
+                assert sorted(d.id for d in left) == ["n0", "n2", "n5"]
+                hits = await self.search(store, query="note number", k=10)
+                assert sorted(_ids(hits)) == ["n0", "n2", "n5"]  # type: ignore[type-var]
+
+    async def test_delete_missing_ids(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                assert await store.delete(["never"]) == DeleteResult(deleted=[], missing=["never"])
+                await store.add_documents([Document(text="kept", id="k")])
+                result = await store.delete(["ghost", "k", "ghost", "phantom"])
+                assert result == DeleteResult(deleted=["k"], missing=["ghost", "phantom"])
+                assert store.is_empty()
+                again = await store.delete(["k"])
+                assert again == DeleteResult(deleted=[], missing=["k"])
+
+    async def test_adding_the_same_ids_twice_is_idempotent(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                docs = [
+                    Document(text="first text", id="1", metadata={"n": 1}),
+                    Document(text="second text", id="2", metadata={"n": 2}),
+                ]
+                assert await store.add_documents(docs) == ["1", "2"]
+                assert await store.add_documents(docs) == ["1", "2"]
+                assert len(store) == 2
+                got = await store.get_by_ids(["1", "2"])
+                assert sorted(got, key=lambda d: d.id or "") == docs
+                hits = await self.search(store, query="first text", k=10)
+                assert sorted(_ids(hits)) == ["1", "2"]  # type: ignore[type-var]
+
+    async def test_re_adding_an_id_replaces_its_content(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="orange cat", id="pet", metadata={"v": 1}),
+                        Document(text="green tree", id="plant"),
+                    ]
+                )
+                await store.add_documents([Document(text="grey dog", id="pet", metadata={"v": 2})])
+                assert len(store) == 2
+                (pet,) = await store.get_by_ids(["pet"])
+                assert (pet.text, pet.metadata) == ("grey dog", {"v": 2})
+                hits = await self.search(store, query="grey dog", k=1)
+                assert _ids(hits) == ["pet"]
+                assert math.isclose(hits[0].score, 1.0, abs_tol=self.score_tolerance)
+                # The old vector went with the old text.
+                stale = await self.search(store, query="orange cat", k=2)
+                for h in stale:
+                    assert h.score < 0.5 or h.document.text != "orange cat"
+                    assert h.document.text in ("grey dog", "green tree")
+
+    async def test_get_by_ids(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                docs = [
+                    Document(text="alpha", id="a", metadata={"tag": "x"}, source_id="s1"),
+                    Document(text="beta", id="b", metadata={"nested": {"k": [1, 2]}}),
+                    Document(text="gamma", id="c"),
+                ]
+                await store.add_documents(docs)
+                got = await store.get_by_ids(["c", "a"])
+                # No order is promised.
+                assert sorted(got, key=lambda d: d.id or "") == [docs[0], docs[2]]
+                assert await store.get_by_ids(["b", "b"]) == [docs[1]]
+
+    async def test_get_missing_ids(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents([Document(text="present", id="here")])
+                assert await store.get_by_ids(["not-here"]) == []
+                got = await store.get_by_ids(["not-here", "here", "nor-here"])
+                assert [d.id for d in got] == ["here"]
+                assert await store.get_by_ids([]) == []
+
+    async def test_add_documents_returns_ids_in_order(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                docs = [
+                    Document(text="no id here", metadata={"lang": "en"}),
+                    Document(text="with an id", id="explicit"),
+                    Document(text="no id either"),
+                ]
+                ids = await store.add_documents(docs)
+                # A document without an id gets a content hash: the same on every run.
+                assert ids == [
+                    document_id("no id here", {"lang": "en"}),
+                    "explicit",
+                    document_id("no id either", {}),
+                ]
+                got = {d.id: d for d in await store.get_by_ids(ids)}
+                assert got[ids[0]].text == "no id here"
+                assert got[ids[0]].metadata == {"lang": "en"}
+                assert got["explicit"].text == "with an id"
+                # The same content again keeps one entry.
+                assert await store.add_documents([Document(text="no id either")]) == [ids[2]]
+                assert len(store) == 3
+
+    async def test_documents_keep_their_own_ids(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                first = await store.add_documents(
+                    [Document(text="one", id="id-1"), Document(text="two", id="id-2")]
+                )
+                assert first == ["id-1", "id-2"]
+                # One id known, one new: the known one is replaced, not duplicated.
+                second = await store.upsert(
+                    [Document(text="two again", id="id-2"), Document(text="three", id="id-3")]
+                )
+                assert second == ["id-2", "id-3"]
+                assert len(store) == 3
+                got = {d.id: d.text for d in await store.get_by_ids(["id-1", "id-2", "id-3"])}
+                assert got == {"id-1": "one", "id-2": "two again", "id-3": "three"}
+                hits = await self.search(store, query="two again", k=1)
+                assert _ids(hits) == ["id-2"]
+
+    # --- search: similarity, vectors, thresholds -----------------------------------------
+
+    async def test_similarity_scores_are_cosine_and_ranked(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                texts = ["red car", "red car fast", "blue boat", "red bus slow", "green tea"]
+                await store.add_documents(
+                    [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
+                )
+                query = "red car"
+                hits = await self.search(store, query=query, k=3)
+                assert len(hits) == 3
+                assert hits[0].document.id == "d0"
+                scores = [h.score for h in hits]
+                assert scores == sorted(scores, reverse=True)
+                self.assert_scores_are_cosine(query, hits)
+                # k beyond the entries returns every entry.
+                assert len(await self.search(store, query=query, k=50)) == len(texts)
+
+    async def test_search_by_vector(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [Document(text="sunny beach", id="s"), Document(text="snowy peak", id="w")]
+                )
+                hits = await self.search(
+                    store, vector=self.embed("snowy peak"), k=2, profile=self.profile_of(store)
+                )
+                assert _ids(hits) == ["w", "s"]
+                self.assert_scores_are_cosine("snowy peak", hits)
+                # The vector need not be normalized.
+                scaled = [3.5 * x for x in self.embed("sunny beach")]
+                hits = await self.search(store, vector=scaled, k=1, profile=self.profile_of(store))
+                assert _ids(hits) == ["s"]
+                assert math.isclose(hits[0].score, 1.0, abs_tol=self.score_tolerance)
+
+    async def test_score_threshold_is_cosine(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                texts = ["apple pie", "apple tart crust", "apple", "motor oil", "pie chart"]
+                await store.add_documents(
+                    [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
+                )
+                query = "apple pie"
+                everything = await self.search(store, query=query, k=10)
+                for threshold in (-1.0, 0.0, 0.3, 0.5, 0.9, 1.0 - self.score_tolerance):
+                    hits = await self.search(store, query=query, k=10, score_threshold=threshold)
+                    self.assert_scores_are_cosine(query, hits)
+                    expected = [h.document.id for h in everything if h.score >= threshold]
+                    assert _ids(hits) == expected, threshold
+                    assert all(h.score >= threshold for h in hits)
+                exact = await self.search(
+                    store, query=query, k=10, score_threshold=1.0 - self.score_tolerance
+                )
+                assert _ids(exact) == ["d0"]
+                # Hybrid scores are fused ranks, not cosine: a threshold is refused.
+                with pytest.raises(ConfigError):
+                    SearchRequest(query=query, kind="hybrid", score_threshold=0.5)
+
+    # --- filters ------------------------------------------------------------------------
+
+    async def _catalog(self, store: Any) -> None:
+        rows: list[tuple[str, str, dict[str, Any]]] = [
+            ("c1", "cheap red shirt", {"color": "red", "price": 10, "tags": "sale"}),
+            ("c2", "red shirt deluxe", {"color": "red", "price": 80}),
+            ("c3", "blue shirt", {"color": "blue", "price": 25, "tags": "new"}),
+            ("c4", "green shirt", {"color": "green", "price": 40}),
+            ("c5", "red shirt vintage", {"color": "red", "price": 55, "tags": "sale"}),
+            ("c6", "shirt without color", {"price": 5}),
+        ]
+        await store.add_documents([Document(text=t, id=i, metadata=m) for i, t, m in rows])
+
+    async def test_filters(self) -> None:
+        cases: list[tuple[dict[str, Any], set[str]]] = [
+            ({"color": "red"}, {"c1", "c2", "c5"}),
+            ({"color": {"$eq": "blue"}}, {"c3"}),
+            ({"color": {"$ne": "red"}}, {"c3", "c4", "c6"}),
+            ({"price": {"$gt": 40}}, {"c2", "c5"}),
+            ({"price": {"$gte": 40}}, {"c2", "c4", "c5"}),
+            ({"price": {"$lt": 25}}, {"c1", "c6"}),
+            ({"price": {"$lte": 25}}, {"c1", "c3", "c6"}),
+            ({"color": {"$in": ["blue", "green"]}}, {"c3", "c4"}),
+            ({"color": {"$nin": ["red"]}}, {"c3", "c4", "c6"}),
+            ({"tags": {"$exists": True}}, {"c1", "c3", "c5"}),
+            ({"tags": {"$exists": False}}, {"c2", "c4", "c6"}),
+            ({"$and": [{"color": "red"}, {"price": {"$lt": 60}}]}, {"c1", "c5"}),
+            ({"$or": [{"color": "blue"}, {"price": {"$gt": 70}}]}, {"c2", "c3"}),
+            ({"$not": {"color": "red"}}, {"c3", "c4", "c6"}),
+            ({"color": "red", "tags": "sale"}, {"c1", "c5"}),
+            ({"color": "purple"}, set()),
+        ]
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await self._catalog(store)
+                for where, expected in cases:
+                    hits = await self.search(store, query="shirt", k=10, filter=where)
+                    assert {h.document.id for h in hits} == expected, where
+                    for h in hits:
+                        assert (
+                            h.document.metadata
+                            == (await store.get_by_ids([h.document.id]))[0].metadata
+                        )
+
+    async def test_filter_applies_before_top_k(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                # Many close non-matches and two far matches: k=2 must still find both.
+                await store.add_documents(
+                    [
+                        Document(text="gold coin", id=f"near{i}", metadata={"keep": False})
+                        for i in range(20)
+                    ]
+                    + [
+                        Document(text="old boot", id="far1", metadata={"keep": True}),
+                        Document(text="rusty nail", id="far2", metadata={"keep": True}),
+                    ]
+                )
+                hits = await self.search(store, query="gold coin", k=2, filter={"keep": True})
+                assert sorted(_ids(hits)) == ["far1", "far2"]  # type: ignore[type-var]
+                mmr = await self.search(
+                    store, query="gold coin", k=2, kind="mmr", fetch_k=2, filter={"keep": True}
+                )
+                assert sorted(_ids(mmr)) == ["far1", "far2"]  # type: ignore[type-var]
+
+    async def test_bad_filters_raise(self) -> None:
+        bad: list[Any] = [
+            {"price": {"$between": [1, 2]}},
+            {"price": {"$gt": [10]}},
+            {"price": {"$lt": True}},
+            {"color": {"$in": "red"}},
+            {"$and": {"color": "red"}},
+            {"tags": {"$exists": "yes"}},
+        ]
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await self._catalog(store)
+                for where in bad:
+                    with pytest.raises(FilterError):
+                        await self.search(store, query="shirt", k=2, filter=where)
+
+    # --- MMR ---------------------------------------------------------------------------
+
+    async def test_mmr_prefers_diversity(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="apple banana", id="twin1"),
+                        Document(text="apple banana", id="twin2"),
+                        Document(text="apple cherry", id="other"),
+                        Document(text="zebra", id="far"),
+                    ]
+                )
+                query = "apple banana"
+                plain = await self.search(store, query=query, k=2)
+                assert sorted(_ids(plain)) == ["twin1", "twin2"]  # type: ignore[type-var]
+                # "far" shares nothing with anything, so it is the most diverse; fetch_k=3
+                # keeps it out of the candidates (it is the 4th nearest).
+                diverse = await self.search(
+                    store, query=query, k=2, kind="mmr", fetch_k=3, lambda_mult=0.3
+                )
+                assert len(diverse) == 2
+                assert diverse[0].document.id in ("twin1", "twin2")
+                assert diverse[1].document.id == "other"
+                # A hit's score stays its cosine similarity.
+                self.assert_scores_are_cosine(query, diverse)
+                # lambda_mult=1 is pure relevance: the similarity ranking.
+                relevant = await self.search(
+                    store, query=query, k=3, kind="mmr", fetch_k=4, lambda_mult=1.0
+                )
+                top3 = await self.search(store, query=query, k=3)
+                assert [h.score for h in relevant] == pytest.approx([h.score for h in top3])
+                assert set(_ids(relevant)[:2]) == {"twin1", "twin2"}
+
+    async def test_mmr_is_deterministic_and_within_fetch_k(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                words = ["sun", "moon", "star", "sky", "cloud", "rain"]
+                rng = random.Random(7)
+                docs = [
+                    Document(text=" ".join(rng.sample(words, 3)), id=f"d{i}") for i in range(12)
+                ]
+                await store.add_documents(docs)
+                request: dict[str, Any] = {
+                    "query": "sun moon",
+                    "k": 3,
+                    "kind": "mmr",
+                    "fetch_k": 5,
+                    "lambda_mult": 0.5,
+                }
+                first = await self.search(store, **request)
+                assert len(first) == 3
+                assert len(set(_ids(first))) == 3
+                for _ in range(3):
+                    assert _ids(await self.search(store, **request)) == _ids(first)
+                nearest = {h.document.id for h in await self.search(store, query="sun moon", k=5)}
+                top_score = (await self.search(store, query="sun moon", k=1))[0].score
+                assert first[0].score == pytest.approx(top_score, abs=self.score_tolerance)
+                # Every MMR pick is among the fetch_k nearest (ties at the boundary aside).
+                fifth = (await self.search(store, query="sun moon", k=5))[-1].score
+                for h in first:
+                    assert h.document.id in nearest or math.isclose(
+                        h.score, fifth, abs_tol=self.score_tolerance
+                    )
+
+    # --- hybrid ------------------------------------------------------------------------
+
+    async def test_hybrid_fuses_dense_and_bm25(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="the quick brown fox", id="fox"),
+                        Document(text="a lazy brown dog", id="dog"),
+                        Document(text="quantum chromodynamics lecture", id="physics"),
+                        Document(text="brown bread recipe", id="bread"),
+                    ]
+                )
+                hits = await self.search(
+                    store, query="quantum chromodynamics", kind="hybrid", k=4, fetch_k=4
+                )
+                assert hits[0].document.id == "physics"
+                assert hits[0].ranks == {"dense": 1, "bm25": 1}
+                for h in hits:
+                    assert set(h.ranks) <= {"dense", "bm25"}
+                    assert h.ranks
+                    expected = sum(1.0 / (60 + r) for r in h.ranks.values())
+                    assert math.isclose(h.score, expected, rel_tol=1e-9, abs_tol=1e-12)
+                scores = [h.score for h in hits]
+                assert scores == sorted(scores, reverse=True)
+                # Only the documents holding a query word are in the BM25 list.
+                for h in hits:
+                    if "bm25" in h.ranks:
+                        assert h.document.id == "physics"
+
+    async def test_hybrid_weights_and_rrf_k(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="river bank loan", id="a"),
+                        Document(text="river stream water", id="b"),
+                        Document(text="bank account money", id="c"),
+                    ]
+                )
+                hits = await self.search(
+                    store,
+                    query="river bank",
+                    kind="hybrid",
+                    k=3,
+                    fetch_k=3,
+                    rrf_k=10,
+                    weights={"dense": 0.0, "bm25": 2.0},
+                )
+                for h in hits:
+                    expected = 2.0 / (10 + h.ranks["bm25"]) if "bm25" in h.ranks else 0.0
+                    assert math.isclose(h.score, expected, rel_tol=1e-9, abs_tol=1e-12)
+                bm25_order = sorted(
+                    (h for h in hits if "bm25" in h.ranks), key=lambda h: h.ranks["bm25"]
+                )
+                assert _ids(hits)[: len(bm25_order)] == _ids(bm25_order)
+                assert hits[0].document.id == "a"  # holds both query words
+
+    async def test_hybrid_respects_filters_and_namespaces(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="solar panel", id="p1", metadata={"ok": True}),
+                        Document(text="solar flare", id="p2", metadata={"ok": False}),
+                    ]
+                )
+                await store.add_documents(
+                    [Document(text="solar wind", id="p3", metadata={"ok": True})],
+                    namespace="other",
+                )
+                hits = await self.search(
+                    store, query="solar", kind="hybrid", k=5, fetch_k=5, filter={"ok": True}
+                )
+                assert _ids(hits) == ["p1"]
+                hits = await self.search(
+                    store, query="solar", kind="hybrid", k=5, fetch_k=5, namespace="other"
+                )
+                assert _ids(hits) == ["p3"]
+
+    # --- namespaces ----------------------------------------------------------------------
+
+    async def test_namespaces_are_isolated(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [Document(text="alice secret", id="same", metadata={"who": "a"})],
+                    namespace="alice",
+                )
+                await store.add_documents(
+                    [Document(text="bob secret", id="same", metadata={"who": "b"})],
+                    namespace="bob",
+                )
+                assert len(store) == 2
+                (a,) = await store.get_by_ids(["same"], namespace="alice")
+                (b,) = await store.get_by_ids(["same"], namespace="bob")
+                assert (a.text, b.text) == ("alice secret", "bob secret")
+                assert await store.get_by_ids(["same"]) == []
+                for space, text in (("alice", "alice secret"), ("bob", "bob secret")):
+                    hits = await self.search(store, query="bob secret", k=10, namespace=space)
+                    assert [h.document.text for h in hits] == [text]
+                    hits = await self.search(
+                        store,
+                        vector=self.embed("alice"),
+                        k=10,
+                        namespace=space,
+                        profile=self.profile_of(store),
+                    )
+                    assert [h.document.text for h in hits] == [text]
+                assert await self.search(store, query="secret", k=10, namespace="carol") == []
+                # A delete in one namespace never reaches another.
+                gone = await store.delete(["same"], namespace="alice")
+                assert gone == DeleteResult(deleted=["same"], missing=[])
+                assert await store.get_by_ids(["same"], namespace="alice") == []
+                (b,) = await store.get_by_ids(["same"], namespace="bob")
+                assert b.text == "bob secret"
+
+    async def test_none_is_the_default_namespace(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents([Document(text="plain", id="p")])
+                await store.upsert([Document(text="named", id="n")], namespace=DEFAULT_NAMESPACE)
+                got = await store.get_by_ids(["p", "n"], namespace=DEFAULT_NAMESPACE)
+                assert sorted(d.id for d in got) == ["n", "p"]
+                got = await store.get_by_ids(["p", "n"])
+                assert sorted(d.id for d in got) == ["n", "p"]
+                hits = await self.search(store, query="plain", k=5, namespace=DEFAULT_NAMESPACE)
+                assert {h.document.id for h in hits} == {"p", "n"}
+                assert await store.delete(["p"], namespace=None) == DeleteResult(
+                    deleted=["p"], missing=[]
+                )
+
+    async def test_random_operations_never_cross_namespaces(self) -> None:
+        spaces = ["ns-a", "ns-b", "ns-c"]
+        words = ["kiwi", "lime", "plum", "fig"]
+        with trio.fail_after(self.timeout):
+            for seed in range(3):
+                rng = random.Random(seed)
+                model: dict[str, dict[str, str]] = {s: {} for s in spaces}
+                async with self.fresh_store() as store:
+                    for _ in range(25):
+                        space = rng.choice(spaces)
+                        op = rng.random()
+                        if op < 0.5:
+                            doc_id = f"id{rng.randrange(6)}"
+                            text = f"{space} " + " ".join(rng.sample(words, 2))
+                            await store.upsert([Document(text=text, id=doc_id)], namespace=space)
+                            model[space][doc_id] = text
+                        elif op < 0.7:
+                            doc_id = f"id{rng.randrange(6)}"
+                            result = await store.delete([doc_id], namespace=space)
+                            assert (doc_id in result.deleted) == (doc_id in model[space])
+                            model[space].pop(doc_id, None)
+                        else:
+                            query = " ".join(rng.sample(words, 2))
+                            hits = await self.search(store, query=query, k=10, namespace=space)
+                            assert {h.document.id: h.document.text for h in hits} == model[space]
+                        for s in spaces:
+                            got = await store.get_by_ids([f"id{i}" for i in range(6)], namespace=s)
+                            assert {d.id: d.text for d in got} == model[s]
+
+    # --- validation ----------------------------------------------------------------------
+
+    async def test_entry_points_validate(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                with pytest.raises(ConfigError):
+                    await store.get_by_ids("abc")
+                with pytest.raises(ConfigError):
+                    await store.delete("abc")
+                with pytest.raises(ConfigError):
+                    await store.delete([""])
+                with pytest.raises(ConfigError):
+                    await store.add_documents(["just a string"])
+                with pytest.raises(ConfigError):
+                    await store.add_documents(Document(text="not in a list"))
+                with pytest.raises(ConfigError):
+                    await store.search({"query": "not a request"})
+                with pytest.raises(ConfigError):
+                    await store.get_by_ids(["x"], namespace="")
+                assert store.is_empty()
