@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -81,6 +82,9 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
     reply: UnifiedMessage
     request: UnifiedRequest
     report: TurnReport
+
+
+_USER_DIGESTS = 4096
 
 
 def memory_id(content: str, source: str, timestamp_ns: int) -> str:
@@ -256,6 +260,9 @@ class Memory:
         self._injection = injection
         self._inbox_size = inbox_size
         self._embedding_usage = EmbeddingUsageLog() if embedding_usage is None else embedding_usage
+        # Digests of the user messages auto_store_user_input has stored, newest last;
+        # bounded, so a long-lived memory does not grow it without end.
+        self._stored_user: OrderedDict[bytes, None] = OrderedDict()
 
     @property
     def config(self) -> MemoryConfig:
@@ -308,7 +315,13 @@ class Memory:
             isinstance(floor, bool) or not isinstance(floor, int | float) or not -1 <= floor <= 1
         ):
             raise ConfigError(f"min_similarity is {floor!r}; expected a float in [-1, 1]")
-        request = Recall(query=query, k=k, namespace=namespace, min_similarity=floor)
+        request = Recall(
+            query=query,
+            k=k,
+            namespace=namespace,
+            min_similarity=floor,
+            settings=self._config.recall,
+        )
         query_print = fingerprint(query)
         started = time.perf_counter()
         self._hub.publish(
@@ -411,11 +424,8 @@ class Memory:
         injected = await self.inject(recall if recall is not None else empty, compacted)
         timings["inject"] = time.perf_counter() - started
 
-        if self._config.auto_store_user_input and last_user is not None:
-            stored = await self._store.store_turns(
-                [last_user], namespace=self._config.namespace, source="user"
-            )
-            self._watch.after_write(stored)
+        if self._config.auto_store_user_input:
+            await self._store_new_user_messages(request.messages)
 
         def report(dispatch_error: str | None = None) -> TurnReport:
             return TurnReport(
@@ -439,6 +449,35 @@ class Memory:
             raise
         timings["dispatch"] = time.perf_counter() - started
         return Turned(reply=reply, request=injected.request, report=report())
+
+    async def _store_new_user_messages(self, messages: Sequence[UnifiedMessage]) -> None:
+        """Store, in one batch, every user message of the request not stored before.
+
+        A message "arrives" the first time a turn carries it: a tool-loop turn that
+        repeats the same user message stores nothing, and two new user messages are
+        both stored. Messages are recognized by content (the last
+        ``_USER_DIGESTS`` stored), so the same text sent again much later is stored
+        again, but a repeat within that window is not.
+        """
+        fresh: dict[bytes, UnifiedMessage] = {}
+        for message in messages:
+            if message.role != "user":
+                continue
+            key = hashlib.sha256(msgspec.msgpack.encode(message)).digest()
+            if key in self._stored_user:
+                self._stored_user.move_to_end(key)
+            else:
+                fresh.setdefault(key, message)
+        if not fresh:
+            return
+        stored = await self._store.store_turns(
+            list(fresh.values()), namespace=self._config.namespace, source="user"
+        )
+        self._watch.after_write(stored)
+        for key in fresh:
+            self._stored_user[key] = None
+        while len(self._stored_user) > _USER_DIGESTS:
+            self._stored_user.popitem(last=False)
 
     # --- explicit memory, usage, events ------------------------------------------------
 

@@ -3,17 +3,32 @@
 It serves one request at a time, so recall load never piles up concurrent embedder
 calls; the store's reads do not use the store's inbox, so recall never waits behind a
 slow write.
+
+Hybrid recall (the default, :class:`~protocol.RecallSettings`) fuses two ranked lists
+by reciprocal rank fusion: the dense list from ``retrieve_in`` (full turns with their
+cosine scores) and the BM25 list from a ``hybrid`` search whose dense side weighs
+nothing and is given a zero vector, so the query is embedded once. Every hit keeps its
+cosine similarity as ``score``, which is what ``min_similarity`` filters and what the
+renderers print; the order is the fused one.
 """
 
 from __future__ import annotations
 
 import trio
 
-from protocol import Recall, Recalled, RecallFailed, RetrievalReport
+from protocol import (
+    Recall,
+    Recalled,
+    RecallFailed,
+    RetrievalReport,
+    RetrievedTurn,
+    SearchRequest,
+)
 from protocol._events import fingerprint
 from protocol._memory import describe_error
 
 from ._events import EventHub, Mailbox, now
+from ._fusion import rrf
 from ._store import StoreHandle
 
 __all__ = ["RecallActor"]
@@ -28,29 +43,16 @@ class RecallActor:
         self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        in_flight = None
-        try:
-            async with self.mailbox.receive:
-                task_status.started()
-                async for envelope in self.mailbox.receive:
-                    in_flight = envelope
-                    try:
-                        result = await self.recall(envelope.request)
-                    except Exception as error:
-                        envelope.reply.fail(error)
-                    else:
-                        envelope.reply.succeed(result)
-                    in_flight = None
-        finally:
-            if in_flight is not None:
-                in_flight.reply.fail(trio.ClosedResourceError("the memory closed mid-recall"))
-            self.mailbox.fail_leftovers()
+        await self.mailbox.serve(self.recall, task_status=task_status)
 
     async def recall(self, request: Recall) -> RetrievalReport:
         """Rank, then filter by ``min_similarity``; publish ``Recalled`` or ``RecallFailed``."""
         query_print = fingerprint(request.query)
         try:
-            report = await self.store.retrieve_in(request.namespace, request.query, request.k)
+            if request.settings.search == "hybrid":
+                report = await self.hybrid(request)
+            else:
+                report = await self.store.retrieve_in(request.namespace, request.query, request.k)
         except Exception as error:
             self.hub.publish(
                 RecallFailed(
@@ -80,3 +82,43 @@ class RecallActor:
             )
         )
         return report
+
+    async def hybrid(self, request: Recall) -> RetrievalReport:
+        """The ``k`` best entries by RRF of the dense and the BM25 lists.
+
+        The two lists are read from two snapshots; an entry deleted in between is left
+        out. A BM25 hit that makes the top ``k`` without being in the dense list (its
+        cosine is unknown so far) is looked up by deepening the dense list, so every hit
+        carries its true cosine score.
+        """
+        settings = request.settings
+        store, namespace, query = self.store, request.namespace, request.query
+        depth = max(request.k, settings.fetch_k)
+        dense = await store.retrieve_in(namespace, query, depth)
+        # The dense side of this search is a zero vector that weighs nothing: only its
+        # BM25 list counts, and the query is not embedded a second time.
+        sparse = await store.search(
+            SearchRequest(
+                query=query,
+                vector=[0.0] * store.config.dimensions,
+                k=depth,
+                kind="hybrid",
+                fetch_k=depth,
+                weights={"dense": 0.0},
+                namespace=namespace,
+            )
+        )
+        keyword = [h.document.id for h in sparse if "bm25" in h.ranks and h.document.id]
+        fused = rrf(
+            {"dense": [t.id for t in dense.turns], "bm25": keyword},
+            k=settings.rrf_k,
+            weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
+            limit=request.k,
+        )
+        by_id: dict[str, RetrievedTurn] = {t.id: t for t in dense.turns}
+        while any(h.key not in by_id for h in fused) and depth < dense.scanned:
+            depth = min(depth * 4, dense.scanned)
+            deeper = await store.retrieve_in(namespace, query, depth)
+            by_id.update((t.id, t) for t in deeper.turns)
+        turns = [by_id[h.key] for h in fused if h.key in by_id]
+        return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)

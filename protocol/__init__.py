@@ -103,6 +103,7 @@ from ._memory import Offloaded as Offloaded
 from ._memory import Recall as Recall
 from ._memory import RecallMsg as RecallMsg
 from ._memory import RecallRequest as RecallRequest
+from ._memory import RecallSettings as RecallSettings
 from ._memory import Rejected as Rejected
 from ._memory import Skipped as Skipped
 from ._memory import SlidingWindow as SlidingWindow
@@ -110,6 +111,7 @@ from ._memory import Strategy as Strategy
 from ._memory import Summarize as Summarize
 from ._memory import Summarized as Summarized
 from ._memory import TurnReport as TurnReport
+from ._memory import contextual_entry as contextual_entry
 from ._render import RECALL_MARKER as RECALL_MARKER
 from ._render import XML_RECALL_MARKER as XML_RECALL_MARKER
 from ._render import Injected as Injected
@@ -215,6 +217,7 @@ __all__ = [
     "RecallInjection",
     "RecallMsg",
     "RecallRequest",
+    "RecallSettings",
     "Recalled",
     "Rejected",
     "RetrievalReport",
@@ -253,6 +256,7 @@ __all__ = [
     "VectorStoreError",
     "VectorStoreUsage",
     "XML_RECALL_MARKER",
+    "contextual_entry",
     "digest_request",
     "document_id",
     "filter_matches",

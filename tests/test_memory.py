@@ -21,6 +21,7 @@ from protocol import (
     Poisoned,
     RecallInjection,
     RetrievalReport,
+    ToolCall,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
@@ -243,8 +244,38 @@ async def test_auto_store_user_input_stores_after_recall() -> None:
             # Recall ran before the store, so the turn did not recall itself.
             assert turned.report.recall is not None
             assert turned.report.recall.turns == []
-            (hit,) = (await memory.retrieve("brand new fact")).turns
-            assert hit.source == "user"
+            hits = (await memory.retrieve("brand new fact")).turns
+            assert hits[0].message.text() == "a brand new fact"
+            assert {h.source for h in hits} == {"user"}
+
+
+async def test_auto_store_user_input_stores_each_user_message_once() -> None:
+    config = MemoryConfig(auto_store_user_input=True)
+    first = UnifiedMessage.user("the wifi password is hunter2")
+    second = UnifiedMessage.user("and the router is in the attic")
+    with trio.fail_after(10):
+        async with open_memory(store=STORE, memory=config) as memory:
+            # Two new user messages in one turn: both arrive, both are stored.
+            await memory.turn(UnifiedRequest(model="m", messages=[first, second]))
+            assert memory.usage().entries == 2
+            # A tool-loop turn repeats the same user messages: nothing new arrives.
+            loop = [
+                first,
+                second,
+                UnifiedMessage.assistant(
+                    tool_calls=[ToolCall(id="c1", name="look", arguments={})]
+                ),
+                UnifiedMessage.tool_result("c1", "nothing found"),
+            ]
+            await memory.turn(UnifiedRequest(model="m", messages=loop))
+            assert memory.usage().entries == 2
+            third = UnifiedMessage.user("thanks")
+            await memory.turn(UnifiedRequest(model="m", messages=[*loop, third]))
+            assert memory.usage().entries == 3
+            report = await memory.retrieve("wifi password router attic thanks", k=10)
+            assert sorted(t.message.text() for t in report.turns) == sorted(
+                [first.text(), second.text(), third.text()]
+            )
 
 
 async def test_a_body_error_is_not_wrapped_in_a_group() -> None:
@@ -348,3 +379,27 @@ async def test_remember_ids_are_content_source_time_hashes_so_repeats_keep_two()
         memory_id("the door code is 4312", "explicit", 123)
         == hashlib.sha256(blob).hexdigest()[:16]
     )
+
+
+async def test_memory_config_recall_settings_reach_the_recall_actor() -> None:
+    from protocol import RecallSettings
+
+    # "apple" is common (low BM25 idf) and the short apple entries are closest by cosine;
+    # "kiwi" is rare, in a long entry: BM25 ranks it first, dense ranks it last.
+    texts = [f"apple pie {i}" for i in range(5)] + ["kiwi a b c d e f g h"]
+
+    async def order(config: MemoryConfig) -> tuple[list[str], list[str]]:
+        async with open_memory(store=STORE, memory=config) as memory:
+            for text in texts:
+                await memory.remember(text)
+            got = await memory.retrieve("apple kiwi", k=6)
+            direct = await memory.store.retrieve_in(config.namespace, "apple kiwi", 6)
+            return [t.message.text() for t in got.turns], [t.message.text() for t in direct.turns]
+
+    with trio.fail_after(10):
+        dense_got, dense_direct = await order(MemoryConfig(recall=RecallSettings(search="dense")))
+        hybrid_got, _ = await order(MemoryConfig())
+    # Dense-only recall is exactly the store's dense ranking; the default is not.
+    assert dense_got == dense_direct
+    assert dense_got[-1] == "kiwi a b c d e f g h"
+    assert hybrid_got != dense_got

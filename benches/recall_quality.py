@@ -1,0 +1,482 @@
+"""Recall quality on LoCoMo: evidence recall@k per retriever configuration (issue 7).
+
+Run from the repository root::
+
+    uv run --extra embed python benches/recall_quality.py --data ../shared/data/locomo \
+        --json benches/results/recall_quality.json
+
+``--data`` is a LoCoMo conversation file or a folder of them (one conversation per
+file, as in ``data/locomo10.json`` split by sample); the data is never part of the
+project. For each conversation every turn is stored through the public API, then each
+question with evidence (category 5, adversarial, excluded) is retrieved, and the
+measure is the fraction of its evidence turns among the top k (k = 1, 5, 10, 25),
+averaged over questions. One entry is one turn, so a hit names exactly one turn.
+
+Storage follows the issue: the plain configurations offload the turns through
+compaction (``Offload``, the way an agent's old turns reach the store); the
+configurations with context-enriched entries store them through the documents API
+(``StoreHandle.add_documents``), id = the turn's ``dia_id``. The ``default``
+configuration runs ``Memory.retrieve`` with the default :class:`protocol.MemoryConfig`
+over entries written as :func:`protocol.contextual_entry` describes.
+
+Every text is embedded once per run: a caching embedder embeds all of them up front,
+in length-sorted batches, before any store opens. ``--cache FILE`` keeps them between
+runs (an ``.npz``); it is keyed on the exact text, so it never changes a result. A
+cold run embeds about 6,300 texts: 8 minutes on 2 busy cores (load 5), most of it
+MiniLM; ``--blas-threads`` (1 by default, the fastest on a loaded machine) sets its
+BLAS threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from actors import HashingEmbedder, open_memory
+from protocol import (
+    Document,
+    MemoryConfig,
+    Offload,
+    Offloaded,
+    SearchRequest,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
+from protocol._memory import contextual_entry
+
+KS = (1, 5, 10, 25)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+DIMENSIONS = 384
+Vector = npt.NDArray[np.float32]
+
+
+# --- the data ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    caption: str | None
+    session: int
+    date: str
+
+
+@attrs.frozen
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+@attrs.frozen
+class Conversation:
+    name: str
+    sessions: list[list[Turn]]
+    questions: list[Question]
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s]
+
+
+def _session_number(key: str) -> int | None:
+    match = re.fullmatch(r"session_(\d+)", key)
+    return None if match is None else int(match.group(1))
+
+
+def load_conversation(path: Path) -> Conversation:
+    raw = json.loads(path.read_text())
+    conv = raw.get("conversation", raw)
+    sessions: list[list[Turn]] = []
+    for number in sorted(n for k in conv if (n := _session_number(k)) is not None):
+        date = str(conv.get(f"session_{number}_date_time", ""))
+        turns = [
+            Turn(
+                dia_id=t["dia_id"],
+                speaker=t["speaker"],
+                text=t["text"],
+                caption=t.get("blip_caption"),
+                session=number,
+                date=date,
+            )
+            for t in conv[f"session_{number}"]
+        ]
+        if turns:
+            sessions.append(turns)
+    known = {t.dia_id for s in sessions for t in s}
+    questions = []
+    for qa in raw.get("qa", []):
+        if qa.get("category") == 5:
+            continue
+        # A few evidence entries hold two ids ("D8:6; D9:17"); ids naming no turn are
+        # dropped, and a question left with no evidence cannot be scored.
+        ids = {e.strip() for item in qa.get("evidence", []) for e in str(item).split(";")}
+        evidence = frozenset(ids & known)
+        if evidence:
+            questions.append(Question(qa["question"], int(qa["category"]), evidence))
+    return Conversation(path.stem, sessions, questions)
+
+
+def load(data: Path) -> list[Conversation]:
+    files = sorted(data.glob("*.json")) if data.is_dir() else [data]
+    if not files:
+        raise SystemExit(f"no .json conversation files in {data}")
+    return [load_conversation(f) for f in files]
+
+
+# --- entry texts --------------------------------------------------------------------------
+
+
+def plain_text(turn: Turn) -> str:
+    """``Speaker: text``; a shared photo's caption stands in for the photo."""
+    if turn.caption:
+        return f"{turn.speaker}: {turn.text} {turn.caption}"
+    return f"{turn.speaker}: {turn.text}"
+
+
+@attrs.frozen
+class EntryStyle:
+    """How a turn's entry text is written: the turn, and optionally its context."""
+
+    name: str
+    date: bool = False
+    previous: int = 0
+    following: int = 0
+
+    def texts(self, conv: Conversation) -> list[tuple[Turn, str]]:
+        out = []
+        for session in conv.sessions:
+            for i, turn in enumerate(session):
+                before = [plain_text(t) for t in session[max(0, i - self.previous) : i]]
+                after = [plain_text(t) for t in session[i + 1 : i + 1 + self.following]]
+                text = contextual_entry(
+                    plain_text(turn), context=before, date=turn.date if self.date else None
+                )
+                text += "".join(f"\nAfter: {t}" for t in after)
+                out.append((turn, text))
+        return out
+
+
+PLAIN = EntryStyle("plain")
+
+
+# --- the embedder: every text once per run ------------------------------------------------
+
+
+class CachedEmbedder:
+    """MiniLM behind a text → vector cache; :meth:`warm` embeds the misses in batches."""
+
+    def __init__(self, cache: Path | None, blas_threads: int) -> None:
+        self.dimensions = DIMENSIONS
+        self.path = cache
+        self.blas_threads = blas_threads
+        self.vectors: dict[str, Vector] = {}
+        self.embedded = 0
+        self.seconds = 0.0
+        self._model: Any = None
+        if cache is not None and cache.exists():
+            z = np.load(cache)
+            self.vectors = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
+
+    def warm(self, texts: Iterable[str]) -> None:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if not todo:
+            return
+        if self._model is None:
+            from actors import MiniLMEmbedder
+
+            self._model = MiniLMEmbedder(blas_threads=self.blas_threads)
+        started = time.perf_counter()
+        step = 512
+        for i in range(0, len(todo), step):
+            chunk = todo[i : i + step]
+            self.vectors.update(zip(chunk, self._model.embed_batch(chunk), strict=True))
+            print(f"  embedded {i + len(chunk)}/{len(todo)}", file=sys.stderr, flush=True)
+            self.save()
+        self.embedded += len(todo)
+        self.seconds += time.perf_counter() - started
+
+    def save(self) -> None:
+        if self.path is not None:
+            keys = list(self.vectors)
+            tmp = self.path.with_name(self.path.name + ".tmp.npz")
+            np.savez(tmp, texts=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
+            os.replace(tmp, self.path)
+
+    def embed(self, text: str) -> Vector:
+        if text not in self.vectors:
+            self.warm([text])
+        return self.vectors[text]
+
+    def embed_batch(self, texts: Sequence[str]) -> Vector:
+        self.warm(texts)
+        return np.stack([self.vectors[t] for t in texts])
+
+
+# --- configurations -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Config:
+    """One retriever configuration: how entries are written, and how they are searched."""
+
+    name: str
+    note: str
+    style: EntryStyle = PLAIN
+    embedder: str = "minilm"  # or "hashing"
+    kind: str = "hybrid"  # "dense", "bm25", "hybrid", "mmr" or "default" (Memory.retrieve)
+    rrf_k: float = 60
+    weights: dict[str, float] | None = None
+    fetch_k: int = 100
+    lambda_mult: float = 0.5
+
+    def request(self, question: str, namespace: str, k: int) -> SearchRequest:
+        if self.kind == "dense":
+            return SearchRequest(query=question, k=k, namespace=namespace)
+        if self.kind == "mmr":
+            return SearchRequest(
+                query=question,
+                k=k,
+                kind="mmr",
+                fetch_k=max(k, self.fetch_k),
+                lambda_mult=self.lambda_mult,
+                namespace=namespace,
+            )
+        weights = self.weights
+        vector = None
+        if self.kind == "bm25":
+            # A zero vector skips the query embedding; the dense list weighs nothing.
+            weights, vector = {"dense": 0.0}, [0.0] * DIMENSIONS
+        return SearchRequest(
+            query=question,
+            vector=vector,
+            k=k,
+            kind="hybrid",
+            fetch_k=max(k, self.fetch_k),
+            rrf_k=self.rrf_k,
+            weights=weights,
+            namespace=namespace,
+        )
+
+
+def configurations() -> list[Config]:
+    """The steps, in order; each note says what changed and why it should transfer."""
+    ctx = EntryStyle("context", date=True, previous=1)
+    full = 1000  # deeper than any conversation here: fusion of the complete lists
+    return [
+        Config(
+            "hashing", "384-bucket FNV-1a bag of words, cosine", embedder="hashing", kind="dense"
+        ),
+        Config("bm25", "Okapi BM25 (k1 1.2, b 0.75)", kind="bm25", fetch_k=full),
+        Config("dense", "all-MiniLM-L6-v2, cosine", kind="dense"),
+        Config("hybrid", "RRF (k = 60) of the complete BM25 and MiniLM lists", fetch_k=full),
+        Config(
+            "ctx-dense",
+            "entry = turn + session date + previous turn; MiniLM",
+            style=ctx,
+            kind="dense",
+        ),
+        Config("ctx-bm25", "the same entries; BM25", style=ctx, kind="bm25", fetch_k=full),
+        Config("ctx-hybrid", "the same entries; RRF k = 60", style=ctx, fetch_k=full),
+        Config("ctx-hybrid-k10", "the same; RRF k = 10", style=ctx, rrf_k=10, fetch_k=full),
+        Config(
+            "ctx-hybrid-k10-f100",
+            "the same; each list cut at 100",
+            style=ctx,
+            rrf_k=10,
+            fetch_k=100,
+        ),
+        Config(
+            "ctx-hybrid-k10-f200",
+            "the same; each list cut at 200",
+            style=ctx,
+            rrf_k=10,
+            fetch_k=200,
+        ),
+        Config(
+            "ctx-hybrid-k10-bm25x1.5",
+            "the same, BM25 weighs 1.5 (not kept)",
+            style=ctx,
+            rrf_k=10,
+            fetch_k=full,
+            weights={"dense": 1.0, "bm25": 1.5},
+        ),
+        Config(
+            "ctx-mmr",
+            "MMR (lambda 0.7, fetch_k 50) over MiniLM (not kept)",
+            style=ctx,
+            kind="mmr",
+            fetch_k=50,
+            lambda_mult=0.7,
+        ),
+        Config(
+            "default",
+            "Memory.retrieve, default MemoryConfig, context entries",
+            style=ctx,
+            kind="default",
+        ),
+    ]
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+@attrs.define
+class Tally:
+    hits: dict[int, float] = attrs.field(factory=lambda: dict.fromkeys(KS, 0.0))
+    questions: int = 0
+
+    def add(self, ranked: list[str], evidence: frozenset[str]) -> None:
+        self.questions += 1
+        for k in KS:
+            self.hits[k] += len(evidence & set(ranked[:k])) / len(evidence)
+
+    def row(self) -> dict[str, Any]:
+        n = max(self.questions, 1)
+        return {**{f"R@{k}": round(self.hits[k] / n, 4) for k in KS}, "questions": self.questions}
+
+
+def store_config(entries: int) -> VectorStoreConfig:
+    return VectorStoreConfig(max_entries=entries, dimensions=DIMENSIONS, max_entry_bytes=1 << 16)
+
+
+async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
+    """Offload every turn through compaction, a session at a time; id → dia_id."""
+    a = conv.sessions[0][0].speaker
+    by_id: dict[str, str] = {}
+    for session in conv.sessions:
+        messages = [
+            (UnifiedMessage.user if t.speaker == a else UnifiedMessage.assistant)(plain_text(t))
+            for t in session
+        ]
+        # The newest user message is protected; a closing one keeps every turn movable.
+        compressed = await memory.compress([*messages, UnifiedMessage.user("(next)")])
+        for action in compressed.report.actions:
+            assert isinstance(action, Offloaded), action
+            for index, entry_id in zip(action.indices, action.ids, strict=True):
+                by_id[entry_id] = session[index].dia_id
+    return by_id
+
+
+async def run_conversation(
+    conv: Conversation, configs: list[Config], minilm: CachedEmbedder, tallies: dict[str, Any]
+) -> None:
+    groups: dict[tuple[EntryStyle, str, bool], list[Config]] = {}
+    for c in configs:
+        groups.setdefault((c.style, c.embedder, c.kind == "default"), []).append(c)
+    size = len(conv.turns) + 8
+    for (style, embedder_name, default), group in groups.items():
+        embedder: object = HashingEmbedder(DIMENSIONS) if embedder_name == "hashing" else minilm
+        memory_config = MemoryConfig(strategies=[Offload(turns=size)])
+        async with open_memory(
+            store=store_config(size), memory=memory_config, embedder=embedder
+        ) as memory:
+            ns = memory_config.namespace
+            if style == PLAIN and not default:
+                by_id = await offload(memory, conv)
+            else:
+                docs = [
+                    Document(text=text, id=turn.dia_id, metadata={"session": turn.session})
+                    for turn, text in style.texts(conv)
+                ]
+                await memory.store.add_documents(docs, namespace=ns)
+                by_id = {d.id: d.id for d in docs if d.id is not None}
+            for question in conv.questions:
+                for c in group:
+                    if c.kind == "default":
+                        report = await memory.retrieve(question.text, k=max(KS))
+                        ranked = [by_id[t.id] for t in report.turns]
+                    else:
+                        hits = await memory.store.search(c.request(question.text, ns, max(KS)))
+                        ranked = [by_id[h.document.id or ""] for h in hits]
+                    for key in (0, question.category):
+                        tallies[c.name].setdefault(key, Tally()).add(ranked, question.evidence)
+
+
+def all_texts(convs: list[Conversation], configs: list[Config]) -> list[str]:
+    texts: list[str] = []
+    for style in dict.fromkeys(c.style for c in configs if c.embedder == "minilm"):
+        for conv in convs:
+            texts.extend(t for _, t in style.texts(conv))
+    if any(c.embedder == "minilm" for c in configs):
+        texts.extend(q.text for conv in convs for q in conv.questions)
+    return texts
+
+
+def print_table(configs: list[Config], tallies: dict[str, Any]) -> None:
+    head = f"{'configuration':<16} {'category':<12} " + " ".join(f"{'R@' + str(k):>6}" for k in KS)
+    print(head + f" {'n':>5}")
+    print("-" * len(head + "      "))
+    for c in configs:
+        for key in (0, *sorted(CATEGORIES)):
+            tally = tallies[c.name].get(key)
+            if tally is None:
+                continue
+            row = tally.row()
+            label = "all" if key == 0 else CATEGORIES[key]
+            cells = " ".join(f"{row[f'R@{k}']:>6.3f}" for k in KS)
+            print(f"{c.name if key == 0 else '':<16} {label:<12} {cells} {row['questions']:>5}")
+    print()
+    for c in configs:
+        print(f"  {c.name:<16} {c.note}")
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    convs = load(Path(args.data))
+    configs = configurations()
+    if args.only:
+        wanted = set(args.only.split(","))
+        configs = [c for c in configs if c.name in wanted]
+    minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
+    started = time.perf_counter()
+    minilm.warm(all_texts(convs, configs))
+    tallies: dict[str, Any] = {c.name: {} for c in configs}
+    for conv in convs:
+        await run_conversation(conv, configs, minilm, tallies)
+    elapsed = time.perf_counter() - started
+    print_table(configs, tallies)
+    print(
+        f"\n{sum(len(c.questions) for c in convs)} questions, {len(convs)} conversations; "
+        f"{minilm.embedded} texts embedded in {minilm.seconds:.0f} s; {elapsed:.0f} s in all "
+        f"on {platform.machine()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
+    )
+    return {
+        c.name: {
+            **tallies[c.name][0].row(),
+            "by_category": {CATEGORIES[k]: t.row() for k, t in tallies[c.name].items() if k},
+        }
+        for c in configs
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True, help="a LoCoMo .json file or a folder of them")
+    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--cache", help="an .npz that keeps the embeddings between runs")
+    parser.add_argument("--only", help="comma-separated configuration names")
+    parser.add_argument("--blas-threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    out = trio.run(main_async, args)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
