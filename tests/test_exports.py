@@ -1,0 +1,254 @@
+"""The public names of each package, pinned: adding or removing one is a decision.
+
+Every name in ``__all__`` must import, and every public attribute must be in ``__all__``
+(the pattern of trio's ``test_exports.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+PROTOCOL = [
+    "And",
+    "ClampOversizedMessages",
+    "Clamped",
+    "Clear",
+    "Cleared",
+    "CompactionAction",
+    "CompactionMsg",
+    "CompactionRequest",
+    "Compress",
+    "Compressed",
+    "CompressionReport",
+    "ConfigError",
+    "ContentBlock",
+    "DEFAULT_NAMESPACE",
+    "Delete",
+    "DeleteResult",
+    "Deleted",
+    "DispatchError",
+    "DispatchTimeout",
+    "Document",
+    "DocumentsAdded",
+    "DocumentsDeleted",
+    "DocumentsUpserted",
+    "DropObservations",
+    "Dropped",
+    "EmbedderError",
+    "EmbeddingCall",
+    "EmbeddingEmbedded",
+    "EmbeddingError",
+    "EmbeddingFailed",
+    "EmbeddingPrice",
+    "EmbeddingProfile",
+    "EmbeddingProviderError",
+    "EmbeddingTimeout",
+    "EmbeddingUsageTotals",
+    "EntryTooLarge",
+    "Eq",
+    "Event",
+    "EventSink",
+    "Evicted",
+    "Exists",
+    "Filter",
+    "FilterError",
+    "FilterNode",
+    "Gt",
+    "Gte",
+    "ImageBase64",
+    "In",
+    "IndexResult",
+    "IndexingBatchCompleted",
+    "IndexingCompleted",
+    "IndexingFailed",
+    "IndexingStarted",
+    "Inject",
+    "Injected",
+    "InjectionMsg",
+    "InjectionRequest",
+    "InputType",
+    "JsonError",
+    "Lt",
+    "Lte",
+    "MemoryConfig",
+    "MemoryEvent",
+    "Ne",
+    "Nin",
+    "Not",
+    "Offload",
+    "Offloaded",
+    "Or",
+    "PluginError",
+    "PluginInternalError",
+    "PluginValidationError",
+    "Poisoned",
+    "RECALL_MARKER",
+    "ROLES",
+    "Recall",
+    "RecallFailed",
+    "RecallInjected",
+    "RecallInjection",
+    "RecallMsg",
+    "RecallRequest",
+    "RecallSettings",
+    "Recalled",
+    "Rejected",
+    "RetrievalReport",
+    "RetrievedTurn",
+    "RetrieverCompleted",
+    "RetrieverFailed",
+    "RetrieverStarted",
+    "Role",
+    "ScoredDocument",
+    "SearchKind",
+    "SearchRequest",
+    "Skipped",
+    "SlidingWindow",
+    "StoreMsg",
+    "StoreNearCap",
+    "StoreReply",
+    "StoreRequest",
+    "StoreSearched",
+    "StoreTurns",
+    "StoreUnavailable",
+    "Strategy",
+    "Summarize",
+    "Summarized",
+    "Text",
+    "Thinking",
+    "ToolCall",
+    "ToolResult",
+    "TurnReport",
+    "TurnsOffloaded",
+    "TurnsStored",
+    "TurnsSummarized",
+    "UnifiedMessage",
+    "UnifiedRequest",
+    "UpsertDocuments",
+    "VectorStoreConfig",
+    "VectorStoreError",
+    "VectorStoreUsage",
+    "XML_RECALL_MARKER",
+    "contextual_entry",
+    "digest_request",
+    "document_id",
+    "filter_matches",
+    "fingerprint",
+    "inject",
+    "parse_filter",
+    "payload_bytes",
+    "projection",
+    "render",
+    "to_plugin_error",
+]
+
+ACTORS = [
+    "AsyncEmbedder",
+    "CacheStatistics",
+    "CachedEmbedder",
+    "Dispatcher",
+    "DocumentStore",
+    "EchoDispatcher",
+    "Embedder",
+    "EmbeddingCache",
+    "EmbeddingModel",
+    "EmbeddingRegistry",
+    "EmbeddingResult",
+    "EmbeddingUsageLog",
+    "HashingEmbedder",
+    "InMemoryRecordManager",
+    "Memory",
+    "MemoryStatistics",
+    "MiniLMEmbedder",
+    "MiniLMStatistics",
+    "OpenAIChatDispatcher",
+    "OpenAIEmbeddings",
+    "Record",
+    "RecordManager",
+    "SentenceTransformerEmbedder",
+    "StoreHandle",
+    "StoreStatistics",
+    "Subscription",
+    "Summarizer",
+    "Turned",
+    "check_profile",
+    "index",
+    "open_llama_server",
+    "open_memory",
+    "open_store",
+    "smollm2_gguf_path",
+]
+
+ACTORS_TESTING = [
+    "Bundle",
+    "DeterministicFakeEmbedding",
+    "EmbedCall",
+    "EmbedderFailure",
+    "Fault",
+    "FaultyEmbedder",
+    "HashingEmbedder",
+    "InjectedCrash",
+    "LoopStopTimeout",
+    "ModelEntry",
+    "ModelState",
+    "SCORE_TOLERANCE",
+    "StoreConformance",
+    "TrioRuleBasedStateMachine",
+    "VectorStoreMachine",
+    "check_report",
+    "consumes",
+    "initialize",
+    "inject_crash",
+    "invariant",
+    "multiple",
+    "precondition",
+    "rule",
+]
+
+# Imported lazily, so ``import actors`` does not need the pg extra.
+ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [("protocol", PROTOCOL), ("actors", ACTORS), ("actors.testing", ACTORS_TESTING)],
+)
+def test_public_names_are_pinned(module: str, expected: list[str]) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == expected
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, name
+    public = {
+        name
+        for name, value in vars(mod).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    # Annotations-only helpers (``from __future__``) are not names; everything else
+    # public must be listed.
+    assert public - set(mod.__all__) - {"annotations"} == set()
+
+
+def test_protocol_imports_neither_trio_nor_numpy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, protocol; "
+        "bad = [m for m in ('trio', 'numpy', 'actors') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_pg_names_are_lazy() -> None:
+    import actors as package
+
+    for name in ACTORS_LAZY:
+        assert name in dir(package)
+        assert name not in package.__all__
