@@ -17,7 +17,7 @@ import trio
 
 from protocol import ConfigError, Event, Evicted, StoreNearCap, TurnsStored
 
-from ._mailbox import ReplySlot
+from ._mailbox import Envelope, ReplySlot, drain
 from ._store import StoreHandle
 
 __all__ = ["EventHub", "Mailbox", "StoreWatch", "Subscription", "check_size", "now"]
@@ -33,14 +33,6 @@ def check_size(name: str, value: object) -> int:
 
 
 # --- mailboxes ------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Envelope(Generic[R]):
-    """A request and its one-shot reply slot."""
-
-    request: R
-    reply: ReplySlot
 
 
 @attrs.define(eq=False)
@@ -112,18 +104,14 @@ class Mailbox(Generic[R]):
                     trio.ClosedResourceError(f"the {self.name} actor closed mid-request")
                 )
             self.fail_leftovers()
-            self.receive.close()
 
     def fail_leftovers(self) -> None:
-        """Fail every queued request, so no caller waits on an actor that has stopped."""
-        while True:
-            try:
-                leftover = self.receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            leftover.reply.fail(
-                trio.ClosedResourceError(f"the {self.name} actor closed before it replied")
-            )
+        """Fail every queued request and close the inbox, so no caller waits on an
+        actor that has stopped."""
+        drain(
+            self.receive,
+            lambda: trio.ClosedResourceError(f"the {self.name} actor closed before it replied"),
+        )
 
     def used(self) -> int:
         return self.send.statistics().current_buffer_used

@@ -1,11 +1,20 @@
-"""The one-shot reply slot that every actor answers through."""
+"""What every actor shares: the envelope and one-shot reply slot it answers through, and
+the lifecycle of an actor that can crash (drain on close, poison on crash)."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
 
-__all__ = ["ReplySlot"]
+from protocol import Poisoned
+
+__all__ = ["CrashableActor", "Envelope", "ReplySlot", "drain"]
+
+R = TypeVar("R")
 
 
 @attrs.define(eq=False)
@@ -36,3 +45,84 @@ class ReplySlot:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+@attrs.frozen
+class Envelope(Generic[R]):
+    """A request and its one-shot reply slot."""
+
+    request: R
+    reply: ReplySlot
+
+
+def drain(
+    receive: trio.MemoryReceiveChannel[Envelope[Any]], error: Callable[[], BaseException]
+) -> None:
+    """Fail every request still queued in ``receive``, then close it.
+
+    Drain first, close after: a closed channel has nothing left to receive, so the other
+    order leaves those callers waiting forever (a bug this project had twice).
+    """
+    while True:
+        try:
+            leftover = receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            break
+        leftover.reply.fail(error())
+    receive.close()
+
+
+class CrashableActor:
+    """The lifecycle of a store actor: serve the inbox in order, and when the actor
+    stops, fail the request in flight and every queued one instead of stranding them.
+
+    A subclass sets ``receive``, ``crash`` and ``what`` (its name in messages) and
+    implements ``_handle``, which answers through the envelope's reply slot. An
+    unexpected exception becomes a crash through ``_poison``: every later call raises
+    :class:`~protocol.Poisoned`, with the crash as its cause.
+    """
+
+    receive: trio.MemoryReceiveChannel[Envelope[Any]]
+    crash: BaseException | None
+    what: str
+    logger: logging.Logger
+
+    async def _handle(self, envelope: Envelope[Any]) -> None:
+        raise NotImplementedError
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        in_flight: Envelope[Any] | None = None
+        try:
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                # Drop the loop's reference: an idle actor must not keep the last batch
+                # (up to max_entries × max_entry_bytes) alive.
+                del envelope
+                await self._handle(in_flight)
+                in_flight = None
+        finally:
+            if in_flight is not None:
+                in_flight.reply.fail(self._closing_error())
+            drain(self.receive, self._closing_error)
+
+    def _closing_error(self) -> BaseException:
+        if self.crash is not None:
+            return self.poisoned()
+        return trio.ClosedResourceError("the store closed before this request was applied")
+
+    def poisoned(self) -> Poisoned:
+        crash = self.crash
+        error = Poisoned(
+            f"the {self.what} crashed ({type(crash).__name__}: {crash}); the store is poisoned"
+        )
+        error.__cause__ = crash
+        return error
+
+    def check_usable(self) -> None:
+        if self.crash is not None:
+            raise self.poisoned()
+
+    def _poison(self, crash: BaseException) -> None:
+        self.crash = crash
+        self.logger.error("%s crashed; the store is poisoned", self.what, exc_info=crash)

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import attrs
 import numpy as np
 import numpy.typing as npt
 import psycopg
@@ -29,7 +28,6 @@ from protocol import (
     DocumentsUpserted,
     EmbeddingError,
     EmbeddingProfile,
-    Poisoned,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
@@ -44,7 +42,7 @@ from protocol import (
 
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
 from ._embedding import check_profile
-from ._mailbox import ReplySlot
+from ._mailbox import CrashableActor, Envelope
 from ._pg_prepare import prepare_documents, prepare_turns
 from ._pg_reads import Reads
 from ._pg_schema import (
@@ -66,10 +64,7 @@ class _AmbiguousCommit(Exception):
     """The connection broke during COMMIT: the server may or may not have applied it."""
 
 
-@attrs.frozen
-class _Envelope:
-    request: StoreRequest
-    reply: ReplySlot
+_Envelope = Envelope[StoreRequest]
 
 
 def _representable(value: str) -> bool:
@@ -81,7 +76,7 @@ def _representable(value: str) -> bool:
     return True
 
 
-class _PgStoreActor:
+class _PgStoreActor(CrashableActor):
     """Owns the write side: the inbox's receive end and the writer's connection slot."""
 
     def __init__(
@@ -115,52 +110,13 @@ class _PgStoreActor:
         self.crash: BaseException | None = None
         # Set by actors.testing.inject_crash: raised at the next write, before its commit.
         self.armed_crash: BaseException | None = None
+        self.what = "pg store actor"
+        self.logger = logger
         self._statements = Statements(names)
         self.reads = Reads(names, hnsw=hnsw)
         self.profile = profile
 
     # --- lifecycle ---------------------------------------------------------------------
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        in_flight: _Envelope | None = None
-        try:
-            task_status.started()
-            async for envelope in self.receive:
-                in_flight = envelope
-                del envelope
-                await self._handle(in_flight)
-                in_flight = None
-        finally:
-            if in_flight is not None:
-                in_flight.reply.fail(self._closing_error())
-            while True:
-                try:
-                    leftover = self.receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                leftover.reply.fail(self._closing_error())
-            self.receive.close()
-
-    def _closing_error(self) -> BaseException:
-        if self.crash is not None:
-            return self.poisoned()
-        return trio.ClosedResourceError("the store closed before this request was applied")
-
-    def poisoned(self) -> Poisoned:
-        crash = self.crash
-        error = Poisoned(
-            f"the store actor crashed ({type(crash).__name__}: {crash}); the store is poisoned"
-        )
-        error.__cause__ = crash
-        return error
-
-    def check_usable(self) -> None:
-        if self.crash is not None:
-            raise self.poisoned()
-
-    def _poison(self, crash: BaseException) -> None:
-        self.crash = crash
-        logger.error("pg store actor crashed; the store is poisoned", exc_info=crash)
 
     def observe(self, counts: Counts) -> None:
         """Keep the newest counters seen; a slow read never moves them backwards."""

@@ -35,7 +35,6 @@ from protocol import (
     EmbeddingProfile,
     EntryTooLarge,
     Event,
-    Poisoned,
     RetrievalReport,
     RetrievedTurn,
     ScoredDocument,
@@ -58,7 +57,7 @@ from protocol._json import check_json_object, compact_json
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
-from ._mailbox import ReplySlot
+from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
 from ._store_hooks import bound_profile, check_query_profile, read_event, write_event
@@ -75,10 +74,7 @@ _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_METADATA = _ENCODER.encode({})
 
 
-@attrs.frozen
-class _Envelope:
-    request: StoreRequest
-    reply: ReplySlot
+_Envelope = Envelope[StoreRequest]
 
 
 @attrs.frozen
@@ -165,7 +161,7 @@ def check_name(what: str, value: object) -> str:
     return value
 
 
-class _StoreActor:
+class _StoreActor(CrashableActor):
     """Owns the arena and the receive side of the inbox. Nothing else writes."""
 
     def __init__(
@@ -200,53 +196,10 @@ class _StoreActor:
         self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
         self.crash: BaseException | None = None
         self.armed_crash: BaseException | None = None
+        self.what = "store actor"
+        self.logger = logger
 
     # --- lifecycle ---------------------------------------------------------------------
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        in_flight: _Envelope | None = None
-        try:
-            task_status.started()
-            async for envelope in self.receive:
-                in_flight = envelope
-                # Drop the loop's reference: an idle actor must not keep the last batch
-                # (up to max_entries × max_entry_bytes) alive.
-                del envelope
-                await self._handle(in_flight)
-                in_flight = None
-        finally:
-            # The store is closing: nobody will apply what is left, so say so instead of
-            # leaving those callers waiting forever.
-            if in_flight is not None:
-                in_flight.reply.fail(self._closing_error())
-            while True:
-                try:
-                    leftover = self.receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                leftover.reply.fail(self._closing_error())
-            self.receive.close()
-
-    def _closing_error(self) -> BaseException:
-        if self.crash is not None:
-            return self.poisoned()
-        return trio.ClosedResourceError("the store closed before this request was applied")
-
-    def poisoned(self) -> Poisoned:
-        crash = self.crash
-        error = Poisoned(
-            f"the store actor crashed ({type(crash).__name__}: {crash}); the store is poisoned"
-        )
-        error.__cause__ = crash
-        return error
-
-    def check_usable(self) -> None:
-        if self.crash is not None:
-            raise self.poisoned()
-
-    def _poison(self, crash: BaseException) -> None:
-        self.crash = crash
-        logger.error("store actor crashed; the store is poisoned", exc_info=crash)
 
     # --- writes ------------------------------------------------------------------------
 
