@@ -60,6 +60,9 @@ class Entries:
         source_ids: a document's source id, or None.
         namespace: every entry's namespace.
         source: every entry's source (``offload``, ``explicit``, ``document``...).
+        derived_texts: every text is its turn's projection, so the arena keeps only
+            the payload and derives the text from it (a turn stored with its own index
+            text keeps both).
     """
 
     vectors: npt.NDArray[np.float32]
@@ -71,6 +74,7 @@ class Entries:
     source_ids: list[str | None]
     namespace: str
     source: str
+    derived_texts: bool = False
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -182,8 +186,9 @@ class Arena:
         return self._bm25
 
     def text_of(self, slot: int) -> str:
-        """The live entry's text: a document's own, or a turn's projection (derived from
-        its payload, so a turn's text is not stored twice)."""
+        """The live entry's text: a document's own, a turn's index text when it was
+        stored with one, or else its projection (derived from its payload, so a turn's
+        text is not stored twice)."""
         text = self.texts[slot]
         if text is not None:
             return text
@@ -257,8 +262,8 @@ class Arena:
         for i, (slot, seq, entry_id) in enumerate(zip(slots, seqs, ids, strict=True)):
             payload = entries.payloads[i]
             self.ids[slot] = entry_id
-            # A turn's text is its payload's projection: keep it once, as the payload.
-            self.texts[slot] = entries.texts[i] if payload is None else None
+            # A turn's text is usually its payload's projection: then keep it once.
+            self.texts[slot] = None if entries.derived_texts else entries.texts[i]
             self.payloads[slot] = payload
             self.sources[slot] = entries.source
             self.source_ids[slot] = entries.source_ids[i]

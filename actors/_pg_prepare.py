@@ -19,11 +19,8 @@ from protocol import (
     Document,
     EntryTooLarge,
     StoreTurns,
-    UnifiedMessage,
     UpsertDocuments,
     VectorStoreConfig,
-    payload_bytes,
-    projection,
 )
 from protocol._json import check_json_object
 
@@ -38,7 +35,7 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import PreparedEntries
-from ._store import check_ids, check_name, document_bytes, exact_msgpack
+from ._prepare import check_name, check_turns, document_bytes, exact_msgpack
 
 __all__ = ["prepare_documents", "prepare_turns"]
 
@@ -74,28 +71,12 @@ async def prepare_turns(
     source = check_pg_text("source", check_name("source", request.source))
     metadata = check_json_object(request.metadata)
     filter_text, raw = _metadata(metadata)
-    turns = request.turns
-    ids = request.ids
-    if ids is not None:
-        ids = check_ids(ids)
-        if len(ids) != len(turns):
-            raise ConfigError(f"{len(ids)} ids for {len(turns)} turns; expected one per turn")
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
-        for entry_id in ids:
-            check_pg_text("id", entry_id)
-    limit = config.max_entry_bytes
-    for i, turn in enumerate(turns):
-        if not isinstance(turn, UnifiedMessage):
-            raise ConfigError(
-                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-            )
-        size = payload_bytes(turn)
-        if size > limit:
-            raise EntryTooLarge(size, limit, i)
-    keep = min(len(turns), config.max_entries)
-    survivors = turns[len(turns) - keep :]
-    texts = [projection(t) for t in survivors]
+    batch = check_turns(
+        request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+    )
+    for entry_id in batch.ids or ():
+        check_pg_text("id", entry_id)
+    survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
     vectors, zero = await _embed(embedder, texts, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts)
     payloads: list[bytes | None] = [exact_msgpack(t) for t in survivors]
@@ -107,13 +88,13 @@ async def prepare_turns(
         exact=exact,
         metadata=[filter_text] * keep,
         meta_raw=[raw] * keep,
-        ids=None if ids is None else ids[len(ids) - keep :],
+        ids=batch.ids,
         source_ids=[None] * keep,
         doc_lens=lengths,
         terms=terms,
         namespace=namespace,
         source=source,
-        dropped=len(turns) - keep,
+        dropped=batch.dropped,
     )
 
 

@@ -80,7 +80,6 @@ from protocol import (
     ScoredDocument,
     SearchRequest,
     StoreRequest,
-    StoreTurns,
     StoreUnavailable,
     TurnsStored,
     UnifiedMessage,
@@ -101,7 +100,8 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import Counts
-from ._store import StoreStatistics, check_ids, check_k, check_name
+from ._prepare import check_ids, check_k, check_name, turns_request
+from ._store import StoreStatistics
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
@@ -129,11 +129,13 @@ class PgStoreHandle:
         source: str = "offload",
         metadata: dict[str, Any] | None = None,
         ids: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
     ) -> TurnsStored:
         """Store a batch of turns in one transaction, all or nothing (SPEC §3).
 
         ``ids`` names each turn: an id already live in the namespace is replaced.
-        Without it, each id is ``turn-<sequence>``.
+        Without it, each id is ``turn-<sequence>``. ``texts`` gives each turn its own
+        index text, as in :meth:`actors.StoreHandle.store_turns`.
 
         Blocks while the inbox is full, then until the actor has applied the batch. If
         the caller is cancelled while it waits, the batch is either fully committed or
@@ -147,17 +149,7 @@ class PgStoreHandle:
             StoreUnavailable: the database failed after the retries; rolled back.
             Poisoned: the actor has crashed.
         """
-        if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
-            raise ConfigError(
-                f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage"
-            )
-        request = StoreTurns(
-            turns=list(turns),
-            namespace=namespace,
-            source=source,
-            metadata={} if metadata is None else metadata,
-            ids=None if ids is None else check_ids(ids),
-        )
+        request = turns_request(turns, namespace, source, metadata, ids, texts)
         result = await self._request(request)
         assert isinstance(result, TurnsStored)
         return result

@@ -49,15 +49,23 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreError,
     VectorStoreUsage,
-    payload_bytes,
-    projection,
 )
 from protocol._events import SearchOperation
-from protocol._json import check_json_object, compact_json
+from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
 from ._mailbox import CrashableActor, Envelope, ReplySlot
+from ._prepare import (
+    check_ids,
+    check_k,
+    check_name,
+    check_turns,
+    document_bytes,
+    exact_msgpack,
+    private_json,
+    turns_request,
+)
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
 from ._store_hooks import bound_profile, check_query_profile, read_event, write_event
@@ -102,63 +110,6 @@ class _Prepared:
 
     entries: Entries
     dropped: int  # the head of an over-long batch, counted as evicted
-
-
-def exact_msgpack(value: object) -> bytes:
-    """Encode ``value`` into a bytes object of exactly its size.
-
-    ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
-    message). The store keeps these bytes for an entry's whole life, so the copy is what
-    keeps the memory bound honest.
-    """
-    buffer = bytearray()
-    _ENCODER.encode_into(value, buffer)
-    return bytes(buffer)
-
-
-def _private_json(value: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy that the store owns: the caller may mutate its own afterwards."""
-    if not value:
-        return _EMPTY_DICT
-    copied: dict[str, Any] = _METADATA_DECODER.decode(_ENCODER.encode(value))
-    return copied
-
-
-_EMPTY_DICT: dict[str, Any] = {}
-
-
-def check_ids(ids: object, what: str = "ids") -> list[str]:
-    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
-        raise ConfigError(f"{what} is a {type(ids).__name__}; expected a list of str")
-    for i, entry_id in enumerate(ids):
-        if not isinstance(entry_id, str) or not entry_id:
-            raise ConfigError(f"{what}[{i}] is {entry_id!r:.60}; expected a non-empty str")
-    return list(ids)
-
-
-def document_bytes(document: Document) -> int:
-    """A document's payload, checked against ``max_entry_bytes``: the UTF-8 length of
-    its text, id and source id, plus its metadata as compact JSON."""
-    size = len(document.text.encode("utf-8", "surrogatepass"))
-    size += len((document.id or "").encode("utf-8", "surrogatepass"))
-    size += len((document.source_id or "").encode("utf-8", "surrogatepass"))
-    if document.metadata:
-        size += len(compact_json(document.metadata, what="document metadata"))
-    return size
-
-
-def check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer):
-        raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
-    if k <= 0:
-        raise ConfigError(f"k is {k}; expected an int > 0")
-    return int(k)
-
-
-def check_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{what} is {value!r}; expected a non-empty str")
-    return value
 
 
 class _StoreActor(CrashableActor):
@@ -297,41 +248,27 @@ class _StoreActor(CrashableActor):
     async def _prepare_turns(self, request: StoreTurns) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
         source = check_name("source", request.source)
-        metadata = _private_json(check_json_object(request.metadata))
-        turns = request.turns
-        ids = request.ids
-        if ids is not None:
-            ids = check_ids(ids)
-            if len(ids) != len(turns):
-                raise ConfigError(f"{len(ids)} ids for {len(turns)} turns; expected one per turn")
-            if len(set(ids)) != len(ids):
-                raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
-        limit = self.config.max_entry_bytes
-        for i, turn in enumerate(turns):
-            if not isinstance(turn, UnifiedMessage):
-                raise ConfigError(
-                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-                )
-            size = payload_bytes(turn)
-            if size > limit:
-                raise EntryTooLarge(size, limit, i)
-        keep = min(len(turns), self.config.max_entries)
-        survivors = turns[len(turns) - keep :]
-        texts = [projection(t) for t in survivors]
-        vectors, zero = await self._embed(texts)
+        metadata = private_json(check_json_object(request.metadata))
+        config = self.config
+        batch = check_turns(
+            request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+        )
+        vectors, zero = await self._embed(batch.texts)
+        keep = len(batch.survivors)
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
                 zero=zero,
-                texts=texts,
-                payloads=[exact_msgpack(t) for t in survivors],
+                texts=batch.texts,
+                payloads=[exact_msgpack(t) for t in batch.survivors],
                 metadata=[metadata] * keep,
-                ids=None if ids is None else ids[len(ids) - keep :],
+                ids=batch.ids,
                 source_ids=[None] * keep,
                 namespace=namespace,
                 source=source,
+                derived_texts=not batch.given,
             ),
-            dropped=len(turns) - keep,
+            dropped=batch.dropped,
         )
 
     async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
@@ -366,7 +303,7 @@ class _StoreActor(CrashableActor):
                 zero=zero,
                 texts=texts,
                 payloads=[None] * keep,
-                metadata=[_private_json(d.metadata) for d in survivors],
+                metadata=[private_json(d.metadata) for d in survivors],
                 ids=[d.id for d in survivors if d.id is not None],
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
@@ -509,7 +446,7 @@ class _StoreActor(CrashableActor):
     def metadata_copy(self, slot: int) -> dict[str, Any]:
         """A copy of the metadata in ``slot`` that the caller may mutate."""
         metadata = self.arena.metadata_of(slot)
-        return {} if not metadata else _private_json(dict(metadata))
+        return {} if not metadata else private_json(dict(metadata))
 
     def document_of(self, slot: int) -> Document:
         """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection)."""
@@ -548,6 +485,7 @@ class StoreHandle:
         source: str = "offload",
         metadata: dict[str, Any] | None = None,
         ids: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
     ) -> TurnsStored:
         """Store a batch of turns, all or nothing (SPEC §3).
 
@@ -556,6 +494,10 @@ class StoreHandle:
         normalized and committed together. ``metadata`` applies to every turn of the
         batch. ``ids`` names each turn (an explicit memory's id): an id already live in
         the namespace is replaced. Without it, each id is ``turn-<sequence>``.
+        ``texts`` gives each turn the text it is indexed and embedded by, in place of
+        its projection (a turn with its context, :func:`protocol.contextual_entry`);
+        the message is kept and returned as is, and the text counts towards the turn's
+        size against ``max_entry_bytes``.
 
         Blocks while the inbox is full, then until the actor has applied the batch. If
         the caller is cancelled while it waits, the batch is either fully committed or
@@ -566,17 +508,7 @@ class StoreHandle:
                 batch was rejected and the store is unchanged.
             Poisoned: the actor has crashed.
         """
-        if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
-            raise ConfigError(
-                f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage"
-            )
-        request = StoreTurns(
-            turns=list(turns),
-            namespace=namespace,
-            source=source,
-            metadata={} if metadata is None else metadata,
-            ids=None if ids is None else check_ids(ids),
-        )
+        request = turns_request(turns, namespace, source, metadata, ids, texts)
         result = await self._request(request)
         assert isinstance(result, TurnsStored)
         return result

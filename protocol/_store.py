@@ -81,6 +81,9 @@ class StoreTurns(StoreMsg, frozen=True, kw_only=True, tag="store_turns"):
 
     ``ids``, when given, names each turn (an explicit memory's id); an id already live
     in the namespace is replaced. Without ids, each turn's id is ``turn-<sequence>``.
+    ``texts``, when given, is what each turn is indexed and embedded by, in place of
+    its projection (for example the turn with its context, see
+    :func:`protocol.contextual_entry`); the message itself is kept and returned as is.
     """
 
     turns: list[UnifiedMessage]
@@ -88,6 +91,7 @@ class StoreTurns(StoreMsg, frozen=True, kw_only=True, tag="store_turns"):
     source: str = "offload"
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     ids: list[str] | None = None
+    texts: list[str] | None = None
 
 
 class UpsertDocuments(StoreMsg, frozen=True, kw_only=True, tag="upsert_documents"):

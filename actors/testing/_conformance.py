@@ -44,9 +44,11 @@ from protocol import (
     DeleteResult,
     Document,
     EmbeddingProfile,
+    EntryTooLarge,
     FilterError,
     ScoredDocument,
     SearchRequest,
+    UnifiedMessage,
     VectorStoreConfig,
     document_id,
 )
@@ -683,6 +685,42 @@ class StoreConformance:
                             assert {d.id: d.text for d in got} == model[s]
 
     # --- validation ----------------------------------------------------------------------
+
+    async def test_turns_with_their_own_index_texts(self) -> None:
+        """``store_turns(texts=...)`` indexes and embeds the given text; the message is
+        kept as it was; a bad ``texts`` is refused and changes nothing."""
+        turns = [UnifiedMessage.user("Yes, last Saturday!"), UnifiedMessage.assistant("Nice.")]
+        texts = ["Yes, last Saturday! Before: did you run the charity race", "Nice."]
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                for bad, error in [
+                    (texts[:1], ConfigError),
+                    ([texts[0], 7], ConfigError),
+                    ("one string", ConfigError),
+                    ([texts[0], "x" * self.max_entry_bytes], EntryTooLarge),
+                ]:
+                    with pytest.raises(error):
+                        await store.store_turns(turns, texts=bad)
+                    assert store.is_empty()
+                stored = await store.store_turns(turns, texts=texts)
+                report = await store.retrieve_in(DEFAULT_NAMESPACE, "charity race", 2)
+                assert [t.id for t in report.turns] == stored.ids
+                assert report.turns[0].message == turns[0]
+                assert math.isclose(
+                    report.turns[0].score,
+                    self.cosine("charity race", texts[0]),
+                    abs_tol=self.score_tolerance,
+                )
+                hits = await self.search(
+                    store,
+                    query="charity",
+                    kind="hybrid",
+                    k=2,
+                    vector=[0.0] * self.dimensions,
+                    weights={"dense": 0.0},
+                )
+                assert [h.document.id for h in hits if "bm25" in h.ranks] == stored.ids[:1]
+                assert hits[0].document.text == texts[0]
 
     async def test_entry_points_validate(self) -> None:
         with trio.fail_after(self.timeout):

@@ -1,0 +1,196 @@
+"""The checks every store backend runs on a write before it changes anything.
+
+Both stores (the in-memory arena and PostgreSQL) validate a batch the same way, in the
+same order, with the same errors; this module is the one place those rules live. A
+backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import msgspec
+import numpy as np
+
+from protocol import (
+    ConfigError,
+    Document,
+    EntryTooLarge,
+    StoreTurns,
+    UnifiedMessage,
+    payload_bytes,
+    projection,
+)
+from protocol._json import compact_json
+
+__all__ = [
+    "TurnBatch",
+    "check_ids",
+    "check_k",
+    "check_name",
+    "check_turns",
+    "document_bytes",
+    "exact_msgpack",
+    "private_json",
+    "turns_request",
+]
+
+_ENCODER = msgspec.msgpack.Encoder()
+_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_EMPTY_DICT: dict[str, Any] = {}
+
+
+def exact_msgpack(value: object) -> bytes:
+    """Encode ``value`` into a bytes object of exactly its size.
+
+    ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
+    message). The store keeps these bytes for an entry's whole life, so the copy is what
+    keeps the memory bound honest.
+    """
+    buffer = bytearray()
+    _ENCODER.encode_into(value, buffer)
+    return bytes(buffer)
+
+
+def private_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy that the store owns: the caller may mutate its own afterwards."""
+    if not value:
+        return _EMPTY_DICT
+    copied: dict[str, Any] = _METADATA_DECODER.decode(_ENCODER.encode(value))
+    return copied
+
+
+def check_ids(ids: object, what: str = "ids") -> list[str]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ConfigError(f"{what} is a {type(ids).__name__}; expected a list of str")
+    for i, entry_id in enumerate(ids):
+        if not isinstance(entry_id, str) or not entry_id:
+            raise ConfigError(f"{what}[{i}] is {entry_id!r:.60}; expected a non-empty str")
+    return list(ids)
+
+
+def document_bytes(document: Document) -> int:
+    """A document's payload, checked against ``max_entry_bytes``: the UTF-8 length of
+    its text, id and source id, plus its metadata as compact JSON."""
+    size = _utf8_len(document.text)
+    size += _utf8_len(document.id or "")
+    size += _utf8_len(document.source_id or "")
+    if document.metadata:
+        size += len(compact_json(document.metadata, what="document metadata"))
+    return size
+
+
+def check_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):
+        raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
+    if k <= 0:
+        raise ConfigError(f"k is {k}; expected an int > 0")
+    return int(k)
+
+
+def check_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} is {value!r}; expected a non-empty str")
+    return value
+
+
+def turns_request(
+    turns: Sequence[UnifiedMessage],
+    namespace: str,
+    source: str,
+    metadata: dict[str, Any] | None,
+    ids: Sequence[str] | None,
+    texts: Sequence[str] | None,
+) -> StoreTurns:
+    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments; the actor
+    checks the rest (:func:`check_turns`) before it changes anything."""
+    if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+        raise ConfigError(f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage")
+    if texts is not None and (isinstance(texts, str | bytes) or not isinstance(texts, Sequence)):
+        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    return StoreTurns(
+        turns=list(turns),
+        namespace=namespace,
+        source=source,
+        metadata={} if metadata is None else metadata,
+        ids=None if ids is None else check_ids(ids),
+        texts=None if texts is None else list(texts),
+    )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@attrs.frozen
+class TurnBatch:
+    """A ``StoreTurns`` batch that passed the checks every backend shares.
+
+    Attributes:
+        survivors: the newest ``max_entries`` turns (a longer batch drops its head).
+        texts: what each survivor is indexed and embedded by: the caller's text, or
+            the turn's projection.
+        given: whether ``texts`` came from the caller (then the store keeps them beside
+            the message; otherwise a turn's text is its projection).
+        ids: the survivors' ids, or None (each id is then ``turn-<sequence>``).
+        dropped: how many turns the head of an over-long batch lost.
+    """
+
+    survivors: list[UnifiedMessage]
+    texts: list[str]
+    given: bool
+    ids: list[str] | None
+    dropped: int
+
+
+def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
+    """Check a batch of turns (SPEC §3, steps 1 and 2), changing nothing.
+
+    Every turn is size-checked, the dropped head included: its payload, plus its index
+    text when the caller gives one (the store keeps both), against ``max_entry_bytes``.
+
+    Raises:
+        ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
+            one non-empty str (ids) or one str (texts) per turn; a repeated id.
+        EntryTooLarge: a turn over the cap; ``.index`` names it.
+    """
+    turns = request.turns
+    count = len(turns)
+    ids = request.ids
+    if ids is not None:
+        ids = check_ids(ids)
+        if len(ids) != count:
+            raise ConfigError(f"{len(ids)} ids for {count} turns; expected one per turn")
+        if len(set(ids)) != count:
+            raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
+    texts = request.texts
+    if texts is not None:
+        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+            raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+        if len(texts) != count:
+            raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, UnifiedMessage):
+            raise ConfigError(
+                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+            )
+        size = payload_bytes(turn)
+        if texts is not None:
+            size += _utf8_len(texts[i])
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+    keep = min(count, max_entries)
+    head = count - keep
+    survivors = list(turns[head:])
+    return TurnBatch(
+        survivors=survivors,
+        texts=[projection(t) for t in survivors] if texts is None else list(texts[head:]),
+        given=texts is not None,
+        ids=None if ids is None else ids[head:],
+        dropped=head,
+    )
