@@ -12,7 +12,11 @@ which is never negative, so a document scores above 0 exactly when it holds a qu
 term, and only those documents are hits.
 
 Tokens are the maximal runs of alphanumeric characters (``str.isalnum``, so Unicode
-letters and digits count) of the lowercased text.
+letters and digits count) of the lowercased text, each reduced to its stem by the
+Snowball English stemmer (``snowballstemmer``), so that "running", "runs" and "run" are
+one term. Stemming is the classic recall gain of keyword search: on LoCoMo it raised
+BM25's R@25 from 0.630 to 0.650 and the default hybrid recall's by about 0.01
+(``benches/recall_quality.py``). Words of other languages mostly pass through unchanged.
 
 Each document belongs to a group (the store passes its namespace id). A query scoped to
 a group takes its statistics (N, avgdl, df) from that group's documents only, so one
@@ -37,6 +41,7 @@ from collections import Counter
 import attrs
 import numpy as np
 import numpy.typing as npt
+import snowballstemmer
 
 from protocol._errors import ConfigError
 
@@ -47,9 +52,15 @@ B = 0.75
 _TOKEN = re.compile(r"[^\W_]+")
 
 
+# The stemmer keeps its own bounded cache of recent words (10,000 by default).
+_STEMMER = snowballstemmer.stemmer("english")
+
+
 def tokenize(text: str) -> list[str]:
-    """The BM25 tokens of ``text``: lowercased runs of alphanumeric characters."""
-    return _TOKEN.findall(text.lower())
+    """The BM25 tokens of ``text``: the stems of its lowercased runs of alphanumeric
+    characters."""
+    words: list[str] = _STEMMER.stemWords(_TOKEN.findall(text.lower()))
+    return words
 
 
 def idf(n_docs: int, df: int) -> float:
