@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ from protocol import (
     projection,
     to_plugin_error,
 )
-from protocol._memory import describe_error
+from protocol._memory import contextual_entry, describe_error
 from protocol._render import RENDERERS, is_recall_block
 
 from ._events import EventHub, Mailbox, StoreWatch, now
@@ -182,6 +183,45 @@ def _cut_utf8(s: str, keep: int) -> str:
     return s.encode("utf-8", "surrogatepass")[:keep].decode("utf-8", "ignore")
 
 
+# A context message longer than this is cut in an entry's text: it says what the turn
+# is about in its first lines, and a long tool output would swamp the turn's keywords.
+CONTEXT_CHARS = 500
+
+
+def entry_texts(
+    messages: Sequence[UnifiedMessage],
+    picked: Sequence[int],
+    *,
+    context: int,
+    date: str | None,
+    max_entry_bytes: int,
+) -> list[str]:
+    """The text each picked message is indexed and embedded by (``Offload``).
+
+    It is :func:`protocol.contextual_entry` of the message's projection, its ``date``
+    and the projections of the ``context`` non-system messages just before it, each cut
+    to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
+    that would take the entry over ``max_entry_bytes`` is cut to fit (the turn comes
+    first, so the context goes first); a message already over the cap is left for the
+    store to refuse.
+    """
+    texts = []
+    for index in picked:
+        message = messages[index]
+        before: list[str] = []
+        j = index - 1
+        while len(before) < context and j >= 0:
+            if messages[j].role != "system":
+                before.append(projection(messages[j])[:CONTEXT_CHARS])
+            j -= 1
+        text = contextual_entry(projection(message), context=before[::-1], date=date)
+        budget = max_entry_bytes - payload_bytes(message)
+        if _utf8_len(text) > budget:
+            text = _cut_utf8(text, max(budget, 0))
+        texts.append(text)
+    return texts
+
+
 def _marker(cut: int) -> str:
     return f" [...clamped {cut} bytes]"
 
@@ -262,10 +302,13 @@ class CompactionActor:
         await self.mailbox.serve(self._handle, task_status=task_status)
 
     async def _handle(self, request: Compress) -> Compressed:
-        return await self.compress(request.messages)
+        return await self.compress(request.messages, date=request.date)
 
-    async def compress(self, messages: list[UnifiedMessage]) -> Compressed:
-        """Apply every strategy in order and report what each did."""
+    async def compress(
+        self, messages: list[UnifiedMessage], *, date: str | None = None
+    ) -> Compressed:
+        """Apply every strategy in order and report what each did; ``date`` dates the
+        entries ``Offload`` writes (the current UTC time when None)."""
         current = list(messages)
         before_bytes = prompt_bytes(current)
         actions: list[CompactionAction] = []
@@ -281,7 +324,7 @@ class CompactionActor:
                     )
                 )
                 continue
-            current, new_actions, error = await self._apply(strategy, name, current)
+            current, new_actions, error = await self._apply(strategy, name, current, date)
             actions.extend(new_actions)
             if error is not None:
                 last_error = error
@@ -297,11 +340,11 @@ class CompactionActor:
         return Compressed(messages=current, report=report)
 
     async def _apply(
-        self, strategy: Strategy, name: str, messages: list[UnifiedMessage]
+        self, strategy: Strategy, name: str, messages: list[UnifiedMessage], date: str | None
     ) -> tuple[list[UnifiedMessage], list[CompactionAction], BaseException | None]:
         match strategy:
-            case Offload(turns=n):
-                return await self._offload(name, messages, n)
+            case Offload():
+                return await self._offload(name, messages, strategy, date)
             case Summarize(turns=n):
                 return await self._summarize(name, messages, n)
             case DropObservations(keep_last=m):
@@ -313,15 +356,24 @@ class CompactionActor:
         raise TypeError(f"unknown strategy {strategy!r}")  # pragma: no cover
 
     async def _offload(
-        self, name: str, messages: list[UnifiedMessage], n: int
+        self, name: str, messages: list[UnifiedMessage], strategy: Offload, date: str | None
     ) -> tuple[list[UnifiedMessage], list[CompactionAction], BaseException | None]:
-        picked, why = oldest_unprotected(messages, n)
+        picked, why = oldest_unprotected(messages, strategy.turns)
         if not picked:
             return messages, [Skipped(strategy=name, reason=why or "")], None
         batch = [messages[i] for i in picked]
+        if strategy.dated and date is None:
+            date = time.strftime("%d %B %Y, %H:%M UTC", time.gmtime())
+        texts = entry_texts(
+            messages,
+            picked,
+            context=strategy.context,
+            date=date if strategy.dated else None,
+            max_entry_bytes=self.store.config.max_entry_bytes,
+        )
         try:
             stored = await self.store.store_turns(
-                batch, namespace=self.config.namespace, source="offload"
+                batch, namespace=self.config.namespace, source="offload", texts=texts
             )
         except VectorStoreError as error:
             # Nothing was removed yet, so every message is still at its original index.

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from protocol._errors import ConfigError
 
-__all__ = ["RRF_K", "FusedHit", "mmr", "rrf"]
+__all__ = ["RRF_K", "FusedHit", "mmr", "neighbor_boost", "rrf"]
 
 RRF_K = 60
 K = TypeVar("K", bound=Hashable)
@@ -97,6 +97,38 @@ def rrf(
     if limit is not None:
         order = order[:limit]
     return [FusedHit(key=key, score=scores[key], ranks=ranks[key]) for key in order]
+
+
+def neighbor_boost(
+    hits: Sequence[FusedHit[K]], sequences: Mapping[K, int], weight: float
+) -> list[FusedHit[K]]:
+    """Lend each hit ``weight`` times the better fused score of its two neighbours.
+
+    Neighbours are the entries written just before and just after it (sequence ± 1):
+    for a conversation's turns, the turns said just before and after. The evidence for
+    a question often sits beside the turn that matches it best (the answer after the
+    question, the detail after the topic), so a turn whose neighbour is a strong hit is
+    likelier to matter than its own score says. A neighbour that is not among ``hits``
+    lends nothing; a hit without a sequence borrows nothing. Ties keep the order of
+    ``hits``, so the result is deterministic.
+
+    Args:
+        hits: fused hits, best first (``rrf`` with no limit).
+        sequences: each hit's sequence number.
+        weight: the share of the neighbour's score lent, finite and >= 0.
+    """
+    by_sequence = {sequences[h.key]: h.score for h in hits if h.key in sequences}
+    boosted: list[tuple[float, int, FusedHit[K]]] = []
+    for position, hit in enumerate(hits):
+        seq = sequences.get(hit.key)
+        lent = (
+            0.0
+            if seq is None
+            else max(by_sequence.get(seq - 1, 0.0), by_sequence.get(seq + 1, 0.0))
+        )
+        boosted.append((hit.score + weight * lent, position, hit))
+    boosted.sort(key=lambda item: (-item[0], item[1]))
+    return [FusedHit(key=h.key, score=score, ranks=h.ranks) for score, _, h in boosted]
 
 
 def _as_matrix(what: str, value: Any, ndim: int) -> npt.NDArray[np.float64]:

@@ -59,8 +59,9 @@ from ._embedders import HashingEmbedder
 from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
 from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size, now
 from ._injection import InjectionActor
+from ._prepare import check_k, check_name
 from ._recall import RecallActor
-from ._store import StoreHandle, _StoreActor, check_k, check_name
+from ._store import StoreHandle, _StoreActor
 from ._store_hooks import bound_profile
 
 __all__ = ["Memory", "MemoryStatistics", "Turned", "open_memory"]
@@ -275,16 +276,27 @@ class Memory:
 
     # --- the four stages ----------------------------------------------------------------
 
-    async def compress(self, messages: list[UnifiedMessage]) -> Compressed:
+    async def compress(
+        self, messages: list[UnifiedMessage], *, date: str | None = None
+    ) -> Compressed:
         """Apply ``MemoryConfig.strategies`` in order; see SPEC §4.
+
+        Args:
+            messages: the prompt.
+            date: when these messages were said, in any human-readable form; the
+                entries ``Offload`` writes carry it (see :class:`protocol.Offload`).
+                None dates them with the current UTC date and time.
 
         Returns:
             The new messages (the caller's list is not changed) and the report.
 
         Raises:
-            ConfigError: ``messages`` is not a list of ``UnifiedMessage``.
+            ConfigError: ``messages`` is not a list of ``UnifiedMessage``, or ``date`` is
+                not a str or None.
         """
-        request = Compress(messages=check_messages(messages))
+        if date is not None and not isinstance(date, str):
+            raise ConfigError(f"date is a {type(date).__name__}; expected a str or None")
+        request = Compress(messages=check_messages(messages), date=date)
         result = await self._compaction.ask(request)
         assert isinstance(result, Compressed)
         return result
@@ -382,8 +394,10 @@ class Memory:
         self._check_open()
         return await self._dispatcher.dispatch(request)
 
-    async def turn(self, request: UnifiedRequest) -> Turned:
+    async def turn(self, request: UnifiedRequest, *, date: str | None = None) -> Turned:
         """Run compress → retrieve → inject → dispatch for one agent turn.
+
+        ``date`` is passed to :meth:`compress` (None: the current UTC date and time).
 
         The recall query is the projection of the newest user message; without one,
         recall is skipped (and an old recall block is removed). Recall is best-effort
@@ -400,7 +414,7 @@ class Memory:
             raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        compressed = await self.compress(request.messages)
+        compressed = await self.compress(request.messages, date=date)
         timings["compress"] = time.perf_counter() - started
 
         started = time.perf_counter()

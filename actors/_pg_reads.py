@@ -30,6 +30,7 @@ from protocol import (
     Document,
     RetrievalReport,
     RetrievedTurn,
+    ScoredDocument,
     Text,
     UnifiedMessage,
 )
@@ -74,6 +75,12 @@ class DocRow:
     def document(self) -> Document:
         return Document(
             text=self.text, id=self.id, metadata=self.metadata(), source_id=self.source_id
+        )
+
+    def scored(self, score: float, ranks: dict[str, int]) -> ScoredDocument:
+        # + 0.0 turns -0.0 into 0.0.
+        return ScoredDocument(
+            document=self.document(), score=score + 0.0, ranks=ranks, sequence=self.seq
         )
 
     def turn(self, score: float) -> RetrievedTurn:

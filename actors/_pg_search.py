@@ -44,7 +44,7 @@ def run_search(
     if request.kind == "similarity":
         hits = reads.dense(conn, query, request.k, namespace, where)
         return [
-            ScoredDocument(document=row.document(), score=score + 0.0, ranks={"dense": rank})
+            row.scored(score, {"dense": rank})
             for rank, (row, score, _) in enumerate(hits, start=1)
             if threshold is None or score >= threshold
         ]
@@ -60,12 +60,7 @@ def run_search(
         matrix = np.stack([c[3] for c in candidates if c[3] is not None])
         chosen = mmr(vector, matrix, request.k, request.lambda_mult)
         return [
-            ScoredDocument(
-                document=candidates[i][1].document(),
-                score=candidates[i][2] + 0.0,
-                ranks={"dense": candidates[i][0]},
-            )
-            for i in chosen
+            candidates[i][1].scored(candidates[i][2], {"dense": candidates[i][0]}) for i in chosen
         ]
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
     dense = reads.dense(conn, query, request.fetch_k, namespace, where)
@@ -81,9 +76,4 @@ def run_search(
     missing = [hit.key for hit in fused if hit.key not in rows]
     if missing:
         rows.update(reads.by_seqs(conn, missing))
-    return [
-        ScoredDocument(
-            document=rows[hit.key].document(), score=hit.score + 0.0, ranks=dict(hit.ranks)
-        )
-        for hit in fused
-    ]
+    return [rows[hit.key].scored(hit.score, dict(hit.ranks)) for hit in fused]

@@ -28,7 +28,7 @@ from protocol._events import fingerprint
 from protocol._memory import describe_error
 
 from ._events import EventHub, Mailbox, now
-from ._fusion import rrf
+from ._fusion import FusedHit, neighbor_boost, rrf
 from ._store import StoreHandle
 
 __all__ = ["RecallActor"]
@@ -84,7 +84,8 @@ class RecallActor:
         return report
 
     async def hybrid(self, request: Recall) -> RetrievalReport:
-        """The ``k`` best entries by RRF of the dense and the BM25 lists.
+        """The ``k`` best entries by RRF of the dense and the BM25 lists, each boosted
+        by its neighbours' fused scores (``RecallSettings.neighbor_weight``).
 
         The two lists are read from two snapshots; an entry deleted in between is left
         out. A BM25 hit that makes the top ``k`` without being in the dense list (its
@@ -108,13 +109,18 @@ class RecallActor:
                 namespace=namespace,
             )
         )
-        keyword = [h.document.id for h in sparse if "bm25" in h.ranks and h.document.id]
-        fused = rrf(
-            {"dense": [t.id for t in dense.turns], "bm25": keyword},
+        # Every entry of a store has an id (a turn's is ``turn-<sequence>``).
+        keyword = [(h.document.id or "", h.sequence) for h in sparse if "bm25" in h.ranks]
+        fused: list[FusedHit[str]] = rrf(
+            {"dense": [t.id for t in dense.turns], "bm25": [key for key, _ in keyword]},
             k=settings.rrf_k,
             weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
-            limit=request.k,
         )
+        if settings.neighbor_weight > 0:
+            sequences = {t.id: t.sequence for t in dense.turns}
+            sequences.update((key, seq) for key, seq in keyword if seq is not None)
+            fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
+        fused = fused[: request.k]
         by_id: dict[str, RetrievedTurn] = {t.id: t for t in dense.turns}
         while any(h.key not in by_id for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)

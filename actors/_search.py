@@ -50,7 +50,12 @@ async def run_search(
 
     def hit(slot: int, score: float, ranks: dict[str, int]) -> ScoredDocument:
         # + 0.0 turns -0.0 into 0.0, as in retrieve.
-        return ScoredDocument(document=actor.document_of(slot), score=score + 0.0, ranks=ranks)
+        return ScoredDocument(
+            document=actor.document_of(slot),
+            score=score + 0.0,
+            ranks=ranks,
+            sequence=int(arena.seqs[slot]),
+        )
 
     def similarity(result: ScanResult) -> list[ScoredDocument]:
         pairs = zip(result.slots.tolist(), result.scores.tolist(), strict=True)

@@ -41,6 +41,8 @@ from protocol import (
     VectorStoreConfig,
 )
 
+DATE = "9 June 2025, 18:30 UTC"
+
 HISTORY = [
     UnifiedMessage.system("You are a helpful home assistant. Answer briefly."),
     UnifiedMessage.user("My cat is called Miso and she hates the vacuum cleaner."),
@@ -110,7 +112,9 @@ async def run(
         show(request.messages)
 
         rule("1. compress (Offload(turns=6))")
-        compressed = await memory.compress(request.messages)
+        # Offloaded entries are indexed with their date (and the turn before them); a
+        # fixed date keeps this example's scores the same on every run.
+        compressed = await memory.compress(request.messages, date=DATE)
         report = compressed.report
         for action in report.actions:
             print(f"  {msgspec.json.encode(action).decode()}")
@@ -152,7 +156,7 @@ async def run(
             injected.request,
             messages=[*injected.request.messages, reply, UnifiedMessage.user(QUESTION_2)],
         )
-        turned = await memory.turn(follow_up)
+        turned = await memory.turn(follow_up, date=DATE)
         t = turned.report
         actions = ", ".join(type(a).__name__ for a in t.compression.actions)
         print(f"  compress: {actions} ({t.compression.before} -> {t.compression.after} messages)")

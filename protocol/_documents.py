@@ -275,11 +275,15 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
             score for ``hybrid``.
         ranks: the hit's 1-based rank in each list it appeared in, by list name
             (``"dense"``, ``"bm25"``); a list the hit was not in is absent.
+        sequence: the entry's sequence number in its store (the order entries were
+            written in: a conversation's turns are neighbours); None for a hit that no
+            store made.
     """
 
     document: Document
     score: float
     ranks: dict[str, int] = msgspec.field(default_factory=dict)
+    sequence: int | None = None
 
 
 class DeleteResult(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", tag_field="kind"):

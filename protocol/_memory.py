@@ -67,12 +67,32 @@ class StrategyBase(msgspec.Struct, frozen=True, tag_field="strategy"):
 
 
 class Offload(StrategyBase, frozen=True, kw_only=True, tag="offload"):
-    """Move up to ``turns`` of the oldest unprotected messages into the store."""
+    """Move up to ``turns`` of the oldest unprotected messages into the store.
+
+    Each message is stored as it was (recall returns it unchanged), but it is indexed
+    and embedded by a context-enriched text (:func:`contextual_entry`): the turn, then
+    the date, then the ``context`` messages just before it in the prompt (system
+    messages aside), so that a turn like "Yes, last Saturday!" can be found by what it
+    answers. On LoCoMo this raised the default recall's R@25 from 0.738 to 0.8
+    (``benches/recall_quality.py``).
+
+    Args:
+        turns: how many messages at most, >= 1.
+        context: how many preceding messages each entry's text includes, >= 0 (0
+            indexes the turn alone).
+        dated: whether the text carries a date: the one given to ``compress``, or else
+            the current UTC date and time.
+    """
 
     turns: int
+    context: int = 1
+    dated: bool = True
 
     def __post_init__(self) -> None:
         _int_at_least("Offload", "turns", self.turns, 1)
+        _int_at_least("Offload", "context", self.context, 0)
+        if not isinstance(self.dated, bool):
+            raise ConfigError(f"Offload.dated is {self.dated!r}; expected a bool")
 
 
 class Summarize(StrategyBase, frozen=True, kw_only=True, tag="summarize"):
@@ -136,6 +156,11 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             past 100.
         rrf_k: the fusion constant, > 0.
         dense_weight, bm25_weight: each list's weight in the fusion, finite and >= 0.
+        neighbor_weight: after fusion, each hit also earns this share of the better
+            fused score of its two neighbours in write order (for offloaded turns, the
+            turns said just before and after it), finite and >= 0; 0 turns it off. The
+            evidence for a question often sits beside the turn that matches it best:
+            on LoCoMo 0.5 raised R@10 from 0.714 to 0.745 and R@25 from 0.807 to 0.826.
 
     Raises:
         ConfigError: any field out of range or of the wrong type.
@@ -146,6 +171,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
     rrf_k: float = 10.0
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
+    neighbor_weight: float = 0.5
 
     def __post_init__(self) -> None:
         if self.search not in ("dense", "hybrid"):
@@ -153,7 +179,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
                 f"RecallSettings.search is {self.search!r}; expected 'dense' or 'hybrid'"
             )
         _int_at_least("RecallSettings", "fetch_k", self.fetch_k, 1)
-        for name in ("rrf_k", "dense_weight", "bm25_weight"):
+        for name in ("rrf_k", "dense_weight", "bm25_weight", "neighbor_weight"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -344,9 +370,11 @@ class CompactionMsg(msgspec.Struct, frozen=True, tag_field="kind"):
 
 
 class Compress(CompactionMsg, frozen=True, kw_only=True, tag="compress"):
-    """Apply the configured strategies to ``messages``."""
+    """Apply the configured strategies to ``messages``; ``date`` is when they were said
+    (any human-readable form), for the entries ``Offload`` writes."""
 
     messages: list[UnifiedMessage]
+    date: str | None = None
 
 
 CompactionRequest = Compress

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,8 +16,10 @@ from hypothesis import strategies as st
 
 from actors import HashingEmbedder, Memory, open_memory
 from actors._compaction import (
+    CONTEXT_CHARS,
     DROPPED_OUTPUT_PREFIX,
     clamp_message,
+    entry_texts,
     oldest_unprotected,
     protected_indices,
     units,
@@ -24,6 +28,7 @@ from actors.testing import inject_crash
 from protocol import (
     Clamped,
     ClampOversizedMessages,
+    ConfigError,
     DropObservations,
     Dropped,
     ImageBase64,
@@ -45,7 +50,9 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
     payload_bytes,
+    projection,
 )
+from protocol._memory import contextual_entry
 
 DIM = 64
 NS = "memory-default"
@@ -92,6 +99,99 @@ async def stored_sources(memory: Memory) -> list[tuple[str, str]]:
 
 
 # --- offload ----------------------------------------------------------------------------------
+
+
+async def stored_texts(memory: Memory, ids: Sequence[str]) -> list[str]:
+    return [d.text for d in await memory.store.get_by_ids(list(ids), namespace=NS)]
+
+
+async def test_offload_indexes_each_turn_with_its_date_and_the_turn_before() -> None:
+    messages = history()
+    with trio.fail_after(10):
+        async with memory_with(Offload(turns=5)) as memory:
+            out = await memory.compress(messages, date="9 June 2025")
+            (action,) = out.report.actions
+            assert isinstance(action, Offloaded)
+            texts = await stored_texts(memory, action.ids)
+            report = await memory.store.retrieve_in(NS, "cats", k=32)
+    # The system prompt is never context; the first turn has none before it.
+    before = [None, 1, 2, 3, 4]
+    assert texts == [
+        contextual_entry(
+            projection(messages[i]),
+            context=[] if b is None else [projection(messages[b])],
+            date="9 June 2025",
+        )
+        for i, b in zip(action.indices, before, strict=True)
+    ]
+    assert texts[1] == "cats are great\nDate: 9 June 2025\nBefore: first question about cats"
+    # The messages themselves come back unchanged.
+    by_id = {t.id: t.message for t in report.turns}
+    assert [by_id[i] for i in action.ids] == [messages[i] for i in action.indices]
+
+
+async def test_offload_without_context_or_date_indexes_the_turn_alone() -> None:
+    messages = history()
+    with trio.fail_after(10):
+        async with memory_with(Offload(turns=2, context=0, dated=False)) as memory:
+            out = await memory.compress(messages, date="ignored")
+            (action,) = out.report.actions
+            assert isinstance(action, Offloaded)
+            texts = await stored_texts(memory, action.ids)
+    assert texts == [projection(messages[i]) for i in action.indices]
+
+
+async def test_offload_dates_with_the_current_utc_time_by_default() -> None:
+    with trio.fail_after(10):
+        async with memory_with(Offload(turns=1, context=0)) as memory:
+            out = await memory.compress(history())
+            (action,) = out.report.actions
+            assert isinstance(action, Offloaded)
+            (text,) = await stored_texts(memory, action.ids)
+    year = time.gmtime().tm_year
+    assert re.fullmatch(rf".*\nDate: \d\d \w+ ({year}|{year + 1}), \d\d:\d\d UTC", text), text
+
+
+async def test_offload_cuts_long_context_and_keeps_each_entry_within_the_cap() -> None:
+    long = UnifiedMessage.user("x" * 3000)
+    big = UnifiedMessage.assistant("y" * 900)
+    messages = [long, big, UnifiedMessage.user("newest")]
+    with trio.fail_after(10):
+        async with memory_with(Offload(turns=2), max_entry_bytes=1200) as memory:
+            out = await memory.compress(messages, date="today")
+            # The 3000-byte message itself is over the cap: the store refuses the
+            # batch, and nothing moves.
+            (action,) = out.report.actions
+            assert isinstance(action, Rejected)
+            assert out.messages == messages
+        async with memory_with(Offload(turns=1), max_entry_bytes=1200) as memory:
+            out = await memory.compress(messages[1:], date="today")
+            assert isinstance(out.report.actions[0], Offloaded)
+        async with memory_with(Offload(turns=1), max_entry_bytes=4096) as memory:
+            out = await memory.compress([long, *messages[1:]], date="today")
+            (action,) = out.report.actions
+            assert isinstance(action, Offloaded)
+    texts = entry_texts(
+        [long, big], [1], context=1, date="today", max_entry_bytes=payload_bytes(big) + 950
+    )
+    # The context is cut to CONTEXT_CHARS, then the whole text to the entry's budget.
+    full = contextual_entry(
+        projection(big), context=[projection(long)[:CONTEXT_CHARS]], date="today"
+    )
+    assert texts == [full[:950]]
+    assert len(texts[0].encode()) + payload_bytes(big) <= payload_bytes(big) + 950
+
+
+async def test_offload_and_compress_validate_their_arguments() -> None:
+    with pytest.raises(ConfigError, match=r"Offload\.context is -1"):
+        Offload(turns=1, context=-1)
+    with pytest.raises(ConfigError, match=r"Offload\.dated is 'yes'"):
+        Offload(turns=1, dated="yes")  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        async with memory_with(Offload(turns=1)) as memory:
+            with pytest.raises(ConfigError, match="date is a int"):
+                await memory.compress(history(), date=5)  # type: ignore[arg-type]
+            assert memory.store.is_empty()
 
 
 async def test_offload_moves_the_oldest_unprotected_messages() -> None:

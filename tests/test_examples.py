@@ -27,14 +27,14 @@ EXPECTED: dict[str, list[str]] = {
         "== 3. inject",
         "  outcome: INSERTED",
         "  Recalled memory: 3 item(s), best first",
-        "  1. [0.5222] My cat is called Miso and she hates the vacuum cleaner.",
+        "  1. [0.4763] My cat is called Miso and she hates the vacuum cleaner.",
         "== 4. dispatch",
         "  assistant: [echo] I read 5 message(s).",
         "== usage",
         "VectorStoreUsage(entries=6, capacity=64",
         "== turn 2, with Memory.turn",
         "  inject:   REPLACED",
-        "  1. [0.5330] Light rain and 14 C in Lyon tomorrow; take an umbrella.",
+        "  1. [0.4529] Light rain and 14 C in Lyon tomorrow; take an umbrella.",
         "VectorStoreUsage(entries=10, capacity=64",
     ],
 }
@@ -77,11 +77,11 @@ def test_pipeline_prints_the_exact_recall_block_it_injects() -> None:
     block = out.split("the recall block the model reads:\n  ---\n", 1)[1].split("  ---", 1)[0]
     assert block.splitlines() == [
         "  Recalled memory: 3 item(s), best first",
-        "  1. [0.5222] My cat is called Miso and she hates the vacuum cleaner.",
-        "  2. [0.2611] Light rain and 14 C in Lyon tomorrow; take an umbrella.",
-        # Hybrid recall (the default): BM25 ranks the earlier question's "Lyon
-        # tomorrow" above a paraphrase with a higher cosine, which stays the score shown.
-        "  3. [0.2182] What's the weather in Lyon tomorrow?",
+        "  1. [0.4763] My cat is called Miso and she hates the vacuum cleaner.",
+        # Offload indexes each turn with the one before it, and recall lends a hit part
+        # of its neighbour's score: the reply about the cat comes back with the fact.
+        "  2. [0.3746] Noted: Miso the cat dislikes the vacuum.",
+        "  3. [0.2108] What's the weather in Lyon tomorrow?",
     ]
 
 

@@ -18,7 +18,7 @@ import trio
 from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index
 from actors._events import EventHub
-from actors._fusion import rrf
+from actors._fusion import FusedHit, neighbor_boost, rrf
 from actors._recall import RecallActor
 from protocol import (
     ConfigError,
@@ -118,6 +118,24 @@ def test_contextual_entry_puts_the_turn_first() -> None:
 # --- hybrid recall ----------------------------------------------------------------------
 
 
+def test_neighbor_boost_lends_the_better_neighbours_score() -> None:
+    hits = [
+        FusedHit(key="a", score=0.5, ranks={}),
+        FusedHit(key="b", score=0.4, ranks={}),
+        FusedHit(key="e", score=0.3, ranks={}),
+        FusedHit(key="c", score=0.1, ranks={}),
+        FusedHit(key="d", score=0.1, ranks={}),
+    ]
+    # Written in the order c a b ... d, e has no sequence: c and b sit beside a.
+    sequences = {"c": 1, "a": 2, "b": 3, "d": 9}
+    boosted = neighbor_boost(hits, sequences, 0.5)
+    scores = {h.key: h.score for h in boosted}
+    assert scores == pytest.approx({"a": 0.7, "b": 0.65, "c": 0.35, "d": 0.1, "e": 0.3})
+    assert [h.key for h in boosted] == ["a", "b", "c", "e", "d"]
+    # Weight 0 changes no score and keeps the order (ties keep their input order).
+    assert neighbor_boost(hits, sequences, 0.0) == hits
+
+
 def bm25_order(texts: list[str], ids: list[str], query: str) -> list[str]:
     index = Bm25Index(len(texts))
     for slot, text in enumerate(texts):
@@ -129,8 +147,13 @@ def bm25_order(texts: list[str], ids: list[str], query: str) -> list[str]:
 
 @pytest.mark.parametrize("query", ["support group", "Oscar shoes", "sunrise lake", "zebra"])
 @pytest.mark.parametrize("fetch_k", [2, 50])
-async def test_hybrid_recall_is_rrf_of_dense_and_bm25(query: str, fetch_k: int) -> None:
-    settings = RecallSettings(fetch_k=fetch_k, rrf_k=5.0, dense_weight=0.5)
+@pytest.mark.parametrize("neighbor_weight", [0.0, 0.5])
+async def test_hybrid_recall_is_rrf_of_dense_and_bm25(
+    query: str, fetch_k: int, neighbor_weight: float
+) -> None:
+    settings = RecallSettings(
+        fetch_k=fetch_k, rrf_k=5.0, dense_weight=0.5, neighbor_weight=neighbor_weight
+    )
     with trio.fail_after(10):
         async with open_store(STORE, HashingEmbedder(DIM)) as store:
             stored = await store.store_turns([UnifiedMessage.user(t) for t in TEXTS], "ns")
@@ -141,13 +164,11 @@ async def test_hybrid_recall_is_rrf_of_dense_and_bm25(query: str, fetch_k: int) 
     depth = max(4, fetch_k)
     dense = [t.id for t in everything.turns][:depth]
     sparse = bm25_order(TEXTS, stored.ids, query)[:depth]
-    expected = rrf(
-        {"dense": dense, "bm25": sparse},
-        k=5.0,
-        weights={"dense": 0.5, "bm25": 1.0},
-        limit=4,
-    )
-    assert [t.id for t in report.turns] == [h.key for h in expected]
+    expected = rrf({"dense": dense, "bm25": sparse}, k=5.0, weights={"dense": 0.5, "bm25": 1.0})
+    if neighbor_weight:
+        sequences = {t.id: t.sequence for t in everything.turns}
+        expected = neighbor_boost(expected, sequences, neighbor_weight)
+    assert [t.id for t in report.turns] == [h.key for h in expected[:4]]
     # Every hit keeps its true cosine, BM25-only hits beyond the dense list included.
     assert all(t.score == cosine[t.id] for t in report.turns)
     assert report.scanned == len(TEXTS)
