@@ -12,12 +12,16 @@ question with evidence (category 5, adversarial, excluded) is retrieved, and the
 measure is the fraction of its evidence turns among the top k (k = 1, 5, 10, 25),
 averaged over questions. One entry is one turn, so a hit names exactly one turn.
 
-Storage follows the issue: the plain configurations offload the turns through
-compaction (``Offload``, the way an agent's old turns reach the store); the
-configurations with context-enriched entries store them through the documents API
-(``StoreHandle.add_documents``), id = the turn's ``dia_id``. The ``default``
-configuration runs ``Memory.retrieve`` with the default :class:`protocol.MemoryConfig`
-over entries written as :func:`protocol.contextual_entry` describes.
+Storage follows the issue: the plain and the ``default`` configurations offload the
+turns through compaction (``Offload``, the way an agent's old turns reach the store),
+one ``compress`` per session, dated with the session's date; the ``ctx-*`` steps store
+hand-made context entries through the documents API (``StoreHandle.add_documents``),
+id = the turn's ``dia_id``. The plain configurations offload each turn alone
+(``Offload(context=0, dated=False)``, as the reference figures were measured); the
+``default`` configuration is the shipped one end to end: ``Offload`` as configured by
+default writes each turn with its date and the turn before it
+(:func:`protocol.contextual_entry`), and ``Memory.retrieve`` ranks with the default
+:class:`protocol.RecallSettings`.
 
 Every text is embedded once per run: a caching embedder embeds all of them up front,
 in length-sorted batches, before any store opens. ``--cache FILE`` keeps them between
@@ -51,6 +55,7 @@ from protocol import (
     MemoryConfig,
     Offload,
     Offloaded,
+    RecallSettings,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
@@ -244,6 +249,8 @@ class Config:
     weights: dict[str, float] | None = None
     fetch_k: int = 100
     lambda_mult: float = 0.5
+    # For kind "default": the settings Memory.retrieve ranks with.
+    recall: RecallSettings = attrs.field(factory=RecallSettings)
 
     def request(self, question: str, namespace: str, k: int) -> SearchRequest:
         if self.kind == "dense":
@@ -282,7 +289,7 @@ def configurations() -> list[Config]:
         Config(
             "hashing", "384-bucket FNV-1a bag of words, cosine", embedder="hashing", kind="dense"
         ),
-        Config("bm25", "Okapi BM25 (k1 1.2, b 0.75)", kind="bm25", fetch_k=full),
+        Config("bm25", "Okapi BM25 (k1 1.2, b 0.75), Snowball stems", kind="bm25", fetch_k=full),
         Config("dense", "all-MiniLM-L6-v2, cosine", kind="dense"),
         Config("hybrid", "RRF (k = 60) of the complete BM25 and MiniLM lists", fetch_k=full),
         Config(
@@ -295,28 +302,6 @@ def configurations() -> list[Config]:
         Config("ctx-hybrid", "the same entries; RRF k = 60", style=ctx, fetch_k=full),
         Config("ctx-hybrid-k10", "the same; RRF k = 10", style=ctx, rrf_k=10, fetch_k=full),
         Config(
-            "ctx-hybrid-k10-f100",
-            "the same; each list cut at 100",
-            style=ctx,
-            rrf_k=10,
-            fetch_k=100,
-        ),
-        Config(
-            "ctx-hybrid-k10-f200",
-            "the same; each list cut at 200",
-            style=ctx,
-            rrf_k=10,
-            fetch_k=200,
-        ),
-        Config(
-            "ctx-hybrid-k10-bm25x1.5",
-            "the same, BM25 weighs 1.5 (not kept)",
-            style=ctx,
-            rrf_k=10,
-            fetch_k=full,
-            weights={"dense": 1.0, "bm25": 1.5},
-        ),
-        Config(
             "ctx-mmr",
             "MMR (lambda 0.7, fetch_k 50) over MiniLM (not kept)",
             style=ctx,
@@ -325,9 +310,14 @@ def configurations() -> list[Config]:
             lambda_mult=0.7,
         ),
         Config(
+            "default-no-nb",
+            "Memory.retrieve, default MemoryConfig but neighbor_weight 0; Offload entries",
+            kind="default",
+            recall=RecallSettings(neighbor_weight=0.0),
+        ),
+        Config(
             "default",
-            "Memory.retrieve, default MemoryConfig, context entries",
-            style=ctx,
+            "Memory.retrieve, default MemoryConfig (neighbour boost 0.5); Offload entries",
             kind="default",
         ),
     ]
@@ -356,7 +346,8 @@ def store_config(entries: int) -> VectorStoreConfig:
 
 
 async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
-    """Offload every turn through compaction, a session at a time; id → dia_id."""
+    """Offload every turn through compaction, a session at a time, dated with the
+    session's date; id → dia_id."""
     a = conv.sessions[0][0].speaker
     by_id: dict[str, str] = {}
     for session in conv.sessions:
@@ -365,7 +356,9 @@ async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
             for t in session
         ]
         # The newest user message is protected; a closing one keeps every turn movable.
-        compressed = await memory.compress([*messages, UnifiedMessage.user("(next)")])
+        compressed = await memory.compress(
+            [*messages, UnifiedMessage.user("(next)")], date=session[0].date
+        )
         for action in compressed.report.actions:
             assert isinstance(action, Offloaded), action
             for index, entry_id in zip(action.indices, action.ids, strict=True):
@@ -376,18 +369,22 @@ async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
 async def run_conversation(
     conv: Conversation, configs: list[Config], minilm: CachedEmbedder, tallies: dict[str, Any]
 ) -> None:
-    groups: dict[tuple[EntryStyle, str, bool], list[Config]] = {}
+    groups: dict[tuple[EntryStyle, str, RecallSettings | None], list[Config]] = {}
     for c in configs:
-        groups.setdefault((c.style, c.embedder, c.kind == "default"), []).append(c)
+        recall = c.recall if c.kind == "default" else None
+        groups.setdefault((c.style, c.embedder, recall), []).append(c)
     size = len(conv.turns) + 8
-    for (style, embedder_name, default), group in groups.items():
+    for (style, embedder_name, recall), group in groups.items():
         embedder: object = HashingEmbedder(DIMENSIONS) if embedder_name == "hashing" else minilm
-        memory_config = MemoryConfig(strategies=[Offload(turns=size)])
+        # The default runs compaction as shipped: Offload writes context entries. The
+        # plain configurations offload the turn alone, as the reference figures did.
+        offload_as = Offload(turns=size) if recall else Offload(turns=size, context=0, dated=False)
+        memory_config = MemoryConfig(strategies=[offload_as], recall=recall or RecallSettings())
         async with open_memory(
             store=store_config(size), memory=memory_config, embedder=embedder
         ) as memory:
             ns = memory_config.namespace
-            if style == PLAIN and not default:
+            if style == PLAIN:
                 by_id = await offload(memory, conv)
             else:
                 docs = [
