@@ -15,9 +15,6 @@ from typing import Any
 import msgspec
 
 from protocol import (
-    ConfigError,
-    Document,
-    EntryTooLarge,
     StoreTurns,
     UpsertDocuments,
     VectorStoreConfig,
@@ -35,7 +32,7 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import PreparedEntries
-from ._prepare import check_name, check_turns, document_bytes, exact_msgpack
+from ._prepare import check_documents, check_name, check_turns, exact_msgpack
 
 __all__ = ["prepare_documents", "prepare_turns"]
 
@@ -102,33 +99,16 @@ async def prepare_documents(
     request: UpsertDocuments, config: VectorStoreConfig, embedder: EmbedderAdapter
 ) -> PreparedEntries:
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
-    limit = config.max_entry_bytes
-    unique: dict[str, Document] = {}
-    for i, document in enumerate(request.documents):
-        if not isinstance(document, Document):
-            raise ConfigError(
-                f"document {i} of the batch is a {type(document).__name__}; expected Document"
-            )
-        document = document.with_id()
-        assert document.id is not None
-        size = document_bytes(document)
-        if size > limit:
-            raise EntryTooLarge(size, limit, i)
-        seen = unique.get(document.id)
-        if seen is not None and seen != document:
-            raise ConfigError(
-                f"document id {document.id!r} appears twice in the batch with different "
-                "content; expected one version per id"
-            )
-        unique[document.id] = document
-    documents = list(unique.values())
-    for document in documents:
+    batch = check_documents(
+        request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+    )
+    for document in batch.unique:
         assert document.id is not None
         check_pg_text("document id", document.id)
         if document.source_id is not None:
             check_pg_text("document source_id", document.source_id)
-    keep = min(len(documents), config.max_entries)
-    survivors = documents[len(documents) - keep :]
+    survivors = batch.survivors
+    keep = len(survivors)
     metadata = [_metadata(d.metadata) for d in survivors]
     texts = [d.text for d in survivors]
     vectors, zero = await _embed(embedder, texts, config.dimensions)
@@ -147,5 +127,5 @@ async def prepare_documents(
         terms=terms,
         namespace=namespace,
         source="document",
-        dropped=len(documents) - keep,
+        dropped=batch.dropped,
     )

@@ -67,30 +67,20 @@ import psycopg_pool
 import trio
 
 from protocol import (
-    DEFAULT_NAMESPACE,
-    Clear,
-    Cleared,
     ConfigError,
-    Delete,
-    DeleteResult,
     Document,
-    DocumentsUpserted,
     EmbeddingProfile,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
-    StoreRequest,
     StoreUnavailable,
-    TurnsStored,
-    UnifiedMessage,
-    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreUsage,
 )
 
 from ._embedders import EmbedderAdapter
-from ._mailbox import ReplySlot
-from ._pg_actor import _Envelope, _PgStoreActor
+from ._handle import StoreHandleBase
+from ._pg_actor import _PgStoreActor
 from ._pg_schema import (
     MAX_DIMENSIONS,
     Names,
@@ -100,106 +90,26 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import Counts
-from ._prepare import check_ids, check_k, check_name, turns_request
+from ._prepare import check_ids, check_k, check_name
 from ._store import StoreStatistics
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
 
-class PgStoreHandle:
+class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
     """The caller's side of a pg store. Get one from :func:`open_pg_store`.
 
     It has the methods, the semantics and the errors of :class:`~actors.StoreHandle`,
-    plus :class:`StoreUnavailable` when the database cannot be reached, and
-    :meth:`refresh`. Once the actor has crashed every method raises
-    :class:`~protocol.Poisoned`; once the store has closed, ``trio.ClosedResourceError``.
+    plus :class:`StoreUnavailable` when the database cannot be reached (after the
+    retries; a write is then rolled back), and :meth:`refresh`. Each write is one
+    transaction. A namespace, source, id or source id that PostgreSQL text cannot hold
+    (a NUL, a lone surrogate) is a :class:`~protocol.ConfigError`, and such a string in
+    metadata a :class:`~protocol.JsonError`; a text may hold them. Once the actor has
+    crashed every method raises :class:`~protocol.Poisoned`; once the store has closed,
+    ``trio.ClosedResourceError``.
     """
 
-    def __init__(self, actor: _PgStoreActor) -> None:
-        self._actor = actor
-        self._send = actor.send.clone()
-        self._closed = False
-
-    # --- writes ------------------------------------------------------------------------
-
-    async def store_turns(
-        self,
-        turns: Sequence[UnifiedMessage],
-        namespace: str = DEFAULT_NAMESPACE,
-        source: str = "offload",
-        metadata: dict[str, Any] | None = None,
-        ids: Sequence[str] | None = None,
-        texts: Sequence[str] | None = None,
-    ) -> TurnsStored:
-        """Store a batch of turns in one transaction, all or nothing (SPEC §3).
-
-        ``ids`` names each turn: an id already live in the namespace is replaced.
-        Without it, each id is ``turn-<sequence>``. ``texts`` gives each turn its own
-        index text, as in :meth:`actors.StoreHandle.store_turns`.
-
-        Blocks while the inbox is full, then until the actor has applied the batch. If
-        the caller is cancelled while it waits, the batch is either fully committed or
-        not at all.
-
-        Raises:
-            EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
-                batch was rejected and the store is unchanged. A namespace or source with
-                a NUL character, or metadata strings with one, are ConfigError and
-                JsonError here, because PostgreSQL text and jsonb cannot hold them.
-            StoreUnavailable: the database failed after the retries; rolled back.
-            Poisoned: the actor has crashed.
-        """
-        request = turns_request(turns, namespace, source, metadata, ids, texts)
-        result = await self._request(request)
-        assert isinstance(result, TurnsStored)
-        return result
-
-    async def add_documents(
-        self, documents: Sequence[Document], namespace: str | None = None
-    ) -> list[str]:
-        """Store documents in one transaction, all or nothing; return their ids in input
-        order.
-
-        A document without an id gets ``document_id(text, metadata)``; a document whose
-        id is live in the namespace replaces it (see :meth:`upsert`). ``namespace=None``
-        is the default namespace. Blocks and behaves on cancellation like
-        :meth:`store_turns`.
-
-        Raises:
-            EntryTooLarge: a document's text, ids and metadata are over
-                ``max_entry_bytes`` (``actors._store.document_bytes``).
-            ConfigError: not a list of Documents, one id with two contents, or an id or
-                source id that PostgreSQL text cannot hold (a NUL, a lone surrogate).
-            JsonError: metadata holds a string jsonb cannot hold.
-            EmbeddingError, EmbedderError: the batch could not be embedded.
-            StoreUnavailable: the database failed after the retries; rolled back.
-            Poisoned: the actor has crashed.
-        """
-        return await self.upsert(documents, namespace)
-
-    async def upsert(
-        self, documents: Sequence[Document], namespace: str | None = None
-    ) -> list[str]:
-        """Store documents; the same id (in the namespace) replaces the vector, text and
-        metadata, and gets a new sequence number. Returns the ids in input order."""
-        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
-            raise ConfigError(
-                f"documents is a {type(documents).__name__}; expected a list of Document"
-            )
-        space = self._namespace(namespace)
-        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
-        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
-        assert isinstance(result, DocumentsUpserted)
-        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
-
-    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
-        """Delete entries of one namespace by id (``None``: the default namespace), in
-        one transaction; report what was deleted and what was missing (deduplicated, in
-        input order)."""
-        wanted = check_ids(ids)
-        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
-        assert isinstance(result, DeleteResult)
-        return result
+    # --- reads -------------------------------------------------------------------------
 
     async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
         """The live documents with these ids in one namespace (``None``: the default).
@@ -230,29 +140,6 @@ class PgStoreHandle:
         if not isinstance(request, SearchRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         return await self._actor.search(request, self._namespace(request.namespace))
-
-    def _namespace(self, namespace: str | None) -> str:
-        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
-
-    async def clear(self, namespace: str | None = None) -> Cleared:
-        """Remove every entry of ``namespace``, or every entry when it is None."""
-        if namespace is not None:
-            check_name("namespace", namespace)
-        result = await self._request(Clear(namespace=namespace))
-        assert isinstance(result, Cleared)
-        return result
-
-    async def _request(self, request: StoreRequest) -> object:
-        self._check()
-        reply = ReplySlot()
-        try:
-            await self._send.send(_Envelope(request, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._check()
-            raise trio.ClosedResourceError("the store is closed") from None
-        return await reply.wait()
-
-    # --- reads -------------------------------------------------------------------------
 
     async def retrieve(self, query: str, k: int) -> RetrievalReport:
         """Embed ``query`` and return the ``k`` best entries across every namespace.
@@ -368,15 +255,6 @@ class PgStoreHandle:
             version=self._actor.counts.version,
             poisoned=self._actor.crash is not None,
         )
-
-    def _check(self) -> None:
-        self._actor.check_usable()
-        if self._closed:
-            raise trio.ClosedResourceError("the store is closed")
-
-    def _close(self) -> None:
-        self._closed = True
-        self._send.close()
 
 
 def _positive(name: str, value: object, *, minimum: int = 1) -> int:

@@ -20,13 +20,16 @@ from protocol import (
     EntryTooLarge,
     StoreTurns,
     UnifiedMessage,
+    UpsertDocuments,
     payload_bytes,
     projection,
 )
 from protocol._json import compact_json
 
 __all__ = [
+    "DocumentBatch",
     "TurnBatch",
+    "check_documents",
     "check_ids",
     "check_k",
     "check_name",
@@ -194,3 +197,52 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         ids=None if ids is None else ids[head:],
         dropped=head,
     )
+
+
+@attrs.frozen
+class DocumentBatch:
+    """An ``UpsertDocuments`` batch that passed the checks every backend shares.
+
+    Attributes:
+        unique: every document, with its id, once per id, in input order.
+        survivors: the newest ``max_entries`` of them (a longer batch drops its head).
+        dropped: how many the head lost.
+    """
+
+    unique: list[Document]
+    survivors: list[Document]
+    dropped: int
+
+
+def check_documents(
+    request: UpsertDocuments, *, max_entry_bytes: int, max_entries: int
+) -> DocumentBatch:
+    """Check a batch of documents, changing nothing: each is a ``Document`` within
+    ``max_entry_bytes`` (:func:`document_bytes`), the dropped head included; one id
+    given twice must carry the same content, and is then stored once.
+
+    Raises:
+        ConfigError: not a Document, or one id with two different contents.
+        EntryTooLarge: a document over the cap; ``.index`` names it.
+    """
+    unique: dict[str, Document] = {}
+    for i, document in enumerate(request.documents):
+        if not isinstance(document, Document):
+            raise ConfigError(
+                f"document {i} of the batch is a {type(document).__name__}; expected Document"
+            )
+        document = document.with_id()
+        assert document.id is not None
+        size = document_bytes(document)
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+        seen = unique.get(document.id)
+        if seen is not None and seen != document:
+            raise ConfigError(
+                f"document id {document.id!r} appears twice in the batch with different "
+                "content; expected one version per id"
+            )
+        unique[document.id] = document
+    documents = list(unique.values())
+    head = len(documents) - min(len(documents), max_entries)
+    return DocumentBatch(unique=documents, survivors=documents[head:], dropped=head)

@@ -24,7 +24,6 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    DEFAULT_NAMESPACE,
     Clear,
     Cleared,
     ConfigError,
@@ -33,7 +32,6 @@ from protocol import (
     Document,
     DocumentsUpserted,
     EmbeddingProfile,
-    EntryTooLarge,
     Event,
     RetrievalReport,
     RetrievedTurn,
@@ -55,16 +53,16 @@ from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
-from ._mailbox import CrashableActor, Envelope, ReplySlot
+from ._handle import StoreHandleBase
+from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
+    check_documents,
     check_ids,
     check_k,
     check_name,
     check_turns,
-    document_bytes,
     exact_msgpack,
     private_json,
-    turns_request,
 )
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
@@ -273,28 +271,13 @@ class _StoreActor(CrashableActor):
 
     async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
-        limit = self.config.max_entry_bytes
-        unique: dict[str, Document] = {}
-        for i, document in enumerate(request.documents):
-            if not isinstance(document, Document):
-                raise ConfigError(
-                    f"document {i} of the batch is a {type(document).__name__}; expected Document"
-                )
-            document = document.with_id()
-            assert document.id is not None
-            size = document_bytes(document)
-            if size > limit:
-                raise EntryTooLarge(size, limit, i)
-            seen = unique.get(document.id)
-            if seen is not None and seen != document:
-                raise ConfigError(
-                    f"document id {document.id!r} appears twice in the batch with different "
-                    "content; expected one version per id"
-                )
-            unique[document.id] = document
-        documents = list(unique.values())
-        keep = min(len(documents), self.config.max_entries)
-        survivors = documents[len(documents) - keep :]
+        batch = check_documents(
+            request,
+            max_entry_bytes=self.config.max_entry_bytes,
+            max_entries=self.config.max_entries,
+        )
+        survivors = batch.survivors
+        keep = len(survivors)
         texts = [d.text for d in survivors]
         vectors, zero = await self._embed(texts)
         return _Prepared(
@@ -309,7 +292,7 @@ class _StoreActor(CrashableActor):
                 namespace=namespace,
                 source="document",
             ),
-            dropped=len(documents) - keep,
+            dropped=batch.dropped,
         )
 
     async def _embed(
@@ -463,7 +446,7 @@ class _StoreActor(CrashableActor):
         return self.poisoned()
 
 
-class StoreHandle:
+class StoreHandle(StoreHandleBase[_StoreActor]):
     """The caller's side of a store. Get one from :func:`open_store`.
 
     Writes go through the actor's bounded inbox; reads scan the last snapshot. Once the
@@ -471,96 +454,7 @@ class StoreHandle:
     has closed, every method raises ``trio.ClosedResourceError``.
     """
 
-    def __init__(self, actor: _StoreActor) -> None:
-        self._actor = actor
-        self._send = actor.send.clone()
-        self._closed = False
-
-    # --- writes ------------------------------------------------------------------------
-
-    async def store_turns(
-        self,
-        turns: Sequence[UnifiedMessage],
-        namespace: str = DEFAULT_NAMESPACE,
-        source: str = "offload",
-        metadata: dict[str, Any] | None = None,
-        ids: Sequence[str] | None = None,
-        texts: Sequence[str] | None = None,
-    ) -> TurnsStored:
-        """Store a batch of turns, all or nothing (SPEC §3).
-
-        Every turn is size-checked (the dropped head too); a batch longer than the
-        capacity keeps its newest turns; the survivors are embedded in one call, checked,
-        normalized and committed together. ``metadata`` applies to every turn of the
-        batch. ``ids`` names each turn (an explicit memory's id): an id already live in
-        the namespace is replaced. Without it, each id is ``turn-<sequence>``.
-        ``texts`` gives each turn the text it is indexed and embedded by, in place of
-        its projection (a turn with its context, :func:`protocol.contextual_entry`);
-        the message is kept and returned as is, and the text counts towards the turn's
-        size against ``max_entry_bytes``.
-
-        Blocks while the inbox is full, then until the actor has applied the batch. If
-        the caller is cancelled while it waits, the batch is either fully committed or
-        not at all; if the store closes first, it is not applied.
-
-        Raises:
-            EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
-                batch was rejected and the store is unchanged.
-            Poisoned: the actor has crashed.
-        """
-        request = turns_request(turns, namespace, source, metadata, ids, texts)
-        result = await self._request(request)
-        assert isinstance(result, TurnsStored)
-        return result
-
-    async def add_documents(
-        self, documents: Sequence[Document], namespace: str | None = None
-    ) -> list[str]:
-        """Store documents, all or nothing, and return their ids in input order.
-
-        A document without an id gets ``document_id(text, metadata)``, a content hash, so
-        adding the same content twice keeps one entry. A document whose id is already
-        live in the namespace replaces it (see :meth:`upsert`). ``namespace=None`` is the
-        default namespace. Blocks and behaves on cancellation like :meth:`store_turns`.
-
-        Raises:
-            EntryTooLarge: a document's text, ids and metadata are over
-                ``max_entry_bytes``.
-            ConfigError: not a list of Documents, or one id with two different contents.
-            EmbeddingError, EmbedderError: the batch could not be embedded.
-            Poisoned: the actor has crashed.
-        """
-        return await self.upsert(documents, namespace)
-
-    async def upsert(
-        self, documents: Sequence[Document], namespace: str | None = None
-    ) -> list[str]:
-        """Store documents; the same id replaces the vector, text and metadata.
-
-        A replaced document gets a new sequence number, so it counts as the newest entry
-        for FIFO eviction and for ties. Returns the ids in input order.
-        """
-        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
-            raise ConfigError(
-                f"documents is a {type(documents).__name__}; expected a list of Document"
-            )
-        space = self._namespace(namespace)
-        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
-        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
-        assert isinstance(result, DocumentsUpserted)
-        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
-
-    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
-        """Delete entries of one namespace by id (``None``: the default namespace).
-
-        Ids are unique within a namespace, so a delete never reaches another namespace.
-        Returns which ids were deleted and which were missing, deduplicated, in input
-        order. Blocks like :meth:`store_turns`; a delete is all or nothing too.
-        """
-        wanted = check_ids(ids)
-        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
-        assert isinstance(result, DeleteResult)
-        return result
+    # --- reads -------------------------------------------------------------------------
 
     async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
         """The live documents with these ids in one namespace (``None``: the default).
@@ -623,29 +517,6 @@ class StoreHandle:
                 started=started,
             )
         return hits
-
-    def _namespace(self, namespace: str | None) -> str:
-        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
-
-    async def clear(self, namespace: str | None = None) -> Cleared:
-        """Remove every entry of ``namespace``, or every entry when it is None."""
-        if namespace is not None:
-            check_name("namespace", namespace)
-        result = await self._request(Clear(namespace=namespace))
-        assert isinstance(result, Cleared)
-        return result
-
-    async def _request(self, request: StoreRequest) -> object:
-        self._check()
-        reply = ReplySlot()
-        try:
-            await self._send.send(_Envelope(request, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._check()
-            raise trio.ClosedResourceError("the store is closed") from None
-        return await reply.wait()
-
-    # --- reads -------------------------------------------------------------------------
 
     async def retrieve(self, query: str, k: int) -> RetrievalReport:
         """Embed ``query`` and return the ``k`` best entries across every namespace.
@@ -787,15 +658,6 @@ class StoreHandle:
             version=self._actor.snapshot.version,
             poisoned=self._actor.crash is not None,
         )
-
-    def _check(self) -> None:
-        self._actor.check_usable()
-        if self._closed:
-            raise trio.ClosedResourceError("the store is closed")
-
-    def _close(self) -> None:
-        self._closed = True
-        self._send.close()
 
 
 @asynccontextmanager

@@ -1,0 +1,162 @@
+"""The caller's side of a store actor, as far as it is the same for every backend.
+
+A handle sends each write to its actor's bounded inbox as one message and awaits the
+reply; it checks the arguments it can check without the store first. The in-memory
+:class:`~actors.StoreHandle` and the PostgreSQL ``PgStoreHandle`` add their reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+import trio
+
+from protocol import (
+    DEFAULT_NAMESPACE,
+    Clear,
+    Cleared,
+    ConfigError,
+    Delete,
+    DeleteResult,
+    Document,
+    DocumentsUpserted,
+    StoreRequest,
+    TurnsStored,
+    UnifiedMessage,
+    UpsertDocuments,
+)
+
+from ._mailbox import CrashableActor, Envelope, ReplySlot
+from ._prepare import check_ids, check_name, turns_request
+
+__all__ = ["StoreHandleBase"]
+
+ActorT = TypeVar("ActorT", bound=CrashableActor)
+
+
+class StoreHandleBase(Generic[ActorT]):
+    """The writes and the lifecycle checks every store handle shares.
+
+    Once the actor has crashed every method raises :class:`~protocol.Poisoned`; once the
+    store has closed, ``trio.ClosedResourceError``.
+    """
+
+    def __init__(self, actor: ActorT) -> None:
+        self._actor = actor
+        self._send = actor.send.clone()
+        self._closed = False
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = DEFAULT_NAMESPACE,
+        source: str = "offload",
+        metadata: dict[str, Any] | None = None,
+        ids: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
+    ) -> TurnsStored:
+        """Store a batch of turns, all or nothing (SPEC §3).
+
+        Every turn is size-checked (the dropped head too); a batch longer than the
+        capacity keeps its newest turns; the survivors are embedded in one call, checked,
+        normalized and committed together. ``metadata`` applies to every turn of the
+        batch. ``ids`` names each turn (an explicit memory's id): an id already live in
+        the namespace is replaced. Without it, each id is ``turn-<sequence>``.
+        ``texts`` gives each turn the text it is indexed and embedded by, in place of
+        its projection (a turn with its context, :func:`protocol.contextual_entry`);
+        the message is kept and returned as is, and the text counts towards the turn's
+        size against ``max_entry_bytes``.
+
+        Blocks while the inbox is full, then until the actor has applied the batch. If
+        the caller is cancelled while it waits, the batch is either fully committed or
+        not at all; if the store closes first, it is not applied.
+
+        Raises:
+            EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
+                batch was rejected and the store is unchanged.
+            Poisoned: the actor has crashed.
+        """
+        request = turns_request(turns, namespace, source, metadata, ids, texts)
+        result = await self._request(request)
+        assert isinstance(result, TurnsStored)
+        return result
+
+    async def add_documents(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents, all or nothing, and return their ids in input order.
+
+        A document without an id gets ``document_id(text, metadata)``, a content hash, so
+        adding the same content twice keeps one entry. A document whose id is already
+        live in the namespace replaces it (see :meth:`upsert`). ``namespace=None`` is the
+        default namespace. Blocks and behaves on cancellation like :meth:`store_turns`.
+
+        Raises:
+            EntryTooLarge: a document's text, ids and metadata are over
+                ``max_entry_bytes`` (``actors._prepare.document_bytes``).
+            ConfigError: not a list of Documents, or one id with two different contents.
+            EmbeddingError, EmbedderError: the batch could not be embedded.
+            Poisoned: the actor has crashed.
+        """
+        return await self.upsert(documents, namespace)
+
+    async def upsert(
+        self, documents: Sequence[Document], namespace: str | None = None
+    ) -> list[str]:
+        """Store documents; the same id replaces the vector, text and metadata.
+
+        A replaced document gets a new sequence number, so it counts as the newest entry
+        for FIFO eviction and for ties. Returns the ids in input order.
+        """
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ConfigError(
+                f"documents is a {type(documents).__name__}; expected a list of Document"
+            )
+        space = self._namespace(namespace)
+        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
+        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
+        assert isinstance(result, DocumentsUpserted)
+        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
+        """Delete entries of one namespace by id (``None``: the default namespace).
+
+        Ids are unique within a namespace, so a delete never reaches another namespace.
+        Returns which ids were deleted and which were missing, deduplicated, in input
+        order. Blocks like :meth:`store_turns`; a delete is all or nothing too.
+        """
+        wanted = check_ids(ids)
+        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
+        assert isinstance(result, DeleteResult)
+        return result
+
+    async def clear(self, namespace: str | None = None) -> Cleared:
+        """Remove every entry of ``namespace``, or every entry when it is None."""
+        if namespace is not None:
+            check_name("namespace", namespace)
+        result = await self._request(Clear(namespace=namespace))
+        assert isinstance(result, Cleared)
+        return result
+
+    def _namespace(self, namespace: str | None) -> str:
+        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
+
+    async def _request(self, request: StoreRequest) -> object:
+        self._check()
+        reply = ReplySlot()
+        try:
+            await self._send.send(Envelope(request, reply))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._check()
+            raise trio.ClosedResourceError("the store is closed") from None
+        return await reply.wait()
+
+    def _check(self) -> None:
+        self._actor.check_usable()
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+
+    def _close(self) -> None:
+        self._closed = True
+        self._send.close()
