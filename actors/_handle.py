@@ -25,6 +25,7 @@ from protocol import (
     TurnsStored,
     UnifiedMessage,
     UpsertDocuments,
+    VectorStoreConfig,
 )
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
@@ -138,6 +139,21 @@ class StoreHandleBase(Generic[ActorT]):
         result = await self._request(Clear(namespace=namespace))
         assert isinstance(result, Cleared)
         return result
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def is_empty(self) -> bool:
+        return len(self) == 0
+
+    @property
+    def capacity(self) -> int:
+        self._check()
+        return self._actor.config.max_entries
+
+    @property
+    def config(self) -> VectorStoreConfig:
+        return self._actor.config
 
     def _namespace(self, namespace: str | None) -> str:
         return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)

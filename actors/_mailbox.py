@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
-from protocol import Poisoned
+from protocol import Poisoned, VectorStoreConfig
 
 __all__ = ["CrashableActor", "Envelope", "ReplySlot", "drain"]
 
@@ -76,12 +76,14 @@ class CrashableActor:
     """The lifecycle of a store actor: serve the inbox in order, and when the actor
     stops, fail the request in flight and every queued one instead of stranding them.
 
-    A subclass sets ``send``, ``receive``, ``crash`` and ``what`` (its name in messages) and
-    implements ``_handle``, which answers through the envelope's reply slot. An
+    A subclass sets ``config``, ``send``, ``receive``, ``crash`` and ``what`` (its name
+    in messages) and implements ``_handle``, which answers through the envelope's reply
+    slot. An
     unexpected exception becomes a crash through ``_poison``: every later call raises
     :class:`~protocol.Poisoned`, with the crash as its cause.
     """
 
+    config: VectorStoreConfig
     send: trio.MemorySendChannel[Envelope[Any]]
     receive: trio.MemoryReceiveChannel[Envelope[Any]]
     crash: BaseException | None

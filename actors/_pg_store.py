@@ -220,18 +220,6 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         self._check()
         return self._actor.counts.entries
 
-    def is_empty(self) -> bool:
-        return len(self) == 0
-
-    @property
-    def capacity(self) -> int:
-        self._check()
-        return self._actor.config.max_entries
-
-    @property
-    def config(self) -> VectorStoreConfig:
-        return self._actor.config
-
     @property
     def profile(self) -> EmbeddingProfile | None:
         """The embedding profile the table is bound to: this embedder's ``profile``, or

@@ -630,18 +630,6 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         self._check()
         return self._actor.snapshot.live
 
-    def is_empty(self) -> bool:
-        return len(self) == 0
-
-    @property
-    def capacity(self) -> int:
-        self._check()
-        return self._actor.config.max_entries
-
-    @property
-    def config(self) -> VectorStoreConfig:
-        return self._actor.config
-
     @property
     def profile(self) -> EmbeddingProfile | None:
         """The embedding profile the store is bound to: its embedder's ``profile``, or
