@@ -892,9 +892,12 @@ async def open_store(
         inbox_size: how many writes may queue before callers wait.
         thread_scan_threshold: a read that scans at least this many floats (rows ×
             dimensions) runs in worker threads, coalesced with concurrent reads into one
-            matrix product, so the trio loop stays responsive; a smaller one runs inline.
-            The default, 2**20 floats (4 MiB, about 250 µs of scan), is where a thread
-            round trip stops costing more than it saves. 0 sends every read to threads.
+            matrix product, so the trio loop stays responsive; a smaller lone read runs
+            inline. The default, 2**24 floats (64 MiB), bounds how long a read holds the
+            trio loop to about 3 ms here (4.5 ms when the other core is busy); below it
+            a worker-thread round trip (0.5 ms with the BLAS call) costs a good share of
+            the scan. Reads of at least 2**20 floats that start together are coalesced
+            in worker threads whatever this says. 0 sends every read to threads.
         on_event: an event sink, called synchronously with a ``vector_store.added`` or
             ``vector_store.deleted`` event after each commit (in the actor, after the
             caller's reply) and a ``vector_store.searched`` event after each read (in
