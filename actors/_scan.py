@@ -236,28 +236,34 @@ class ThreadChooser:
     stalls in steps of a scheduler tick (8–28 ms), while one thread slows by about 10%.
     Load comes and goes, so no fixed choice is right: the chooser keeps the last three
     times per float of each setting, per size class (rows × dimensions, by powers of two)
-    and per path (inline or threaded), and uses the setting whose median is lower. The
+    and per path (inline, or threaded with a batch of so many queries, by powers of
+    two), and uses the setting whose median is lower. The
     other one is probed now and then (every 16 scans, backing off to 256 while it keeps
     losing), so the choice follows the load both ways. A probe that lands on a busy core
     costs one stall, which stays out of the p90 at these intervals. Trio thread only.
     """
 
-    classes: dict[tuple[int, bool], _SizeClass] = attrs.field(factory=dict)
+    classes: dict[tuple[int, int], _SizeClass] = attrs.field(factory=dict)
 
-    def _class(self, floats: int, threaded: bool) -> _SizeClass:
-        key = (floats.bit_length(), threaded)
+    @staticmethod
+    def path(batch: int) -> int:
+        """The path of a threaded batch of ``batch`` queries (0 is the inline path)."""
+        return batch.bit_length()
+
+    def _class(self, floats: int, path: int) -> _SizeClass:
+        key = (floats.bit_length(), path)
         found = self.classes.get(key)
         if found is None:
             found = self.classes[key] = _SizeClass()
         return found
 
-    def single(self, floats: int, threaded: bool) -> bool:
-        """Whether the next scan of this size should hold BLAS at one thread."""
-        return self._class(floats, threaded).choose()
+    def single(self, floats: int, path: int) -> bool:
+        """Whether the next scan of this size on this path should use one BLAS thread."""
+        return self._class(floats, path).choose()
 
-    def record(self, floats: int, threaded: bool, single: bool, seconds: float) -> None:
-        """How long a scan of this size took with this setting."""
-        self._class(floats, threaded).record(single, seconds / max(floats, 1))
+    def record(self, floats: int, path: int, single: bool, seconds: float) -> None:
+        """How long a scan of this size on this path took with this setting."""
+        self._class(floats, path).record(single, seconds / max(floats, 1))
 
 
 def _lot() -> trio.lowlevel.ParkingLot:
@@ -603,14 +609,14 @@ class ScanEngine:
             if floats < BLAS_SINGLE_BELOW:
                 np.matmul(self.vectors[:n], query, out=row)
             else:
-                single = blas_threads.acquire(self.chooser.single(floats, False))
+                single = blas_threads.acquire(self.chooser.single(floats, 0))
                 try:
                     start = time.perf_counter()
                     np.matmul(self.vectors[:n], query, out=row)
                     elapsed = time.perf_counter() - start
                 finally:
                     blas_threads.release()
-                self.chooser.record(floats, False, single, elapsed)
+                self.chooser.record(floats, 0, single, elapsed)
         flags = self._scope_flags[:n]
         masked = True
         if ns_id is not None:
@@ -649,14 +655,14 @@ class ScanEngine:
         floats = snap.high * self.vectors.shape[1]
         if floats < BLAS_SINGLE_BELOW:
             return self._score([request], [scope], snap)
-        single = blas_threads.acquire(self.chooser.single(floats, False))
+        single = blas_threads.acquire(self.chooser.single(floats, 0))
         try:
             start = time.perf_counter()
             results = self._score([request], [scope], snap)
             elapsed = time.perf_counter() - start
         finally:
             blas_threads.release()
-        self.chooser.record(floats, False, single, elapsed)
+        self.chooser.record(floats, 0, single, elapsed)
         return results
 
     async def _score_in_threads(
@@ -671,7 +677,8 @@ class ScanEngine:
         # Set here, on the trio thread, while none of our threads is inside BLAS:
         # OpenBLAS was seen to ignore a count set from a worker thread while another
         # thread was inside a call.
-        single = blas_threads.acquire(self.chooser.single(floats, True) if big else True)
+        path = self.chooser.path(len(batch))
+        single = blas_threads.acquire(self.chooser.single(floats, path) if big else True)
         try:
             chunks = int(min(self.workers, max(1, floats // SPLIT_FLOATS))) if single else 1
             start = time.perf_counter()
@@ -679,8 +686,8 @@ class ScanEngine:
             elapsed = time.perf_counter() - start
         finally:
             blas_threads.release()
-        if big and len(batch) == 1:
-            self.chooser.record(floats, True, single, elapsed)
+        if big:
+            self.chooser.record(floats, path, single, elapsed)
         return [
             self._merge(parts, i, r, s) for i, (r, s) in enumerate(zip(batch, scopes, strict=True))
         ]

@@ -350,8 +350,8 @@ def drive(chooser: ThreadChooser, cost: dict[bool, float], scans: int) -> list[b
     floats = 1 << 20
     used = []
     for _ in range(scans):
-        single = chooser.single(floats, False)
-        chooser.record(floats, False, single, cost[single] * floats)
+        single = chooser.single(floats, 0)
+        chooser.record(floats, 0, single, cost[single] * floats)
         used.append(single)
     return used
 
@@ -377,13 +377,16 @@ def test_the_chooser_follows_the_load_both_ways() -> None:
 def test_the_chooser_keeps_size_classes_and_paths_apart() -> None:
     chooser = ThreadChooser()
     big, small = 1 << 24, 1 << 20
+    one, many = ThreadChooser.path(1), ThreadChooser.path(64)
     for _ in range(3):
-        chooser.record(big, True, False, 8.0 * big)
-        chooser.record(big, True, True, 1.0 * big)
-        chooser.record(small, True, False, 1.0 * small)
-    assert chooser.classes[(big.bit_length(), True)].single
-    assert not chooser.classes[(small.bit_length(), True)].single
-    assert (big.bit_length(), False) not in chooser.classes
+        chooser.record(big, one, False, 8.0 * big)
+        chooser.record(big, one, True, 1.0 * big)
+        chooser.record(small, one, False, 1.0 * small)
+        chooser.record(big, many, False, 1.0 * big)
+    assert chooser.classes[(big.bit_length(), one)].single
+    assert not chooser.classes[(small.bit_length(), one)].single
+    assert not chooser.classes[(big.bit_length(), many)].single
+    assert (big.bit_length(), 0) not in chooser.classes
 
 
 # --- coalescing mid-size reads that start together -------------------------------------
