@@ -97,6 +97,9 @@ _NEG_INF = np.float32(-np.inf)
 TIE_SLACK = np.float32(2e-6)
 _NO_CANDIDATES = np.empty(0, dtype=np.intp)
 
+#: Candidates re-scored in reused scratch; more (a big k, many ties) allocate.
+EXACT_ROWS = 32
+
 Mask = npt.NDArray[np.bool_]
 
 
@@ -385,6 +388,7 @@ class ScanEngine:
     _part: npt.NDArray[np.float32] = attrs.field(init=False)
     _flags: Mask = attrs.field(init=False)
     _scope_flags: Mask = attrs.field(init=False)
+    _products: npt.NDArray[np.float64] = attrs.field(init=False)
     chooser: ThreadChooser = attrs.field(init=False, factory=ThreadChooser)
     _arriving: int = attrs.field(init=False, default=0)
 
@@ -399,6 +403,8 @@ class ScanEngine:
         self._part = np.empty(capacity, dtype=np.float32)
         self._flags = np.empty(capacity, dtype=np.bool_)
         self._scope_flags = np.empty(capacity, dtype=np.bool_)
+        # The exact re-score's products: enough rows for a usual k and its ties.
+        self._products = np.empty((min(capacity, EXACT_ROWS), dimensions), dtype=np.float64)
 
     # --- the caller's side -------------------------------------------------------------
 
@@ -645,9 +651,16 @@ class ScanEngine:
         """
         if query is None:
             return np.zeros(slots.shape[0], dtype=np.float64)
-        rows = self.vectors[slots].astype(np.float64)
-        rows *= query.astype(np.float64)
-        exact: npt.NDArray[np.float64] = rows.sum(axis=1)
+        m = slots.shape[0]
+        if m <= self._products.shape[0]:
+            # Into reused scratch (the trio thread's only): the float32 rows are widened
+            # inside the multiply, exactly as astype would.
+            products = self._products[:m]
+            np.multiply(self.vectors[slots], query.astype(np.float64), out=products)
+        else:
+            products = self.vectors[slots].astype(np.float64)
+            products *= query.astype(np.float64)
+        exact: npt.NDArray[np.float64] = np.add.reduce(products, axis=1)
         return exact
 
     def _run_inline(self, request: _Request, snap: Snapshot) -> list[ScanResult]:

@@ -12,6 +12,7 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -442,7 +443,7 @@ class _StoreActor(CrashableActor):
             # non-finite, and then as_vector below names the culprit.
             arr = vector.astype(np.float64)
             squared = float(np.dot(arr, arr))
-            if not np.isfinite(squared):
+            if not math.isfinite(squared):
                 arr = as_vector(vector, d, what="query embedding")
         else:
             arr = as_vector(vector, d, what="query embedding")
@@ -452,7 +453,8 @@ class _StoreActor(CrashableActor):
         if squared < _FAST_NORM_LIMIT:
             # The common case, without normalize_rows' per-call overhead (about 50 µs,
             # which is most of a small read): this square cannot overflow float32.
-            normalized: npt.NDArray[np.float32] = (arr / np.sqrt(squared)).astype(np.float32)
+            arr /= math.sqrt(squared)
+            normalized: npt.NDArray[np.float32] = arr.astype(np.float32)
             return normalized
         rows, zero = normalize_rows(arr[None, :], what="query embedding")
         return None if zero[0] else rows[0]
@@ -472,26 +474,36 @@ class _StoreActor(CrashableActor):
 
     def _report(self, result: ScanResult) -> RetrievalReport:
         # Called while the scanned rows are pinned, so each payload matches its score.
-        # Per-hit numpy scalar access is the bulk of a small read's overhead, so the
-        # columns are read as lists in one go.
+        # Per-hit numpy scalar access and method calls are the bulk of a small read's
+        # overhead, so the columns are read as lists in one go and the lookups inlined.
         arena = self.arena
-        seqs = self.seqs[result.slots].tolist()
+        slots = result.slots
+        ids, sources, payloads = arena.ids, arena.sources, arena.payloads
+        metadata_of = arena.meta.get
+        decode = _MESSAGE_DECODER.decode
         turns = []
-        for slot, score, seq in zip(
-            result.slots.tolist(), result.scores.tolist(), seqs, strict=True
+        for slot, score, seq, namespace in zip(
+            slots.tolist(),
+            result.scores.tolist(),
+            self.seqs[slots].tolist(),
+            arena.namespaces_of(slots),
+            strict=True,
         ):
-            entry_id, source = arena.ids[slot], arena.sources[slot]
+            entry_id, source, payload = ids[slot], sources[slot], payloads[slot]
+            metadata = metadata_of(slot)
             assert entry_id is not None
             assert source is not None
+            assert namespace is not None
+            assert metadata is not None
             turns.append(
                 RetrievedTurn(
-                    message=self.message_of(slot),
+                    message=self.message_of(slot) if payload is None else decode(payload),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
-                    namespace=arena.namespace_of(slot),
+                    namespace=namespace,
                     source=source,
-                    metadata=self.metadata_copy(slot),
+                    metadata={} if not metadata else _private_json(dict(metadata)),
                     id=entry_id,
                 )
             )
