@@ -198,6 +198,9 @@ class _SizeClass:
     single: bool = False
     probe_in: int = PROBE_FIRST
     probe_every: int = PROBE_EVERY
+    #: How many scans ran with each setting (as configured, one thread).
+    runs: list[int] = attrs.field(factory=lambda: [0, 0])
+    switches: int = 0
 
     def choose(self) -> bool:
         self.probe_in -= 1
@@ -207,6 +210,12 @@ class _SizeClass:
         return self.single
 
     def record(self, single: bool, per_float: float) -> None:
+        self.runs[single] += 1
+        was = self.single
+        self._record(single, per_float)
+        self.switches += was != self.single
+
+    def _record(self, single: bool, per_float: float) -> None:
         window = self.times[single]
         window.append(per_float)
         if len(window) > _WINDOW:
@@ -267,6 +276,23 @@ class ThreadChooser:
     def record(self, floats: int, path: int, single: bool, seconds: float) -> None:
         """How long a scan of this size on this path took with this setting."""
         self._class(floats, path).record(single, seconds / max(floats, 1))
+
+    def statistics(self) -> dict[str, dict[str, Any]]:
+        """Per size class and path: scans run with each setting, switches, the setting
+        in use and the median ns per float of each (for benches and debugging)."""
+        out: dict[str, dict[str, Any]] = {}
+        for (bits, path), c in sorted(self.classes.items()):
+            name = f"2^{bits - 1} floats, " + (
+                "inline" if path == 0 else f"batch ~{1 << (path - 1)}"
+            )
+            out[name] = {
+                "scans_blas_as_configured": c.runs[0],
+                "scans_one_blas_thread": c.runs[1],
+                "switches": c.switches,
+                "now_single": c.single,
+                "ns_per_float": [round(_median(t) * 1e9, 4) if t else None for t in c.times],
+            }
+        return out
 
 
 def _lot() -> trio.lowlevel.ParkingLot:

@@ -256,6 +256,7 @@ async def bench_size(n: int, d: int, quick: bool, skip_langchain: bool) -> dict[
         pool.shutdown()
         timings.update(reads)
         out["batches"] = store._actor.scans.batches
+        out["chooser"] = store._actor.scans.chooser.statistics()
     out["timings"] = timings
     out["bytes"] = n * d * 4
     return out
@@ -465,6 +466,12 @@ def report(results: dict[str, Any]) -> list[str]:
                     ">= 0.7",
                     bw / limit_bw >= 0.7,
                 )
+            )
+        for name, st in size.get("chooser", {}).items():
+            lines.append(
+                f"{size['size']:<11}   BLAS chooser, {name}: {st['scans_blas_as_configured']}"
+                f" scans as configured, {st['scans_one_blas_thread']} on one thread,"
+                f" {st['switches']} switches; ns/float {st['ns_per_float']}"
             )
         lines.append("")
     c = results["concurrent"]["timings"]
