@@ -270,8 +270,14 @@ class ThreadChooser:
         return found
 
     def single(self, floats: int, path: int) -> bool:
-        """Whether the next scan of this size on this path should use one BLAS thread."""
+        """Whether the next scan of this size on this path should use one BLAS thread
+        (now and then a probe of the other setting: record how long it took)."""
         return self._class(floats, path).choose()
+
+    def current(self, floats: int, path: int) -> bool:
+        """The setting in use for this size and path, for a scan that is not recorded."""
+        found = self.classes.get((floats.bit_length(), path))
+        return found is not None and found.single
 
     def record(self, floats: int, path: int, single: bool, seconds: float) -> None:
         """How long a scan of this size on this path took with this setting."""
@@ -694,15 +700,13 @@ class ScanEngine:
         floats = snap.high * self.vectors.shape[1]
         if floats < BLAS_SINGLE_BELOW:
             return self._score([request], [scope], snap)
-        single = blas_threads.acquire(self.chooser.single(floats, 0))
+        # A masked read times more than the product, so it follows the plain reads'
+        # setting without adding to their record.
+        blas_threads.acquire(self.chooser.current(floats, 0))
         try:
-            start = time.perf_counter()
-            results = self._score([request], [scope], snap)
-            elapsed = time.perf_counter() - start
+            return self._score([request], [scope], snap)
         finally:
             blas_threads.release()
-        self.chooser.record(floats, 0, single, elapsed)
-        return results
 
     async def _score_in_threads(
         self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot

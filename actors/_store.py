@@ -757,10 +757,12 @@ class StoreHandle:
         The vector need not be normalized: a normalized copy is scored, and the caller's
         array is never changed. A zero vector scores 0.0 everywhere.
 
-        A scan over at least ``thread_scan_threshold`` floats waits for the store's scan
-        runner, which may be scoring earlier reads; it then shares one matrix product with
-        every read that waited with it. If the caller is cancelled while it waits, its
-        answer is dropped and the other reads are not affected.
+        A scan over at least ``thread_scan_threshold`` floats, or one of at least 2**20
+        floats that starts together with other reads (or while a batch runs), waits for
+        the store's scan runner, which may be scoring earlier reads; it then shares one
+        matrix product with every read that waited with it. A smaller lone read runs
+        inline, at once. If the caller is cancelled while it waits, its answer is
+        dropped and the other reads are not affected.
 
         A store bound to an embedding profile refuses a non-zero vector unless
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).

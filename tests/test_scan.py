@@ -387,6 +387,7 @@ def test_the_chooser_keeps_size_classes_and_paths_apart() -> None:
     assert not chooser.classes[(small.bit_length(), one)].single
     assert not chooser.classes[(big.bit_length(), many)].single
     assert (big.bit_length(), 0) not in chooser.classes
+    assert chooser.current(big, one) and not chooser.current(big, 0)
 
 
 # --- coalescing mid-size reads that start together -------------------------------------
@@ -419,6 +420,14 @@ async def test_mid_size_reads_run_inline_alone_and_coalesce_together() -> None:
                 assert [t.id for t in together[i].turns] == [t.id for t in report.turns]
                 assert [t.score for t in together[i].turns] == [t.score for t in report.turns]
             assert engine._arriving == 0
+            # A read cancelled at its checkpoint leaves no arrival behind, so the next
+            # lone read still runs inline.
+            with trio.CancelScope() as cancelled:
+                cancelled.cancel()
+                await store.retrieve_embedding(queries[0], 5)
+            assert engine._arriving == 0
+            await store.retrieve_embedding(queries[0], 5)
+            assert engine.batches == 1
 
 
 # --- masks (the seam for metadata filters) ------------------------------------------
