@@ -731,6 +731,8 @@ class ScanEngine:
             blas_threads.release()
         if big:
             self.chooser.record(floats, path, single, elapsed)
+        if len(batch) > 1:
+            return self._merge_batch(parts, batch, scopes)
         return [
             self._merge(parts, i, r, s) for i, (r, s) in enumerate(zip(batch, scopes, strict=True))
         ]
@@ -868,3 +870,47 @@ class ScanEngine:
         exact = self._exact(slots, request.query)
         order = rank_candidates(slots, exact, self.seqs, k)
         return ScanResult(slots[order], exact[order].astype(np.float32), valid)
+
+    def _merge_batch(
+        self,
+        parts: list[list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]],
+        batch: list[_Request],
+        scopes: list[_Scope],
+    ) -> list[ScanResult]:
+        """:meth:`_merge` for every read of a coalesced batch at once: one gather and
+        one row sum re-score every read's candidates, and one sort ranks them all, by
+        read, then score, then sequence (a read's calls cost about 50 µs each here).
+
+        Each product and each row's sum are those of :meth:`_exact` (a float32 row
+        widened inside the multiply, then numpy's pairwise sum along the row), so a
+        coalesced read's scores are bit-identical to the same read alone.
+        """
+        b = len(batch)
+        pieces = [[p[i][0] for p in parts] for i in range(b)]
+        sizes = [sum(piece.shape[0] for piece in read) for read in pieces]
+        slots = np.concatenate([piece for read in pieces for piece in read])
+        rows = self.vectors[slots]
+        products = np.empty(rows.shape, dtype=np.float64)
+        start = 0
+        for request, size in zip(batch, sizes, strict=True):
+            end = start + size
+            if request.query is None:
+                products[start:end] = 0.0
+            else:
+                np.multiply(
+                    rows[start:end], request.query.astype(np.float64), out=products[start:end]
+                )
+            start = end
+        exact = np.add.reduce(products, axis=1)
+        owner = np.repeat(np.arange(b), sizes)
+        order = np.lexsort((-self.seqs[slots], -exact, owner))
+        ranked, scores = slots[order], exact[order].astype(np.float32)
+        results: list[ScanResult] = []
+        start = 0
+        for i, (request, scope) in enumerate(zip(batch, scopes, strict=True)):
+            valid = scope.valid if scope.valid >= 0 else sum(p[i][2] for p in parts)
+            # Never past this read's own candidates, whatever the counts say.
+            k = max(0, min(request.k, valid, sizes[i]))
+            results.append(ScanResult(ranked[start : start + k], scores[start : start + k], valid))
+            start += sizes[i]
+        return results
