@@ -161,6 +161,11 @@ class Arena:
         assert name is not None
         return name
 
+    def namespaces_of(self, slots: npt.NDArray[np.intp]) -> list[str | None]:
+        """The namespace of each live entry in ``slots``, read in one go (for hits)."""
+        names = self._ns_names
+        return [names[ns_id] for ns_id in self.ns_ids[slots].tolist()]
+
     def slot_of(self, namespace: str, entry_id: str) -> int | None:
         """The slot of the live entry ``entry_id`` in ``namespace``, if any."""
         return self._id_slot.get((namespace, entry_id))

@@ -12,6 +12,7 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -362,7 +363,7 @@ class _StoreActor(CrashableActor):
             # non-finite, and then as_vector below names the culprit.
             arr = vector.astype(np.float64)
             squared = float(np.dot(arr, arr))
-            if not np.isfinite(squared):
+            if not math.isfinite(squared):
                 arr = as_vector(vector, d, what="query embedding")
         else:
             arr = as_vector(vector, d, what="query embedding")
@@ -372,7 +373,8 @@ class _StoreActor(CrashableActor):
         if squared < _FAST_NORM_LIMIT:
             # The common case, without normalize_rows' per-call overhead (about 50 µs,
             # which is most of a small read): this square cannot overflow float32.
-            normalized: npt.NDArray[np.float32] = (arr / np.sqrt(squared)).astype(np.float32)
+            arr /= math.sqrt(squared)
+            normalized: npt.NDArray[np.float32] = arr.astype(np.float32)
             return normalized
         rows, zero = normalize_rows(arr[None, :], what="query embedding")
         return None if zero[0] else rows[0]
@@ -392,26 +394,36 @@ class _StoreActor(CrashableActor):
 
     def _report(self, result: ScanResult) -> RetrievalReport:
         # Called while the scanned rows are pinned, so each payload matches its score.
-        # Per-hit numpy scalar access is the bulk of a small read's overhead, so the
-        # columns are read as lists in one go.
+        # Per-hit numpy scalar access and method calls are the bulk of a small read's
+        # overhead, so the columns are read as lists in one go and the lookups inlined.
         arena = self.arena
-        seqs = self.seqs[result.slots].tolist()
+        slots = result.slots
+        ids, sources, payloads = arena.ids, arena.sources, arena.payloads
+        metadata_of = arena.meta.get
+        decode = _MESSAGE_DECODER.decode
         turns = []
-        for slot, score, seq in zip(
-            result.slots.tolist(), result.scores.tolist(), seqs, strict=True
+        for slot, score, seq, namespace in zip(
+            slots.tolist(),
+            result.scores.tolist(),
+            self.seqs[slots].tolist(),
+            arena.namespaces_of(slots),
+            strict=True,
         ):
-            entry_id, source = arena.ids[slot], arena.sources[slot]
+            entry_id, source, payload = ids[slot], sources[slot], payloads[slot]
+            metadata = metadata_of(slot)
             assert entry_id is not None
             assert source is not None
+            assert namespace is not None
+            assert metadata is not None
             turns.append(
                 RetrievedTurn(
-                    message=self.message_of(slot),
+                    message=self.message_of(slot) if payload is None else decode(payload),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
-                    namespace=arena.namespace_of(slot),
+                    namespace=namespace,
                     source=source,
-                    metadata=self.metadata_copy(slot),
+                    metadata={} if not metadata else private_json(dict(metadata)),
                     id=entry_id,
                 )
             )
@@ -548,10 +560,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         The vector need not be normalized: a normalized copy is scored, and the caller's
         array is never changed. A zero vector scores 0.0 everywhere.
 
-        A scan over at least ``thread_scan_threshold`` floats waits for the store's scan
-        runner, which may be scoring earlier reads; it then shares one matrix product with
-        every read that waited with it. If the caller is cancelled while it waits, its
-        answer is dropped and the other reads are not affected.
+        A scan over at least ``thread_scan_threshold`` floats, or one of at least 2**20
+        floats that starts together with other reads (or while a batch runs), waits for
+        the store's scan runner, which may be scoring earlier reads; it then shares one
+        matrix product with every read that waited with it. A smaller lone read runs
+        inline, at once. If the caller is cancelled while it waits, its answer is
+        dropped and the other reads are not affected.
 
         A store bound to an embedding profile refuses a non-zero vector unless
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
@@ -674,9 +688,12 @@ async def open_store(
         inbox_size: how many writes may queue before callers wait.
         thread_scan_threshold: a read that scans at least this many floats (rows ×
             dimensions) runs in worker threads, coalesced with concurrent reads into one
-            matrix product, so the trio loop stays responsive; a smaller one runs inline.
-            The default, 2**20 floats (4 MiB, about 250 µs of scan), is where a thread
-            round trip stops costing more than it saves. 0 sends every read to threads.
+            matrix product, so the trio loop stays responsive; a smaller lone read runs
+            inline. The default, 2**24 floats (64 MiB), bounds how long a read holds the
+            trio loop to about 3 ms here (4.5 ms when the other core is busy); below it
+            a worker-thread round trip (0.5 ms with the BLAS call) costs a good share of
+            the scan. Reads of at least 2**20 floats that start together are coalesced
+            in worker threads whatever this says. 0 sends every read to threads.
         on_event: an event sink, called synchronously with a ``vector_store.added`` or
             ``vector_store.deleted`` event after each commit (in the actor, after the
             caller's reply) and a ``vector_store.searched`` event after each read (in

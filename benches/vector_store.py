@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -92,11 +93,19 @@ def stats(samples: Sequence[float]) -> dict[str, float]:
 
 
 async def interleave(contenders: dict[str, tuple[Timer, int]]) -> dict[str, dict[str, float]]:
-    """Run each contender once per round until it has its repetitions."""
+    """Run each contender once per round until it has its repetitions.
+
+    The order is shuffled every round (with a fixed seed): a call that leaves threads
+    spinning (OpenBLAS's pool, faiss's OpenMP team) slows whatever runs right after it
+    when the other core is busy, so no contender may always follow the same one.
+    """
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     rounds = max(reps for _, reps in contenders.values())
+    order = list(contenders.items())
+    shuffle = random.Random(len(order)).shuffle
     for r in range(rounds):
-        for name, (call, reps) in contenders.items():
+        shuffle(order)
+        for name, (call, reps) in order:
             # Spread a slow contender's few repetitions evenly over the rounds.
             if len(samples[name]) < reps and r * reps // rounds == len(samples[name]):
                 start = time.perf_counter()
@@ -247,6 +256,7 @@ async def bench_size(n: int, d: int, quick: bool, skip_langchain: bool) -> dict[
         pool.shutdown()
         timings.update(reads)
         out["batches"] = store._actor.scans.batches
+        out["chooser"] = store._actor.scans.chooser.statistics()
     out["timings"] = timings
     out["bytes"] = n * d * 4
     return out
@@ -457,6 +467,12 @@ def report(results: dict[str, Any]) -> list[str]:
                     bw / limit_bw >= 0.7,
                 )
             )
+        for name, st in size.get("chooser", {}).items():
+            lines.append(
+                f"{size['size']:<11}   BLAS chooser, {name}: {st['scans_blas_as_configured']}"
+                f" scans as configured, {st['scans_one_blas_thread']} on one thread,"
+                f" {st['switches']} switches; ns/float {st['ns_per_float']}"
+            )
         lines.append("")
     c = results["concurrent"]["timings"]
     lines.append(
@@ -620,6 +636,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-langchain", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--pg", action="store_true", help="add the pg store's row (opt-in)")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(f"{n}x{d}" for n, d in SIZES),
+        help="comma-separated ROWSxDIMS to measure (default: all four)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -628,7 +649,8 @@ def main(argv: list[str] | None = None) -> None:
         "thread_scan_threshold": DEFAULT_THREAD_SCAN_THRESHOLD,
     }
     results["sizes"] = []
-    for n, d in SIZES:
+    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    for n, d in sizes:
         print(f"... {n}x{d}", file=sys.stderr, flush=True)
         results["sizes"].append(trio.run(bench_size, n, d, args.quick, args.skip_langchain))
     print("... concurrency, store_turns, BLAS", file=sys.stderr, flush=True)

@@ -16,7 +16,14 @@ import trio.testing
 
 from actors import open_store
 from actors._kernel import rank_top_k
-from actors._scan import ScanEngine, blas_threads
+from actors._scan import (
+    COALESCE_FLOATS,
+    PROBE_EVERY,
+    PROBE_FIRST,
+    ScanEngine,
+    ThreadChooser,
+    blas_threads,
+)
 from protocol import ConfigError, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 30
@@ -319,6 +326,108 @@ async def test_threaded_scans_restore_the_blas_thread_count() -> None:
                     nursery.start_soon(store.retrieve_embedding, table[i], 4)
     assert [lib.get_num_threads() for lib in libs] == before
     assert blas_threads._holders == 0
+
+
+def test_acquire_without_single_leaves_the_count_and_joins_a_holder() -> None:
+    libs = blas_threads.libraries()
+    before = [lib.get_num_threads() for lib in libs]
+    configured_single = all(count == 1 for count in before)
+    assert blas_threads.acquire(False) == configured_single
+    assert [lib.get_num_threads() for lib in libs] == before
+    blas_threads.release()
+    assert blas_threads.acquire(True)
+    # A holder that joins gets the setting in force, not the one it asked for.
+    assert blas_threads.acquire(False)
+    assert all(lib.get_num_threads() == 1 for lib in libs)
+    blas_threads.release()
+    blas_threads.release()
+    assert [lib.get_num_threads() for lib in libs] == before
+    assert blas_threads._holders == 0
+
+
+def drive(chooser: ThreadChooser, cost: dict[bool, float], scans: int) -> list[bool]:
+    """Run ``scans`` scans of 2**20 floats, each costing ``cost[single]`` per float."""
+    floats = 1 << 20
+    used = []
+    for _ in range(scans):
+        single = chooser.single(floats, 0)
+        chooser.record(floats, 0, single, cost[single] * floats)
+        used.append(single)
+    return used
+
+
+def test_the_chooser_follows_the_load_both_ways() -> None:
+    chooser = ThreadChooser()
+    quiet = {False: 1.0, True: 1.5}  # two threads win
+    busy = {False: 8.0, True: 1.6}  # two threads stall
+    used = drive(chooser, quiet, 200)
+    assert used[: PROBE_FIRST - 1] == [False] * (PROBE_FIRST - 1)
+    assert used[PROBE_FIRST - 1]  # the first probe tries one thread, and loses
+    assert sum(used) <= 1 + 200 // PROBE_EVERY
+    assert not any(used[-PROBE_EVERY:-1])
+    used = drive(chooser, busy, 200)
+    assert used.index(True) <= 2  # two stalls in a row move it to one thread
+    assert sum(not u for u in used) <= 2 + 200 // PROBE_EVERY  # the probes back
+    used = drive(chooser, quiet, 600)
+    first = used.index(False)
+    assert first < 256  # a probe finds the quiet machine within the longest back-off
+    assert all(not u for u in used[first + 1 : first + PROBE_EVERY])
+
+
+def test_the_chooser_keeps_size_classes_and_paths_apart() -> None:
+    chooser = ThreadChooser()
+    big, small = 1 << 24, 1 << 20
+    one, many = ThreadChooser.path(1), ThreadChooser.path(64)
+    for _ in range(3):
+        chooser.record(big, one, False, 8.0 * big)
+        chooser.record(big, one, True, 1.0 * big)
+        chooser.record(small, one, False, 1.0 * small)
+        chooser.record(big, many, False, 1.0 * big)
+    assert chooser.classes[(big.bit_length(), one)].single
+    assert not chooser.classes[(small.bit_length(), one)].single
+    assert not chooser.classes[(big.bit_length(), many)].single
+    assert (big.bit_length(), 0) not in chooser.classes
+    assert chooser.current(big, one) and not chooser.current(big, 0)
+
+
+# --- coalescing mid-size reads that start together -------------------------------------
+
+
+async def test_mid_size_reads_run_inline_alone_and_coalesce_together() -> None:
+    d = 1024
+    n = COALESCE_FLOATS // d  # big enough to share a GEMM, under the thread threshold
+    rng = np.random.default_rng(12)
+    table = unit(rng.standard_normal((n, d)))
+    queries = unit(rng.standard_normal((6, d)))
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, TableEmbedder(table)) as store:
+            await store.store_turns(turns(n))
+            engine = store._actor.scans
+            alone = [await store.retrieve_embedding(q, 5) for q in queries]
+            assert engine.batches == 0  # a lone read never waits for company
+            together: dict[int, Any] = {}
+
+            async def read(i: int) -> None:
+                together[i] = await store.retrieve_embedding(queries[i], 5)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(len(queries)):
+                    nursery.start_soon(read, i)
+            assert engine.batches == 1
+            assert engine.largest_batch == len(queries)
+            for i, report in enumerate(alone):
+                assert [t.id for t in together[i].turns] == [t.id for t in report.turns]
+                assert [t.score for t in together[i].turns] == [t.score for t in report.turns]
+            assert engine._arriving == 0
+            # A read cancelled at its checkpoint leaves no arrival behind, so the next
+            # lone read still runs inline.
+            with trio.CancelScope() as cancelled:
+                cancelled.cancel()
+                await store.retrieve_embedding(queries[0], 5)
+            assert engine._arriving == 0
+            await store.retrieve_embedding(queries[0], 5)
+            assert engine.batches == 1
 
 
 # --- masks (the seam for metadata filters) ------------------------------------------
