@@ -25,13 +25,13 @@ decoded) before the pin is dropped, so they match the scores.
 **Threads.** On this 2-core machine a two-thread OpenBLAS call stalls for 8–28 ms
 whenever the other core is busy, while on a quiet machine it is about 1.5× faster than
 one thread. So every scan of at least ``BLAS_SINGLE_BELOW`` floats asks a
-:class:`ThreadChooser`, which follows the measured times of recent scans, whether to
-hold OpenBLAS at one thread (see :class:`BlasThreads`) or leave it as configured. With
-one BLAS thread, a threaded batch over at least ``2 × SPLIT_FLOATS`` floats is split by
-rows into one chunk per core, each scored and ranked in its own worker thread, and the
-per-chunk candidates are merged exactly: that split degrades to the single-thread time
-under load, because a thread that finishes its half frees its core. With BLAS as
-configured, the batch runs in one worker thread and OpenBLAS splits it.
+:class:`ThreadChooser` (``_blas.py``), which follows the measured times of recent scans,
+whether to hold OpenBLAS at one thread (see ``BlasThreads``) or leave it as configured.
+With one BLAS thread, a threaded batch over at least ``2 × SPLIT_FLOATS`` floats is
+split by rows into one chunk per core, each scored and ranked in its own worker thread,
+and the per-chunk candidates are merged exactly: that split degrades to the
+single-thread time under load, because a thread that finishes its half frees its core.
+With BLAS as configured, the batch runs in one worker thread and OpenBLAS splits it.
 
 **Allocation.** Scores, the partition scratch and the scope flags live in buffers that
 are allocated once per store and reused, since only one batch runs at a time. Masking
@@ -41,8 +41,6 @@ its candidates (about ``k`` indices per chunk) and its results.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,16 +51,14 @@ import numpy.typing as npt
 import trio
 
 from ._arena import Snapshot
+from ._blas import ThreadChooser, blas_threads, cores
 
 __all__ = [
     "COALESCE_FLOATS",
     "DEFAULT_THREAD_SCAN_THRESHOLD",
     "SPLIT_FLOATS",
-    "BlasThreads",
     "ScanEngine",
     "ScanResult",
-    "ThreadChooser",
-    "blas_threads",
 ]
 
 #: Scans over at least this many floats run in worker threads; a smaller lone read runs
@@ -101,204 +97,6 @@ _NO_CANDIDATES = np.empty(0, dtype=np.intp)
 EXACT_ROWS = 32
 
 Mask = npt.NDArray[np.bool_]
-
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-class BlasThreads:
-    """Holds the BLAS libraries that numpy loaded at one thread while scans run.
-
-    The setting is process-wide, so holders are counted: the first one in saves the
-    current counts and sets one thread, the last one out restores them. This uses the
-    library controllers of one ``threadpoolctl.ThreadpoolController``, made once:
-    ``lib.set_num_threads`` costs about 2 µs here, against about 25 µs for
-    ``ThreadpoolController.limit`` and about 470 µs for a fresh ``threadpool_limits``
-    (which scans the loaded libraries again each time).
-
-    Other threads of the process that run BLAS while a scan is in flight run on one
-    thread too; their previous count comes back when the last scan ends.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._saved: list[int] = []
-        self._single = False
-        self._changed = False
-        self._libs: list[Any] | None = None
-
-    def libraries(self) -> list[Any]:
-        """The BLAS library controllers (loaded lazily, once)."""
-        if self._libs is None:
-            from threadpoolctl import ThreadpoolController
-
-            controller = ThreadpoolController()
-            self._libs = list(controller.select(user_api="blas").lib_controllers)
-        return self._libs
-
-    def info(self) -> list[dict[str, Any]]:
-        """Which BLAS numpy uses and with how many threads (threadpoolctl's view)."""
-        return [lib.info() for lib in self.libraries()]
-
-    def acquire(self, single: bool = True) -> bool:
-        """Hold the BLAS thread count while a scan runs; return whether it is one.
-
-        With ``single``, the first holder saves the current counts and sets one thread.
-        Without it, the counts are left as configured. A holder that joins others gets
-        the setting they made, so a scan never changes the count under a running one.
-        """
-        with self._lock:
-            if self._holders == 0:
-                libs = self.libraries()
-                self._saved = [int(lib.get_num_threads()) for lib in libs]
-                self._single = single or all(count == 1 for count in self._saved)
-                self._changed = single
-                if single:
-                    for lib, count in zip(libs, self._saved, strict=True):
-                        if count != 1:
-                            lib.set_num_threads(1)
-            self._holders += 1
-            return self._single
-
-    def release(self) -> None:
-        with self._lock:
-            self._holders -= 1
-            if self._holders == 0 and self._changed:
-                for lib, count in zip(self.libraries(), self._saved, strict=True):
-                    if count != 1:
-                        lib.set_num_threads(count)
-
-
-#: The process-wide guard every store shares.
-blas_threads = BlasThreads()
-
-
-#: The chooser's first probe of the other BLAS setting, and its longest back-off.
-PROBE_FIRST = 4
-PROBE_EVERY = 16
-PROBE_MAX = 256
-_WINDOW = 3
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
-
-
-@attrs.define(eq=False)
-class _SizeClass:
-    """Recent seconds per float of each BLAS setting, for one size class and path."""
-
-    times: tuple[list[float], list[float]] = attrs.field(factory=lambda: ([], []))
-    single: bool = False
-    probe_in: int = PROBE_FIRST
-    probe_every: int = PROBE_EVERY
-    #: How many scans ran with each setting (as configured, one thread).
-    runs: list[int] = attrs.field(factory=lambda: [0, 0])
-    switches: int = 0
-
-    def choose(self) -> bool:
-        self.probe_in -= 1
-        if self.probe_in <= 0:
-            self.probe_in = self.probe_every
-            return not self.single
-        return self.single
-
-    def record(self, single: bool, per_float: float) -> None:
-        self.runs[single] += 1
-        was = self.single
-        self._record(single, per_float)
-        self.switches += was != self.single
-
-    def _record(self, single: bool, per_float: float) -> None:
-        window = self.times[single]
-        window.append(per_float)
-        if len(window) > _WINDOW:
-            del window[0]
-        other = self.times[not self.single]
-        if single != self.single:
-            # A probe of the other setting: it wins by beating the current median. Its
-            # older samples may date from another load, so only this one is kept.
-            if per_float < _median(self.times[self.single] or [np.inf]):
-                window[:] = [per_float]
-                self.single = single
-                self.probe_every = PROBE_EVERY
-            else:
-                self.probe_every = min(PROBE_MAX, self.probe_every * 2)
-            self.probe_in = self.probe_every
-        elif other and _median(window) > _median(other):
-            # The current setting got slower than the other was last seen: switch, and
-            # let the next probe check the way back.
-            self.single = not single
-            self.probe_every = PROBE_EVERY
-            self.probe_in = self.probe_every
-
-
-@attrs.define(eq=False)
-class ThreadChooser:
-    """Chooses, scan by scan, between BLAS as configured and one BLAS thread.
-
-    On a quiet 2-core machine two OpenBLAS threads read the arena about 1.5× faster than
-    one (8192×768: 1.17 against 1.80 ms). When the other core is busy, a two-thread call
-    stalls in steps of a scheduler tick (8–28 ms), while one thread slows by about 10%.
-    Load comes and goes, so no fixed choice is right: the chooser keeps the last three
-    times per float of each setting, per size class (rows × dimensions, by powers of two)
-    and per path (inline, or threaded with a batch of so many queries, by powers of
-    two), and uses the setting whose median is lower. The
-    other one is probed now and then (every 16 scans, backing off to 256 while it keeps
-    losing), so the choice follows the load both ways. A probe that lands on a busy core
-    costs one stall, which stays out of the p90 at these intervals. Trio thread only.
-    """
-
-    classes: dict[tuple[int, int], _SizeClass] = attrs.field(factory=dict)
-
-    @staticmethod
-    def path(batch: int) -> int:
-        """The path of a threaded batch of ``batch`` queries (0 is the inline path)."""
-        return batch.bit_length()
-
-    def _class(self, floats: int, path: int) -> _SizeClass:
-        key = (floats.bit_length(), path)
-        found = self.classes.get(key)
-        if found is None:
-            found = self.classes[key] = _SizeClass()
-        return found
-
-    def single(self, floats: int, path: int) -> bool:
-        """Whether the next scan of this size on this path should use one BLAS thread
-        (now and then a probe of the other setting: record how long it took)."""
-        return self._class(floats, path).choose()
-
-    def current(self, floats: int, path: int) -> bool:
-        """The setting in use for this size and path, for a scan that is not recorded."""
-        found = self.classes.get((floats.bit_length(), path))
-        return found is not None and found.single
-
-    def record(self, floats: int, path: int, single: bool, seconds: float) -> None:
-        """How long a scan of this size on this path took with this setting."""
-        self._class(floats, path).record(single, seconds / max(floats, 1))
-
-    def statistics(self) -> dict[str, dict[str, Any]]:
-        """Per size class and path: scans run with each setting, switches, the setting
-        in use and the median ns per float of each (for benches and debugging)."""
-        out: dict[str, dict[str, Any]] = {}
-        for (bits, path), c in sorted(self.classes.items()):
-            name = f"2^{bits - 1} floats, " + (
-                "inline" if path == 0 else f"batch ~{1 << (path - 1)}"
-            )
-            out[name] = {
-                "scans_blas_as_configured": c.runs[0],
-                "scans_one_blas_thread": c.runs[1],
-                "switches": c.switches,
-                "now_single": c.single,
-                "ns_per_float": [round(_median(t) * 1e9, 4) if t else None for t in c.times],
-            }
-        return out
 
 
 def _lot() -> trio.lowlevel.ParkingLot:
@@ -405,7 +203,7 @@ class ScanEngine:
     check_usable: Callable[[], None]
     on_crash: Callable[[BaseException], BaseException]
     thread_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD
-    workers: int = attrs.field(factory=_cores)
+    workers: int = attrs.field(factory=cores)
     max_batch: int = attrs.field(init=False)
     batches: int = attrs.field(init=False, default=0)
     largest_batch: int = attrs.field(init=False, default=0)

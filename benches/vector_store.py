@@ -30,7 +30,8 @@ import numpy.typing as npt
 import trio
 
 from actors import open_store
-from actors._scan import DEFAULT_THREAD_SCAN_THRESHOLD, blas_threads
+from actors._blas import blas_threads
+from actors._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from protocol import UnifiedMessage, VectorStoreConfig
 
 K = 8

@@ -15,15 +15,9 @@ import trio
 import trio.testing
 
 from actors import open_store
+from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
 from actors._kernel import rank_top_k
-from actors._scan import (
-    COALESCE_FLOATS,
-    PROBE_EVERY,
-    PROBE_FIRST,
-    ScanEngine,
-    ThreadChooser,
-    blas_threads,
-)
+from actors._scan import COALESCE_FLOATS, ScanEngine
 from protocol import ConfigError, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 30
