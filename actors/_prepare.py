@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from protocol import (
     ConfigError,
@@ -26,6 +27,8 @@ from protocol import (
 )
 from protocol._json import compact_json
 
+from ._embedders import as_matrix, normalize_rows
+
 __all__ = [
     "DocumentBatch",
     "TurnBatch",
@@ -38,6 +41,7 @@ __all__ = [
     "exact_msgpack",
     "private_json",
     "turns_request",
+    "unit_rows",
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -55,6 +59,45 @@ def exact_msgpack(value: object) -> bytes:
     buffer = bytearray()
     _ENCODER.encode_into(value, buffer)
     return bytes(buffer)
+
+
+# A float32 batch whose squared norms all lie in this range is normalized in float32:
+# nowhere near overflow (float32 max ≈ 3.4e38), and far enough above the subnormals
+# (below 1.2e-38) that squares flushed towards zero cannot move the norm.
+_FAST_SQUARED = (1e-30, 1e30)
+
+
+def unit_rows(
+    vectors: object, count: int, dimensions: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """An embedder's batch checked and normalized once (SPEC §3, steps 3 and 4).
+
+    The same result, errors and zero-norm flags as ``normalize_rows(as_matrix(...))``,
+    which takes norms in float64. A float32 batch of the right shape whose squared
+    norms are all comfortably finite and nonzero (the common case) skips the float64
+    round trip: its finite squared norms prove every component finite, and it is scaled
+    in float32 (within 3 ulp of the float64 result). Anything else (another dtype or
+    shape, a non-finite component, an overflowing, tiny or zero norm) takes the float64
+    path, which names the offending vector.
+
+    Raises:
+        EmbeddingError: the wrong number of vectors, a wrong width, something that is
+            not numbers, a non-finite component, or a squared norm past float32.
+    """
+    if (
+        isinstance(vectors, np.ndarray)
+        and vectors.dtype == np.float32
+        and vectors.shape == (count, dimensions)
+        and count > 0
+    ):
+        squared = np.einsum("ij,ij->i", vectors, vectors)
+        low, high = _FAST_SQUARED
+        # NaN fails both comparisons, so a non-finite row falls through as well.
+        if bool(((squared > low) & (squared < high)).all()):
+            scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
+            rows: npt.NDArray[np.float32] = vectors * scale[:, None]
+            return rows, np.zeros(count, dtype=np.bool_)
+    return normalize_rows(as_matrix(vectors, count, dimensions))
 
 
 def private_json(value: dict[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from protocol._events import SearchOperation
 from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
-from ._embedders import EmbedderAdapter, as_matrix, as_vector, normalize_rows
+from ._embedders import EmbedderAdapter, as_vector, normalize_rows
 from ._handle import StoreHandleBase
 from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
@@ -64,6 +64,7 @@ from ._prepare import (
     check_turns,
     exact_msgpack,
     private_json,
+    unit_rows,
 )
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
@@ -300,7 +301,7 @@ class _StoreActor(CrashableActor):
         self, texts: list[str]
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
         raw = await self.embedder.documents(texts)
-        return normalize_rows(as_matrix(raw, len(texts), self.config.dimensions))
+        return unit_rows(raw, len(texts), self.config.dimensions)
 
     def _commit_entries(self, p: _Prepared) -> tuple[list[str], list[int], int, int]:
         """Commit a prepared batch: replace live ids, take slots, write, publish.
