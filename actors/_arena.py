@@ -8,7 +8,7 @@ were committed.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -68,7 +68,7 @@ class Entries:
     vectors: npt.NDArray[np.float32]
     zero: npt.NDArray[np.bool_]
     texts: list[str]
-    payloads: list[bytes | None]
+    payloads: Sequence[bytes | None]
     metadata: list[Mapping[str, Any]]
     ids: list[str] | None
     source_ids: list[str | None]

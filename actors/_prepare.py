@@ -20,6 +20,7 @@ from protocol import (
     Document,
     EntryTooLarge,
     StoreTurns,
+    Text,
     UnifiedMessage,
     UpsertDocuments,
     payload_bytes,
@@ -39,12 +40,14 @@ __all__ = [
     "check_turns",
     "document_bytes",
     "exact_msgpack",
+    "exact_msgpack_many",
     "private_json",
     "turns_request",
     "unit_rows",
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
+_RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
 
@@ -98,6 +101,17 @@ def unit_rows(
             rows: npt.NDArray[np.float32] = vectors * scale[:, None]
             return rows, np.zeros(count, dtype=np.bool_)
     return normalize_rows(as_matrix(vectors, count, dimensions))
+
+
+def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:
+    """``[exact_msgpack(v) for v in values]``, encoded in one call.
+
+    A msgpack array is its header followed by each element's own encoding, so the batch
+    is encoded once and split back into one exact-size bytes object per element (each
+    a copy: no entry keeps the batch's buffer alive).
+    """
+    spans = _RAW_LIST_DECODER.decode(_ENCODER.encode(values))
+    return list(map(bytes, spans))
 
 
 def private_json(value: dict[str, Any]) -> dict[str, Any]:
@@ -220,22 +234,37 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
-    for i, turn in enumerate(turns):
-        if not isinstance(turn, UnifiedMessage):
-            raise ConfigError(
-                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-            )
-        size = payload_bytes(turn)
+    plain = _plain_texts(turns)
+    if plain is None:
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, UnifiedMessage):
+                raise ConfigError(
+                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+                )
+            size = payload_bytes(turn)
+            if texts is not None:
+                size += _utf8_len(texts[i])
+            if size > max_entry_bytes:
+                raise EntryTooLarge(size, max_entry_bytes, i)
+    else:
+        sizes = _utf8_lens(plain)
         if texts is not None:
-            size += _utf8_len(texts[i])
-        if size > max_entry_bytes:
-            raise EntryTooLarge(size, max_entry_bytes, i)
+            sizes = list(map(int.__add__, sizes, _utf8_lens(texts)))
+        if sizes and max(sizes) > max_entry_bytes:
+            i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
+            raise EntryTooLarge(sizes[i], max_entry_bytes, i)
     keep = min(count, max_entries)
     head = count - keep
     survivors = list(turns[head:])
+    if texts is not None:
+        kept = list(texts[head:])
+    elif plain is not None:
+        kept = plain[head:]  # a lone text block is its turn's projection
+    else:
+        kept = [projection(t) for t in survivors]
     return TurnBatch(
         survivors=survivors,
-        texts=[projection(t) for t in survivors] if texts is None else list(texts[head:]),
+        texts=kept,
         given=texts is not None,
         ids=None if ids is None else ids[head:],
         dropped=head,
@@ -289,3 +318,37 @@ def check_documents(
     documents = list(unique.values())
     head = len(documents) - min(len(documents), max_entries)
     return DocumentBatch(unique=documents, survivors=documents[head:], dropped=head)
+
+
+def _plain_texts(turns: Sequence[object]) -> list[str] | None:
+    """Each turn's text when every turn is a plain message (one Text block, and no
+    ``name`` or ``tool_call_id``), or None.
+
+    Such a turn's payload size is its text's UTF-8 length and its projection is its
+    text, so a batch of them (what an agent offloads, and the bench) needs one light
+    pass instead of ``payload_bytes`` and ``projection`` per turn; any other batch takes
+    the general loop, with the same results and errors.
+    """
+    texts: list[str] = []
+    append = texts.append
+    for turn in turns:
+        if type(turn) is not UnifiedMessage or turn.name is not None:
+            return None
+        if turn.tool_call_id is not None or len(content := turn.content) != 1:
+            return None
+        block = content[0]
+        if type(block) is not Text:
+            return None
+        text = block.text
+        # msgspec does not check field types at construction; leave oddities to the loop.
+        if type(text) is not str:
+            return None
+        append(text)
+    return texts
+
+
+def _utf8_lens(texts: Sequence[str]) -> list[int]:
+    """Each text's UTF-8 length (surrogates pass, as in ``payload_bytes``)."""
+    if "".join(texts).isascii():
+        return list(map(len, texts))
+    return [_utf8_len(text) for text in texts]

@@ -62,7 +62,7 @@ from ._prepare import (
     check_k,
     check_name,
     check_turns,
-    exact_msgpack,
+    exact_msgpack_many,
     private_json,
     unit_rows,
 )
@@ -260,7 +260,7 @@ class _StoreActor(CrashableActor):
                 vectors=vectors,
                 zero=zero,
                 texts=batch.texts,
-                payloads=[exact_msgpack(t) for t in batch.survivors],
+                payloads=exact_msgpack_many(batch.survivors),
                 metadata=[metadata] * keep,
                 ids=batch.ids,
                 source_ids=[None] * keep,

@@ -9,8 +9,20 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from actors._embedders import as_matrix, normalize_rows
-from actors._prepare import unit_rows
-from protocol import EmbeddingError
+from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
+from protocol import (
+    ConfigError,
+    EmbeddingError,
+    EntryTooLarge,
+    StoreTurns,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    UnifiedMessage,
+    payload_bytes,
+    projection,
+)
 
 DIM = 8
 
@@ -69,3 +81,70 @@ def test_unit_rows_fast_path_keeps_every_check() -> None:
     assert zero.tolist() == [True, False, False]
     np.testing.assert_array_equal(rows[0], 0.0)
     np.testing.assert_allclose(np.linalg.norm(rows[1]), 1.0, rtol=1e-6)
+
+
+_text = st.text(max_size=12)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+_blocks = st.one_of(
+    st.builds(Text, text=_text),
+    st.builds(Thinking, text=_text),
+    st.builds(ToolCall, id=_text, name=_text, arguments=st.none() | _int64),
+    st.builds(ToolResult, tool_call_id=_text, output=_text),
+)
+_plain = st.builds(UnifiedMessage.user, _text)
+_any_turn = st.builds(
+    UnifiedMessage,
+    role=st.sampled_from(["user", "assistant", "tool", "system"]),
+    content=st.lists(_blocks, max_size=3),
+    name=st.none() | _text,
+    tool_call_id=st.none() | _text,
+)
+_turns = st.one_of(st.lists(_plain, max_size=6), st.lists(_plain | _any_turn, max_size=6))
+
+
+def _check_turns_reference(
+    turns: list[UnifiedMessage], texts: list[str] | None, cap: int, keep_at_most: int
+) -> object:
+    """SPEC §3 steps 1 and 2, one turn at a time."""
+    for i, turn in enumerate(turns):
+        size = payload_bytes(turn)
+        if texts is not None:
+            size += len(texts[i].encode("utf-8", "surrogatepass"))
+        if size > cap:
+            return ("too large", size, i)
+    head = len(turns) - min(len(turns), keep_at_most)
+    kept = [projection(t) for t in turns[head:]] if texts is None else texts[head:]
+    return (turns[head:], kept, head)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_turns, st.data(), st.integers(0, 40), st.integers(1, 8))
+def test_check_turns_matches_the_per_turn_rules(
+    turns: list[UnifiedMessage], data: st.DataObject, cap: int, max_entries: int
+) -> None:
+    texts = data.draw(st.none() | st.lists(_text, min_size=len(turns), max_size=len(turns)))
+    request = StoreTurns(turns=turns, namespace="n", source="s", metadata={}, texts=texts)
+    expected = _check_turns_reference(turns, texts, cap, max_entries)
+    if isinstance(expected, tuple) and expected[0] == "too large":
+        with pytest.raises(EntryTooLarge) as raised:
+            check_turns(request, max_entry_bytes=cap, max_entries=max_entries)
+        assert expected == ("too large", raised.value.bytes, raised.value.index)
+        return
+    batch = check_turns(request, max_entry_bytes=cap, max_entries=max_entries)
+    assert expected == (batch.survivors, batch.texts, batch.dropped)
+    assert batch.given == (texts is not None)
+
+
+def test_check_turns_refuses_a_non_message_after_plain_ones() -> None:
+    turns: list[object] = [UnifiedMessage.user("a"), "b"]
+    request = StoreTurns(turns=turns, namespace="n", source="s", metadata={})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="turn 1 of the batch is a str"):
+        check_turns(request, max_entry_bytes=10, max_entries=10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_plain | _any_turn, max_size=5))
+def test_exact_msgpack_many_is_one_exact_copy_per_message(turns: list[UnifiedMessage]) -> None:
+    many = exact_msgpack_many(turns)
+    assert many == [exact_msgpack(t) for t in turns]
+    assert all(type(b) is bytes for b in many)
