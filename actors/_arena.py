@@ -80,6 +80,25 @@ class Entries:
         return len(self.texts)
 
 
+_TWO_DIGITS = [f"{i:02d}" for i in range(100)]
+
+
+def turn_ids(first: int, count: int) -> list[str]:
+    """``[f"turn-{seq}" for seq in range(first, first + count)]``, built a hundred at a
+    time: formatting an int is the costly part (about a quarter of a microsecond here),
+    and consecutive sequences share all but their last two digits."""
+    if first < 100:
+        return [f"turn-{seq}" for seq in range(first, first + count)]
+    ids: list[str] = []
+    seq, end = first, first + count
+    while seq < end:
+        hundreds, low = divmod(seq, 100)
+        stop = min(end, (hundreds + 1) * 100)
+        ids += map(f"turn-{hundreds}".__add__, _TWO_DIGITS[low : low + stop - seq])
+        seq = stop
+    return ids
+
+
 def _readonly(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
     view = arr.view()
     view.flags.writeable = False
@@ -122,7 +141,9 @@ class Arena:
     _free: list[int] = attrs.field(factory=list)
     # seq -> slot for every live entry, oldest first: the FIFO eviction order.
     _order: OrderedDict[int, int] = attrs.field(factory=OrderedDict)
-    _id_slot: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    # namespace -> id -> slot for every live entry: one dict per namespace, so that a
+    # batch's ids go in and come out with bulk dict operations, with no key tuples.
+    _id_slot: dict[str, dict[str, int]] = attrs.field(factory=dict)
     _ns_index: dict[str, int] = attrs.field(factory=dict)
     _ns_names: list[str | None] = attrs.field(factory=list)
     _ns_counts: list[int] = attrs.field(factory=list)
@@ -168,7 +189,8 @@ class Arena:
 
     def slot_of(self, namespace: str, entry_id: str) -> int | None:
         """The slot of the live entry ``entry_id`` in ``namespace``, if any."""
-        return self._id_slot.get((namespace, entry_id))
+        slots = self._id_slot.get(namespace)
+        return None if slots is None else slots.get(entry_id)
 
     def bm25(self) -> Bm25Index:
         """The BM25 index, as of the last commit.
@@ -225,23 +247,25 @@ class Arena:
     def take_slots(self, count: int) -> tuple[list[int], int]:
         """Pick ``count`` slots for new entries, evicting the oldest where needed.
 
-        Returns the slots and how many live entries were evicted. ``count`` must not
-        exceed the capacity.
+        Free slots go first (the most recently freed first), then never-used rows, then
+        the oldest live entries. Returns the slots and how many live entries were
+        evicted. ``count`` must not exceed the capacity.
         """
-        slots: list[int] = []
-        evicted = 0
-        for _ in range(count):
-            if self._free:
-                slots.append(self._free.pop())
-            elif self.high < self.capacity:
-                slots.append(self.high)
-                self.high += 1
-            else:
-                _, slot = self._order.popitem(last=False)
-                self._release(slot, reused=True)
-                slots.append(slot)
-                evicted += 1
-        self.evicted_total += evicted
+        free = self._free
+        take = min(count, len(free))
+        slots = free[len(free) - take :][::-1]
+        del free[len(free) - take :]
+        fresh = min(count - take, self.capacity - self.high)
+        if fresh > 0:
+            slots.extend(range(self.high, self.high + fresh))
+            self.high += fresh
+        evicted = count - len(slots)
+        if evicted:
+            popitem = self._order.popitem
+            victims = [popitem(last=False)[1] for _ in range(evicted)]
+            self._release_reused(victims)
+            slots.extend(victims)
+            self.evicted_total += evicted
         return slots, evicted
 
     def write(self, slots: list[int], entries: Entries) -> tuple[list[str], list[int]]:
@@ -250,58 +274,68 @@ class Arena:
         The caller has made sure that no id of ``entries`` is live in its namespace
         (an upsert removes the old entry first).
         """
-        first = self.next_seq
         count = len(slots)
-        seqs = list(range(first, first + count))
+        first = self.next_seq
+        seqs = range(first, first + count)
+        ids = turn_ids(first, count) if entries.ids is None else entries.ids
+        # A turn's text is usually its payload's projection: then keep it once.
+        texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
+        columns = (ids, texts, entries.payloads, entries.source_ids, entries.metadata)
+        if any(len(column) != count for column in columns) or len(entries.vectors) != count:
+            raise ValueError(f"a batch of {len(entries)} entries for {count} slots")
+        if not count:
+            return [], []
         self.next_seq = first + count
-        index = np.asarray(slots, dtype=np.intp)
-        self.vectors[index] = entries.vectors
-        self.seqs[index] = seqs
+        start = slots[0]
+        # Slots taken from never-used rows or by evicting a full arena's oldest entries
+        # come out consecutive: then every per-slot column is written as one slice.
+        consecutive = slots[-1] - start == count - 1 and slots == list(range(start, start + count))
+        where: slice | npt.NDArray[np.intp] = (
+            slice(start, start + count) if consecutive else np.asarray(slots, dtype=np.intp)
+        )
+        self.vectors[where] = entries.vectors
+        self.seqs[where] = np.arange(first, first + count, dtype=np.int64)
         namespace = entries.namespace
         ns_id = self._intern(namespace, count)
-        self.ns_ids[index] = ns_id
-        self.zero[index] = entries.zero
+        self.ns_ids[where] = ns_id
+        self.zero[where] = entries.zero
         self.zero_count += int(np.count_nonzero(entries.zero))
         self.meta.set_many(slots, entries.metadata)
-        ids = [f"turn-{seq}" for seq in seqs] if entries.ids is None else entries.ids
-        for i, (slot, seq, entry_id) in enumerate(zip(slots, seqs, ids, strict=True)):
-            payload = entries.payloads[i]
-            self.ids[slot] = entry_id
-            # A turn's text is usually its payload's projection: then keep it once.
-            self.texts[slot] = None if entries.derived_texts else entries.texts[i]
-            self.payloads[slot] = payload
-            self.sources[slot] = entries.source
-            self.source_ids[slot] = entries.source_ids[i]
-            self._bm25_pending[slot] = True
-            self._order[seq] = slot
-            self._id_slot[(namespace, entry_id)] = slot
-        return ids, seqs
+        if consecutive:
+            end = start + count
+            self.ids[start:end] = ids
+            self.texts[start:end] = texts
+            self.payloads[start:end] = entries.payloads
+            self.sources[start:end] = [entries.source] * count
+            self.source_ids[start:end] = entries.source_ids
+        else:
+            for slot, entry_id, text, payload, source_id in zip(
+                slots, ids, texts, entries.payloads, entries.source_ids, strict=True
+            ):
+                self.ids[slot] = entry_id
+                self.texts[slot] = text
+                self.payloads[slot] = payload
+                self.sources[slot] = entries.source
+                self.source_ids[slot] = source_id
+        self._bm25_pending.update(dict.fromkeys(slots, True))
+        self._order.update(zip(seqs, slots, strict=True))
+        self._id_slot.setdefault(namespace, {}).update(zip(ids, slots, strict=True))
+        return ids, list(seqs)
 
     def remove(self, slot: int) -> None:
         """Delete the live entry in ``slot``; the slot is reused by a later write."""
         del self._order[int(self.seqs[slot])]
         self._release(slot)
 
-    def _release(self, slot: int, *, reused: bool = False) -> None:
-        """Drop the live entry in ``slot``. With ``reused``, the caller writes a new entry
-        into the slot in the same commit, which overwrites every per-slot field, so only
-        the shared bookkeeping (id map, counts) is undone here."""
+    def _release(self, slot: int) -> None:
+        """Drop the live entry in ``slot`` and free the slot."""
         ns_id = int(self.ns_ids[slot])
-        entry_id, namespace = self.ids[slot], self._ns_names[ns_id]
+        entry_id = self.ids[slot]
         assert entry_id is not None
-        assert namespace is not None
-        del self._id_slot[(namespace, entry_id)]
+        self._forget_ids(ns_id, [entry_id])
         if self.zero[slot]:
             self.zero_count -= 1
-        self._ns_counts[ns_id] -= 1
-        if self._ns_counts[ns_id] == 0:
-            name = self._ns_names[ns_id]
-            assert name is not None
-            del self._ns_index[name]
-            self._ns_names[ns_id] = None
-            self._ns_free.append(ns_id)
-        if reused:
-            return
+        self._uncount(ns_id, 1)
         self._bm25_pending[slot] = False
         self.meta.remove(slot)
         self.zero[slot] = False
@@ -313,6 +347,43 @@ class Arena:
         self.sources[slot] = None
         self.source_ids[slot] = None
         self._free.append(slot)
+
+    def _release_reused(self, slots: list[int]) -> None:
+        """Drop the live entries in ``slots``, which the caller refills in the same
+        commit: that overwrites every per-slot field, so only the shared bookkeeping
+        (id map, counts) is undone here, for the whole batch at once."""
+        index = np.asarray(slots, dtype=np.intp)
+        self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        ns = self.ns_ids[index]
+        ids = self.ids
+        first = int(ns[0])
+        if bool((ns == first).all()):
+            self._forget_ids(first, [ids[slot] for slot in slots])
+            self._uncount(first, len(slots))
+            return
+        for ns_id, slot in zip(ns.tolist(), slots, strict=True):
+            self._forget_ids(ns_id, [ids[slot]])
+            self._uncount(ns_id, 1)
+
+    def _forget_ids(self, ns_id: int, entry_ids: list[str | None]) -> None:
+        name = self._ns_names[ns_id]
+        assert name is not None
+        live = self._id_slot[name]
+        for entry_id in entry_ids:
+            assert entry_id is not None
+            del live[entry_id]
+
+    def _uncount(self, ns_id: int, count: int) -> None:
+        """``count`` entries of namespace ``ns_id`` are gone; forget a namespace that
+        has none left, so that a stream of namespaces does not grow the bookkeeping."""
+        self._ns_counts[ns_id] -= count
+        if self._ns_counts[ns_id] == 0:
+            name = self._ns_names[ns_id]
+            assert name is not None
+            del self._ns_index[name]
+            del self._id_slot[name]
+            self._ns_names[ns_id] = None
+            self._ns_free.append(ns_id)
 
     def _intern(self, namespace: str, count: int) -> int:
         ns_id = self._ns_index.get(namespace)

@@ -208,13 +208,24 @@ class MetadataIndex:
     def set_many(self, slots: Sequence[int], metadata: Sequence[Mapping[str, Any]]) -> None:
         """:meth:`set` for a batch of slots the arena picked (so they are not checked
         one by one): the store's commit path."""
-        docs = self._docs
-        for slot, meta in zip(slots, metadata, strict=True):
-            docs[slot] = meta
-        index = np.asarray(slots, dtype=np.intp)
-        self.live[index] = True
-        if len(slots):
-            self.high = max(self.high, int(index.max()) + 1)
+        count = len(slots)
+        if len(metadata) != count:
+            raise ValueError(f"{len(metadata)} metadata objects for {count} slots")
+        if not count:
+            return
+        start = slots[0]
+        if slots[-1] - start == count - 1 and list(slots) == list(range(start, start + count)):
+            self._docs[start : start + count] = metadata
+            self.live[start : start + count] = True
+            high = start + count
+        else:
+            docs = self._docs
+            for slot, meta in zip(slots, metadata, strict=True):
+                docs[slot] = meta
+            index = np.asarray(slots, dtype=np.intp)
+            self.live[index] = True
+            high = int(index.max()) + 1
+        self.high = max(self.high, high)
         for column in self._columns.values():
             for slot, meta in zip(slots, metadata, strict=True):
                 column.set(slot, meta.get(column.key, _ABSENT))
