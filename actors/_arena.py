@@ -7,7 +7,6 @@ were committed.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -139,8 +138,17 @@ class Arena:
     evicted_total: int = 0
     zero_count: int = 0
     _free: list[int] = attrs.field(factory=list)
-    # seq -> slot for every live entry, oldest first: the FIFO eviction order.
-    _order: OrderedDict[int, int] = attrs.field(factory=OrderedDict)
+    # The FIFO eviction order: _fifo_slots[_head:_tail] are slots in the order their
+    # entries were written (ascending sequence), _fifo_seqs the sequences they got. An
+    # entry removed or evicted since is not taken out: it is stale (the slot's sequence
+    # is no longer the recorded one) and skipped. A batch appends with two slice writes
+    # and evicts with a slice read, where an OrderedDict cost one operation per entry.
+    # Twice the capacity, compacted when full, so it is bounded.
+    _fifo_slots: npt.NDArray[np.intp] = attrs.field(init=False)
+    _fifo_seqs: npt.NDArray[np.int64] = attrs.field(init=False)
+    _head: int = 0
+    _tail: int = 0
+    _live: int = 0
     # namespace -> id -> slot for every live entry: one dict per namespace, so that a
     # batch's ids go in and come out with bulk dict operations, with no key tuples.
     _id_slot: dict[str, dict[str, int]] = attrs.field(factory=dict)
@@ -155,6 +163,8 @@ class Arena:
         self.seqs = np.full(n, -1, dtype=np.int64)
         self.ns_ids = np.full(n, -1, dtype=np.int32)
         self.zero = np.zeros(n, dtype=np.bool_)
+        self._fifo_slots = np.zeros(2 * n, dtype=np.intp)
+        self._fifo_seqs = np.zeros(2 * n, dtype=np.int64)
         self.ids = [None] * n
         self.texts = [None] * n
         self.payloads = [None] * n
@@ -172,7 +182,7 @@ class Arena:
         return _readonly(self.vectors), _readonly(self.seqs), _readonly(self.ns_ids)
 
     def __len__(self) -> int:
-        return len(self._order)
+        return self._live
 
     def namespace_id(self, namespace: str) -> int | None:
         return self._ns_index.get(namespace)
@@ -237,8 +247,8 @@ class Arena:
         return Snapshot(
             version=version,
             high=self.high,
-            live=len(self._order),
-            dense=len(self._order) == self.high,
+            live=self._live,
+            dense=self._live == self.high,
             namespace_counts=counts,
         )
 
@@ -261,8 +271,7 @@ class Arena:
             self.high += fresh
         evicted = count - len(slots)
         if evicted:
-            popitem = self._order.popitem
-            victims = [popitem(last=False)[1] for _ in range(evicted)]
+            victims = self._oldest(evicted).tolist()
             self._release_reused(victims)
             slots.extend(victims)
             self.evicted_total += evicted
@@ -318,13 +327,13 @@ class Arena:
                 self.sources[slot] = entries.source
                 self.source_ids[slot] = source_id
         self._bm25_pending.update(dict.fromkeys(slots, True))
-        self._order.update(zip(seqs, slots, strict=True))
+        self._append_fifo(where, first, count)
+        self._live += count
         self._id_slot.setdefault(namespace, {}).update(zip(ids, slots, strict=True))
         return ids, list(seqs)
 
     def remove(self, slot: int) -> None:
         """Delete the live entry in ``slot``; the slot is reused by a later write."""
-        del self._order[int(self.seqs[slot])]
         self._release(slot)
 
     def _release(self, slot: int) -> None:
@@ -336,6 +345,7 @@ class Arena:
         if self.zero[slot]:
             self.zero_count -= 1
         self._uncount(ns_id, 1)
+        self._live -= 1
         self._bm25_pending[slot] = False
         self.meta.remove(slot)
         self.zero[slot] = False
@@ -353,6 +363,7 @@ class Arena:
         commit: that overwrites every per-slot field, so only the shared bookkeeping
         (id map, counts) is undone here, for the whole batch at once."""
         index = np.asarray(slots, dtype=np.intp)
+        self._live -= len(slots)
         self.zero_count -= int(np.count_nonzero(self.zero[index]))
         ns = self.ns_ids[index]
         ids = self.ids
@@ -402,9 +413,61 @@ class Arena:
 
     def live_slots(self, namespace: str | None = None) -> list[int]:
         """Live slots, oldest first, optionally of one namespace."""
-        if namespace is None:
-            return list(self._order.values())
-        ns_id = self._ns_index.get(namespace)
-        if ns_id is None:
-            return []
-        return [slot for slot in self._order.values() if self.ns_ids[slot] == ns_id]
+        slots = self._fifo_slots[self._head : self._tail]
+        live = self.seqs[slots] == self._fifo_seqs[self._head : self._tail]
+        if namespace is not None:
+            ns_id = self._ns_index.get(namespace)
+            if ns_id is None:
+                return []
+            live &= self.ns_ids[slots] == ns_id
+        return list(slots[live].tolist())
+
+    def _append_fifo(self, where: slice | npt.NDArray[np.intp], first: int, count: int) -> None:
+        """Record that ``where`` got sequences ``first``... (after ``seqs`` is set)."""
+        if self._tail + count > len(self._fifo_slots):
+            # At most capacity - count of the recorded entries are still live, so this
+            # leaves room for the batch.
+            head, tail = self._head, self._tail
+            slots, seqs = self._fifo_slots[head:tail], self._fifo_seqs[head:tail]
+            live = self.seqs[slots] == seqs
+            kept = int(np.count_nonzero(live))
+            self._fifo_slots[:kept] = slots[live]
+            self._fifo_seqs[:kept] = seqs[live]
+            self._head, self._tail = 0, kept
+        tail = self._tail
+        if isinstance(where, slice):
+            self._fifo_slots[tail : tail + count] = np.arange(where.start, where.stop)
+        else:
+            self._fifo_slots[tail : tail + count] = where
+        self._fifo_seqs[tail : tail + count] = np.arange(first, first + count)
+        self._tail = tail + count
+
+    def _oldest(self, count: int) -> npt.NDArray[np.intp]:
+        """Take the ``count`` oldest live entries' slots out of the FIFO order (there
+        must be that many)."""
+        fifo_slots, fifo_seqs, seqs = self._fifo_slots, self._fifo_seqs, self.seqs
+        head, tail = self._head, self._tail
+        # Past _tail the arrays hold leftovers of a compaction: never read them.
+        end = min(head + count, tail)
+        slots = fifo_slots[head:end]
+        if end - head == count and bool((seqs[slots] == fifo_seqs[head:end]).all()):
+            self._head = end  # the common case: no stale entry in the way
+            return slots.copy()
+        taken: list[npt.NDArray[np.intp]] = []
+        need, at, window = count, head, max(count, 64)
+        while need:
+            assert at < tail, "fewer live entries than asked for"
+            end = min(at + window, tail)
+            slots = fifo_slots[at:end]
+            live = np.flatnonzero(seqs[slots] == fifo_seqs[at:end])
+            if len(live) >= need:
+                taken.append(slots[live[:need]])
+                at += int(live[need - 1]) + 1
+                need = 0
+            else:
+                taken.append(slots[live])
+                need -= len(live)
+                at += len(slots)
+                window *= 2
+        self._head = at
+        return np.concatenate(taken)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from actors._arena import Arena, Entries, turn_ids
 from actors._embedders import as_matrix, normalize_rows
 from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
 from protocol import (
@@ -148,3 +151,80 @@ def test_exact_msgpack_many_is_one_exact_copy_per_message(turns: list[UnifiedMes
     many = exact_msgpack_many(turns)
     assert many == [exact_msgpack(t) for t in turns]
     assert all(type(b) is bytes for b in many)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_arena_bookkeeping_matches_a_fifo_model(capacity: int, data: st.DataObject) -> None:
+    """Batched eviction, slice writes and the lazy FIFO order keep every map in step
+    with a plain model: live entries in sequence order, oldest evicted first."""
+    arena = Arena(capacity, 2)
+    model: list[tuple[int, str, str, bool]] = []  # (seq, namespace, id, zero), oldest first
+    slot_of_seq: dict[int, int] = {}
+    for _ in range(data.draw(st.integers(1, 25), label="steps")):
+        if model and data.draw(st.booleans(), label="remove"):
+            seq, namespace, entry_id, _ = model.pop(data.draw(st.integers(0, len(model) - 1)))
+            slot = arena.slot_of(namespace, entry_id)
+            assert slot == slot_of_seq.pop(seq)
+            arena.remove(slot)
+        else:
+            namespace = data.draw(st.sampled_from(["a", "b"]), label="namespace")
+            count = data.draw(st.integers(1, capacity), label="count")
+            pool = [f"id{i}" for i in range(8)]
+            named = data.draw(st.booleans(), label="named")
+            ids = data.draw(st.permutations(pool), label="ids")[:count] if named else None
+            zero = np.array(data.draw(st.lists(st.booleans(), min_size=count, max_size=count)))
+            if ids is not None:  # as _commit_entries does: an id replaces its live entry
+                for entry_id in ids:
+                    slot = arena.slot_of(namespace, entry_id)
+                    if slot is not None:
+                        arena.remove(slot)
+                        (gone,) = [e for e in model if e[1:3] == (namespace, entry_id)]
+                        model.remove(gone)
+                        slot_of_seq.pop(gone[0])
+            evicted_before = arena.evicted_total
+            slots, evicted = arena.take_slots(count)
+            expect_evicted = max(0, len(model) + count - capacity)
+            assert evicted == expect_evicted
+            assert arena.evicted_total == evicted_before + evicted
+            for seq, *_ in model[:evicted]:
+                assert slot_of_seq.pop(seq) in slots
+            del model[:evicted]
+            entries = Entries(
+                vectors=np.ones((count, 2), dtype=np.float32),
+                zero=zero,
+                texts=["t"] * count,
+                payloads=[b"p"] * count,
+                metadata=[{}] * count,
+                ids=ids,
+                source_ids=[None] * count,
+                namespace=namespace,
+                source="s",
+            )
+            got_ids, seqs = arena.write(slots, entries)
+            assert got_ids == (ids if ids is not None else [f"turn-{s}" for s in seqs])
+            for seq, slot, entry_id, z in zip(seqs, slots, got_ids, zero.tolist(), strict=True):
+                model.append((seq, namespace, entry_id, z))
+                slot_of_seq[seq] = slot
+        # Every view of the arena agrees with the model.
+        assert len(arena) == len(model) == arena.snapshot(0).live
+        assert arena.live_slots() == [slot_of_seq[seq] for seq, *_ in model]
+        for namespace in ("a", "b", "c"):
+            want = [slot_of_seq[seq] for seq, ns, *_ in model if ns == namespace]
+            assert arena.live_slots(namespace) == want
+        assert arena.snapshot(0).namespace_counts == dict(Counter(e[1] for e in model))
+        assert arena.zero_count == sum(e[3] for e in model)
+        for seq, namespace, entry_id, z in model:
+            slot = slot_of_seq[seq]
+            assert arena.slot_of(namespace, entry_id) == slot
+            assert arena.seqs[slot] == seq
+            assert arena.ids[slot] == entry_id
+            assert arena.namespace_of(slot) == namespace
+            assert bool(arena.zero[slot]) == z
+        assert len(set(slot_of_seq.values())) == len(model)
+
+
+@pytest.mark.parametrize("first", [0, 1, 99, 100, 7, 950, 10**6 - 37, 10**12 + 55])
+@pytest.mark.parametrize("count", [0, 1, 64, 100, 101, 250])
+def test_turn_ids_are_the_formatted_sequences(first: int, count: int) -> None:
+    assert turn_ids(first, count) == [f"turn-{seq}" for seq in range(first, first + count)]
