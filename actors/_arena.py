@@ -124,6 +124,7 @@ class Arena:
     seqs: npt.NDArray[np.int64] = attrs.field(init=False)
     ns_ids: npt.NDArray[np.int32] = attrs.field(init=False)
     zero: npt.NDArray[np.bool_] = attrs.field(init=False)
+    auto_id: npt.NDArray[np.bool_] = attrs.field(init=False)
     ids: list[str | None] = attrs.field(init=False)
     texts: list[str | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
@@ -149,8 +150,11 @@ class Arena:
     _head: int = 0
     _tail: int = 0
     _live: int = 0
-    # namespace -> id -> slot for every live entry: one dict per namespace, so that a
-    # batch's ids go in and come out with bulk dict operations, with no key tuples.
+    # namespace -> id -> slot for every live entry with an explicit id: one dict per
+    # namespace, so a batch's ids go in with one bulk update and no key tuples. A turn
+    # stored without ids (``turn-<sequence>``, flagged in ``auto_id``) is not in it: its
+    # id is found from its sequence (see slot_of), which spares every such batch a map
+    # insert and every eviction a map delete per entry.
     _id_slot: dict[str, dict[str, int]] = attrs.field(factory=dict)
     _ns_index: dict[str, int] = attrs.field(factory=dict)
     _ns_names: list[str | None] = attrs.field(factory=list)
@@ -163,6 +167,7 @@ class Arena:
         self.seqs = np.full(n, -1, dtype=np.int64)
         self.ns_ids = np.full(n, -1, dtype=np.int32)
         self.zero = np.zeros(n, dtype=np.bool_)
+        self.auto_id = np.zeros(n, dtype=np.bool_)
         self._fifo_slots = np.zeros(2 * n, dtype=np.intp)
         self._fifo_seqs = np.zeros(2 * n, dtype=np.int64)
         self.ids = [None] * n
@@ -198,9 +203,35 @@ class Arena:
         return [names[ns_id] for ns_id in self.ns_ids[slots].tolist()]
 
     def slot_of(self, namespace: str, entry_id: str) -> int | None:
-        """The slot of the live entry ``entry_id`` in ``namespace``, if any."""
+        """The slot of the live entry ``entry_id`` in ``namespace``, if any (an
+        explicit id first, then a turn's ``turn-<sequence>``)."""
         slots = self._id_slot.get(namespace)
-        return None if slots is None else slots.get(entry_id)
+        slot = None if slots is None else slots.get(entry_id)
+        if slot is None and entry_id.startswith("turn-"):
+            return self._turn_slot(namespace, entry_id[5:])
+        return slot
+
+    def _turn_slot(self, namespace: str, digits: str) -> int | None:
+        """The slot of the live turn of ``namespace`` stored without an id whose
+        sequence ``digits`` spell (as ``str(sequence)`` does), if any."""
+        # Sequences are int64: 19 digits at most (and int() of a huge string raises).
+        if not (0 < len(digits) <= 19 and digits.isascii() and digits.isdigit()):
+            return None
+        if digits != str(int(digits)):  # no leading zero: not the id of any turn
+            return None
+        ns_id = self._ns_index.get(namespace)
+        if ns_id is None:
+            return None
+        seq = int(digits)
+        # The FIFO order holds every live entry's sequence, ascending.
+        recorded = self._fifo_seqs[self._head : self._tail]
+        at = int(np.searchsorted(recorded, seq))
+        if at == len(recorded) or recorded[at] != seq:
+            return None
+        slot = int(self._fifo_slots[self._head + at])
+        if self.seqs[slot] != seq or self.ns_ids[slot] != ns_id or not self.auto_id[slot]:
+            return None
+        return slot
 
     def bm25(self) -> Bm25Index:
         """The BM25 index, as of the last commit.
@@ -271,9 +302,9 @@ class Arena:
             self.high += fresh
         evicted = count - len(slots)
         if evicted:
-            victims = self._oldest(evicted).tolist()
+            victims = self._oldest(evicted)
             self._release_reused(victims)
-            slots.extend(victims)
+            slots.extend(victims.tolist())
             self.evicted_total += evicted
         return slots, evicted
 
@@ -309,6 +340,7 @@ class Arena:
         self.ns_ids[where] = ns_id
         self.zero[where] = entries.zero
         self.zero_count += int(np.count_nonzero(entries.zero))
+        self.auto_id[where] = entries.ids is None
         self.meta.set_many(slots, entries.metadata)
         if consecutive:
             end = start + count
@@ -329,7 +361,9 @@ class Arena:
         self._bm25_pending.update(dict.fromkeys(slots, True))
         self._append_fifo(where, first, count)
         self._live += count
-        self._id_slot.setdefault(namespace, {}).update(zip(ids, slots, strict=True))
+        explicit = self._id_slot.setdefault(namespace, {})
+        if entries.ids is not None:
+            explicit.update(zip(ids, slots, strict=True))
         return ids, list(seqs)
 
     def remove(self, slot: int) -> None:
@@ -339,9 +373,8 @@ class Arena:
     def _release(self, slot: int) -> None:
         """Drop the live entry in ``slot`` and free the slot."""
         ns_id = int(self.ns_ids[slot])
-        entry_id = self.ids[slot]
-        assert entry_id is not None
-        self._forget_ids(ns_id, [entry_id])
+        if not self.auto_id[slot]:
+            self._forget_ids(ns_id, [self.ids[slot]])
         if self.zero[slot]:
             self.zero_count -= 1
         self._uncount(ns_id, 1)
@@ -349,6 +382,7 @@ class Arena:
         self._bm25_pending[slot] = False
         self.meta.remove(slot)
         self.zero[slot] = False
+        self.auto_id[slot] = False
         self.seqs[slot] = -1
         self.ns_ids[slot] = -1
         self.ids[slot] = None
@@ -358,22 +392,23 @@ class Arena:
         self.source_ids[slot] = None
         self._free.append(slot)
 
-    def _release_reused(self, slots: list[int]) -> None:
-        """Drop the live entries in ``slots``, which the caller refills in the same
-        commit: that overwrites every per-slot field, so only the shared bookkeeping
-        (id map, counts) is undone here, for the whole batch at once."""
-        index = np.asarray(slots, dtype=np.intp)
-        self._live -= len(slots)
+    def _release_reused(self, index: npt.NDArray[np.intp]) -> None:
+        """Drop the live entries in slots ``index``, which the caller refills in the
+        same commit: that overwrites every per-slot field, so only the shared
+        bookkeeping (id map, counts) is undone here, for the whole batch at once."""
+        self._live -= len(index)
         self.zero_count -= int(np.count_nonzero(self.zero[index]))
         ns = self.ns_ids[index]
-        ids = self.ids
+        explicit = ~self.auto_id[index]
+        if explicit.any():
+            ids = self.ids
+            for ns_id, slot in zip(ns[explicit].tolist(), index[explicit].tolist(), strict=True):
+                self._forget_ids(ns_id, [ids[slot]])
         first = int(ns[0])
         if bool((ns == first).all()):
-            self._forget_ids(first, [ids[slot] for slot in slots])
-            self._uncount(first, len(slots))
+            self._uncount(first, len(index))
             return
-        for ns_id, slot in zip(ns.tolist(), slots, strict=True):
-            self._forget_ids(ns_id, [ids[slot]])
+        for ns_id in ns.tolist():
             self._uncount(ns_id, 1)
 
     def _forget_ids(self, ns_id: int, entry_ids: list[str | None]) -> None:

@@ -6,10 +6,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from actors import HashingEmbedder, open_store
 from actors._arena import Arena, Entries, turn_ids
 from actors._embedders import as_matrix, normalize_rows
 from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
@@ -23,6 +25,7 @@ from protocol import (
     ToolCall,
     ToolResult,
     UnifiedMessage,
+    VectorStoreConfig,
     payload_bytes,
     projection,
 )
@@ -222,9 +225,33 @@ def test_arena_bookkeeping_matches_a_fifo_model(capacity: int, data: st.DataObje
             assert arena.namespace_of(slot) == namespace
             assert bool(arena.zero[slot]) == z
         assert len(set(slot_of_seq.values())) == len(model)
+        live_ids = {(ns, entry_id) for _, ns, entry_id, _ in model}
+        for seq in range(arena.next_seq):
+            for namespace in ("a", "b"):
+                if (namespace, f"turn-{seq}") not in live_ids:
+                    assert arena.slot_of(namespace, f"turn-{seq}") is None
+        for odd in ("turn-", "turn-00", "turn-01", "turn-+1", "turn-\uff11", "turn-" + "9" * 5000):
+            assert arena.slot_of("a", odd) is None
 
 
 @pytest.mark.parametrize("first", [0, 1, 99, 100, 7, 950, 10**6 - 37, 10**12 + 55])
 @pytest.mark.parametrize("count", [0, 1, 64, 100, 101, 250])
 def test_turn_ids_are_the_formatted_sequences(first: int, count: int) -> None:
     assert turn_ids(first, count) == [f"turn-{seq}" for seq in range(first, first + count)]
+
+
+async def test_an_explicit_turn_like_id_does_not_crash_eviction() -> None:
+    """An explicit id ``turn-1`` and the auto id of the turn with sequence 1 used to
+    share one id-map key: removing one dropped the key and evicting the other raised
+    KeyError inside the actor, poisoning the store."""
+    config = VectorStoreConfig(max_entries=4, dimensions=8, max_entry_bytes=100)
+    with trio.fail_after(10):
+        async with open_store(config, HashingEmbedder(8)) as store:
+            await store.store_turns([UnifiedMessage.user("a")], ids=["turn-1"])
+            stored = await store.store_turns([UnifiedMessage.user("b")])
+            assert stored.ids == ["turn-1"]
+            first = await store.delete(["turn-1"])
+            second = await store.delete(["turn-1"])
+            assert (first.deleted, second.deleted) == (["turn-1"], ["turn-1"])
+            await store.store_turns([UnifiedMessage.user(f"x{i}") for i in range(6)])
+            assert len(store) == 4
