@@ -341,7 +341,7 @@ class Arena:
         self.zero[where] = entries.zero
         self.zero_count += int(np.count_nonzero(entries.zero))
         self.auto_id[where] = entries.ids is None
-        self.meta.set_many(slots, entries.metadata)
+        self.meta.set_many(slots, entries.metadata, consecutive=consecutive)
         if consecutive:
             end = start + count
             self.ids[start:end] = ids
@@ -358,7 +358,9 @@ class Arena:
                 self.payloads[slot] = payload
                 self.sources[slot] = entries.source
                 self.source_ids[slot] = source_id
-        self._bm25_pending.update(dict.fromkeys(slots, True))
+        pending = self._bm25_pending
+        for slot in slots:  # measured faster than any bulk dict update here
+            pending[slot] = True
         self._append_fifo(where, first, count)
         self._live += count
         explicit = self._id_slot.setdefault(namespace, {})

@@ -205,16 +205,27 @@ class MetadataIndex:
         for column in self._columns.values():
             column.set(slot, metadata.get(column.key, _ABSENT))
 
-    def set_many(self, slots: Sequence[int], metadata: Sequence[Mapping[str, Any]]) -> None:
+    def set_many(
+        self,
+        slots: Sequence[int],
+        metadata: Sequence[Mapping[str, Any]],
+        *,
+        consecutive: bool | None = None,
+    ) -> None:
         """:meth:`set` for a batch of slots the arena picked (so they are not checked
-        one by one): the store's commit path."""
+        one by one): the store's commit path. ``consecutive`` says whether ``slots`` is
+        ``range(slots[0], slots[0] + len(slots))`` when the caller knows (None: check)."""
         count = len(slots)
         if len(metadata) != count:
             raise ValueError(f"{len(metadata)} metadata objects for {count} slots")
         if not count:
             return
         start = slots[0]
-        if slots[-1] - start == count - 1 and list(slots) == list(range(start, start + count)):
+        if consecutive is None:
+            consecutive = slots[-1] - start == count - 1 and list(slots) == list(
+                range(start, start + count)
+            )
+        if consecutive:
             self._docs[start : start + count] = metadata
             self.live[start : start + count] = True
             high = start + count

@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from actors import HashingEmbedder, open_store
 from actors._arena import Arena, Entries, turn_ids
 from actors._embedders import as_matrix, normalize_rows
+from actors._filtering import MetadataIndex
 from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
 from protocol import (
     ConfigError,
@@ -255,3 +256,33 @@ async def test_an_explicit_turn_like_id_does_not_crash_eviction() -> None:
             assert (first.deleted, second.deleted) == (["turn-1"], ["turn-1"])
             await store.store_turns([UnifiedMessage.user(f"x{i}") for i in range(6)])
             assert len(store) == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 9), min_size=1, max_size=6, unique=True),
+    st.lists(st.dictionaries(st.sampled_from("kq"), st.integers(-3, 3) | _text), min_size=6),
+    st.booleans(),
+)
+def test_metadata_set_many_matches_set(
+    slots: list[int], docs: list[dict[str, object]], hint: bool
+) -> None:
+    batch = docs[: len(slots)]
+    one_by_one, at_once = MetadataIndex(10), MetadataIndex(10)
+    for index in (one_by_one, at_once):
+        index.column("k")  # a column that both writes must keep current
+        index.set_many([9], [{"k": "old"}])
+    for slot, meta in zip(slots, batch, strict=True):
+        one_by_one.set(slot, meta)
+    consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
+    at_once.set_many(slots, batch, consecutive=consecutive if hint else None)
+    assert at_once.high == one_by_one.high
+    np.testing.assert_array_equal(at_once.live, one_by_one.live)
+    for slot in range(10):
+        assert at_once.get(slot) == one_by_one.get(slot)
+    a, b = at_once.column("k"), one_by_one.column("k")
+    np.testing.assert_array_equal(a.kind, b.kind)
+    np.testing.assert_array_equal(a.num, b.num)
+    assert [a.names[c] if c >= 0 else None for c in a.code.tolist()] == [
+        b.names[c] if c >= 0 else None for c in b.code.tolist()
+    ]
