@@ -7,6 +7,7 @@ backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "check_ids",
     "check_k",
     "check_name",
+    "check_not_reserved",
     "check_turns",
     "document_bytes",
     "exact_msgpack",
@@ -142,6 +144,20 @@ def document_bytes(document: Document) -> int:
     return size
 
 
+_RESERVED_ID = re.compile(r"turn-[0-9]+")
+
+
+def check_not_reserved(entry_id: str, what: str = "id") -> None:
+    """Refuse an id of the form ``turn-<digits>``: the store names the turns stored
+    without ids that way (``turn-<sequence>``), so a caller's id of that form could name
+    two live entries at once."""
+    if _RESERVED_ID.fullmatch(entry_id):
+        raise ConfigError(
+            f"{what} {entry_id!r} has the form turn-<number>, which the store keeps for the "
+            "turns it names itself; expected another id"
+        )
+
+
 def check_k(k: object) -> int:
     if isinstance(k, bool) or not isinstance(k, int | np.integer):
         raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
@@ -225,6 +241,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
             raise ConfigError(f"{len(ids)} ids for {count} turns; expected one per turn")
         if len(set(ids)) != count:
             raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
+        for entry_id in ids:
+            check_not_reserved(entry_id)
     texts = request.texts
     if texts is not None:
         if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
@@ -305,6 +323,7 @@ def check_documents(
             )
         document = document.with_id()
         assert document.id is not None
+        check_not_reserved(document.id, what="document id")
         size = document_bytes(document)
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)

@@ -241,20 +241,24 @@ def test_turn_ids_are_the_formatted_sequences(first: int, count: int) -> None:
     assert turn_ids(first, count) == [f"turn-{seq}" for seq in range(first, first + count)]
 
 
-async def test_an_explicit_turn_like_id_does_not_crash_eviction() -> None:
-    """An explicit id ``turn-1`` and the auto id of the turn with sequence 1 used to
-    share one id-map key: removing one dropped the key and evicting the other raised
-    KeyError inside the actor, poisoning the store."""
+async def test_a_turn_like_explicit_id_is_refused() -> None:
+    """The store names a turn stored without ids ``turn-<sequence>``; an explicit id of
+    that form used to share one id-map key with it (two live entries with one id, and a
+    KeyError inside the actor on eviction). Such ids are now refused up front."""
     config = VectorStoreConfig(max_entries=4, dimensions=8, max_entry_bytes=100)
     with trio.fail_after(10):
         async with open_store(config, HashingEmbedder(8)) as store:
-            await store.store_turns([UnifiedMessage.user("a")], ids=["turn-1"])
-            stored = await store.store_turns([UnifiedMessage.user("b")])
-            assert stored.ids == ["turn-1"]
-            first = await store.delete(["turn-1"])
-            second = await store.delete(["turn-1"])
-            assert (first.deleted, second.deleted) == (["turn-1"], ["turn-1"])
-            await store.store_turns([UnifiedMessage.user(f"x{i}") for i in range(6)])
+            for bad in ("turn-1", "turn-0", "turn-007"):
+                with pytest.raises(ConfigError, match=f"id '{bad}' has the form turn-<number>"):
+                    await store.store_turns([UnifiedMessage.user("a")], ids=[bad])
+            assert store.is_empty()
+            # Other ids, turn-like or not, are the caller's.
+            ok = ["turn-x", "turn-1a", "my-turn-1"]
+            stored = await store.store_turns([UnifiedMessage.user(t) for t in "abc"], ids=ok)
+            assert stored.ids == ok
+            auto = await store.store_turns([UnifiedMessage.user(f"x{i}") for i in range(6)])
+            # The dropped head of the over-long batch gets no sequence number.
+            assert auto.ids == [f"turn-{n}" for n in range(3, 7)]
             assert len(store) == 4
 
 

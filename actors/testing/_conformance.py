@@ -739,4 +739,9 @@ class StoreConformance:
                     await store.search({"query": "not a request"})
                 with pytest.raises(ConfigError):
                     await store.get_by_ids(["x"], namespace="")
+                # turn-<number> is how the store names turns stored without ids.
+                with pytest.raises(ConfigError, match="turn-<number>"):
+                    await store.add_documents([Document(text="x", id="turn-3")])
+                with pytest.raises(ConfigError, match="turn-<number>"):
+                    await store.store_turns([UnifiedMessage.user("x")], ids=["turn-0"])
                 assert store.is_empty()
