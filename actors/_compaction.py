@@ -183,6 +183,12 @@ def _cut_utf8(s: str, keep: int) -> str:
     return s.encode("utf-8", "surrogatepass")[:keep].decode("utf-8", "ignore")
 
 
+def utc_date() -> str:
+    """The current UTC date and time, as an offloaded entry carries it by default:
+    ``"30 November 2026, 00:09 UTC"``."""
+    return time.strftime("%d %B %Y, %H:%M UTC", time.gmtime())
+
+
 # A context message longer than this is cut in an entry's text: it says what the turn
 # is about in its first lines, and a long tool output would swamp the turn's keywords.
 CONTEXT_CHARS = 500
@@ -363,7 +369,7 @@ class CompactionActor:
             return messages, [Skipped(strategy=name, reason=why or "")], None
         batch = [messages[i] for i in picked]
         if strategy.dated and date is None:
-            date = time.strftime("%d %B %Y, %H:%M UTC", time.gmtime())
+            date = utc_date()
         texts = entry_texts(
             messages,
             picked,

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+import actors._compaction
 
 _COMMON = {
     "deadline": None,
@@ -25,3 +28,16 @@ settings.register_profile("ci", max_examples=60, stateful_step_count=25, **_COMM
 settings.register_profile("stress", max_examples=2000, stateful_step_count=50, **_COMMON)
 settings.register_profile("nightly", max_examples=100_000, stateful_step_count=80, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+FIXED_DATE = "1 January 2025, 12:00 UTC"
+
+
+@pytest.fixture(autouse=True)
+def fixed_offload_date(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Offload dates its entries with the current UTC time when ``compress`` gets no
+    date; the date is part of the indexed text, so rankings would depend on the minute a
+    test runs. Every test sees one fixed time instead (``test_compaction.py`` checks the
+    real clock's format)."""
+    monkeypatch.setattr(actors._compaction, "utc_date", lambda: FIXED_DATE)
+    return FIXED_DATE

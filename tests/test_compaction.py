@@ -23,6 +23,7 @@ from actors._compaction import (
     oldest_unprotected,
     protected_indices,
     units,
+    utc_date,
 )
 from actors.testing import inject_crash
 from protocol import (
@@ -56,6 +57,7 @@ from protocol._memory import contextual_entry
 
 DIM = 64
 NS = "memory-default"
+REAL_UTC_DATE = utc_date
 
 
 def call(cid: str, name: str = "lookup") -> UnifiedMessage:
@@ -141,15 +143,21 @@ async def test_offload_without_context_or_date_indexes_the_turn_alone() -> None:
     assert texts == [projection(messages[i]) for i in action.indices]
 
 
-async def test_offload_dates_with_the_current_utc_time_by_default() -> None:
+async def test_offload_dates_with_the_current_utc_time_by_default(
+    fixed_offload_date: str,
+) -> None:
+    # The suite fixes the clock (conftest.py); REAL_UTC_DATE is the real one, bound
+    # when this module was imported.
     with trio.fail_after(10):
         async with memory_with(Offload(turns=1, context=0)) as memory:
             out = await memory.compress(history())
             (action,) = out.report.actions
             assert isinstance(action, Offloaded)
             (text,) = await stored_texts(memory, action.ids)
+    assert text == f"first question about cats\nDate: {fixed_offload_date}"
     year = time.gmtime().tm_year
-    assert re.fullmatch(rf".*\nDate: \d\d \w+ ({year}|{year + 1}), \d\d:\d\d UTC", text), text
+    pattern = rf"\d\d \w+ ({year}|{year + 1}), \d\d:\d\d UTC"
+    assert re.fullmatch(pattern, REAL_UTC_DATE()), REAL_UTC_DATE()
 
 
 async def test_offload_cuts_long_context_and_keeps_each_entry_within_the_cap() -> None:
