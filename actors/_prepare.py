@@ -24,6 +24,7 @@ from protocol import (
     Text,
     UnifiedMessage,
     UpsertDocuments,
+    VectorStoreError,
     payload_bytes,
     projection,
 )
@@ -78,12 +79,13 @@ def unit_rows(
     """An embedder's batch checked and normalized once (SPEC §3, steps 3 and 4).
 
     The same result, errors and zero-norm flags as ``normalize_rows(as_matrix(...))``,
-    which takes norms in float64. A float32 batch of the right shape whose squared
-    norms are all comfortably finite and nonzero (the common case) skips the float64
-    round trip: its finite squared norms prove every component finite, and it is scaled
-    in float32 (within 3 ulp of the float64 result). Anything else (another dtype or
-    shape, a non-finite component, an overflowing, tiny or zero norm) takes the float64
-    path, which names the offending vector.
+    which takes norms in float64. In a float32 batch of the right shape, each row whose
+    squared norm is comfortably finite and nonzero (the common case) skips the float64
+    round trip: its finite squared norm proves every component finite, and it is scaled
+    in float32 (within 3 ulp of the float64 result). The choice is made per row, so a
+    vector is stored the same way whatever else its batch holds. Anything else (another
+    dtype or shape, a non-finite component, an overflowing, tiny or zero norm) takes
+    the float64 path, which names the offending vector.
 
     Raises:
         EmbeddingError: the wrong number of vectors, a wrong width, something that is
@@ -98,10 +100,19 @@ def unit_rows(
         squared = np.einsum("ij,ij->i", vectors, vectors)
         low, high = _FAST_SQUARED
         # NaN fails both comparisons, so a non-finite row falls through as well.
-        if bool(((squared > low) & (squared < high)).all()):
+        fast = (squared > low) & (squared < high)
+        if bool(fast.all()):
             scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
             rows: npt.NDArray[np.float32] = vectors * scale[:, None]
             return rows, np.zeros(count, dtype=np.bool_)
+        # The float64 path checks the batch and names a bad vector; then each row that
+        # qualifies for float32 still gets its float32 result, so a vector's stored form
+        # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
+        rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+        if bool(fast.any()):
+            scale = (1.0 / np.sqrt(squared[fast].astype(np.float64))).astype(np.float32)
+            rows[fast] = vectors[fast] * scale[:, None]
+        return rows, zero
     return normalize_rows(as_matrix(vectors, count, dimensions))
 
 
@@ -259,7 +270,17 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                 raise ConfigError(
                     f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
                 )
-            size = payload_bytes(turn)
+            try:
+                size = payload_bytes(turn)
+            except VectorStoreError:
+                raise  # a JsonError names the bad tool-call arguments itself
+            except (AttributeError, TypeError) as error:
+                # msgspec does not check field types at construction: a Text whose text
+                # is an int, say. That is the caller's bad input, not a store crash.
+                raise ConfigError(
+                    f"turn {i} of the batch has a field of the wrong type ({error}); "
+                    "expected the str fields of UnifiedMessage and its blocks to hold str"
+                ) from error
             if texts is not None:
                 size += _utf8_len(texts[i])
             if size > max_entry_bytes:

@@ -93,8 +93,14 @@ _NEG_INF = np.float32(-np.inf)
 TIE_SLACK = np.float32(2e-6)
 _NO_CANDIDATES = np.empty(0, dtype=np.intp)
 
-#: Candidates re-scored in reused scratch; more (a big k, many ties) allocate.
+#: Candidates re-scored in reused scratch; more (a big k, many ties) allocate, a block
+#: of at most ``EXACT_FLOATS`` float64 products (512 KiB) at a time, so that many tied
+#: candidates (zero-norm entries, repeated texts) never need memory near the arena's. A
+#: coalesced batch re-scores all its reads' candidates in one gather when they come to
+#: at most ``BATCH_EXACT_FLOATS`` (8 MiB of float64), and read by read otherwise.
 EXACT_ROWS = 32
+EXACT_FLOATS = 1 << 16
+BATCH_EXACT_FLOATS = 1 << 20
 
 Mask = npt.NDArray[np.bool_]
 
@@ -467,31 +473,39 @@ class ScanEngine:
         local = _chunk_candidates(row, k, masked, self._part[:n], self._flags[:n])
         exact = self._exact(local, query)
         order = rank_candidates(local, exact, self.seqs, k)
-        return ScanResult(local[order], exact[order].astype(np.float32), valid)
+        return ScanResult(local[order], exact[order], valid)
 
     def _exact(
         self, slots: npt.NDArray[np.intp], query: npt.NDArray[np.float32] | None
-    ) -> npt.NDArray[np.float64]:
-        """The candidates' scores again, computed the same way for every row.
+    ) -> npt.NDArray[np.float32]:
+        """The candidates' scores again, computed the same way for every row, then
+        rounded to float32: the scores callers see, and rank by.
 
         Products of two float32 values are exact in float64, and a reduction along a
         row sums it the same way wherever the row sits, so identical vectors score
-        identically and the tie goes to the sequence, as SPEC §3 says. It costs
-        ``len(slots) × dimensions`` multiply-adds: about k of them.
+        identically and the tie goes to the sequence, as SPEC §3 says. Ranking on the
+        rounded score keeps that true for scores that differ only below float32's
+        precision. It costs ``len(slots) × dimensions`` multiply-adds: about k of them,
+        in blocks of bounded scratch when there are many ties.
         """
-        if query is None:
-            return np.zeros(slots.shape[0], dtype=np.float64)
         m = slots.shape[0]
+        if query is None:
+            return np.zeros(m, dtype=np.float32)
+        wide = query.astype(np.float64)
         if m <= self._products.shape[0]:
             # Into reused scratch (the trio thread's only): the float32 rows are widened
             # inside the multiply, exactly as astype would.
             products = self._products[:m]
-            np.multiply(self.vectors[slots], query.astype(np.float64), out=products)
-        else:
-            products = self.vectors[slots].astype(np.float64)
-            products *= query.astype(np.float64)
-        exact: npt.NDArray[np.float64] = np.add.reduce(products, axis=1)
-        return exact
+            np.multiply(self.vectors[slots], wide, out=products)
+            exact: npt.NDArray[np.float32] = np.add.reduce(products, axis=1).astype(np.float32)
+            return exact
+        out = np.empty(m, dtype=np.float32)
+        step = max(1, EXACT_FLOATS // self.vectors.shape[1])
+        for lo in range(0, m, step):
+            block = self.vectors[slots[lo : lo + step]].astype(np.float64)
+            block *= wide
+            out[lo : lo + step] = np.add.reduce(block, axis=1)
+        return out
 
     def _run_inline(self, request: _Request, snap: Snapshot) -> list[ScanResult]:
         scope = self._resolve(request, snap)
@@ -667,7 +681,7 @@ class ScanEngine:
         del scores  # ranked on the exact re-scores, not on the BLAS ones
         exact = self._exact(slots, request.query)
         order = rank_candidates(slots, exact, self.seqs, k)
-        return ScanResult(slots[order], exact[order].astype(np.float32), valid)
+        return ScanResult(slots[order], exact[order], valid)
 
     def _merge_batch(
         self,
@@ -687,22 +701,33 @@ class ScanEngine:
         pieces = [[p[i][0] for p in parts] for i in range(b)]
         sizes = [sum(piece.shape[0] for piece in read) for read in pieces]
         slots = np.concatenate([piece for read in pieces for piece in read])
-        rows = self.vectors[slots]
-        products = np.empty(rows.shape, dtype=np.float64)
-        start = 0
-        for request, size in zip(batch, sizes, strict=True):
-            end = start + size
-            if request.query is None:
-                products[start:end] = 0.0
-            else:
+        ends = np.cumsum(sizes).tolist()
+        spans = list(zip([0, *ends[:-1]], ends, strict=True))
+        exact = np.zeros(slots.shape[0], dtype=np.float32)  # a zero query scores 0
+        scored = [i for i in range(b) if batch[i].query is not None and sizes[i]]
+        if sum(sizes[i] for i in scored) * self.vectors.shape[1] <= BATCH_EXACT_FLOATS:
+            # The common case: every read's candidates in one gather and one row sum.
+            picked = np.concatenate([np.arange(*spans[i]) for i in scored] or [_NO_CANDIDATES])
+            rows = self.vectors[slots[picked]]
+            products = np.empty(rows.shape, dtype=np.float64)
+            at = 0
+            for i in scored:
+                query = batch[i].query
+                assert query is not None
+                size = sizes[i]
                 np.multiply(
-                    rows[start:end], request.query.astype(np.float64), out=products[start:end]
+                    rows[at : at + size], query.astype(np.float64), out=products[at : at + size]
                 )
-            start = end
-        exact = np.add.reduce(products, axis=1)
+                at += size
+            exact[picked] = np.add.reduce(products, axis=1)
+        else:
+            # Many ties: each read re-scores its own candidates in bounded blocks.
+            for i in scored:
+                lo, hi = spans[i]
+                exact[lo:hi] = self._exact(slots[lo:hi], batch[i].query)
         owner = np.repeat(np.arange(b), sizes)
         order = np.lexsort((-self.seqs[slots], -exact, owner))
-        ranked, scores = slots[order], exact[order].astype(np.float32)
+        ranked, scores = slots[order], exact[order]
         results: list[ScanResult] = []
         start = 0
         for i, (request, scope) in enumerate(zip(batch, scopes, strict=True)):

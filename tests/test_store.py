@@ -727,3 +727,113 @@ async def test_body_error_is_not_wrapped_in_a_group() -> None:
     with trio.fail_after(TIMEOUT), pytest.raises(ZeroDivisionError):
         async with open_store(cfg(), HashingEmbedder(DIM)):
             raise ZeroDivisionError
+
+
+class ArrayEmbedder:
+    """Sync embedder returning one float32 array per batch (the fast normalize path)."""
+
+    def __init__(self, table: dict[str, np.ndarray], dimensions: int) -> None:
+        self.table = table
+        self.dimensions = dimensions
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.table[text]
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.table[t] for t in texts]).astype(np.float32)
+
+
+async def test_a_vector_is_stored_the_same_whatever_its_batch_holds() -> None:
+    # A zero vector in the batch once sent the whole batch down the float64 path, so
+    # the same vector stored twice came out a few ulp apart and did not tie.
+    rng = np.random.default_rng(11)
+    table = {f"t{i}": (rng.standard_normal(64) * 3).astype(np.float32) for i in range(40)}
+    table["zero"] = np.zeros(64, dtype=np.float32)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            cfg(max_entries=128, dimensions=64), ArrayEmbedder(table, 64)
+        ) as store:
+            for i in range(40):
+                older = await store.store_turns([msg(f"t{i}"), msg("zero")])
+                newer = await store.store_turns([msg(f"t{i}")])
+                report = await store.retrieve_embedding(table[f"t{i}"], k=2)
+                assert [h.id for h in report.turns] == [newer.ids[0], older.ids[0]]
+                assert report.turns[0].score == report.turns[1].score
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+async def test_scores_that_round_to_a_tie_still_rank_newest_first(threshold: int | None) -> None:
+    # Two vectors one ulp apart: in float64 the older scores a hair higher, but callers
+    # see float32 scores, where the two are equal, so the newer must come first.
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal(64).astype(np.float32)
+    q /= np.linalg.norm(q)
+    ties = 0
+    kwargs = {} if threshold is None else {"thread_scan_threshold": threshold}
+    table: dict[str, np.ndarray] = {}
+    config = cfg(max_entries=16, dimensions=64)
+    with trio.fail_after(TIMEOUT * 3):
+        async with open_store(config, ArrayEmbedder(table, 64), **kwargs) as store:
+            for _ in range(100):
+                a = rng.standard_normal(64).astype(np.float32)
+                b = a.copy()
+                i = int(rng.integers(64))
+                b[i] = np.nextafter(b[i], np.float32(np.inf) * np.sign(q[i]))
+                table.update(old=b, new=a)
+                await store.store_turns([msg("old")])
+                await store.store_turns([msg("new")])
+                first, second = (await store.retrieve_embedding(q, k=2)).turns
+                if first.score == second.score:
+                    ties += 1
+                    assert first.sequence > second.sequence
+                else:
+                    assert first.score > second.score
+                await store.clear()
+    assert ties > 10  # the case this test is about did occur
+
+
+async def _read_into(results: list[RetrievalReport], store: object, vector: np.ndarray) -> None:
+    results.append(await store.retrieve_embedding(vector, k=5))  # type: ignore[attr-defined]
+
+
+async def test_many_ties_and_zero_queries_need_bounded_scratch() -> None:
+    # Zero-norm entries all score 0, so at the k-th boundary every one of them is a
+    # candidate; a zero query makes every entry one. Re-scoring them once gathered
+    # them all as float64: twice the arena.
+    n, d = 8192, 256
+    arena = n * d * 4
+
+    class Zeros:
+        dimensions = d
+
+        def embed(self, text: str) -> np.ndarray:
+            return self.embed_batch([text])[0]
+
+        def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+            out = np.zeros((len(texts), d), dtype=np.float32)
+            for i, t in enumerate(texts):
+                if t.startswith("v"):
+                    out[i] = np.random.default_rng(i).standard_normal(d)
+            return out
+
+    q = np.random.default_rng(9).standard_normal(d)
+    with trio.fail_after(TIMEOUT * 3):
+        for threshold in (None, 0):
+            kwargs = {} if threshold is None else {"thread_scan_threshold": threshold}
+            config = cfg(max_entries=n, dimensions=d)
+            async with open_store(config, Zeros(), **kwargs) as store:
+                turns = [msg(("v" if i < 3 else "z") + str(i)) for i in range(n)]
+                await store.store_turns(turns)
+                await store.retrieve_embedding(q, k=1)  # scratch allocated once
+                tracemalloc.start()
+                try:
+                    lone = await store.retrieve_embedding(q, k=5)
+                    results: list[RetrievalReport] = []
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_read_into, results, store, np.zeros(d))
+                        nursery.start_soon(_read_into, results, store, q)
+                    _, peak = tracemalloc.get_traced_memory()
+                finally:
+                    tracemalloc.stop()
+                assert len(lone.turns) == 5 and all(len(r.turns) == 5 for r in results)
+                assert peak < arena // 2, f"peak {peak} bytes against an arena of {arena}"

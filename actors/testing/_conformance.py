@@ -48,6 +48,7 @@ from protocol import (
     FilterError,
     ScoredDocument,
     SearchRequest,
+    Text,
     UnifiedMessage,
     VectorStoreConfig,
     document_id,
@@ -744,4 +745,9 @@ class StoreConformance:
                     await store.add_documents([Document(text="x", id="turn-3")])
                 with pytest.raises(ConfigError, match="turn-<number>"):
                     await store.store_turns([UnifiedMessage.user("x")], ids=["turn-0"])
+                # msgspec does not type-check fields at construction; a bad one is the
+                # caller's error, not a crash (the store stays usable).
+                odd = UnifiedMessage(role="user", content=[Text(text=123)])  # type: ignore[arg-type]
+                with pytest.raises(ConfigError, match="wrong type"):
+                    await store.store_turns([odd])
                 assert store.is_empty()
