@@ -21,6 +21,7 @@ from protocol import (
     DeleteResult,
     Document,
     DocumentsUpserted,
+    RetrievalReport,
     StoreRequest,
     TurnsStored,
     UnifiedMessage,
@@ -139,6 +140,29 @@ class StoreHandleBase(Generic[ActorT]):
         result = await self._request(Clear(namespace=namespace))
         assert isinstance(result, Cleared)
         return result
+
+    # --- reads: each backend implements _retrieve ---------------------------------------
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport:
+        """Embed ``query`` and return the ``k`` best entries across every namespace.
+
+        Does not use the inbox, so a slow write never delays it: it sees one committed
+        state (the in-memory store's last snapshot; one SQL statement for pg).
+
+        Raises:
+            ConfigError: ``k ≤ 0``.
+            EmbedderError, EmbeddingError: the query could not be embedded.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        return await self._retrieve(query, k, None)
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
+        """Like :meth:`retrieve`, scoped to one namespace; never returns another's entries."""
+        return await self._retrieve(query, k, check_name("namespace", namespace))
+
+    async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         raise NotImplementedError

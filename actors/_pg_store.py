@@ -141,24 +141,6 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         return await self._actor.search(request, self._namespace(request.namespace))
 
-    async def retrieve(self, query: str, k: int) -> RetrievalReport:
-        """Embed ``query`` and return the ``k`` best entries across every namespace.
-
-        One SQL statement, so it sees one committed state. Does not use the inbox. If
-        cancelled, it returns once the statement in its worker thread has finished.
-
-        Raises:
-            ConfigError: ``k ≤ 0``.
-            EmbedderError, EmbeddingError: the query could not be embedded.
-            StoreUnavailable: the database failed after the retries.
-            Poisoned: the actor has crashed.
-        """
-        return await self._retrieve(query, k, None)
-
-    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
-        """Like :meth:`retrieve`, scoped to one namespace; never returns another's entries."""
-        return await self._retrieve(query, k, check_name("namespace", namespace))
-
     async def retrieve_embedding(
         self,
         vector: object,

@@ -531,23 +531,6 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             )
         return hits
 
-    async def retrieve(self, query: str, k: int) -> RetrievalReport:
-        """Embed ``query`` and return the ``k`` best entries across every namespace.
-
-        Does not use the inbox, so a slow write never delays it: it sees the snapshot of
-        the last commit when its scan runs.
-
-        Raises:
-            ConfigError: ``k ≤ 0``.
-            EmbedderError, EmbeddingError: the query could not be embedded.
-            Poisoned: the actor has crashed.
-        """
-        return await self._retrieve(query, k, None)
-
-    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
-        """Like :meth:`retrieve`, scoped to one namespace; never returns another's entries."""
-        return await self._retrieve(query, k, check_name("namespace", namespace))
-
     async def retrieve_embedding(
         self,
         vector: object,
