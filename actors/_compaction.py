@@ -368,15 +368,15 @@ class CompactionActor:
         if not picked:
             return messages, [Skipped(strategy=name, reason=why or "")], None
         batch = [messages[i] for i in picked]
-        if strategy.dated and date is None:
-            date = utc_date()
-        texts = entry_texts(
-            messages,
-            picked,
-            context=strategy.context,
-            date=date if strategy.dated else None,
-            max_entry_bytes=self.store.config.max_entry_bytes,
-        )
+        texts: list[str] | None = None  # the turn alone: the store derives its text
+        if strategy.context or strategy.dated:
+            texts = entry_texts(
+                messages,
+                picked,
+                context=strategy.context,
+                date=(date or utc_date()) if strategy.dated else None,
+                max_entry_bytes=self.store.config.max_entry_bytes,
+            )
         try:
             stored = await self.store.store_turns(
                 batch, namespace=self.config.namespace, source="offload", texts=texts

@@ -141,6 +141,17 @@ async def test_offload_without_context_or_date_indexes_the_turn_alone() -> None:
             assert isinstance(action, Offloaded)
             texts = await stored_texts(memory, action.ids)
     assert texts == [projection(messages[i]) for i in action.indices]
+    # The turn alone is not stored twice, so a turn over half the cap keeps its whole
+    # text (a separate index text would count again towards max_entry_bytes).
+    long = UnifiedMessage.user("z" * 700)
+    with trio.fail_after(10):
+        async with memory_with(
+            Offload(turns=1, context=0, dated=False), max_entry_bytes=1000
+        ) as memory:
+            out = await memory.compress([long, UnifiedMessage.user("newest")])
+            (action,) = out.report.actions
+            assert isinstance(action, Offloaded)
+            assert await stored_texts(memory, action.ids) == ["z" * 700]
 
 
 async def test_offload_dates_with_the_current_utc_time_by_default(
