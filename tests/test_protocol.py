@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgspec
 import pytest
 
 from protocol import (
     ConfigError,
+    ContentBlock,
     EmbedderError,
     EmbeddingError,
     EntryTooLarge,
@@ -52,6 +54,33 @@ def test_bad_role_and_bad_block_are_refused() -> None:
         UnifiedMessage(role="robot", content=[])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"content\[0\] is a str"):
         UnifiedMessage(role="user", content=["hi"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"content": ()}, TypeError, r"content is a tuple; expected a list"),
+        ({"content": [Text(text="a"), 3]}, TypeError, r"content\[1\] is a int"),
+        ({"name": 5}, TypeError, r"name is a int; expected str or None"),
+        ({"tool_call_id": b"x"}, TypeError, r"tool_call_id is a bytes; expected str or None"),
+    ],
+)
+def test_every_malformed_field_is_named(
+    fields: dict[str, object], error: type[Exception], message: str
+) -> None:
+    kwargs: dict[str, Any] = {"role": "user", "content": [Text(text="a")], **fields}
+    with pytest.raises(error, match=message):
+        UnifiedMessage(**kwargs)
+
+
+def test_names_and_list_subclasses_take_the_careful_check_and_pass() -> None:
+    class Blocks(list[ContentBlock]):
+        pass
+
+    named = UnifiedMessage(role="user", content=[Text(text="a")], name="ann")
+    listed = UnifiedMessage(role="tool", content=Blocks([Text(text="a")]), tool_call_id="c")
+    assert named.name == "ann"
+    assert listed.tool_call_id == "c"
 
 
 def test_projection_joins_text_tool_names_and_outputs() -> None:
