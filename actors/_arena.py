@@ -49,7 +49,8 @@ class Entries:
     """A validated, embedded batch, ready to commit into an arena.
 
     Attributes:
-        vectors: ``[m, dimensions]`` float32, normalized (zero rows for zero norms).
+        vectors: ``[m, dimensions]`` float32, normalized (zero rows for zero norms), or
+            to be normalized by ``scale``.
         zero: which rows had zero norm.
         texts: what BM25 indexes and documents return (a turn's projection).
         payloads: a turn's message as msgpack, or None for a document.
@@ -62,6 +63,9 @@ class Entries:
         derived_texts: every text is its turn's projection, so the arena keeps only
             the payload and derives the text from it (a turn stored with its own index
             text keeps both).
+        scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
+            and the normalized rows are ``vectors * scale``, computed as they are
+            written (see ``checked_rows`` in ``_prepare.py``).
     """
 
     vectors: npt.NDArray[np.float32]
@@ -74,9 +78,17 @@ class Entries:
     namespace: str
     source: str
     derived_texts: bool = False
+    scale: npt.NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def normalized(self) -> npt.NDArray[np.float32]:
+        """The normalized rows, in an array of their own when ``scale`` is set."""
+        if self.scale is None:
+            return self.vectors
+        rows: npt.NDArray[np.float32] = self.vectors * self.scale
+        return rows
 
 
 _TWO_DIGITS = [f"{i:02d}" for i in range(100)]
@@ -335,7 +347,13 @@ class Arena:
         where: slice | npt.NDArray[np.intp] = (
             slice(start, start + count) if consecutive else np.asarray(slots, dtype=np.intp)
         )
-        self.vectors[where] = entries.vectors
+        if entries.scale is None:
+            self.vectors[where] = entries.vectors
+        elif isinstance(where, slice):
+            # Normalized straight into the arena: the batch is written once, not twice.
+            np.multiply(entries.vectors, entries.scale, out=self.vectors[where])
+        else:
+            self.vectors[where] = entries.normalized()
         self.seqs[where] = np.arange(first, first + count, dtype=np.int64)
         namespace = entries.namespace
         ns_id = self._intern(namespace, count)

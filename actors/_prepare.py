@@ -41,6 +41,7 @@ __all__ = [
     "check_name",
     "check_not_reserved",
     "check_turns",
+    "checked_rows",
     "document_bytes",
     "exact_msgpack",
     "exact_msgpack_many",
@@ -73,6 +74,48 @@ def exact_msgpack(value: object) -> bytes:
 _FAST_SQUARED = (1e-30, 1e30)
 
 
+def checked_rows(
+    vectors: object, count: int, dimensions: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[np.bool_]]:
+    """An embedder's batch checked (SPEC §3, step 3), and how to normalize it (step 4).
+
+    Returns ``(rows, scale, zero)``. When ``scale`` is None, ``rows`` are the normalized
+    rows, in an array of their own. Otherwise ``rows`` is the embedder's own array,
+    unnormalized, and ``rows * scale`` (``scale`` is a ``[count, 1]`` column) is the
+    normalized batch: the store multiplies it straight into the arena at commit, which
+    saves writing the batch once more. That array belongs to the caller's embedder, so
+    it must be used before anything else may run (before the next await), or copied.
+
+    The rules are :func:`unit_rows`'.
+
+    Raises:
+        EmbeddingError: as :func:`unit_rows`.
+    """
+    if (
+        isinstance(vectors, np.ndarray)
+        and vectors.dtype == np.float32
+        and vectors.shape == (count, dimensions)
+        and count > 0
+    ):
+        squared = np.einsum("ij,ij->i", vectors, vectors)
+        low, high = _FAST_SQUARED
+        # NaN fails both comparisons, so a non-finite row falls through as well.
+        fast = (squared > low) & (squared < high)
+        if bool(fast.all()):
+            scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
+            return vectors, scale[:, None], np.zeros(count, dtype=np.bool_)
+        # The float64 path checks the batch and names a bad vector; then each row that
+        # qualifies for float32 still gets its float32 result, so a vector's stored form
+        # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
+        rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+        if bool(fast.any()):
+            scale = (1.0 / np.sqrt(squared[fast].astype(np.float64))).astype(np.float32)
+            rows[fast] = vectors[fast] * scale[:, None]
+        return rows, None, zero
+    rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+    return rows, None, zero
+
+
 def unit_rows(
     vectors: object, count: int, dimensions: int
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
@@ -91,29 +134,10 @@ def unit_rows(
         EmbeddingError: the wrong number of vectors, a wrong width, something that is
             not numbers, a non-finite component, or a squared norm past float32.
     """
-    if (
-        isinstance(vectors, np.ndarray)
-        and vectors.dtype == np.float32
-        and vectors.shape == (count, dimensions)
-        and count > 0
-    ):
-        squared = np.einsum("ij,ij->i", vectors, vectors)
-        low, high = _FAST_SQUARED
-        # NaN fails both comparisons, so a non-finite row falls through as well.
-        fast = (squared > low) & (squared < high)
-        if bool(fast.all()):
-            scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
-            rows: npt.NDArray[np.float32] = vectors * scale[:, None]
-            return rows, np.zeros(count, dtype=np.bool_)
-        # The float64 path checks the batch and names a bad vector; then each row that
-        # qualifies for float32 still gets its float32 result, so a vector's stored form
-        # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
-        rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
-        if bool(fast.any()):
-            scale = (1.0 / np.sqrt(squared[fast].astype(np.float64))).astype(np.float32)
-            rows[fast] = vectors[fast] * scale[:, None]
-        return rows, zero
-    return normalize_rows(as_matrix(vectors, count, dimensions))
+    rows, scale, zero = checked_rows(vectors, count, dimensions)
+    if scale is not None:
+        rows = rows * scale
+    return rows, zero
 
 
 def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:

@@ -15,7 +15,13 @@ from actors import HashingEmbedder, open_store
 from actors._arena import Arena, Entries, turn_ids
 from actors._embedders import as_matrix, normalize_rows
 from actors._filtering import MetadataIndex
-from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
+from actors._prepare import (
+    check_turns,
+    checked_rows,
+    exact_msgpack,
+    exact_msgpack_many,
+    unit_rows,
+)
 from protocol import (
     ConfigError,
     EmbeddingError,
@@ -88,6 +94,58 @@ def test_unit_rows_fast_path_keeps_every_check() -> None:
     assert zero.tolist() == [True, False, False]
     np.testing.assert_array_equal(rows[0], 0.0)
     np.testing.assert_allclose(np.linalg.norm(rows[1]), 1.0, rtol=1e-6)
+
+
+def _entries(vectors: np.ndarray, zero: np.ndarray, scale: np.ndarray | None) -> Entries:
+    count = len(vectors)
+    return Entries(
+        vectors=vectors,
+        zero=zero,
+        texts=["t"] * count,
+        payloads=[b"p"] * count,
+        metadata=[{}] * count,
+        ids=None,
+        source_ids=[None] * count,
+        namespace="n",
+        source="s",
+        scale=scale,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batches, st.data())
+def test_checked_rows_committed_into_the_arena_match_unit_rows(
+    batch: np.ndarray, data: st.DataObject
+) -> None:
+    """The store normalizes a fast-path batch as it writes it into the arena (straight
+    into consecutive rows, through a copy into scattered ones): the stored rows are
+    unit_rows' exactly, and the embedder's array is never changed."""
+    count = len(batch)
+    try:
+        want, want_zero = unit_rows(batch, count, DIM)
+    except EmbeddingError:
+        with pytest.raises(EmbeddingError):
+            checked_rows(batch, count, DIM)
+        return
+    before = batch.copy()
+    rows, scale, zero = checked_rows(batch, count, DIM)
+    np.testing.assert_array_equal(zero, want_zero)
+    entries = _entries(rows, zero, scale)
+    np.testing.assert_array_equal(entries.normalized(), want)
+    arena = Arena(2 * count, DIM)
+    if data.draw(st.booleans(), label="scattered"):
+        # Fill the arena, then free slots in a drawn order: take_slots hands the most
+        # recently freed back first, so the batch lands in scattered rows.
+        filler = np.ones((2 * count, DIM), dtype=np.float32)
+        full, _ = arena.take_slots(2 * count)
+        arena.write(full, _entries(filler, np.zeros(2 * count, dtype=np.bool_), None))
+        for slot in data.draw(st.permutations(range(2 * count)), label="freed")[:count]:
+            arena.remove(slot)
+    slots, _ = arena.take_slots(count)
+    arena.write(slots, entries)
+    np.testing.assert_array_equal(arena.vectors[slots], want)
+    np.testing.assert_array_equal(arena.zero[slots], want_zero)
+    np.testing.assert_array_equal(batch, before)
 
 
 _text = st.text(max_size=12)
