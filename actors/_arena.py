@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol import UnifiedMessage, projection
+from protocol import Role, UnifiedMessage, projection
 
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
@@ -53,7 +53,9 @@ class Entries:
             to be normalized by ``scale``.
         zero: which rows had zero norm.
         texts: what BM25 indexes and documents return (a turn's projection).
-        payloads: a turn's message as msgpack, or None for a document.
+        payloads: a turn's message as msgpack; None for a document, and for a plain
+            turn (one Text block, no ``name`` or ``tool_call_id``), which is kept as
+            its role and text.
         metadata: one JSON object per entry (a batch of turns shares one object). The
             arena keeps them by reference: nobody may mutate them afterwards.
         ids: one id per entry, or None for turns, whose id is ``turn-<sequence>``.
@@ -63,6 +65,8 @@ class Entries:
         derived_texts: every text is its turn's projection, so the arena keeps only
             the payload and derives the text from it (a turn stored with its own index
             text keeps both).
+        roles: with no payload, the entry's message is one Text block of its text in
+            this role: a plain turn's role; None (a document) stands for ``"user"``.
         scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
             and the normalized rows are ``vectors * scale``, computed as they are
             written (see ``checked_rows`` in ``_prepare.py``).
@@ -78,6 +82,7 @@ class Entries:
     namespace: str
     source: str
     derived_texts: bool = False
+    roles: Sequence[Role] | None = None
     scale: npt.NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
@@ -142,6 +147,9 @@ class Arena:
     ids: list[str | None] = attrs.field(init=False)
     texts: list[str | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
+    # An entry without a payload is a message of one Text block, its text, in this role
+    # (None: "user"); see Entries.
+    roles: list[Role | None] = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
     source_ids: list[str | None] = attrs.field(init=False)
     _bm25: Bm25Index = attrs.field(init=False)
@@ -187,6 +195,7 @@ class Arena:
         self.ids = [None] * n
         self.texts = [None] * n
         self.payloads = [None] * n
+        self.roles = [None] * n
         self.sources = [None] * n
         self.source_ids = [None] * n
         self._bm25 = Bm25Index(n)
@@ -334,7 +343,8 @@ class Arena:
         ids = turn_ids(first, count) if entries.ids is None else entries.ids
         # A turn's text is usually its payload's projection: then keep it once.
         texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
-        columns = (ids, texts, entries.payloads, entries.source_ids, entries.metadata)
+        roles: Sequence[Role | None] = [None] * count if entries.roles is None else entries.roles
+        columns = (ids, texts, entries.payloads, roles, entries.source_ids, entries.metadata)
         if any(len(column) != count for column in columns) or len(entries.vectors) != count:
             raise ValueError(f"a batch of {len(entries)} entries for {count} slots")
         if not count:
@@ -367,15 +377,17 @@ class Arena:
             self.ids[start:end] = ids
             self.texts[start:end] = texts
             self.payloads[start:end] = entries.payloads
+            self.roles[start:end] = roles
             self.sources[start:end] = [entries.source] * count
             self.source_ids[start:end] = entries.source_ids
         else:
-            for slot, entry_id, text, payload, source_id in zip(
-                slots, ids, texts, entries.payloads, entries.source_ids, strict=True
+            for slot, entry_id, text, payload, role, source_id in zip(
+                slots, ids, texts, entries.payloads, roles, entries.source_ids, strict=True
             ):
                 self.ids[slot] = entry_id
                 self.texts[slot] = text
                 self.payloads[slot] = payload
+                self.roles[slot] = role
                 self.sources[slot] = entries.source
                 self.source_ids[slot] = source_id
         pending = self._bm25_pending
@@ -410,6 +422,7 @@ class Arena:
         self.ids[slot] = None
         self.texts[slot] = None
         self.payloads[slot] = None
+        self.roles[slot] = None
         self.sources[slot] = None
         self.source_ids[slot] = None
         self._free.append(slot)

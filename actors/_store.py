@@ -267,18 +267,23 @@ class _StoreActor(CrashableActor):
         )
         vectors, scale, zero = await self._embed(batch.texts)
         keep = len(batch.survivors)
+        # A plain turn (one Text block and nothing else) is kept as its role and text,
+        # which rebuild it exactly, instead of its msgpack (a third of a batch's
+        # prepare time); a turn indexed by the caller's text still needs its message.
+        plain = batch.roles is not None and not batch.given
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
                 zero=zero,
                 texts=batch.texts,
-                payloads=exact_msgpack_many(batch.survivors),
+                payloads=[None] * keep if plain else exact_msgpack_many(batch.survivors),
                 metadata=[metadata] * keep,
                 ids=batch.ids,
                 source_ids=[None] * keep,
                 namespace=namespace,
                 source=source,
-                derived_texts=not batch.given,
+                derived_texts=not batch.given and not plain,
+                roles=batch.roles if plain else None,
                 scale=scale,
             ),
             dropped=batch.dropped,
@@ -450,9 +455,12 @@ class _StoreActor(CrashableActor):
     def message_of(self, slot: int) -> UnifiedMessage:
         """A fresh copy of the message in ``slot``; a document reads as a user message
         holding its text."""
-        payload = self.arena.payloads[slot]
+        arena = self.arena
+        payload = arena.payloads[slot]
         if payload is None:
-            return UnifiedMessage(role="user", content=[Text(text=self.arena.text_of(slot))])
+            # A plain turn, kept as its role and text, or a document (no role: "user").
+            role = arena.roles[slot] or "user"
+            return UnifiedMessage(role=role, content=[Text(text=arena.text_of(slot))])
         message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
         return message
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -198,6 +199,51 @@ def test_check_turns_matches_the_per_turn_rules(
     batch = check_turns(request, max_entry_bytes=cap, max_entries=max_entries)
     assert expected == (batch.survivors, batch.texts, batch.dropped)
     assert batch.given == (texts is not None)
+    plain = all(map(_is_plain, turns))
+    assert batch.roles == ([t.role for t in batch.survivors] if plain else None)
+
+
+def _is_plain(turn: UnifiedMessage) -> bool:
+    """One Text block and no name or tool-call id: the turn is its role and text."""
+    return (
+        turn.name is None
+        and turn.tool_call_id is None
+        and len(turn.content) == 1
+        and type(turn.content[0]) is Text
+    )
+
+
+_roles = st.sampled_from(["user", "assistant", "tool", "system"])
+_plain_any_role = st.builds(
+    UnifiedMessage,
+    role=_roles,
+    content=st.lists(st.builds(Text, text=_text), min_size=1, max_size=1),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.lists(_plain_any_role, max_size=5), st.lists(_plain_any_role | _any_turn, max_size=5)
+    )
+)
+def test_a_stored_turn_reads_back_as_the_message_it_was(turns: list[UnifiedMessage]) -> None:
+    """A batch of plain turns is kept as roles and texts, any other batch as msgpack:
+    either way, a read returns each message as its msgpack round trip gives it."""
+    config = VectorStoreConfig(max_entries=8, dimensions=DIM, max_entry_bytes=10_000)
+    decode = msgspec.msgpack.Decoder(UnifiedMessage).decode
+
+    async def main() -> None:
+        with trio.fail_after(10):
+            async with open_store(config, HashingEmbedder(DIM)) as store:
+                stored = await store.store_turns(turns)
+                report = await store.retrieve_embedding(np.ones(DIM), k=8)
+        got = {t.id: t.message for t in report.turns}
+        assert len(got) == len(turns)
+        for entry_id, turn in zip(stored.ids, turns, strict=True):
+            assert got[entry_id] == turn == decode(exact_msgpack(turn))
+
+    trio.run(main)
 
 
 def test_check_turns_refuses_a_non_message_after_plain_ones() -> None:
