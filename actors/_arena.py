@@ -171,7 +171,13 @@ class Arena:
     _fifo_seqs: npt.NDArray[np.int64] = attrs.field(init=False)
     _head: int = 0
     _tail: int = 0
+    # How many records in _fifo_*[_head:_tail] are stale: with none, the oldest live
+    # entries are simply the next records, read without checking each one.
+    _stale: int = 0
     _live: int = 0
+    # How many live entries have an explicit id (are in _id_slot): with none, an
+    # eviction has no id-map entry to forget.
+    _named: int = 0
     # namespace -> id -> slot for every live entry with an explicit id: one dict per
     # namespace, so a batch's ids go in with one bulk update and no key tuples. A turn
     # stored without ids (``turn-<sequence>``, flagged in ``auto_id``) is not in it: its
@@ -398,6 +404,7 @@ class Arena:
         explicit = self._id_slot.setdefault(namespace, {})
         if entries.ids is not None:
             explicit.update(zip(ids, slots, strict=True))
+            self._named += count
         return ids, list(seqs)
 
     def remove(self, slot: int) -> None:
@@ -414,6 +421,7 @@ class Arena:
         self._uncount(ns_id, 1)
         self._live -= 1
         self._bm25_pending[slot] = False
+        self._stale += 1  # the slot's FIFO record no longer names a live entry
         self.meta.remove(slot)
         self.zero[slot] = False
         self.auto_id[slot] = False
@@ -432,13 +440,22 @@ class Arena:
         same commit: that overwrites every per-slot field, so only the shared
         bookkeeping (id map, counts) is undone here, for the whole batch at once."""
         self._live -= len(index)
-        self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        # Each check below is skipped when the arena's totals say it finds nothing (no
+        # zero-norm entry, no explicit id, one namespace): a batch evicting from a full
+        # arena then does no per-slot reads at all.
+        if self.zero_count:
+            self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        if self._named:
+            explicit = ~self.auto_id[index]
+            if explicit.any():
+                ids, ns_ids = self.ids, self.ns_ids[index[explicit]].tolist()
+                for ns_id, slot in zip(ns_ids, index[explicit].tolist(), strict=True):
+                    self._forget_ids(ns_id, [ids[slot]])
+        if len(self._ns_index) == 1:
+            (only,) = self._ns_index.values()
+            self._uncount(only, len(index))
+            return
         ns = self.ns_ids[index]
-        explicit = ~self.auto_id[index]
-        if explicit.any():
-            ids = self.ids
-            for ns_id, slot in zip(ns[explicit].tolist(), index[explicit].tolist(), strict=True):
-                self._forget_ids(ns_id, [ids[slot]])
         first = int(ns[0])
         if bool((ns == first).all()):
             self._uncount(first, len(index))
@@ -453,6 +470,7 @@ class Arena:
         for entry_id in entry_ids:
             assert entry_id is not None
             del live[entry_id]
+        self._named -= len(entry_ids)
 
     def _uncount(self, ns_id: int, count: int) -> None:
         """``count`` entries of namespace ``ns_id`` are gone; forget a namespace that
@@ -503,7 +521,7 @@ class Arena:
             kept = int(np.count_nonzero(live))
             self._fifo_slots[:kept] = slots[live]
             self._fifo_seqs[:kept] = seqs[live]
-            self._head, self._tail = 0, kept
+            self._head, self._tail, self._stale = 0, kept, 0
         tail = self._tail
         if isinstance(where, slice):
             self._fifo_slots[tail : tail + count] = np.arange(where.start, where.stop)
@@ -517,12 +535,11 @@ class Arena:
         must be that many)."""
         fifo_slots, fifo_seqs, seqs = self._fifo_slots, self._fifo_seqs, self.seqs
         head, tail = self._head, self._tail
-        # Past _tail the arrays hold leftovers of a compaction: never read them.
-        end = min(head + count, tail)
-        slots = fifo_slots[head:end]
-        if end - head == count and bool((seqs[slots] == fifo_seqs[head:end]).all()):
-            self._head = end  # the common case: no stale entry in the way
-            return slots.copy()
+        if not self._stale:
+            # The common case: no stale record, so the next ``count`` are live.
+            assert head + count <= tail, "fewer live entries than asked for"
+            self._head = head + count
+            return fifo_slots[head : head + count].copy()
         taken: list[npt.NDArray[np.intp]] = []
         need, at, window = count, head, max(count, 64)
         while need:
@@ -539,5 +556,6 @@ class Arena:
                 need -= len(live)
                 at += len(slots)
                 window *= 2
+        self._stale -= (at - head) - count  # the stale records skipped
         self._head = at
         return np.concatenate(taken)

@@ -322,6 +322,12 @@ def test_arena_bookkeeping_matches_a_fifo_model(capacity: int, data: st.DataObje
             assert arena.live_slots(namespace) == want
         assert arena.snapshot(0).namespace_counts == dict(Counter(e[1] for e in model))
         assert arena.zero_count == sum(e[3] for e in model)
+        # The totals the eviction fast paths trust: stale FIFO records, and live
+        # entries with an explicit id.
+        head, tail = arena._head, arena._tail
+        recorded = arena.seqs[arena._fifo_slots[head:tail]] == arena._fifo_seqs[head:tail]
+        assert arena._stale == int(np.count_nonzero(~recorded))
+        assert arena._named == sum(not e[2].startswith("turn-") for e in model)
         for seq, namespace, entry_id, z in model:
             slot = slot_of_seq[seq]
             assert arena.slot_of(namespace, entry_id) == slot
