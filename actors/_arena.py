@@ -350,8 +350,10 @@ class Arena:
         # A turn's text is usually its payload's projection: then keep it once.
         texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
         roles: Sequence[Role | None] = [None] * count if entries.roles is None else entries.roles
-        columns = (ids, texts, entries.payloads, roles, entries.source_ids, entries.metadata)
-        if any(len(column) != count for column in columns) or len(entries.vectors) != count:
+        if not (
+            len(ids) == len(texts) == len(entries.payloads) == len(roles) == count
+            and len(entries.source_ids) == len(entries.metadata) == len(entries.vectors) == count
+        ):
             raise ValueError(f"a batch of {len(entries)} entries for {count} slots")
         if not count:
             return [], []
@@ -370,7 +372,8 @@ class Arena:
             np.multiply(entries.vectors, entries.scale, out=self.vectors[where])
         else:
             self.vectors[where] = entries.normalized()
-        self.seqs[where] = np.arange(first, first + count, dtype=np.int64)
+        new_seqs = np.arange(first, first + count, dtype=np.int64)
+        self.seqs[where] = new_seqs
         namespace = entries.namespace
         ns_id = self._intern(namespace, count)
         self.ns_ids[where] = ns_id
@@ -399,7 +402,7 @@ class Arena:
         pending = self._bm25_pending
         for slot in slots:  # measured faster than any bulk dict update here
             pending[slot] = True
-        self._append_fifo(where, first, count)
+        self._append_fifo(where, new_seqs)
         self._live += count
         explicit = self._id_slot.setdefault(namespace, {})
         if entries.ids is not None:
@@ -510,8 +513,11 @@ class Arena:
             live &= self.ns_ids[slots] == ns_id
         return list(slots[live].tolist())
 
-    def _append_fifo(self, where: slice | npt.NDArray[np.intp], first: int, count: int) -> None:
-        """Record that ``where`` got sequences ``first``... (after ``seqs`` is set)."""
+    def _append_fifo(
+        self, where: slice | npt.NDArray[np.intp], new_seqs: npt.NDArray[np.int64]
+    ) -> None:
+        """Record that ``where`` got sequences ``new_seqs`` (after ``seqs`` is set)."""
+        count = len(new_seqs)
         if self._tail + count > len(self._fifo_slots):
             # At most capacity - count of the recorded entries are still live, so this
             # leaves room for the batch.
@@ -527,7 +533,7 @@ class Arena:
             self._fifo_slots[tail : tail + count] = np.arange(where.start, where.stop)
         else:
             self._fifo_slots[tail : tail + count] = where
-        self._fifo_seqs[tail : tail + count] = np.arange(first, first + count)
+        self._fifo_seqs[tail : tail + count] = new_seqs
         self._tail = tail + count
 
     def _oldest(self, count: int) -> npt.NDArray[np.intp]:

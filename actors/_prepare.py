@@ -100,15 +100,17 @@ def checked_rows(
     ):
         squared = np.einsum("ij,ij->i", vectors, vectors)
         low, high = _FAST_SQUARED
-        # NaN fails both comparisons, so a non-finite row falls through as well.
-        fast = (squared > low) & (squared < high)
-        if bool(fast.all()):
+        # min and max propagate NaN, which fails both comparisons, so a batch with a
+        # non-finite row falls through as well (two reductions: cheaper than a mask).
+        if low < squared.min() and squared.max() < high:
             scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
             return vectors, scale[:, None], np.zeros(count, dtype=np.bool_)
         # The float64 path checks the batch and names a bad vector; then each row that
         # qualifies for float32 still gets its float32 result, so a vector's stored form
         # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
         rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+        # NaN fails both comparisons here too: its row is not fast.
+        fast = (squared > low) & (squared < high)
         if bool(fast.any()):
             scale = (1.0 / np.sqrt(squared[fast].astype(np.float64))).astype(np.float32)
             rows[fast] = vectors[fast] * scale[:, None]
