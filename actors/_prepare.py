@@ -253,6 +253,7 @@ class TurnBatch:
         roles: when every turn of the batch is plain (one Text block, no ``name`` or
             ``tool_call_id``), each survivor's role; else None. A plain turn is its
             role and its text, so a store may keep those instead of the message.
+        all_ascii: the batch is plain and every turn's text is ASCII.
     """
 
     survivors: list[UnifiedMessage]
@@ -261,6 +262,7 @@ class TurnBatch:
     ids: list[str] | None
     dropped: int
     roles: list[Role] | None = None
+    all_ascii: bool = False
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
@@ -295,6 +297,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
             if not isinstance(text, str):
                 raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
     plain, roles = _plain_turns(turns)
+    all_ascii = False
     if plain is None:
         for i, turn in enumerate(turns):
             if not isinstance(turn, UnifiedMessage):
@@ -317,7 +320,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
             if size > max_entry_bytes:
                 raise EntryTooLarge(size, max_entry_bytes, i)
     else:
-        sizes = _utf8_lens(plain)
+        all_ascii = "".join(plain).isascii()
+        sizes = list(map(len, plain)) if all_ascii else [_utf8_len(t) for t in plain]
         if texts is not None:
             sizes = list(map(int.__add__, sizes, _utf8_lens(texts)))
         if sizes and max(sizes) > max_entry_bytes:
@@ -339,6 +343,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         ids=None if ids is None else ids[head:],
         dropped=head,
         roles=None if roles is None else roles[head:],
+        all_ascii=all_ascii,
     )
 
 

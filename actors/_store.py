@@ -270,7 +270,10 @@ class _StoreActor(CrashableActor):
         # A plain turn (one Text block and nothing else) is kept as its role and text,
         # which rebuild it exactly, instead of its msgpack (a third of a batch's
         # prepare time); a turn indexed by the caller's text still needs its message.
-        plain = batch.roles is not None and not batch.given
+        # Only ASCII text: an ASCII str holds its bytes plus a constant, as the
+        # msgpack copy did, while another str may also hold a cached UTF-8 copy of
+        # itself (up to twice its UTF-8 size), which the memory bound does not allow.
+        plain = batch.roles is not None and batch.all_ascii and not batch.given
         return _Prepared(
             entries=Entries(
                 vectors=vectors,

@@ -201,6 +201,7 @@ def test_check_turns_matches_the_per_turn_rules(
     assert batch.given == (texts is not None)
     plain = all(map(_is_plain, turns))
     assert batch.roles == ([t.role for t in batch.survivors] if plain else None)
+    assert batch.all_ascii == (plain and all(t.content[0].text.isascii() for t in turns))
 
 
 def _is_plain(turn: UnifiedMessage) -> bool:
@@ -244,6 +245,20 @@ def test_a_stored_turn_reads_back_as_the_message_it_was(turns: list[UnifiedMessa
             assert got[entry_id] == turn == decode(exact_msgpack(turn))
 
     trio.run(main)
+
+
+async def test_only_ascii_plain_turns_are_kept_as_role_and_text() -> None:
+    """A non-ASCII str may carry a cached UTF-8 copy of itself, which the memory bound
+    does not allow for: such a batch keeps its msgpack."""
+    config = VectorStoreConfig(max_entries=8, dimensions=DIM, max_entry_bytes=100)
+    with trio.fail_after(10):
+        async with open_store(config, HashingEmbedder(DIM)) as store:
+            await store.store_turns([UnifiedMessage.user("plain"), UnifiedMessage.assistant("ok")])
+            await store.store_turns([UnifiedMessage.user("caf\u00e9")])
+            await store.store_turns([UnifiedMessage.user("named", name="x")])
+            arena = store._actor.arena
+            assert arena.roles[:4] == ["user", "assistant", None, None]
+            assert [p is None for p in arena.payloads[:4]] == [True, True, False, False]
 
 
 def test_check_turns_refuses_a_non_message_after_plain_ones() -> None:
