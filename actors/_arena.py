@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol import UnifiedMessage, projection
+from protocol import Role, UnifiedMessage, projection
 
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
@@ -49,10 +49,13 @@ class Entries:
     """A validated, embedded batch, ready to commit into an arena.
 
     Attributes:
-        vectors: ``[m, dimensions]`` float32, normalized (zero rows for zero norms).
+        vectors: ``[m, dimensions]`` float32, normalized (zero rows for zero norms), or
+            to be normalized by ``scale``.
         zero: which rows had zero norm.
         texts: what BM25 indexes and documents return (a turn's projection).
-        payloads: a turn's message as msgpack, or None for a document.
+        payloads: a turn's message as msgpack; None for a document, and for a plain
+            turn (one Text block, no ``name`` or ``tool_call_id``), which is kept as
+            its role and text.
         metadata: one JSON object per entry (a batch of turns shares one object). The
             arena keeps them by reference: nobody may mutate them afterwards.
         ids: one id per entry, or None for turns, whose id is ``turn-<sequence>``.
@@ -62,6 +65,11 @@ class Entries:
         derived_texts: every text is its turn's projection, so the arena keeps only
             the payload and derives the text from it (a turn stored with its own index
             text keeps both).
+        roles: with no payload, the entry's message is one Text block of its text in
+            this role: a plain turn's role; None (a document) stands for ``"user"``.
+        scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
+            and the normalized rows are ``vectors * scale``, computed as they are
+            written (see ``checked_rows`` in ``_prepare.py``).
     """
 
     vectors: npt.NDArray[np.float32]
@@ -74,9 +82,18 @@ class Entries:
     namespace: str
     source: str
     derived_texts: bool = False
+    roles: Sequence[Role] | None = None
+    scale: npt.NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def normalized(self) -> npt.NDArray[np.float32]:
+        """The normalized rows, in an array of their own when ``scale`` is set."""
+        if self.scale is None:
+            return self.vectors
+        rows: npt.NDArray[np.float32] = self.vectors * self.scale
+        return rows
 
 
 _TWO_DIGITS = [f"{i:02d}" for i in range(100)]
@@ -130,6 +147,9 @@ class Arena:
     ids: list[str | None] = attrs.field(init=False)
     texts: list[str | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
+    # An entry without a payload is a message of one Text block, its text, in this role
+    # (None: "user"); see Entries.
+    roles: list[Role | None] = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
     source_ids: list[str | None] = attrs.field(init=False)
     _bm25: Bm25Index = attrs.field(init=False)
@@ -151,7 +171,13 @@ class Arena:
     _fifo_seqs: npt.NDArray[np.int64] = attrs.field(init=False)
     _head: int = 0
     _tail: int = 0
+    # How many records in _fifo_*[_head:_tail] are stale: with none, the oldest live
+    # entries are simply the next records, read without checking each one.
+    _stale: int = 0
     _live: int = 0
+    # How many live entries have an explicit id (are in _id_slot): with none, an
+    # eviction has no id-map entry to forget.
+    _named: int = 0
     # namespace -> id -> slot for every live entry with an explicit id: one dict per
     # namespace, so a batch's ids go in with one bulk update and no key tuples. A turn
     # stored without ids (``turn-<sequence>``, flagged in ``auto_id``) is not in it: its
@@ -175,6 +201,7 @@ class Arena:
         self.ids = [None] * n
         self.texts = [None] * n
         self.payloads = [None] * n
+        self.roles = [None] * n
         self.sources = [None] * n
         self.source_ids = [None] * n
         self._bm25 = Bm25Index(n)
@@ -322,8 +349,11 @@ class Arena:
         ids = turn_ids(first, count) if entries.ids is None else entries.ids
         # A turn's text is usually its payload's projection: then keep it once.
         texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
-        columns = (ids, texts, entries.payloads, entries.source_ids, entries.metadata)
-        if any(len(column) != count for column in columns) or len(entries.vectors) != count:
+        roles: Sequence[Role | None] = [None] * count if entries.roles is None else entries.roles
+        if not (
+            len(ids) == len(texts) == len(entries.payloads) == len(roles) == count
+            and len(entries.source_ids) == len(entries.metadata) == len(entries.vectors) == count
+        ):
             raise ValueError(f"a batch of {len(entries)} entries for {count} slots")
         if not count:
             return [], []
@@ -335,8 +365,15 @@ class Arena:
         where: slice | npt.NDArray[np.intp] = (
             slice(start, start + count) if consecutive else np.asarray(slots, dtype=np.intp)
         )
-        self.vectors[where] = entries.vectors
-        self.seqs[where] = np.arange(first, first + count, dtype=np.int64)
+        if entries.scale is None:
+            self.vectors[where] = entries.vectors
+        elif isinstance(where, slice):
+            # Normalized straight into the arena: the batch is written once, not twice.
+            np.multiply(entries.vectors, entries.scale, out=self.vectors[where])
+        else:
+            self.vectors[where] = entries.normalized()
+        new_seqs = np.arange(first, first + count, dtype=np.int64)
+        self.seqs[where] = new_seqs
         namespace = entries.namespace
         ns_id = self._intern(namespace, count)
         self.ns_ids[where] = ns_id
@@ -349,25 +386,28 @@ class Arena:
             self.ids[start:end] = ids
             self.texts[start:end] = texts
             self.payloads[start:end] = entries.payloads
+            self.roles[start:end] = roles
             self.sources[start:end] = [entries.source] * count
             self.source_ids[start:end] = entries.source_ids
         else:
-            for slot, entry_id, text, payload, source_id in zip(
-                slots, ids, texts, entries.payloads, entries.source_ids, strict=True
+            for slot, entry_id, text, payload, role, source_id in zip(
+                slots, ids, texts, entries.payloads, roles, entries.source_ids, strict=True
             ):
                 self.ids[slot] = entry_id
                 self.texts[slot] = text
                 self.payloads[slot] = payload
+                self.roles[slot] = role
                 self.sources[slot] = entries.source
                 self.source_ids[slot] = source_id
         pending = self._bm25_pending
         for slot in slots:  # measured faster than any bulk dict update here
             pending[slot] = True
-        self._append_fifo(where, first, count)
+        self._append_fifo(where, new_seqs)
         self._live += count
         explicit = self._id_slot.setdefault(namespace, {})
         if entries.ids is not None:
             explicit.update(zip(ids, slots, strict=True))
+            self._named += count
         return ids, list(seqs)
 
     def remove(self, slot: int) -> None:
@@ -384,6 +424,7 @@ class Arena:
         self._uncount(ns_id, 1)
         self._live -= 1
         self._bm25_pending[slot] = False
+        self._stale += 1  # the slot's FIFO record no longer names a live entry
         self.meta.remove(slot)
         self.zero[slot] = False
         self.auto_id[slot] = False
@@ -392,6 +433,7 @@ class Arena:
         self.ids[slot] = None
         self.texts[slot] = None
         self.payloads[slot] = None
+        self.roles[slot] = None
         self.sources[slot] = None
         self.source_ids[slot] = None
         self._free.append(slot)
@@ -401,13 +443,22 @@ class Arena:
         same commit: that overwrites every per-slot field, so only the shared
         bookkeeping (id map, counts) is undone here, for the whole batch at once."""
         self._live -= len(index)
-        self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        # Each check below is skipped when the arena's totals say it finds nothing (no
+        # zero-norm entry, no explicit id, one namespace): a batch evicting from a full
+        # arena then does no per-slot reads at all.
+        if self.zero_count:
+            self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        if self._named:
+            explicit = ~self.auto_id[index]
+            if explicit.any():
+                ids, ns_ids = self.ids, self.ns_ids[index[explicit]].tolist()
+                for ns_id, slot in zip(ns_ids, index[explicit].tolist(), strict=True):
+                    self._forget_ids(ns_id, [ids[slot]])
+        if len(self._ns_index) == 1:
+            (only,) = self._ns_index.values()
+            self._uncount(only, len(index))
+            return
         ns = self.ns_ids[index]
-        explicit = ~self.auto_id[index]
-        if explicit.any():
-            ids = self.ids
-            for ns_id, slot in zip(ns[explicit].tolist(), index[explicit].tolist(), strict=True):
-                self._forget_ids(ns_id, [ids[slot]])
         first = int(ns[0])
         if bool((ns == first).all()):
             self._uncount(first, len(index))
@@ -422,6 +473,7 @@ class Arena:
         for entry_id in entry_ids:
             assert entry_id is not None
             del live[entry_id]
+        self._named -= len(entry_ids)
 
     def _uncount(self, ns_id: int, count: int) -> None:
         """``count`` entries of namespace ``ns_id`` are gone; forget a namespace that
@@ -461,8 +513,11 @@ class Arena:
             live &= self.ns_ids[slots] == ns_id
         return list(slots[live].tolist())
 
-    def _append_fifo(self, where: slice | npt.NDArray[np.intp], first: int, count: int) -> None:
-        """Record that ``where`` got sequences ``first``... (after ``seqs`` is set)."""
+    def _append_fifo(
+        self, where: slice | npt.NDArray[np.intp], new_seqs: npt.NDArray[np.int64]
+    ) -> None:
+        """Record that ``where`` got sequences ``new_seqs`` (after ``seqs`` is set)."""
+        count = len(new_seqs)
         if self._tail + count > len(self._fifo_slots):
             # At most capacity - count of the recorded entries are still live, so this
             # leaves room for the batch.
@@ -472,13 +527,13 @@ class Arena:
             kept = int(np.count_nonzero(live))
             self._fifo_slots[:kept] = slots[live]
             self._fifo_seqs[:kept] = seqs[live]
-            self._head, self._tail = 0, kept
+            self._head, self._tail, self._stale = 0, kept, 0
         tail = self._tail
         if isinstance(where, slice):
             self._fifo_slots[tail : tail + count] = np.arange(where.start, where.stop)
         else:
             self._fifo_slots[tail : tail + count] = where
-        self._fifo_seqs[tail : tail + count] = np.arange(first, first + count)
+        self._fifo_seqs[tail : tail + count] = new_seqs
         self._tail = tail + count
 
     def _oldest(self, count: int) -> npt.NDArray[np.intp]:
@@ -486,12 +541,11 @@ class Arena:
         must be that many)."""
         fifo_slots, fifo_seqs, seqs = self._fifo_slots, self._fifo_seqs, self.seqs
         head, tail = self._head, self._tail
-        # Past _tail the arrays hold leftovers of a compaction: never read them.
-        end = min(head + count, tail)
-        slots = fifo_slots[head:end]
-        if end - head == count and bool((seqs[slots] == fifo_seqs[head:end]).all()):
-            self._head = end  # the common case: no stale entry in the way
-            return slots.copy()
+        if not self._stale:
+            # The common case: no stale record, so the next ``count`` are live.
+            assert head + count <= tail, "fewer live entries than asked for"
+            self._head = head + count
+            return fifo_slots[head : head + count].copy()
         taken: list[npt.NDArray[np.intp]] = []
         need, at, window = count, head, max(count, 64)
         while need:
@@ -508,5 +562,6 @@ class Arena:
                 need -= len(live)
                 at += len(slots)
                 window *= 2
+        self._stale -= (at - head) - count  # the stale records skipped
         self._head = at
         return np.concatenate(taken)

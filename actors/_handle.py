@@ -185,8 +185,16 @@ class StoreHandleBase(Generic[ActorT]):
     async def _request(self, request: StoreRequest) -> object:
         self._check()
         reply = ReplySlot()
+        envelope = Envelope(request, reply)
         try:
-            await self._send.send(Envelope(request, reply))
+            # When the inbox has room, queue without send()'s extra scheduler round
+            # trip: waiting for the reply is this call's checkpoint. A cancelled caller
+            # still sends nothing, and a full inbox still makes it wait in send().
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                self._send.send_nowait(envelope)
+            except trio.WouldBlock:
+                await self._send.send(envelope)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._check()
             raise trio.ClosedResourceError("the store is closed") from None

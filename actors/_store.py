@@ -62,9 +62,9 @@ from ._prepare import (
     check_k,
     check_name,
     check_turns,
+    checked_rows,
     exact_msgpack_many,
     private_json,
-    unit_rows,
 )
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
@@ -110,6 +110,13 @@ class _Prepared:
 
     entries: Entries
     dropped: int  # the head of an over-long batch, counted as evicted
+
+    def detached(self) -> _Prepared:
+        """The same write, holding no array of the embedder's (see ``checked_rows``)."""
+        if self.entries.scale is None:
+            return self
+        entries = attrs.evolve(self.entries, vectors=self.entries.normalized(), scale=None)
+        return _Prepared(entries=entries, dropped=self.dropped)
 
 
 class _StoreActor(CrashableActor):
@@ -172,7 +179,12 @@ class _StoreActor(CrashableActor):
             return
         # A read scoring the arena in a worker thread pins it: wait for it here, then
         # commit with no await in between, so the commit never tears a scan.
-        await self.scans.wait_unpinned()
+        if self.scans.pinned:
+            # The batch may still read the embedder's own array, normalized only as it
+            # is committed; other tasks run while we wait, so take a copy of it first.
+            if isinstance(prepared, _Prepared):
+                prepared = prepared.detached()
+            await self.scans.wait_unpinned()
         # Phase 2 commits in one synchronous step; any exception here is a crash.
         try:
             result = self._commit(request, prepared)
@@ -253,20 +265,29 @@ class _StoreActor(CrashableActor):
         batch = check_turns(
             request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
         )
-        vectors, zero = await self._embed(batch.texts)
+        vectors, scale, zero = await self._embed(batch.texts)
         keep = len(batch.survivors)
+        # A plain turn (one Text block and nothing else) is kept as its role and text,
+        # which rebuild it exactly, instead of its msgpack (a third of a batch's
+        # prepare time); a turn indexed by the caller's text still needs its message.
+        # Only ASCII text: an ASCII str holds its bytes plus a constant, as the
+        # msgpack copy did, while another str may also hold a cached UTF-8 copy of
+        # itself (up to twice its UTF-8 size), which the memory bound does not allow.
+        plain = batch.roles is not None and batch.all_ascii and not batch.given
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
                 zero=zero,
                 texts=batch.texts,
-                payloads=exact_msgpack_many(batch.survivors),
+                payloads=[None] * keep if plain else exact_msgpack_many(batch.survivors),
                 metadata=[metadata] * keep,
                 ids=batch.ids,
                 source_ids=[None] * keep,
                 namespace=namespace,
                 source=source,
-                derived_texts=not batch.given,
+                derived_texts=not batch.given and not plain,
+                roles=batch.roles if plain else None,
+                scale=scale,
             ),
             dropped=batch.dropped,
         )
@@ -281,7 +302,7 @@ class _StoreActor(CrashableActor):
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
-        vectors, zero = await self._embed(texts)
+        vectors, scale, zero = await self._embed(texts)
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
@@ -293,15 +314,19 @@ class _StoreActor(CrashableActor):
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
                 source="document",
+                scale=scale,
             ),
             dropped=batch.dropped,
         )
 
     async def _embed(
         self, texts: list[str]
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[np.bool_]]:
+        """The batch's vectors, checked: ``(rows, scale, zero)`` as ``checked_rows``
+        gives them. ``rows`` may be the embedder's own array: the caller commits it
+        before its next await, or takes a copy (see :meth:`_Prepared.detached`)."""
         raw = await self.embedder.documents(texts)
-        return unit_rows(raw, len(texts), self.config.dimensions)
+        return checked_rows(raw, len(texts), self.config.dimensions)
 
     def _commit_entries(self, p: _Prepared) -> tuple[list[str], list[int], int, int]:
         """Commit a prepared batch: replace live ids, take slots, write, publish.
@@ -433,9 +458,12 @@ class _StoreActor(CrashableActor):
     def message_of(self, slot: int) -> UnifiedMessage:
         """A fresh copy of the message in ``slot``; a document reads as a user message
         holding its text."""
-        payload = self.arena.payloads[slot]
+        arena = self.arena
+        payload = arena.payloads[slot]
         if payload is None:
-            return UnifiedMessage(role="user", content=[Text(text=self.arena.text_of(slot))])
+            # A plain turn, kept as its role and text, or a document (no role: "user").
+            role = arena.roles[slot] or "user"
+            return UnifiedMessage(role=role, content=[Text(text=arena.text_of(slot))])
         message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
         return message
 

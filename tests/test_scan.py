@@ -245,6 +245,46 @@ async def test_cancelled_readers_do_not_break_others_or_leak_a_pin(
             await store.store_turns(turns(1, "after"))
 
 
+class HandingEmbedder:
+    """An async embedder that hands out one array it keeps (and may change later)."""
+
+    def __init__(self, d: int) -> None:
+        self.rows = np.zeros((0, d), dtype=np.float32)
+
+    async def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return self.rows
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        return self.rows[0]
+
+
+async def test_a_write_waiting_on_a_pin_keeps_the_vectors_it_was_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A float32 batch is normalized as it is committed, from the embedder's own
+    array. A write that must wait for a pinned scan copies it first: a change to that
+    array while the write waits never reaches the arena."""
+    n, d = 8, 4
+    embedder = HandingEmbedder(d)
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, embedder, thread_scan_threshold=0) as store:
+            embedder.rows = np.eye(d, dtype=np.float32)
+            await store.store_turns(turns(d))
+            gate = Gate(monkeypatch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.retrieve_embedding, np.ones(d), 2)
+                await trio.testing.wait_all_tasks_blocked()
+                assert store._actor.scans.pinned
+                embedder.rows = np.full((1, d), 2.0, dtype=np.float32)
+                nursery.start_soon(store.store_turns, turns(1, "late"))
+                await trio.testing.wait_all_tasks_blocked()  # validated; waits on the pin
+                embedder.rows[:] = np.nan  # the embedder changes its array meanwhile
+                gate.open.set()
+            assert len(store) == d + 1
+            np.testing.assert_array_equal(store._actor.arena.vectors[d], np.full(d, 0.5))
+
+
 async def test_close_fails_queued_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     n, d = 16, 4
     table = unit(np.random.default_rng(1).standard_normal((n, d)))

@@ -469,6 +469,22 @@ async def test_writer_cancelled_after_queueing_commits_its_whole_batch() -> None
             assert sorted(texts) == ["first", "victim 1", "victim 2"]
 
 
+async def test_writer_cancelled_before_it_sends_queues_nothing() -> None:
+    """A write queues without send()'s checkpoint when the inbox has room; a caller
+    that is already cancelled must still send nothing."""
+    with trio.fail_after(TIMEOUT):
+        async with open_store(cfg(), HashingEmbedder(DIM)) as store:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await store.store_turns([msg("never sent")])
+            assert scope.cancelled_caught
+            assert store.statistics().inbox_used == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.is_empty() and store.statistics().version == 0
+            stored = await store.store_turns([msg("sent")])  # the handle still works
+            assert stored.sequences == [0]
+
+
 async def _cancel_when_blocked(scope: trio.CancelScope) -> None:
     await trio.testing.wait_all_tasks_blocked()
     scope.cancel()

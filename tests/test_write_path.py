@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -15,7 +16,13 @@ from actors import HashingEmbedder, open_store
 from actors._arena import Arena, Entries, turn_ids
 from actors._embedders import as_matrix, normalize_rows
 from actors._filtering import MetadataIndex
-from actors._prepare import check_turns, exact_msgpack, exact_msgpack_many, unit_rows
+from actors._prepare import (
+    check_turns,
+    checked_rows,
+    exact_msgpack,
+    exact_msgpack_many,
+    unit_rows,
+)
 from protocol import (
     ConfigError,
     EmbeddingError,
@@ -90,6 +97,58 @@ def test_unit_rows_fast_path_keeps_every_check() -> None:
     np.testing.assert_allclose(np.linalg.norm(rows[1]), 1.0, rtol=1e-6)
 
 
+def _entries(vectors: np.ndarray, zero: np.ndarray, scale: np.ndarray | None) -> Entries:
+    count = len(vectors)
+    return Entries(
+        vectors=vectors,
+        zero=zero,
+        texts=["t"] * count,
+        payloads=[b"p"] * count,
+        metadata=[{}] * count,
+        ids=None,
+        source_ids=[None] * count,
+        namespace="n",
+        source="s",
+        scale=scale,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batches, st.data())
+def test_checked_rows_committed_into_the_arena_match_unit_rows(
+    batch: np.ndarray, data: st.DataObject
+) -> None:
+    """The store normalizes a fast-path batch as it writes it into the arena (straight
+    into consecutive rows, through a copy into scattered ones): the stored rows are
+    unit_rows' exactly, and the embedder's array is never changed."""
+    count = len(batch)
+    try:
+        want, want_zero = unit_rows(batch, count, DIM)
+    except EmbeddingError:
+        with pytest.raises(EmbeddingError):
+            checked_rows(batch, count, DIM)
+        return
+    before = batch.copy()
+    rows, scale, zero = checked_rows(batch, count, DIM)
+    np.testing.assert_array_equal(zero, want_zero)
+    entries = _entries(rows, zero, scale)
+    np.testing.assert_array_equal(entries.normalized(), want)
+    arena = Arena(2 * count, DIM)
+    if data.draw(st.booleans(), label="scattered"):
+        # Fill the arena, then free slots in a drawn order: take_slots hands the most
+        # recently freed back first, so the batch lands in scattered rows.
+        filler = np.ones((2 * count, DIM), dtype=np.float32)
+        full, _ = arena.take_slots(2 * count)
+        arena.write(full, _entries(filler, np.zeros(2 * count, dtype=np.bool_), None))
+        for slot in data.draw(st.permutations(range(2 * count)), label="freed")[:count]:
+            arena.remove(slot)
+    slots, _ = arena.take_slots(count)
+    arena.write(slots, entries)
+    np.testing.assert_array_equal(arena.vectors[slots], want)
+    np.testing.assert_array_equal(arena.zero[slots], want_zero)
+    np.testing.assert_array_equal(batch, before)
+
+
 _text = st.text(max_size=12)
 _int64 = st.integers(-(2**63), 2**63 - 1)
 _blocks = st.one_of(
@@ -140,6 +199,66 @@ def test_check_turns_matches_the_per_turn_rules(
     batch = check_turns(request, max_entry_bytes=cap, max_entries=max_entries)
     assert expected == (batch.survivors, batch.texts, batch.dropped)
     assert batch.given == (texts is not None)
+    plain = all(map(_is_plain, turns))
+    assert batch.roles == ([t.role for t in batch.survivors] if plain else None)
+    assert batch.all_ascii == (plain and all(t.content[0].text.isascii() for t in turns))
+
+
+def _is_plain(turn: UnifiedMessage) -> bool:
+    """One Text block and no name or tool-call id: the turn is its role and text."""
+    return (
+        turn.name is None
+        and turn.tool_call_id is None
+        and len(turn.content) == 1
+        and type(turn.content[0]) is Text
+    )
+
+
+_roles = st.sampled_from(["user", "assistant", "tool", "system"])
+_plain_any_role = st.builds(
+    UnifiedMessage,
+    role=_roles,
+    content=st.lists(st.builds(Text, text=_text), min_size=1, max_size=1),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.lists(_plain_any_role, max_size=5), st.lists(_plain_any_role | _any_turn, max_size=5)
+    )
+)
+def test_a_stored_turn_reads_back_as_the_message_it_was(turns: list[UnifiedMessage]) -> None:
+    """A batch of plain turns is kept as roles and texts, any other batch as msgpack:
+    either way, a read returns each message as its msgpack round trip gives it."""
+    config = VectorStoreConfig(max_entries=8, dimensions=DIM, max_entry_bytes=10_000)
+    decode = msgspec.msgpack.Decoder(UnifiedMessage).decode
+
+    async def main() -> None:
+        with trio.fail_after(10):
+            async with open_store(config, HashingEmbedder(DIM)) as store:
+                stored = await store.store_turns(turns)
+                report = await store.retrieve_embedding(np.ones(DIM), k=8)
+        got = {t.id: t.message for t in report.turns}
+        assert len(got) == len(turns)
+        for entry_id, turn in zip(stored.ids, turns, strict=True):
+            assert got[entry_id] == turn == decode(exact_msgpack(turn))
+
+    trio.run(main)
+
+
+async def test_only_ascii_plain_turns_are_kept_as_role_and_text() -> None:
+    """A non-ASCII str may carry a cached UTF-8 copy of itself, which the memory bound
+    does not allow for: such a batch keeps its msgpack."""
+    config = VectorStoreConfig(max_entries=8, dimensions=DIM, max_entry_bytes=100)
+    with trio.fail_after(10):
+        async with open_store(config, HashingEmbedder(DIM)) as store:
+            await store.store_turns([UnifiedMessage.user("plain"), UnifiedMessage.assistant("ok")])
+            await store.store_turns([UnifiedMessage.user("caf\u00e9")])
+            await store.store_turns([UnifiedMessage.user("named", name="x")])
+            arena = store._actor.arena
+            assert arena.roles[:4] == ["user", "assistant", None, None]
+            assert [p is None for p in arena.payloads[:4]] == [True, True, False, False]
 
 
 def test_check_turns_refuses_a_non_message_after_plain_ones() -> None:
@@ -218,6 +337,12 @@ def test_arena_bookkeeping_matches_a_fifo_model(capacity: int, data: st.DataObje
             assert arena.live_slots(namespace) == want
         assert arena.snapshot(0).namespace_counts == dict(Counter(e[1] for e in model))
         assert arena.zero_count == sum(e[3] for e in model)
+        # The totals the eviction fast paths trust: stale FIFO records, and live
+        # entries with an explicit id.
+        head, tail = arena._head, arena._tail
+        recorded = arena.seqs[arena._fifo_slots[head:tail]] == arena._fifo_seqs[head:tail]
+        assert arena._stale == int(np.count_nonzero(~recorded))
+        assert arena._named == sum(not e[2].startswith("turn-") for e in model)
         for seq, namespace, entry_id, z in model:
             slot = slot_of_seq[seq]
             assert arena.slot_of(namespace, entry_id) == slot
