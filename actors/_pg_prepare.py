@@ -32,7 +32,7 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import PreparedEntries
-from ._prepare import check_documents, check_name, check_turns, exact_msgpack
+from ._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 
 __all__ = ["prepare_documents", "prepare_turns"]
 
@@ -76,7 +76,7 @@ async def prepare_turns(
     survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
     vectors, zero = await _embed(embedder, texts, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts)
-    payloads: list[bytes | None] = [exact_msgpack(t) for t in survivors]
+    payloads: list[bytes | None] = [*exact_msgpack_many(survivors)]  # one encode call
     return PreparedEntries(
         vectors=vectors,
         zero=zero,
