@@ -42,6 +42,9 @@ class ReplySlot:
             self._error = error
             self._answered()
 
+    # Like trio.Event.set: a KeyboardInterrupt between the flag and the wake-up would
+    # leave the waiter asleep.
+    @trio.lowlevel.enable_ki_protection
     def _answered(self) -> None:
         self._done = True
         if self._waiter is not None:

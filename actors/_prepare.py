@@ -93,7 +93,9 @@ def checked_rows(
         EmbeddingError: as :func:`unit_rows`.
     """
     if (
-        isinstance(vectors, np.ndarray)
+        # An exact ndarray: a subclass (np.matrix) may redefine ``*`` and take the
+        # general path, which converts it.
+        type(vectors) is np.ndarray
         and vectors.dtype == np.float32
         and vectors.shape == (count, dimensions)
         and count > 0

@@ -177,16 +177,17 @@ class _StoreActor(CrashableActor):
             self._poison(crash)
             envelope.reply.fail(self.poisoned())
             return
-        # A read scoring the arena in a worker thread pins it: wait for it here, then
-        # commit with no await in between, so the commit never tears a scan.
-        if self.scans.pinned:
-            # The batch may still read the embedder's own array, normalized only as it
-            # is committed; other tasks run while we wait, so take a copy of it first.
-            if isinstance(prepared, _Prepared):
-                prepared = prepared.detached()
-            await self.scans.wait_unpinned()
         # Phase 2 commits in one synchronous step; any exception here is a crash.
         try:
+            # A read scoring the arena in a worker thread pins it: wait for it here,
+            # then commit with no await in between, so the commit never tears a scan.
+            if self.scans.pinned:
+                # The batch may still read the embedder's own array, normalized only as
+                # it is committed; other tasks run while we wait, so copy it first (the
+                # copy does the commit's arithmetic early, so it may crash as commit can).
+                if isinstance(prepared, _Prepared):
+                    prepared = prepared.detached()
+                await self.scans.wait_unpinned()
             result = self._commit(request, prepared)
         except Exception as crash:
             self._poison(crash)

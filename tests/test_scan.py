@@ -18,7 +18,14 @@ from actors import open_store
 from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
 from actors._kernel import rank_top_k
 from actors._scan import COALESCE_FLOATS, ScanEngine
-from protocol import ConfigError, UnifiedMessage, VectorStoreConfig
+from actors._store import StoreHandle, _Prepared
+from protocol import (
+    DEFAULT_NAMESPACE,
+    ConfigError,
+    Poisoned,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
 
 TIMEOUT = 30
 
@@ -283,6 +290,79 @@ async def test_a_write_waiting_on_a_pin_keeps_the_vectors_it_was_given(
                 gate.open.set()
             assert len(store) == d + 1
             np.testing.assert_array_equal(store._actor.arena.vectors[d], np.full(d, 0.5))
+
+
+async def test_a_crash_copying_a_write_that_waits_on_a_pin_poisons_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copy a write takes before it waits for a pinned scan does the commit's
+    arithmetic early, so it may crash as a commit can: that poisons the store (the
+    caller gets Poisoned), and the caller's nursery is not torn down."""
+    n, d = 8, 4
+    embedder = HandingEmbedder(d)
+    config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
+
+    def broken(self: object) -> object:
+        raise FloatingPointError("underflow encountered in multiply")
+
+    outcome: dict[str, BaseException] = {}
+
+    async def write(store: StoreHandle) -> None:
+        try:
+            await store.store_turns(turns(1, "late"))
+        except Poisoned as error:
+            outcome["write"] = error
+
+    with trio.fail_after(TIMEOUT):
+        with pytest.raises(Poisoned):
+            async with open_store(config, embedder, thread_scan_threshold=0) as store:
+                embedder.rows = np.eye(d, dtype=np.float32)
+                await store.store_turns(turns(d))
+                gate = Gate(monkeypatch)
+                monkeypatch.setattr(_Prepared, "detached", broken)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(store.retrieve_embedding, np.ones(d), 2)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert store._actor.scans.pinned
+                    embedder.rows = np.full((1, d), 2.0, dtype=np.float32)
+                    nursery.start_soon(write, store)
+                    await trio.testing.wait_all_tasks_blocked()
+                    gate.open.set()
+                assert isinstance(outcome["write"], Poisoned)
+                assert isinstance(outcome["write"].__cause__, FloatingPointError)
+                assert len(store._actor.arena.ids) == n  # nothing was half written
+                assert store._actor.snapshot.live == d
+
+
+async def test_an_ndarray_subclass_from_the_embedder_is_stored_row_by_row() -> None:
+    """A subclass may redefine ``*`` (np.matrix makes it a matrix product): it takes the
+    general path, so consecutive and scattered slots both store each row normalized."""
+    d = 4
+    rows = np.arange(1, 1 + 3 * d, dtype=np.float32).reshape(3, d)
+
+    class Product(np.ndarray):
+        def __mul__(self, other: Any) -> Any:
+            return np.asarray(self) @ np.asarray(other)
+
+    class ProductEmbedder:
+        async def embed_documents(self, texts: Sequence[str]) -> Any:
+            return rows[: len(texts)].copy().view(Product)
+
+        async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+            return np.ones(d, dtype=np.float32)
+
+    config = VectorStoreConfig(max_entries=8, dimensions=d, max_entry_bytes=100)
+    expected = rows / np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True)
+    with trio.fail_after(TIMEOUT):
+        async with open_store(config, ProductEmbedder()) as store:
+            first = await store.store_turns(turns(3))
+            np.testing.assert_allclose(store._actor.arena.vectors[:3], expected, rtol=1e-6)
+            await store.delete([first.ids[0], first.ids[2]])
+            again = await store.store_turns(turns(2, "again"))  # into slots 0 and 2
+            arena = store._actor.arena
+            slots = [arena.slot_of(DEFAULT_NAMESPACE, entry_id) for entry_id in again.ids]
+            assert set(slots) == {0, 2}
+            np.testing.assert_allclose(arena.vectors[slots], expected[:2], rtol=1e-6)
 
 
 async def test_close_fails_queued_reads(monkeypatch: pytest.MonkeyPatch) -> None:
