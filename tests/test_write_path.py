@@ -97,7 +97,14 @@ def test_unit_rows_fast_path_keeps_every_check() -> None:
     np.testing.assert_allclose(np.linalg.norm(rows[1]), 1.0, rtol=1e-6)
 
 
-def _entries(vectors: np.ndarray, zero: np.ndarray, scale: np.ndarray | None) -> Entries:
+def _entries(
+    vectors: np.ndarray,
+    zero: np.ndarray,
+    scale: np.ndarray | None = None,
+    *,
+    ids: list[str] | None = None,
+    namespace: str = "n",
+) -> Entries:
     count = len(vectors)
     return Entries(
         vectors=vectors,
@@ -105,9 +112,9 @@ def _entries(vectors: np.ndarray, zero: np.ndarray, scale: np.ndarray | None) ->
         texts=["t"] * count,
         payloads=[b"p"] * count,
         metadata=[{}] * count,
-        ids=None,
+        ids=ids,
         source_ids=[None] * count,
-        namespace="n",
+        namespace=namespace,
         source="s",
         scale=scale,
     )
@@ -313,16 +320,8 @@ def test_arena_bookkeeping_matches_a_fifo_model(capacity: int, data: st.DataObje
             for seq, *_ in model[:evicted]:
                 assert slot_of_seq.pop(seq) in slots
             del model[:evicted]
-            entries = Entries(
-                vectors=np.ones((count, 2), dtype=np.float32),
-                zero=zero,
-                texts=["t"] * count,
-                payloads=[b"p"] * count,
-                metadata=[{}] * count,
-                ids=ids,
-                source_ids=[None] * count,
-                namespace=namespace,
-                source="s",
+            entries = _entries(
+                np.ones((count, 2), dtype=np.float32), zero, ids=ids, namespace=namespace
             )
             got_ids, seqs = arena.write(slots, entries)
             assert got_ids == (ids if ids is not None else [f"turn-{s}" for s in seqs])
