@@ -707,19 +707,34 @@ class ScanEngine:
         scored = [i for i in range(b) if batch[i].query is not None and sizes[i]]
         if sum(sizes[i] for i in scored) * self.vectors.shape[1] <= BATCH_EXACT_FLOATS:
             # The common case: every read's candidates in one gather and one row sum.
-            picked = np.concatenate([np.arange(*spans[i]) for i in scored] or [_NO_CANDIDATES])
-            rows = self.vectors[slots[picked]]
-            products = np.empty(rows.shape, dtype=np.float64)
-            at = 0
-            for i in scored:
-                query = batch[i].query
-                assert query is not None
-                size = sizes[i]
-                np.multiply(
-                    rows[at : at + size], query.astype(np.float64), out=products[at : at + size]
-                )
-                at += size
-            exact[picked] = np.add.reduce(products, axis=1)
+            # The rows are widened once and each read's block is multiplied in place by
+            # its widened query: a same-type multiply of a block that stays in cache,
+            # about twice as fast as a float32 × float64 one per read. The products are
+            # the same exact float64 values.
+            everyone = len(scored) == b
+            picked = (
+                None
+                if everyone
+                else np.concatenate([np.arange(*spans[i]) for i in scored] or [_NO_CANDIDATES])
+            )
+            products = self.vectors[slots if picked is None else slots[picked]].astype(np.float64)
+            queries = [batch[i].query for i in scored]
+            size = sizes[scored[0]] if scored else 0
+            if everyone and all(sizes[i] == size for i in scored):
+                # The usual batch: k candidates per read, one broadcast multiply.
+                wide = np.array(queries, dtype=np.float64)[:, None, :]
+                np.multiply(products.reshape(b, size, -1), wide, out=products.reshape(b, size, -1))
+            else:
+                at = 0
+                for i, query in zip(scored, queries, strict=True):
+                    assert query is not None
+                    products[at : at + sizes[i]] *= query.astype(np.float64)
+                    at += sizes[i]
+            sums = np.add.reduce(products, axis=1)
+            if picked is None:
+                exact[:] = sums
+            else:
+                exact[picked] = sums
         else:
             # Many ties: each read re-scores its own candidates in bounded blocks.
             for i in scored:

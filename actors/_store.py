@@ -36,6 +36,7 @@ from protocol import (
     Event,
     RetrievalReport,
     RetrievedTurn,
+    Role,
     ScoredDocument,
     SearchRequest,
     StoreReply,
@@ -117,6 +118,12 @@ class _Prepared:
             return self
         entries = attrs.evolve(self.entries, vectors=self.entries.normalized(), scale=None)
         return _Prepared(entries=entries, dropped=self.dropped)
+
+
+def _plain_message(role: Role | None, text: str) -> UnifiedMessage:
+    """An entry stored without a payload: a plain turn, kept as its role and text, or a
+    document (no role), which reads as a user message holding its text."""
+    return UnifiedMessage(role=role or "user", content=[Text(text=text)])
 
 
 class _StoreActor(CrashableActor):
@@ -426,6 +433,7 @@ class _StoreActor(CrashableActor):
         arena = self.arena
         slots = result.slots
         ids, sources, payloads = arena.ids, arena.sources, arena.payloads
+        texts, roles = arena.texts, arena.roles
         metadata_of = arena.meta.get
         decode = _MESSAGE_DECODER.decode
         turns = []
@@ -444,7 +452,9 @@ class _StoreActor(CrashableActor):
             assert metadata is not None
             turns.append(
                 RetrievedTurn(
-                    message=self.message_of(slot) if payload is None else decode(payload),
+                    message=decode(payload)
+                    if payload is not None
+                    else _plain_message(roles[slot], texts[slot]),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
@@ -462,9 +472,7 @@ class _StoreActor(CrashableActor):
         arena = self.arena
         payload = arena.payloads[slot]
         if payload is None:
-            # A plain turn, kept as its role and text, or a document (no role: "user").
-            role = arena.roles[slot] or "user"
-            return UnifiedMessage(role=role, content=[Text(text=arena.text_of(slot))])
+            return _plain_message(arena.roles[slot], arena.text_of(slot))
         message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
         return message
 

@@ -156,6 +156,8 @@ async def test_64_concurrent_reads_equal_64_sequential_reads() -> None:
     for q, got, want in zip(qs, together, sequential, strict=True):
         scores = unit.astype(np.float64) @ (q / np.linalg.norm(q))
         check_same_ranking(got, want, {f"turn-{j}": float(scores[j]) for j in range(n)})
+        # Both paths re-score their candidates the same exact way: identical answers.
+        assert [(t.id, t.score) for t in got.turns] == [(t.id, t.score) for t in want.turns]
 
 
 async def test_a_lone_read_runs_at_once_as_a_batch_of_one() -> None:
