@@ -120,9 +120,10 @@ class _Prepared:
         return _Prepared(entries=entries, dropped=self.dropped)
 
 
-def _plain_message(role: Role | None, text: str) -> UnifiedMessage:
+def _plain_message(role: Role | None, text: str | None) -> UnifiedMessage:
     """An entry stored without a payload: a plain turn, kept as its role and text, or a
     document (no role), which reads as a user message holding its text."""
+    assert text is not None, "an entry without a payload keeps its own text"
     return UnifiedMessage(role=role or "user", content=[Text(text=text)])
 
 
