@@ -322,10 +322,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
             if size > max_entry_bytes:
                 raise EntryTooLarge(size, max_entry_bytes, i)
     else:
-        all_ascii = "".join(plain).isascii()
-        sizes = list(map(len, plain)) if all_ascii else [_utf8_len(t) for t in plain]
+        sizes, all_ascii = _utf8_lens(plain)
         if texts is not None:
-            sizes = list(map(int.__add__, sizes, _utf8_lens(texts)))
+            sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
         if sizes and max(sizes) > max_entry_bytes:
             i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
             raise EntryTooLarge(sizes[i], max_entry_bytes, i)
@@ -430,8 +429,9 @@ def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tupl
     return texts, roles
 
 
-def _utf8_lens(texts: Sequence[str]) -> list[int]:
-    """Each text's UTF-8 length (surrogates pass, as in ``payload_bytes``)."""
+def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
+    """Each text's UTF-8 length (surrogates pass, as in ``payload_bytes``), and whether
+    every text is ASCII (then its length is its UTF-8 length)."""
     if "".join(texts).isascii():
-        return list(map(len, texts))
-    return [_utf8_len(text) for text in texts]
+        return list(map(len, texts)), True
+    return [_utf8_len(text) for text in texts], False

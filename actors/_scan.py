@@ -693,9 +693,10 @@ class ScanEngine:
         one row sum re-score every read's candidates, and one sort ranks them all, by
         read, then score, then sequence (a read's calls cost about 50 µs each here).
 
-        Each product and each row's sum are those of :meth:`_exact` (a float32 row
-        widened inside the multiply, then numpy's pairwise sum along the row), so a
-        coalesced read's scores are bit-identical to the same read alone.
+        Each product and each row's sum are those of :meth:`_exact` (the product of a
+        float32 row and the query, both widened to float64, is exact however it is
+        computed; then numpy's pairwise sum along the row), so a coalesced read's scores
+        are bit-identical to the same read alone.
         """
         b = len(batch)
         pieces = [[p[i][0] for p in parts] for i in range(b)]
