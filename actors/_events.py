@@ -17,8 +17,8 @@ import trio
 
 from protocol import ConfigError, Event, Evicted, StoreNearCap, TurnsStored
 
-from ._mailbox import Envelope, ReplySlot, drain
-from ._store import StoreHandle
+from ._handle import Store
+from ._mailbox import Envelope, ReplySlot, answer_base_exception, drain
 
 __all__ = ["EventHub", "Mailbox", "StoreWatch", "Subscription", "check_size", "now"]
 
@@ -48,6 +48,8 @@ class Mailbox(Generic[R]):
     size: int
     send: trio.MemorySendChannel[Envelope[R]]
     receive: trio.MemoryReceiveChannel[Envelope[R]]
+    #: Set by ``open_memory``: poisons the store, and gives what a crashed request raises.
+    crashed: Callable[[BaseException], BaseException] | None = None
 
     @classmethod
     def open(cls, name: str, size: int) -> Mailbox[R]:
@@ -95,6 +97,10 @@ class Mailbox(Generic[R]):
                     result = await handle(in_flight.request)
                 except Exception as error:
                     in_flight.reply.fail(error)
+                except BaseException as error:
+                    # A summarizer's KeyboardInterrupt reaches its caller as itself; any
+                    # other BaseException is a crash of the store this actor works for.
+                    in_flight.reply.fail(answer_base_exception(error, self._crashed))
                 else:
                     in_flight.reply.succeed(result)
                 in_flight = None
@@ -112,6 +118,11 @@ class Mailbox(Generic[R]):
             self.receive,
             lambda: trio.ClosedResourceError(f"the {self.name} actor closed before it replied"),
         )
+
+    def _crashed(self, crash: BaseException) -> BaseException:
+        if self.crashed is None:
+            raise crash
+        return self.crashed(crash)
 
     def used(self) -> int:
         return self.send.statistics().current_buffer_used
@@ -241,7 +252,7 @@ class StoreWatch:
     """
 
     hub: EventHub
-    store: StoreHandle
+    store: Store
     namespace: str
     _near_cap: bool = False
 

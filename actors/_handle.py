@@ -8,7 +8,7 @@ reply; it checks the arguments it can check without the store first. The in-memo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import trio
 
@@ -21,18 +21,22 @@ from protocol import (
     DeleteResult,
     Document,
     DocumentsUpserted,
+    EmbeddingProfile,
     RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     StoreRequest,
     TurnsStored,
     UnifiedMessage,
     UpsertDocuments,
     VectorStoreConfig,
+    VectorStoreUsage,
 )
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._prepare import check_ids, check_name, turns_request
 
-__all__ = ["StoreHandleBase"]
+__all__ = ["Store", "StoreHandleBase"]
 
 ActorT = TypeVar("ActorT", bound=CrashableActor)
 
@@ -208,3 +212,61 @@ class StoreHandleBase(Generic[ActorT]):
     def _close(self) -> None:
         self._closed = True
         self._send.close()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store handle offers (``StoreHandle`` and ``PgStoreHandle``): the type
+    ``open_memory(store=...)`` borrows and the compaction and recall actors use."""
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = ...,
+        source: str = ...,
+        metadata: dict[str, Any] | None = ...,
+        ids: Sequence[str] | None = ...,
+        texts: Sequence[str] | None = ...,
+    ) -> TurnsStored: ...
+
+    async def add_documents(
+        self, documents: Sequence[Document], namespace: str | None = ...
+    ) -> list[str]: ...
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...
+
+    async def clear(self, namespace: str | None = ...) -> Cleared: ...
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_embedding(
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = ...,
+        *,
+        profile: EmbeddingProfile | None = ...,
+    ) -> RetrievalReport: ...
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]: ...
+
+    async def get_by_ids(
+        self, ids: Sequence[str], namespace: str | None = ...
+    ) -> list[Document]: ...
+
+    def usage(self) -> VectorStoreUsage: ...
+
+    def __len__(self) -> int: ...
+
+    def is_empty(self) -> bool: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def config(self) -> VectorStoreConfig: ...
+
+    @property
+    def profile(self) -> EmbeddingProfile | None: ...

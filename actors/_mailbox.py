@@ -4,7 +4,7 @@ the lifecycle of an actor that can crash (drain on close, poison on crash)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -12,7 +12,14 @@ import trio
 
 from protocol import Poisoned, VectorStoreConfig
 
-__all__ = ["CrashableActor", "Envelope", "ReplySlot", "drain"]
+__all__ = [
+    "PROPAGATE",
+    "CrashableActor",
+    "Envelope",
+    "ReplySlot",
+    "answer_base_exception",
+    "drain",
+]
 
 R = TypeVar("R")
 
@@ -118,6 +125,12 @@ class CrashableActor:
         raise NotImplementedError
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the inbox until it closes or the actor is cancelled.
+
+        ``_handle`` answers ordinary exceptions itself; what escapes it is sorted by
+        :func:`answer_base_exception`, so nothing but ``Cancelled`` ever leaves this task
+        (an exception leaving an actor task would tear down the caller's nursery).
+        """
         in_flight: Envelope[Any] | None = None
         try:
             task_status.started()
@@ -126,12 +139,20 @@ class CrashableActor:
                 # Drop the loop's reference: an idle actor must not keep the last batch
                 # (up to max_entries × max_entry_bytes) alive.
                 del envelope
-                await self._handle(in_flight)
+                try:
+                    await self._handle(in_flight)
+                except BaseException as error:
+                    in_flight.reply.fail(answer_base_exception(error, self.crashed))
                 in_flight = None
         finally:
             if in_flight is not None:
                 in_flight.reply.fail(self._closing_error())
             drain(self.receive, self._closing_error)
+
+    def services(self) -> list[Callable[..., Awaitable[None]]]:
+        """Tasks the actor needs besides :meth:`run` (``task_status``-style), started
+        with it by the store lifecycle and stopped with it (the scan runner, say)."""
+        return []
 
     def _closing_error(self) -> BaseException:
         if self.crash is not None:
@@ -151,5 +172,35 @@ class CrashableActor:
             raise self.poisoned()
 
     def _poison(self, crash: BaseException) -> None:
+        if self.crash is not None:
+            return  # the first crash is the cause; it is logged once
         self.crash = crash
         self.logger.error("%s crashed; the store is poisoned", self.what, exc_info=crash)
+
+    def crashed(self, crash: BaseException) -> Poisoned:
+        """Poison the store with ``crash`` (a bug seen by any task working for it) and
+        return the :class:`~protocol.Poisoned` that task should raise."""
+        self._poison(crash)
+        return self.poisoned()
+
+
+#: Exceptions that are a request to stop the program, not a bug: they reach the caller
+#: as themselves and never poison a store.
+PROPAGATE: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
+
+
+def answer_base_exception(
+    error: BaseException, crashed: Callable[[BaseException], BaseException]
+) -> BaseException:
+    """What a caller gets for an exception raised while an actor worked for it.
+
+    ``Cancelled`` is re-raised (the actor itself is being cancelled). ``KeyboardInterrupt``
+    and ``SystemExit`` are returned unchanged, to be raised in the caller's task: the
+    request had not changed anything. Anything else is a crash: ``crashed(error)``
+    poisons the store and gives the error to raise instead.
+    """
+    if isinstance(error, trio.Cancelled):
+        raise error
+    if isinstance(error, PROPAGATE):
+        return error
+    return crashed(error)
