@@ -57,8 +57,9 @@ from protocol import (
 from protocol._memory import contextual_entry, describe_error
 from protocol._render import RENDERERS, is_recall_block
 
-from ._events import EventHub, Mailbox, StoreWatch, now
+from ._events import EventHub, StoreWatch, now
 from ._handle import Store
+from ._mailbox import Mailbox
 
 __all__ = [
     "DROPPED_OUTPUT_PREFIX",

@@ -1,5 +1,6 @@
-"""What every actor shares: the envelope and one-shot reply slot it answers through, and
-the lifecycle of an actor that can crash (drain on close, poison on crash)."""
+"""What every actor shares: the envelope and one-shot reply slot it answers through, the
+serve loop of a store actor that can crash (drain on close, poison on crash), and the
+:class:`Mailbox` the memory's own actors serve."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "PROPAGATE",
     "CrashableActor",
     "Envelope",
+    "Mailbox",
     "ReplySlot",
     "answer_base_exception",
     "drain",
@@ -204,3 +206,97 @@ def answer_base_exception(
     if isinstance(error, PROPAGATE):
         return error
     return crashed(error)
+
+
+@attrs.define(eq=False)
+class Mailbox(Generic[R]):
+    """A bounded inbox for one actor, and the way callers ask it something.
+
+    The actor owns ``receive``; callers use :meth:`ask`. The actor replies through the
+    envelope's slot, which never blocks, so an actor never waits on a caller that has
+    gone.
+    """
+
+    name: str
+    size: int
+    send: trio.MemorySendChannel[Envelope[R]]
+    receive: trio.MemoryReceiveChannel[Envelope[R]]
+    #: Set by ``open_memory``: poisons the store, and gives what a crashed request raises.
+    crashed: Callable[[BaseException], BaseException] | None = None
+
+    @classmethod
+    def open(cls, name: str, size: int) -> Mailbox[R]:
+        # ``size`` is checked by whoever takes it from a user (``open_memory``).
+        send, receive = trio.open_memory_channel[Envelope[R]](size)
+        return cls(name, size, send, receive)
+
+    async def ask(self, request: R) -> object:
+        """Send ``request`` and wait for the reply.
+
+        Blocks while the inbox is full, then until the actor replies. If the caller is
+        cancelled while it waits, the actor still handles the request and its reply is
+        dropped.
+
+        Raises:
+            trio.ClosedResourceError: the memory has closed.
+            Exception: whatever the actor's handler raised for this request.
+        """
+        reply = ReplySlot()
+        try:
+            await self.send.send(Envelope(request, reply))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise trio.ClosedResourceError(f"the {self.name} actor is closed") from None
+        return await reply.wait()
+
+    async def serve(
+        self,
+        handle: Callable[[R], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run an actor: answer each request with ``await handle(request)``, in order.
+
+        An exception from ``handle`` is that caller's reply, not a crash. When the actor
+        stops (its inbox closes, or it is cancelled), the request in flight and every
+        queued one fail with ``trio.ClosedResourceError``, so no caller waits forever;
+        the inbox is drained before it is closed, or the drain would find nothing.
+        """
+        in_flight: Envelope[R] | None = None
+        try:
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                del envelope  # an idle actor must not keep the last request alive
+                try:
+                    result = await handle(in_flight.request)
+                except Exception as error:
+                    in_flight.reply.fail(error)
+                except BaseException as error:
+                    # A summarizer's KeyboardInterrupt reaches its caller as itself; any
+                    # other BaseException is a crash of the store this actor works for.
+                    in_flight.reply.fail(answer_base_exception(error, self._crashed))
+                else:
+                    in_flight.reply.succeed(result)
+                in_flight = None
+        finally:
+            if in_flight is not None:
+                in_flight.reply.fail(
+                    trio.ClosedResourceError(f"the {self.name} actor closed mid-request")
+                )
+            self.fail_leftovers()
+
+    def fail_leftovers(self) -> None:
+        """Fail every queued request and close the inbox, so no caller waits on an
+        actor that has stopped."""
+        drain(
+            self.receive,
+            lambda: trio.ClosedResourceError(f"the {self.name} actor closed before it replied"),
+        )
+
+    def _crashed(self, crash: BaseException) -> BaseException:
+        if self.crashed is None:
+            raise crash
+        return self.crashed(crash)
+
+    def used(self) -> int:
+        return self.send.statistics().current_buffer_used

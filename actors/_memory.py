@@ -55,11 +55,12 @@ from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
 from ._embedders import HashingEmbedder
 from ._embedding import EmbeddingUsageLog
-from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size, now
+from ._events import EventHub, StoreWatch, Subscription, now
 from ._handle import Store, StoreHandleBase
 from ._injection import InjectionActor
 from ._lifecycle import supervise
-from ._prepare import check_k, check_name
+from ._mailbox import Mailbox
+from ._prepare import check_k, check_name, check_size
 from ._recall import RecallActor
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._store import open_store

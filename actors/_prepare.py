@@ -443,7 +443,8 @@ def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
 def check_size(name: str, value: object, *, minimum: int = 1) -> int:
     """An int of at least ``minimum`` (a size, a count, a threshold), or ConfigError."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigError(f"{name} is {value!r:.60}; expected an int >= {minimum}")
+        wanted = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
+        raise ConfigError(f"{name} is {value!r:.60}; expected {wanted}")
     return int(value)
 
 

@@ -27,9 +27,10 @@ from protocol import (
 from protocol._events import fingerprint
 from protocol._memory import describe_error
 
-from ._events import EventHub, Mailbox, now
+from ._events import EventHub, now
 from ._fusion import FusedHit, neighbor_boost, rrf
 from ._handle import Store
+from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
 

@@ -269,6 +269,8 @@ class _StoreActor(CrashableActor):
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
+    # No KeyboardInterrupt may land in the middle of a commit: it is one synchronous step.
+    @trio.lowlevel.enable_ki_protection
     def _commit(self, request: StoreRequest, prepared: object) -> StoreReply:
         if self.armed_crash is not None:
             crash, self.armed_crash = self.armed_crash, None
