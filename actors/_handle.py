@@ -36,9 +36,13 @@ from protocol import (
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._prepare import check_ids, check_name, turns_request
 
-__all__ = ["Store", "StoreHandleBase"]
+__all__ = ["OPENED", "Store", "StoreHandleBase"]
 
 ActorT = TypeVar("ActorT", bound=CrashableActor)
+
+#: The token the ``open_*`` functions pass: a handle (or a ``Memory``) is only ever made
+#: by the function that runs its actors, so it can never outlive or skip them.
+OPENED = object()
 
 
 class StoreHandleBase(Generic[ActorT]):
@@ -48,7 +52,11 @@ class StoreHandleBase(Generic[ActorT]):
     store has closed, ``trio.ClosedResourceError``.
     """
 
-    def __init__(self, actor: ActorT) -> None:
+    def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
+        if _opened is not OPENED:
+            raise TypeError(
+                f"{type(self).__name__} is made by open_store or open_pg_store, not directly"
+            )
         self._actor = actor
         self._send = actor.send.clone()
         self._closed = False

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, cast, final
 
 import attrs
 import msgspec
@@ -56,7 +56,7 @@ from ._dispatch import Dispatcher, EchoDispatcher
 from ._embedders import HashingEmbedder
 from ._embedding import EmbeddingUsageLog
 from ._events import EventHub, StoreWatch, Subscription, now
-from ._handle import Store, StoreHandleBase
+from ._handle import OPENED, Store, StoreHandleBase
 from ._injection import InjectionActor
 from ._lifecycle import supervise
 from ._mailbox import Mailbox
@@ -111,6 +111,7 @@ class MemoryStatistics:
     events_published: int
 
 
+@final
 class Memory:
     """The caller's side of ``open_memory``. Every method may be called from many tasks.
 
@@ -124,6 +125,7 @@ class Memory:
     def __init__(
         self,
         *,
+        _opened: object = None,
         config: MemoryConfig,
         store: Store,
         hub: EventHub,
@@ -135,6 +137,8 @@ class Memory:
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
+        if _opened is not OPENED:
+            raise TypeError("Memory is made by open_memory, not directly")
         self._config = config
         self._store = store
         self._hub = hub
@@ -664,6 +668,7 @@ async def _run_memory(
         await nursery.start(recall.run)
         await nursery.start(injection.run)
         return Memory(
+            _opened=OPENED,
             config=config,
             store=handle,
             hub=hub,

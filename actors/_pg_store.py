@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, final
 
 import psycopg
 import psycopg_pool
@@ -79,7 +79,7 @@ from protocol import (
 )
 
 from ._embedders import EmbedderAdapter, check_timeout
-from ._handle import StoreHandleBase
+from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._pg_actor import _PgStoreActor
 from ._pg_schema import (
@@ -97,6 +97,7 @@ from ._store import StoreStatistics
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
 
+@final
 class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
     """The caller's side of a pg store. Get one from :func:`open_pg_store`.
 
@@ -371,7 +372,7 @@ async def open_pg_store(
         )
         # Leaving: a batch still being embedded, or queued, is not applied; a commit
         # already in its worker thread is shielded and finishes first.
-        async with run_store(actor, PgStoreHandle(actor)) as handle:
+        async with run_store(actor, PgStoreHandle(actor, _opened=OPENED)) as handle:
             yield handle
     finally:
         with trio.CancelScope(shield=True):

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, final
 
 import attrs
 import msgspec
@@ -55,7 +55,7 @@ from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
-from ._handle import StoreHandleBase
+from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
@@ -520,6 +520,7 @@ class _StoreActor(CrashableActor):
         )
 
 
+@final
 class StoreHandle(StoreHandleBase[_StoreActor]):
     """The caller's side of a store. Get one from :func:`open_store`.
 
@@ -787,5 +788,5 @@ async def open_store(
         on_event=on_event,
         embed_timeout=embed_timeout,
     )
-    async with run_store(actor, StoreHandle(actor)) as handle:
+    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
         yield handle

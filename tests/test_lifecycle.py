@@ -436,3 +436,15 @@ async def test_a_failed_auto_store_of_the_input_is_a_warning(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("embedding service blip" in w for w in warnings)
     assert any("EntryTooLarge" in w or "max_entry_bytes" in w for w in warnings)
+
+
+async def test_handles_and_memories_are_made_only_by_their_open_functions() -> None:
+    from actors import Memory, StoreHandle
+
+    with trio.fail_after(10):
+        async with open_store(CONFIG, HashingEmbedder(DIMS)) as store:
+            with pytest.raises(TypeError, match="made by open_store or open_pg_store"):
+                StoreHandle(store._actor)
+    with pytest.raises(TypeError, match="made by open_memory"):
+        fields = ("config", "store", "hub", "watch", "dispatcher", "compaction", "recall")
+        Memory(**dict.fromkeys((*fields, "injection", "inbox_size")))
