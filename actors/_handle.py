@@ -207,9 +207,13 @@ class StoreHandleBase(Generic[ActorT]):
                 self._send.send_nowait(envelope)
             except trio.WouldBlock:
                 await self._send.send(envelope)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+        except trio.ClosedResourceError:
             self._check()
             raise trio.ClosedResourceError("the store is closed") from None
+        except trio.BrokenResourceError:
+            # trio's distinction, kept: our side is open, the actor's has gone.
+            self._check()
+            raise trio.BrokenResourceError("the store actor has stopped") from None
         return await reply.wait()
 
     def _check(self) -> None:

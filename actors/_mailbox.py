@@ -239,13 +239,16 @@ class Mailbox(Generic[R]):
 
         Raises:
             trio.ClosedResourceError: the memory has closed.
+            trio.BrokenResourceError: the actor stopped while the memory was open.
             Exception: whatever the actor's handler raised for this request.
         """
         reply = ReplySlot()
         try:
             await self.send.send(Envelope(request, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+        except trio.ClosedResourceError:
             raise trio.ClosedResourceError(f"the {self.name} actor is closed") from None
+        except trio.BrokenResourceError:
+            raise trio.BrokenResourceError(f"the {self.name} actor has stopped") from None
         return await reply.wait()
 
     async def serve(
