@@ -52,6 +52,7 @@ from ._pg_schema import (
 )
 from ._pg_search import run_search
 from ._pg_sql import Counts, PreparedEntries, Statements
+from ._prepare import clamp_k
 
 __all__ = ["_Envelope", "_PgStoreActor", "_representable"]
 
@@ -336,6 +337,8 @@ class _PgStoreActor(CrashableActor):
         self.check_usable()
         if namespace is not None and not _representable(namespace):
             return RetrievalReport(turns=[], scanned=0, exact=not self.reads.hnsw)
+        # No scope holds more than the cap, and a LIMIT is a bigint: any k fits after this.
+        k = clamp_k(k, self.config.max_entries)
         reads = self.reads
         report, counts = await self.read(
             lambda conn: reads.retrieve(conn, query, k, namespace), "retrieve"
@@ -354,9 +357,9 @@ class _PgStoreActor(CrashableActor):
             vector = self.query_vector(await self.embedder.query(request.query))
         if not _representable(namespace):
             return []
-        query, reads = vector_literal(vector), self.reads
+        query, reads, cap = vector_literal(vector), self.reads, self.config.max_entries
         return await self.read(
-            lambda conn: run_search(conn, reads, request, namespace, query, vector), "search"
+            lambda conn: run_search(conn, reads, request, namespace, query, vector, cap), "search"
         )
 
     async def get_by_ids(self, ids: list[str], namespace: str) -> list[Document]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ._checks import check_int
 from ._embedding import EmbeddingProfile
 from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
@@ -102,13 +103,6 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
 
 
-def _check_int(what: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected an int")
-    if value < minimum:
-        raise ConfigError(f"{what} is {value}; expected an int >= {minimum}")
-
-
 def _check_real(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected a number")
@@ -127,7 +121,8 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         vector: a query embedding (any sequence of finite numbers, a numpy array
             included); it is stored as a list of floats. The store checks its width and
             normalizes a copy.
-        k: how many hits to return, > 0. When fewer entries match, all are returned.
+        k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
+            fewer entries match, all are returned.
         kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
         score_threshold: keep hits whose cosine similarity is ``>=`` this, in [-1, 1].
             For ``mmr`` it filters the candidates before selection. Refused for
@@ -185,8 +180,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 f"{self.kind} search takes exactly one of query and vector; got "
                 f"{'both' if has_query else 'neither'}"
             )
-        _check_int("k", self.k, 1)
-        _check_int("fetch_k", self.fetch_k, 1)
+        # Any size: a k past what a store holds means "every match" (each backend clamps).
+        msgspec.structs.force_setattr(self, "k", check_int("k", self.k))
+        msgspec.structs.force_setattr(self, "fetch_k", check_int("fetch_k", self.fetch_k))
         if self.kind != "similarity" and self.fetch_k < self.k:
             raise ConfigError(
                 f"fetch_k is {self.fetch_k} and k is {self.k}; {self.kind} search needs "

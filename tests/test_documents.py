@@ -104,7 +104,7 @@ def test_search_request_round_trips() -> None:
         ({"query": "q", "vector": [1.0]}, "got both"),
         ({"vector": [1.0], "kind": "hybrid"}, "hybrid search needs query text"),
         ({"query": 3}, "query is a int"),
-        ({"query": "q", "k": 0}, "k is 0; expected an int >= 1"),
+        ({"query": "q", "k": 0}, "k is 0; expected an int > 0"),
         ({"query": "q", "k": True}, "k is True"),
         ({"query": "q", "k": 2.0}, "k is 2.0"),
         ({"query": "q", "kind": "mmr", "k": 30}, "fetch_k is 20 and k is 30"),
