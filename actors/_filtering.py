@@ -28,6 +28,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from protocol._checks import shown
 from protocol._errors import ConfigError, FilterError
 from protocol._filters import (
     And,
@@ -44,6 +45,7 @@ from protocol._filters import (
     Not,
     Or,
     Scalar,
+    check_filter,
     scalar_equal,
     scalar_order,
 )
@@ -307,9 +309,14 @@ class CompiledFilter:
 def compile_filter(filter: Filter) -> CompiledFilter:
     """Compile a parsed filter tree (see :func:`protocol._filters.parse_filter`).
 
+    The tree is checked against the depth and size limits first
+    (:func:`protocol._filters.check_filter`): its child lists are mutable, so a tree
+    checked when its request was built may have grown since.
+
     Raises:
-        FilterError: ``filter`` is not a filter tree.
+        FilterError: ``filter`` is not a filter tree within the limits.
     """
+    check_filter(filter)
     return CompiledFilter(filter=filter, evaluate=_compile(filter))
 
 
@@ -339,7 +346,7 @@ def _compile(node: Filter) -> _Eval:
         case Not(filter=child):
             inner = _compile(child)
             return lambda index, n: ~inner(index, n)
-    raise FilterError(f"not a filter node: {node!r:.60}")
+    raise FilterError(f"not a filter node: {shown(node)}")
 
 
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}

@@ -39,6 +39,7 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreError,
 )
+from protocol._filters import check_filter
 
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
 from ._embedding import check_profile
@@ -348,6 +349,8 @@ class _PgStoreActor(CrashableActor):
 
     async def search(self, request: SearchRequest, namespace: str) -> list[ScoredDocument]:
         self.check_usable()
+        if request.filter is not None:
+            check_filter(request.filter)  # before any SQL: a FilterError, never a retry
         if request.vector is not None:
             vector = self.query_vector(request.vector)
             self.check_query_profile(vector, request.profile)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import operator
+import reprlib
 
 from ._errors import ConfigError
 
@@ -17,20 +18,36 @@ __all__ = ["check_int", "shown"]
 _MAX_SHOWN_BITS = 4_000
 
 
+class _ShortRepr(reprlib.Repr):
+    """``reprlib``'s bounded repr (a few levels, a few items each), with an int too long
+    to print described by its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 4
+        self.maxstring = self.maxother = 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > _MAX_SHOWN_BITS:
+            return f"<an int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
+
+
 def shown(value: object, width: int = 60) -> str:
     """``repr(value)`` cut to ``width`` characters, safe for any value.
 
-    A container is described by its type and length, not printed: a list nested a
+    Containers are shown a few levels and items deep (``reprlib``): a list nested a
     million deep would raise ``RecursionError`` in ``repr``, and a huge one would cost
     its whole size to print only to be cut. An int too long to print (past
     ``sys.int_max_str_digits``) is described by its size in bits.
     """
-    if isinstance(value, list | tuple | dict | set | frozenset):
-        return f"a {type(value).__name__} of {len(value)} item(s)"
     if isinstance(value, int) and value.bit_length() > _MAX_SHOWN_BITS:
         return f"an int of {value.bit_length()} bits"
     try:
-        text = repr(value)
+        text = _SHORT.repr(value)
     except Exception as error:  # a hostile __repr__, or a deep object inside one
         return f"a {type(value).__name__} (unprintable: {type(error).__name__})"
     return text if len(text) <= width else text[: width - 3] + "..."

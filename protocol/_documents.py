@@ -147,7 +147,8 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         ConfigError: a bad ``k``, ``fetch_k``, ``lambda_mult``, ``score_threshold``,
             ``kind``, ``namespace``, ``rrf_k``, ``weights``, or a bad combination of
             ``query`` and ``vector``.
-        FilterError: the filter is malformed.
+        FilterError: the filter is malformed, or past the depth or size limits of
+            ``protocol._filters`` (in any form: dict, tree, or decoded).
         EmbeddingError: ``vector`` is not as wide as ``profile.dimensions``.
     """
 
@@ -204,11 +205,13 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                     f"score_threshold is {t}; expected a cosine similarity in [-1, 1]"
                 )
             msgspec.structs.force_setattr(self, "score_threshold", t)
-        if self.filter is not None and not isinstance(self.filter, FilterNode):
-            if not isinstance(self.filter, dict):
+        if self.filter is not None:
+            if not isinstance(self.filter, dict | FilterNode):
                 raise FilterError(
                     f"filter is a {type(self.filter).__name__}; expected a dict or a Filter tree"
                 )
+            # A tree (built by hand, or decoded with this request) is checked against the
+            # depth and size limits like a dict, so no backend ever recurses past them.
             msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
         _check_optional_str("namespace", self.namespace)
         rrf_k = _check_real("rrf_k", self.rrf_k)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -20,11 +21,25 @@ from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
+    And,
+    Document,
+    Eq,
+    Filter,
+    FilterError,
+    JsonError,
     MemoryConfig,
+    Not,
+    Or,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
+    parse_filter,
 )
+from protocol._filters import matches
+
+# protocol._filters' documented limits (test_the_limits_are_documented pins them).
+MAX_FILTER_DEPTH = 32
+MAX_FILTER_NODES = 10_000
 
 DIM = 8
 TIMEOUT = 30
@@ -114,3 +129,165 @@ async def test_memory_retrieve_takes_any_k() -> None:
             for k in HUGE:
                 assert len((await memory.retrieve("apples", k=k)).turns) == len(TEXTS)
             assert len((await memory.retrieve("apples", k=2)).turns) == 2
+
+
+# --- filters: the depth and size limits hold for every form -----------------------------
+
+
+def not_chain(depth: int) -> Filter:
+    """A tree ``depth`` levels deep: ``Not(Not(...Eq...))``."""
+    node: Filter = Eq(key="i", value=1)
+    for _ in range(depth - 1):
+        node = Not(filter=node)
+    return node
+
+
+def nested_list(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+DEEP = 900
+
+
+def test_the_limits_are_documented() -> None:
+    import protocol._filters as filters
+
+    assert (filters.MAX_FILTER_DEPTH, filters.MAX_FILTER_NODES) == (32, 10_000)
+    assert "32" in (filters.__doc__ or "") and "10,000" in (filters.__doc__ or "")
+
+
+def test_every_filter_form_is_depth_limited() -> None:
+    too_deep = "nested deeper than the limit of 32 levels"
+    assert parse_filter(not_chain(MAX_FILTER_DEPTH)) == not_chain(MAX_FILTER_DEPTH)
+    for spec in (
+        not_chain(MAX_FILTER_DEPTH + 1),
+        not_chain(DEEP),
+        {"$or": [not_chain(DEEP), {"i": 1}]},  # a tree inside a dict
+        {"$and": [{"i": 1}, {"$not": not_chain(MAX_FILTER_DEPTH)}]},
+    ):
+        with pytest.raises(FilterError, match=too_deep):
+            parse_filter(spec)
+        with pytest.raises(FilterError, match=too_deep):
+            SearchRequest(query="q", filter=spec)  # type: ignore[arg-type]
+        if not isinstance(spec, dict):  # the reference evaluator checks a tree too
+            with pytest.raises(FilterError, match=too_deep):
+                matches(spec, {"i": 1})
+    # A field-level $not chain is a dict form too.
+    field: dict[str, Any] = {"$eq": 1}
+    for _ in range(DEEP):
+        field = {"$not": field}
+    with pytest.raises(FilterError, match=too_deep):
+        parse_filter({"i": field})
+    # A tree decoded with its request: msgspec reports the FilterError as the reason.
+    tree = msgspec.json.encode(not_chain(DEEP)).decode()
+    for blob in (f'{{"query": "q", "filter": {tree}}}',):
+        with pytest.raises(msgspec.ValidationError, match=too_deep):
+            msgspec.json.decode(blob, type=SearchRequest)
+    packed = msgspec.msgpack.encode({"query": "q", "filter": not_chain(DEEP)})
+    with pytest.raises(msgspec.ValidationError, match=too_deep):
+        msgspec.msgpack.decode(packed, type=SearchRequest)
+
+
+def test_filter_size_is_limited_before_any_backend() -> None:
+    wide = {"$or": [{"i": j} for j in range(40_000)]}
+    with pytest.raises(FilterError, match=r"more than the limit of 10000 nodes"):
+        SearchRequest(query="q", filter=wide)
+    with pytest.raises(FilterError, match=r"more than 10000 nodes"):
+        parse_filter({"$and": [{"$or": [{"i": j} for j in range(5_000)]}] * 3})
+    many_keys = {f"k{j}": j for j in range(MAX_FILTER_NODES + 1)}
+    with pytest.raises(FilterError, match=r"10000"):
+        parse_filter(many_keys)
+
+
+def test_deep_operands_are_a_filter_error() -> None:
+    deep = nested_list(100_000)
+    for spec in (
+        {"i": {"$eq": deep}},
+        {"i": {"$in": deep}},
+        {"i": {"$in": [deep]}},
+        {"i": {"$nin": [deep]}},
+        {"i": deep},
+        {"i": {"$gt": deep}},
+        {"i": {"$exists": deep}},
+        {"$or": deep},
+    ):
+        with pytest.raises(FilterError, match="list"):
+            parse_filter(spec)
+
+
+async def search_refused(store: Any, request: SearchRequest, match: str) -> None:
+    with pytest.raises(FilterError, match=match):
+        await store.search(request)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_tree_grown_after_its_request_is_refused_by_the_store(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            # A tree's child lists are mutable: each backend checks again.
+            grown = And(filters=[Eq(key="i", value=1)])
+            req = SearchRequest(query="apples", filter=grown)
+            grown.filters.append(not_chain(DEEP))
+            await search_refused(store, req, "nested deeper than the limit of 32")
+            cycle = Or(filters=[Eq(key="i", value=1)])
+            req = SearchRequest(query="apples", filter=cycle)
+            cycle.filters.append(cycle)
+            await search_refused(store, req, "nested deeper than the limit of 32")
+            wide = Or(filters=[])
+            req = SearchRequest(query="apples", filter=wide, kind="hybrid")
+            wide.filters.extend(Eq(key="i", value=j) for j in range(40_000))
+            await search_refused(store, req, "10000")
+            await still_usable(store)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_filters_at_the_limits_work_on_every_backend(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            vector = np.ones(DIM).tolist()
+            # The widest filter allowed: one $or over 9,999 leaves, 10,000 nodes.
+            widest = {"$or": [{"i": j} for j in range(1, MAX_FILTER_NODES)]}
+            for kind in ("similarity", "hybrid"):
+                hits = await store.search(
+                    SearchRequest(query="apples", k=CAP, filter=widest, kind=kind)  # type: ignore[arg-type]
+                )
+                assert sorted(h.document.metadata["i"] for h in hits) == [1, 2, 3, 4, 5]
+            # The deepest: 32 levels (31 Nots around a leaf: an odd count negates it).
+            deepest = SearchRequest(vector=vector, k=CAP, filter=not_chain(MAX_FILTER_DEPTH))
+            assert sorted(h.document.metadata["i"] for h in await store.search(deepest)) == [
+                0,
+                2,
+                3,
+                4,
+                5,
+            ]
+            huge = 10**5000  # past what int() prints, but a valid operand
+            for spec, want in (({"i": huge}, []), ({"i": {"$lt": huge}}, [0, 1, 2, 3, 4, 5])):
+                hits = await store.search(SearchRequest(vector=vector, k=CAP, filter=spec))
+                assert sorted(h.document.metadata["i"] for h in hits) == want
+            await still_usable(store)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_hostile_metadata_is_refused_not_a_crash(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            turn = [UnifiedMessage.user("pears")]
+            with pytest.raises(JsonError, match="nested deeper than 64"):
+                await store.store_turns(turn, metadata={"a": nested_list(100_000)})
+            # An int past what Python prints: the error describes it instead.
+            with pytest.raises(JsonError, match=r"an int of \d+ bits"):
+                await store.store_turns(turn, metadata={"a": 10**5000})
+            with pytest.raises(JsonError, match=r"an int of \d+ bits"):
+                await store.add_documents([Document(text="x", metadata={"a": -(10**5000)})])
+            assert len(store) == len(TEXTS)
+            await still_usable(store)
