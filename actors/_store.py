@@ -390,7 +390,8 @@ class _StoreActor(CrashableActor):
         """A normalized float32 copy of ``vector``, or None for a zero query."""
         d = self.config.dimensions
         if (
-            isinstance(vector, np.ndarray)
+            # An exact ndarray: a masked array (a subclass) must reach as_vector's refusal.
+            type(vector) is np.ndarray
             and vector.shape == (d,)
             and vector.dtype in (np.float32, np.float64)
         ):

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from typing import Any, Literal
 
 import msgspec
 
-from ._checks import check_int
+from ._checks import check_int, shown
 from ._embedding import EmbeddingProfile
 from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
@@ -118,9 +119,10 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         query: the query text. ``similarity`` and ``mmr`` take exactly one of ``query``
             and ``vector``; ``hybrid`` needs ``query`` (BM25 reads it) and may also take
             ``vector``, which then replaces the query's embedding for the dense list.
-        vector: a query embedding (any sequence of finite numbers, a numpy array
-            included); it is stored as a list of floats. The store checks its width and
-            normalizes a copy.
+        vector: a query embedding: a 1-D float or int array, or a sequence of finite
+            real numbers (not bools); it is stored as a list of floats. These are the
+            store's rules for every vector (``actors._embedders.as_vector``). The store
+            checks its width and normalizes a copy.
         k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
             fewer entries match, all are returned.
         kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
@@ -149,7 +151,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             ``query`` and ``vector``.
         FilterError: the filter is malformed, or past the depth or size limits of
             ``protocol._filters`` (in any form: dict, tree, or decoded).
-        EmbeddingError: ``vector`` is not as wide as ``profile.dimensions``.
+        EmbeddingError: ``vector`` is not a flat vector of finite real numbers (bool,
+            complex, str or object items or dtypes, a masked array, a scalar or a 2-D
+            array), or is not as wide as ``profile.dimensions``.
     """
 
     query: str | None = None
@@ -250,19 +254,62 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     @staticmethod
     def _vector_list(vector: object) -> list[float]:
         # numpy arrays (and anything array-like) become plain floats here, so the
-        # request never carries a mutable array another task may still hold.
+        # request never carries a mutable array another task may still hold. The rules
+        # are the store's (``actors._embedders.as_vector``): real numbers, flat, finite;
+        # protocol does not import numpy, so arrays are recognised by their dtype.
+        if any(c.__name__ == "MaskedArray" for c in type(vector).__mro__):
+            raise EmbeddingError(
+                "vector is a masked array; expected a plain array: fill the masked "
+                "components first (.filled())"
+            )
+        dtype = getattr(vector, "dtype", None)
+        shape = getattr(vector, "shape", None)
+        if dtype is not None and getattr(dtype, "kind", None) not in _REAL_KINDS:
+            raise EmbeddingError(f"vector has dtype {dtype} and shape {shape}; {_REAL_VECTOR}")
+        if shape is not None and len(shape) != 1:
+            raise EmbeddingError(f"vector has shape {shape}; expected a flat vector (1-D)")
         tolist = getattr(vector, "tolist", None)
         items = tolist() if callable(tolist) else vector
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
-            raise ConfigError(
-                f"vector is a {type(vector).__name__}; expected a sequence of numbers"
-            )
-        out: list[float] = []
-        for i, x in enumerate(items):
-            out.append(_check_real(f"vector[{i}]", x))
+            raise EmbeddingError(f"vector is a {type(vector).__name__}; {_REAL_VECTOR}")
+        out = [_component(i, x) for i, x in enumerate(items)]
         if not out:
-            raise ConfigError("vector is empty; expected at least one number")
+            raise EmbeddingError("vector is empty; expected at least one number")
         return out
+
+
+_REAL_KINDS = ("f", "i", "u")
+_REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
+
+
+def _component(i: int, x: object) -> float:
+    """One component of a ``SearchRequest.vector``, as a finite float."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and callable(getattr(x, "item", None)):
+        # A numpy scalar: its dtype decides. (A longdouble's item() is a longdouble, so
+        # it is converted here; one past float64's range becomes inf, refused below.)
+        kind = getattr(dtype, "kind", None)
+        if kind not in _REAL_KINDS:
+            raise EmbeddingError(
+                f"vector[{i}] is {shown(x)} (dtype {dtype}); expected a real number"
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning
+            x = float(x) if kind == "f" else int(x)  # type: ignore[arg-type, call-overload]
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        raise EmbeddingError(
+            f"vector[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "
+            "(int or float, not bool)"
+        )
+    try:
+        value = float(x)
+    except OverflowError:
+        raise EmbeddingError(
+            f"vector[{i}] is {shown(x)}, an int too large for float64; expected a finite number"
+        ) from None
+    if not math.isfinite(value):
+        raise EmbeddingError(f"vector[{i}] is {value!r}; expected a finite number")
+    return value
 
 
 class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,7 @@ usable: every test ends with a normal read that must succeed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
     And,
     Document,
+    EmbeddingError,
     Eq,
     Filter,
     FilterError,
@@ -289,5 +291,116 @@ async def test_hostile_metadata_is_refused_not_a_crash(
                 await store.store_turns(turn, metadata={"a": 10**5000})
             with pytest.raises(JsonError, match=r"an int of \d+ bits"):
                 await store.add_documents([Document(text="x", metadata={"a": -(10**5000)})])
+            assert len(store) == len(TEXTS)
+            await still_usable(store)
+
+
+# --- vectors: one check everywhere -------------------------------------------------------
+
+ONES = [1.0] * DIM
+
+
+def bad_vectors() -> list[tuple[str, object, str]]:
+    """(label, vector, what the error must say) for each shape of bad vector."""
+    masked = np.ma.masked_array(np.ones(DIM), mask=[True] + [False] * (DIM - 1))
+    return [
+        ("complex", np.ones(DIM, dtype=np.complex128), "complex128"),
+        ("bool array", np.ones(DIM, dtype=np.bool_), "dtype bool"),
+        ("str array", np.array(["1.5"] * DIM), "<U3"),
+        ("object array", np.array([1.0] * DIM, dtype=object), "dtype object"),
+        ("masked", masked, "masked array"),
+        ("unmasked masked", np.ma.masked_array(np.ones(DIM)), "masked array"),
+        ("0-d array", np.array(1.0), "shape ()"),
+        ("numpy scalar", np.float32(1.0), "shape ()"),
+        ("python float", 1.0, "float"),
+        ("2-D", np.ones((1, DIM)), "shape (1, 8)"),
+        ("list of lists", [ONES], "list"),
+        ("list of bools", [True] * DIM, "bool"),
+        ("bool inside", [1.0] * (DIM - 1) + [True], "bool"),
+        ("list of str", ["1.0"] * DIM, "str"),
+        ("huge int", [10**400] + [0.0] * (DIM - 1), "too large for float64"),
+        ("complex scalar", [1j] + [0.0] * (DIM - 1), "complex"),
+        ("numpy complex scalar", [np.complex64(1)] + [0.0] * (DIM - 1), "complex64"),
+        ("inf", [np.inf] + [0.0] * (DIM - 1), "inf"),
+        ("nan float16", np.array([np.nan] * DIM, dtype=np.float16), "nan"),
+        ("str", "1" * DIM, "str"),
+        ("narrow", np.ones(DIM - 1), "7"),
+    ]
+
+
+GOOD_VECTORS = [
+    np.ones(DIM, dtype=np.float16),
+    np.ones(DIM, dtype=np.float32),
+    np.ones(DIM, dtype=np.int8),
+    np.full(DIM, 2**40, dtype=np.uint64),
+    np.ones(DIM, dtype=np.longdouble),
+    [1] * DIM,
+    [np.float32(1.0)] * DIM,
+    [np.int64(2**40)] * (DIM - 1) + [2**40],
+    tuple(ONES),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_vectors_are_checked_alike_everywhere(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            for label, vector, needle in bad_vectors():
+                with pytest.raises(EmbeddingError, match=re.escape(needle)) as info:
+                    await store.retrieve_embedding(vector, 2)
+                assert "query embedding" in str(info.value), label
+                if label == "narrow":  # only the store knows its width
+                    with pytest.raises(EmbeddingError, match="has 7 floats; this store takes 8"):
+                        await store.search(SearchRequest(vector=vector, k=2))  # type: ignore[arg-type]
+                    continue
+                with pytest.raises(EmbeddingError, match=re.escape(needle)):
+                    SearchRequest(vector=vector, k=2)  # type: ignore[arg-type]
+            # Every accepted form ranks the same entries, on both paths.
+            want = [t.id for t in (await store.retrieve_embedding(np.ones(DIM), 3)).turns]
+            for vector in GOOD_VECTORS:
+                report = await store.retrieve_embedding(vector, 3)
+                assert [t.id for t in report.turns] == want, vector
+                hits = await store.search(SearchRequest(vector=vector, k=3))  # type: ignore[arg-type]
+                assert [h.document.id for h in hits] == want, vector
+            await still_usable(store)
+
+
+class Returning:
+    """A sync embedder that returns ``vector`` for every text (batched or not)."""
+
+    def __init__(self, vector: object) -> None:
+        self.vector = vector
+
+    def embed(self, text: str) -> object:
+        return self.vector
+
+    def embed_batch(self, texts: list[str]) -> object:
+        if isinstance(self.vector, np.ndarray) and self.vector.ndim == 1:
+            return np.stack([self.vector] * len(texts))
+        return [self.vector] * len(texts)
+
+
+@pytest.mark.parametrize("backend", ["memory", "pg"])
+async def test_embedder_output_is_checked_like_a_query(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            for label, vector, needle in bad_vectors():
+                if label in ("0-d array", "numpy scalar", "python float", "2-D", "str"):
+                    continue  # as a batch these have other shapes; covered below
+                store._actor.embedder.embedder = Returning(vector)
+                with pytest.raises(EmbeddingError, match=re.escape(needle)):
+                    await store.store_turns([UnifiedMessage.user("x"), UnifiedMessage.user("y")])
+                with pytest.raises(EmbeddingError, match=re.escape(needle)):
+                    await store.retrieve("anything", 2)
+            for batch in (np.ones((2, DIM), dtype=np.complex64), np.ones((2, DIM), dtype=bool)):
+                store._actor.embedder.embedder = Returning(None)
+                store._actor.embedder.embedder.embed_batch = lambda texts, b=batch: b  # type: ignore[method-assign]
+                with pytest.raises(EmbeddingError, match="dtype"):
+                    await store.store_turns([UnifiedMessage.user("x"), UnifiedMessage.user("y")])
+            store._actor.embedder.embedder = HashingEmbedder(DIM)
             assert len(store) == len(TEXTS)
             await still_usable(store)
