@@ -142,15 +142,17 @@ class _PgStoreActor(CrashableActor):
         the server's ``statement_timeout``.
 
         Raises:
-            StoreUnavailable: the database failed every attempt, or the connection was
-                lost while committing.
+            StoreUnavailable: the database failed every attempt (the message names
+                ``what``), or a write's connection was lost while committing.
         """
         limiter = self.write_limiter if write else self.read_limiter
         attempt = 0
         while True:
             try:
                 with trio.CancelScope(shield=write):
-                    return await trio.to_thread.run_sync(self._transaction, fn, limiter=limiter)
+                    return await trio.to_thread.run_sync(
+                        self._transaction, fn, write, limiter=limiter
+                    )
             except _AmbiguousCommit as error:
                 cause = error.__cause__
                 raise StoreUnavailable(
@@ -168,7 +170,7 @@ class _PgStoreActor(CrashableActor):
             attempt += 1
             await trio.sleep(self.retry_delay * 2 ** (attempt - 1))
 
-    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T], write: bool) -> T:
         with self.pool.connection(timeout=self.acquire_timeout) as conn:
             committing = False
             try:
@@ -176,7 +178,10 @@ class _PgStoreActor(CrashableActor):
                     result = fn(conn)
                     committing = True
             except psycopg.OperationalError as error:
-                if committing:
+                # Only a write's lost COMMIT is ambiguous. A read changed nothing, so
+                # losing the connection at its end is one more failed attempt, retried
+                # and reported as that read (never "while committing").
+                if committing and write:
                     raise _AmbiguousCommit() from error
                 raise
             return result

@@ -33,6 +33,7 @@ from protocol import (
     Not,
     Or,
     SearchRequest,
+    StoreUnavailable,
     UnifiedMessage,
     VectorStoreConfig,
     parse_filter,
@@ -403,4 +404,55 @@ async def test_embedder_output_is_checked_like_a_query(
                     await store.store_turns([UnifiedMessage.user("x"), UnifiedMessage.user("y")])
             store._actor.embedder.embedder = HashingEmbedder(DIM)
             assert len(store) == len(TEXTS)
+            await still_usable(store)
+
+
+# --- pg: a read cut off by the server says what it was doing ----------------------------
+
+
+def kill_at_commit(store: Any, dsn: str, name: str, times: int) -> list[int]:
+    """Make the next ``times`` calls of ``store._actor.reads.<name>`` lose their
+    connection just after their statements ran, so that their COMMIT fails: another
+    connection terminates the backend, as a server crash or restart would."""
+    import psycopg
+
+    reads = store._actor.reads
+    original = getattr(reads, name)
+    killed: list[int] = []
+
+    def wrapped(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(conn, *args, **kwargs)
+        if len(killed) < times:
+            pid = conn.info.backend_pid
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            killed.append(pid)
+        return result
+
+    setattr(reads, name, wrapped)
+    return killed
+
+
+async def test_pg_read_cut_off_at_commit_is_retried_and_named(
+    request: pytest.FixtureRequest,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with opened("pg", request) as store:
+            dsn = request.getfixturevalue("pg_dsn")
+            store._actor.retries = 0
+            kill_at_commit(store, dsn, "retrieve", times=1)
+            with pytest.raises(StoreUnavailable) as info:
+                await store.retrieve("apples", 2)
+            message = str(info.value)
+            assert message.startswith("retrieve failed after 1 attempt(s)"), message
+            assert "committing" not in message
+            kill_at_commit(store, dsn, "dense", times=1)
+            with pytest.raises(StoreUnavailable, match=r"^search failed after 1 attempt"):
+                await store.search(SearchRequest(query="apples", k=2))
+            # With retries, the read runs again on a new connection and answers.
+            store._actor.retries = 2
+            store._actor.retry_delay = 0.001
+            killed = kill_at_commit(store, dsn, "retrieve", times=1)
+            assert len((await store.retrieve("apples", 3)).turns) == 3
+            assert len(killed) == 1
             await still_usable(store)
