@@ -13,7 +13,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError, EmbedderError, EmbeddingError
-from protocol._checks import shown
+from protocol._checks import check_int, shown
 
 __all__ = ["AsyncEmbedder", "Embedder", "EmbedderAdapter", "HashingEmbedder", "VectorLike"]
 
@@ -64,9 +64,7 @@ class HashingEmbedder:
     """
 
     def __init__(self, dimensions: int) -> None:
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions <= 0:
-            raise ConfigError(f"dimensions is {dimensions!r}; expected an int > 0")
-        self.dimensions = dimensions
+        self.dimensions = check_int("dimensions", dimensions)
         self._buckets: dict[bytes, int] = {}
 
     def _bucket(self, token: bytes) -> int:

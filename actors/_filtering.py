@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from protocol._checks import shown
+from protocol._checks import check_int, shown
 from protocol._errors import ConfigError, FilterError
 from protocol._filters import (
     And,
@@ -187,9 +187,8 @@ class MetadataIndex:
     high: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
-        for what, value in (("capacity", self.capacity), ("max_columns", self.max_columns)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{what} is {value!r}; expected an int > 0")
+        self.capacity = check_int("capacity", self.capacity)
+        self.max_columns = check_int("max_columns", self.max_columns)
         self.live = np.zeros(self.capacity, dtype=np.bool_)
         self._docs = [None] * self.capacity
 

@@ -51,6 +51,7 @@ from protocol import (
     VectorStoreUsage,
 )
 from protocol._events import SearchOperation
+from protocol._filters import check_filter
 from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
@@ -548,6 +549,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         actor = self._actor
         namespace = self._namespace(request.namespace)
+        if request.filter is not None:
+            check_filter(request.filter)  # before the query is embedded, as on pg
         if request.vector is not None:
             query = actor.checked_query(request.vector, request.profile)
         else:

@@ -232,7 +232,9 @@ async def test_a_tree_grown_after_its_request_is_refused_by_the_store(
 ) -> None:
     with trio.fail_after(TIMEOUT):
         async with opened(backend, request) as store:
-            # A tree's child lists are mutable: each backend checks again.
+            # A tree's child lists are mutable: each backend checks again, before it
+            # embeds the query (this embedder's output would be an EmbeddingError).
+            store._actor.embedder.embedder = Returning(None)
             grown = And(filters=[Eq(key="i", value=1)])
             req = SearchRequest(query="apples", filter=grown)
             grown.filters.append(not_chain(DEEP))
@@ -245,6 +247,7 @@ async def test_a_tree_grown_after_its_request_is_refused_by_the_store(
             req = SearchRequest(query="apples", filter=wide, kind="hybrid")
             wide.filters.extend(Eq(key="i", value=j) for j in range(40_000))
             await search_refused(store, req, "10000")
+            store._actor.embedder.embedder = HashingEmbedder(DIM)
             await still_usable(store)
 
 
