@@ -59,7 +59,7 @@ from ._embedders import HashingEmbedder
 from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
 from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size, now
 from ._injection import InjectionActor
-from ._prepare import check_k, check_name
+from ._prepare import check_k, check_name, clamp_k
 from ._recall import RecallActor
 from ._store import StoreHandle, _StoreActor
 from ._store_hooks import bound_profile
@@ -319,7 +319,9 @@ class Memory:
         """
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        k = self._config.top_k if k is None else check_k(k)
+        # Any k means "at most that many": cut to the capacity, so the Recall message
+        # and the events carry a k that msgpack can log (SPEC §7).
+        k = self._config.top_k if k is None else clamp_k(check_k(k), self._store.capacity)
         namespace = self._config.namespace if namespace is None else namespace
         check_name("namespace", namespace)
         floor = self._config.min_similarity if min_similarity is None else min_similarity

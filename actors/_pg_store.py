@@ -90,7 +90,7 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import Counts
-from ._prepare import check_ids, check_k, check_name
+from ._prepare import check_ids, check_k, check_name, clamp_k
 from ._store import StoreStatistics
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
@@ -155,7 +155,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
         """
         self._check()
-        k = check_k(k)
+        k = clamp_k(check_k(k), self._actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
         query = self._actor.query_vector(vector)
@@ -164,7 +164,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
-        k = check_k(k)
+        k = clamp_k(check_k(k), self._actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         raw = await self._actor.embedder.query(query)

@@ -65,6 +65,7 @@ from ._prepare import (
     check_name,
     check_turns,
     checked_rows,
+    clamp_k,
     exact_msgpack_many,
     private_json,
 )
@@ -567,7 +568,7 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
                 query=request.query,
                 by_vector=request.vector is not None,
                 filtered=request.filter is not None,
-                k=request.k,
+                k=clamp_k(request.k, actor.config.max_entries),
                 scores=[h.score for h in hits],
                 started=started,
             )
@@ -605,10 +606,10 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         """
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
-        actor = self._actor
         query = actor.checked_query(vector, profile)
         report = await actor.scan(query, k, namespace)
         if actor.on_event is not None:
@@ -628,10 +629,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        # Any k means "at most that many": cut to the capacity, so that the scan and
+        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        actor = self._actor
         raw = await actor.embedder.query(query)
         report = await actor.scan(actor.query_vector(raw), k, namespace)
         if actor.on_event is not None:

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+import trio.testing
 from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
@@ -124,14 +125,49 @@ async def test_huge_fetch_k_with_a_small_k(
             await still_usable(store)
 
 
-async def test_memory_retrieve_takes_any_k() -> None:
+async def test_memory_retrieve_takes_any_k_and_its_events_stay_loggable() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_memory(store=cfg(), memory=MemoryConfig()) as memory:
             for text in TEXTS:
                 await memory.remember(text)
-            for k in HUGE:
-                assert len((await memory.retrieve("apples", k=k)).turns) == len(TEXTS)
+            async with memory.events() as events:
+                for k in HUGE:
+                    assert len((await memory.retrieve("apples", k=k)).turns) == len(TEXTS)
+                await trio.testing.wait_all_tasks_blocked()
+                seen = []
+                while True:
+                    try:
+                        seen.append(events.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            # Events (and actor messages) are logged as msgpack, which stops at 64 bits.
+            assert {type(e).__name__ for e in seen} >= {"RetrieverStarted", "Recalled"}
+            for event in seen:
+                msgspec.msgpack.encode(event)
+                if hasattr(event, "k"):
+                    assert event.k == CAP
             assert len((await memory.retrieve("apples", k=2)).turns) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory", "memory-threads"])
+async def test_read_events_report_a_k_that_msgpack_can_log(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    events: list[Any] = []
+    threshold = 0 if backend == "memory-threads" else 2**24
+    with trio.fail_after(TIMEOUT):
+        async with open_store(
+            cfg(), HashingEmbedder(DIM), thread_scan_threshold=threshold, on_event=events.append
+        ) as store:
+            await store.store_turns([UnifiedMessage.user(t) for t in TEXTS])
+            await store.retrieve("apples", 2**200)
+            await store.retrieve_embedding(np.ones(DIM), 2**64)
+            await store.search(SearchRequest(query="apples", k=2**70, fetch_k=2**70, kind="mmr"))
+            searched = [e for e in events if type(e).__name__ == "StoreSearched"]
+            assert [e.k for e in searched] == [CAP, CAP, CAP]
+            for event in events:
+                msgspec.msgpack.encode(event)
+            await still_usable(store)
 
 
 # --- filters: the depth and size limits hold for every form -----------------------------
