@@ -321,7 +321,7 @@ class Memory:
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         # Any k means "at most that many": cut to the capacity, so the Recall message
         # and the events carry a k that msgpack can log (SPEC §7).
-        k = self._config.top_k if k is None else clamp_k(check_k(k), self._store.capacity)
+        k = clamp_k(self._config.top_k if k is None else check_k(k), self._store.capacity)
         namespace = self._config.namespace if namespace is None else namespace
         check_name("namespace", namespace)
         floor = self._config.min_similarity if min_similarity is None else min_similarity

@@ -106,10 +106,14 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
 
 def _check_real(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected a number")
-    if not math.isfinite(value):
-        raise ConfigError(f"{what} is {value!r}; expected a finite number")
-    return float(value)
+        raise ConfigError(f"{what} is {shown(value)} ({type(value).__name__}); expected a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float64's range (1.8e308)
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{what} is {shown(value)}; expected a finite number")
+    return number
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
 from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
     And,
+    ConfigError,
     Document,
     EmbeddingError,
     Eq,
@@ -495,3 +496,42 @@ async def test_pg_read_cut_off_at_commit_is_retried_and_named(
             assert len((await store.retrieve("apples", 3)).turns) == 3
             assert len(killed) == 1
             await still_usable(store)
+
+
+# --- huge ints in the other numeric settings: a ConfigError, never an OverflowError -------
+
+
+@pytest.mark.parametrize(
+    ("build", "needle"),
+    [
+        (lambda: SearchRequest(query="q", rrf_k=10**400), "rrf_k is"),
+        (lambda: SearchRequest(query="q", lambda_mult=10**400), "lambda_mult is"),
+        (lambda: SearchRequest(query="q", score_threshold=-(10**400)), "score_threshold is"),
+        (lambda: SearchRequest(query="q", weights={"bm25": 10**5000}), "an int of"),
+        (
+            lambda: VectorStoreConfig(max_entries=10**5000, dimensions=8, max_entry_bytes=1),
+            "arena",
+        ),
+        (
+            lambda: VectorStoreConfig(max_entries=-(10**5000), dimensions=8, max_entry_bytes=1),
+            "an int of",
+        ),
+    ],
+)
+def test_huge_ints_in_settings_are_a_config_error(build: Any, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        build()
+
+
+async def test_a_huge_top_k_is_clamped_like_k() -> None:
+    with trio.fail_after(TIMEOUT):
+        config = MemoryConfig(top_k=2**70)
+        async with open_memory(store=cfg(), memory=config) as memory:
+            for text in TEXTS:
+                await memory.remember(text)
+            async with memory.events() as events:
+                assert len((await memory.retrieve("apples")).turns) == len(TEXTS)
+                await trio.testing.wait_all_tasks_blocked()
+                started = events.receive_nowait()
+            assert type(started).__name__ == "RetrieverStarted"
+            assert started.k == CAP  # type: ignore[union-attr]
