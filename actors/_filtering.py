@@ -28,6 +28,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from protocol._checks import check_int, shown
 from protocol._errors import ConfigError, FilterError
 from protocol._filters import (
     And,
@@ -44,6 +45,7 @@ from protocol._filters import (
     Not,
     Or,
     Scalar,
+    check_filter,
     scalar_equal,
     scalar_order,
 )
@@ -185,9 +187,8 @@ class MetadataIndex:
     high: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
-        for what, value in (("capacity", self.capacity), ("max_columns", self.max_columns)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{what} is {value!r}; expected an int > 0")
+        self.capacity = check_int("capacity", self.capacity)
+        self.max_columns = check_int("max_columns", self.max_columns)
         self.live = np.zeros(self.capacity, dtype=np.bool_)
         self._docs = [None] * self.capacity
 
@@ -307,9 +308,14 @@ class CompiledFilter:
 def compile_filter(filter: Filter) -> CompiledFilter:
     """Compile a parsed filter tree (see :func:`protocol._filters.parse_filter`).
 
+    The tree is checked against the depth and size limits first
+    (:func:`protocol._filters.check_filter`): its child lists are mutable, so a tree
+    checked when its request was built may have grown since.
+
     Raises:
-        FilterError: ``filter`` is not a filter tree.
+        FilterError: ``filter`` is not a filter tree within the limits.
     """
+    check_filter(filter)
     return CompiledFilter(filter=filter, evaluate=_compile(filter))
 
 
@@ -339,7 +345,7 @@ def _compile(node: Filter) -> _Eval:
         case Not(filter=child):
             inner = _compile(child)
             return lambda index, n: ~inner(index, n)
-    raise FilterError(f"not a filter node: {node!r:.60}")
+    raise FilterError(f"not a filter node: {shown(node)}")
 
 
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}

@@ -60,7 +60,7 @@ from protocol._events import (
     IndexingStarted,
 )
 
-from ._prepare import check_size
+from ._prepare import check_int
 
 __all__ = [
     "Cleanup",
@@ -496,7 +496,7 @@ def _check_index_args(
         )
     if source_id_key is not None and (not isinstance(source_id_key, str) or not source_id_key):
         raise ConfigError(f"source_id_key is {source_id_key!r}; expected None or a non-empty str")
-    check_size("batch_size", batch_size)
+    check_int("batch_size", batch_size)
     if isinstance(docs, str | bytes | Document) or not isinstance(docs, Iterable):
         raise ConfigError(f"docs is a {type(docs).__name__}; expected an iterable of Document")
     if not isinstance(store, DocumentStore):

@@ -30,6 +30,7 @@ from protocol import (
     payload_bytes,
     projection,
 )
+from protocol._checks import check_int
 from protocol._json import compact_json
 
 from ._embedders import as_matrix, normalize_rows
@@ -39,13 +40,14 @@ __all__ = [
     "TurnBatch",
     "check_documents",
     "check_ids",
+    "check_int",
     "check_k",
     "check_name",
     "check_not_reserved",
-    "check_size",
     "check_store_config",
     "check_turns",
     "checked_rows",
+    "clamp_k",
     "document_bytes",
     "exact_msgpack",
     "exact_msgpack_many",
@@ -202,11 +204,15 @@ def check_not_reserved(entry_id: str, what: str = "id") -> None:
 
 
 def check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer):
-        raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
-    if k <= 0:
-        raise ConfigError(f"k is {k}; expected an int > 0")
-    return int(k)
+    """A read's ``k`` as a plain int > 0, of any size: ``k`` means "at most that many",
+    and a backend clamps it to what it can hold (:func:`clamp_k`)."""
+    return check_int("k", k)
+
+
+def clamp_k(k: int, max_entries: int) -> int:
+    """``k`` cut to the store's capacity: no scope holds more, so the answer is the same,
+    and a backend's integer types (PostgreSQL's ``bigint`` LIMIT) always hold it."""
+    return k if k <= max_entries else max_entries
 
 
 def check_name(what: str, value: object) -> str:
@@ -438,14 +444,6 @@ def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
     if "".join(texts).isascii():
         return list(map(len, texts)), True
     return [_utf8_len(text) for text in texts], False
-
-
-def check_size(name: str, value: object, *, minimum: int = 1) -> int:
-    """An int of at least ``minimum`` (a size, a count, a threshold), or ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        wanted = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
-        raise ConfigError(f"{name} is {value!r:.60}; expected {wanted}")
-    return int(value)
 
 
 def check_store_config(config: object, embedder: object) -> VectorStoreConfig:

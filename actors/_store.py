@@ -51,6 +51,7 @@ from protocol import (
     VectorStoreUsage,
 )
 from protocol._events import SearchOperation
+from protocol._filters import check_filter
 from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
@@ -61,12 +62,13 @@ from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
     check_documents,
     check_ids,
+    check_int,
     check_k,
     check_name,
-    check_size,
     check_store_config,
     check_turns,
     checked_rows,
+    clamp_k,
     exact_msgpack_many,
     private_json,
 )
@@ -417,7 +419,8 @@ class _StoreActor(CrashableActor):
         """A normalized float32 copy of ``vector``, or None for a zero query."""
         d = self.config.dimensions
         if (
-            isinstance(vector, np.ndarray)
+            # An exact ndarray: a masked array (a subclass) must reach as_vector's refusal.
+            type(vector) is np.ndarray
             and vector.shape == (d,)
             and vector.dtype in (np.float32, np.float64)
         ):
@@ -571,6 +574,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         actor = self._actor
         namespace = self._namespace(request.namespace)
+        if request.filter is not None:
+            check_filter(request.filter)  # before the query is embedded, as on pg
         if request.vector is not None:
             query = actor.checked_query(request.vector, request.profile)
         else:
@@ -587,7 +592,7 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
                 query=request.query,
                 by_vector=request.vector is not None,
                 filtered=request.filter is not None,
-                k=request.k,
+                k=clamp_k(request.k, actor.config.max_entries),
                 scores=[h.score for h in hits],
                 started=started,
             )
@@ -625,10 +630,10 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         """
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
-        actor = self._actor
         query = actor.checked_query(vector, profile)
         report = await actor.scan(query, k, namespace)
         if actor.on_event is not None:
@@ -648,10 +653,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        # Any k means "at most that many": cut to the capacity, so that the scan and
+        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        actor = self._actor
         raw = await actor.embedder.query(query)
         report = await actor.scan(actor.query_vector(raw), k, namespace)
         if actor.on_event is not None:
@@ -775,8 +782,8 @@ async def open_store(
             config's.
     """
     config = check_store_config(config, embedder)
-    check_size("inbox_size", inbox_size)
-    check_size("thread_scan_threshold", thread_scan_threshold, minimum=0)
+    check_int("inbox_size", inbox_size)
+    check_int("thread_scan_threshold", thread_scan_threshold, minimum=0)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     actor = _StoreActor(

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from ._checks import shown
 from ._errors import JsonError
 
 __all__ = ["check_json", "compact_json", "check_json_object"]
@@ -34,7 +35,7 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         # Actor messages are logged and replayed through msgpack, which stops at 64 bits.
         if not _INT_MIN <= value <= _INT_MAX:
             raise JsonError(
-                f"{what} holds the int {value}, outside [-2**63, 2**64 - 1]; larger ints "
+                f"{what} holds the int {shown(value)}, outside [-2**63, 2**64 - 1]; larger ints "
                 "cannot be logged as msgpack"
             )
         return
@@ -50,13 +51,13 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise JsonError(
-                    f"{what} has the key {key!r} of type {type(key).__name__}; "
+                    f"{what} has the key {shown(key)} of type {type(key).__name__}; "
                     "JSON object keys must be str"
                 )
             check_json(item, what=f"{what}[{key!r}]", _depth=_depth + 1)
         return
     raise JsonError(
-        f"{what} holds a {type(value).__name__} ({value!r:.60}); expected a JSON value "
+        f"{what} holds a {type(value).__name__} ({shown(value)}); expected a JSON value "
         "(None, bool, int, float, str, list or dict with str keys)"
     )
 
