@@ -11,16 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol import Role, UnifiedMessage, projection
+from protocol import Role, projection
+from protocol._surrogates import unpack_message
 
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
-
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
 
 __all__ = ["Arena", "Entries", "Snapshot"]
 
@@ -291,7 +289,7 @@ class Arena:
             return text
         payload = self.payloads[slot]
         assert payload is not None, f"slot {slot} is free"
-        return projection(_MESSAGE_DECODER.decode(payload))
+        return projection(unpack_message(payload))
 
     def metadata_of(self, slot: int) -> Mapping[str, Any]:
         metadata = self.meta.get(slot)

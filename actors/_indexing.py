@@ -47,7 +47,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Literal, Protocol, TextIO, get_args, runtime_checkable
 
 import attrs
-import msgspec
 import trio
 
 from protocol._documents import DeleteResult, Document, IndexResult
@@ -59,6 +58,7 @@ from protocol._events import (
     IndexingFailed,
     IndexingStarted,
 )
+from protocol._json import canonical_json
 
 __all__ = [
     "Cleanup",
@@ -72,7 +72,6 @@ __all__ = [
 
 Cleanup = Literal["incremental", "full", "scoped_full"]
 _CLEANUPS: tuple[str, ...] = get_args(Cleanup)
-_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 @runtime_checkable
@@ -198,9 +197,7 @@ class InMemoryRecordManager:
 
 def hash_document(doc: Document, source_id: str | None) -> str:
     """sha256 hex over the document's text, metadata and source id, as sorted JSON."""
-    blob = _HASH_ENCODER.encode(
-        {"text": doc.text, "metadata": doc.metadata, "source_id": source_id}
-    )
+    blob = canonical_json({"text": doc.text, "metadata": doc.metadata, "source_id": source_id})
     return hashlib.sha256(blob).hexdigest()
 
 

@@ -30,6 +30,7 @@ from protocol import (
     projection,
 )
 from protocol._json import compact_json
+from protocol._surrogates import pack, unpack_metadata
 
 from ._embedders import as_matrix, normalize_rows
 
@@ -63,9 +64,15 @@ def exact_msgpack(value: object) -> bytes:
     ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
     message). The store keeps these bytes for an entry's whole life, so the copy is what
     keeps the memory bound honest.
+
+    A value holding a str without a UTF-8 form (a lone surrogate) takes the surrogate
+    form of :func:`protocol._surrogates.pack`, which reads back exactly.
     """
     buffer = bytearray()
-    _ENCODER.encode_into(value, buffer)
+    try:
+        _ENCODER.encode_into(value, buffer)
+    except UnicodeEncodeError:
+        return pack(value)
     return bytes(buffer)
 
 
@@ -150,17 +157,26 @@ def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:
 
     A msgpack array is its header followed by each element's own encoding, so the batch
     is encoded once and split back into one exact-size bytes object per element (each
-    a copy: no entry keeps the batch's buffer alive).
+    a copy: no entry keeps the batch's buffer alive). A batch in which some value holds
+    a lone surrogate is encoded one value at a time (see :func:`exact_msgpack`).
     """
-    spans = _RAW_LIST_DECODER.decode(_ENCODER.encode(values))
-    return list(map(bytes, spans))
+    try:
+        encoded = _ENCODER.encode(values)
+    except UnicodeEncodeError:
+        return [exact_msgpack(value) for value in values]
+    return list(map(bytes, _RAW_LIST_DECODER.decode(encoded)))
 
 
 def private_json(value: dict[str, Any]) -> dict[str, Any]:
     """A deep copy that the store owns: the caller may mutate its own afterwards."""
     if not value:
         return _EMPTY_DICT
-    copied: dict[str, Any] = _METADATA_DECODER.decode(_ENCODER.encode(value))
+    try:
+        encoded = _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        # A lone surrogate in a key or a value: the surrogate form copies it exactly.
+        return unpack_metadata(pack(value))
+    copied: dict[str, Any] = _METADATA_DECODER.decode(encoded)
     return copied
 
 

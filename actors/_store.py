@@ -52,6 +52,7 @@ from protocol import (
 )
 from protocol._events import SearchOperation
 from protocol._json import check_json_object
+from protocol._surrogates import unpack_message
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
@@ -78,9 +79,6 @@ logger = logging.getLogger("trio_recall.store")
 _ENCODER = msgspec.msgpack.Encoder()
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 _FAST_NORM_LIMIT = 1e38
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
-_EMPTY_METADATA = _ENCODER.encode({})
 
 
 _Envelope = Envelope[StoreRequest]
@@ -436,7 +434,7 @@ class _StoreActor(CrashableActor):
         ids, sources, payloads = arena.ids, arena.sources, arena.payloads
         texts, roles = arena.texts, arena.roles
         metadata_of = arena.meta.get
-        decode = _MESSAGE_DECODER.decode
+        decode = unpack_message
         turns = []
         for slot, score, seq, namespace in zip(
             slots.tolist(),
@@ -474,8 +472,7 @@ class _StoreActor(CrashableActor):
         payload = arena.payloads[slot]
         if payload is None:
             return _plain_message(arena.roles[slot], arena.text_of(slot))
-        message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
-        return message
+        return unpack_message(payload)
 
     def metadata_copy(self, slot: int) -> dict[str, Any]:
         """A copy of the metadata in ``slot`` that the caller may mutate."""

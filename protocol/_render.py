@@ -22,6 +22,7 @@ import msgspec
 
 from ._chat import Text, UnifiedMessage, UnifiedRequest, projection
 from ._errors import ConfigError
+from ._json import canonical_json
 from ._store import RetrievalReport
 
 __all__ = [
@@ -46,9 +47,6 @@ XML_INTRO = (
 )
 
 _WHITESPACE = re.compile(r"\s+")
-# Canonical form: sorted keys, so two equal requests built in different orders (tool
-# arguments, ``extra``) encode to the same bytes.
-_CANONICAL = msgspec.json.Encoder(order="sorted")
 
 
 class RecallInjection(enum.Enum):
@@ -157,7 +155,10 @@ def inject(report: RetrievalReport, request: UnifiedRequest, renderer: str = "pl
 def digest_request(request: UnifiedRequest) -> str:
     """The sha256 hex digest of the canonical encoding of the request's message list.
 
-    Canonical means msgspec JSON with sorted object keys. Only the messages count (not
+    Canonical means msgspec JSON with sorted object keys, so two equal requests built in
+    different orders (tool arguments, ``extra``) give one digest; a message list holding
+    a lone surrogate is hashed as escaped ASCII JSON (see
+    :func:`protocol._json.canonical_json`). Only the messages count (not
     the model or the generation settings), because the digest stands for the prompt
     prefix a server can cache: an injected recall changes it, the temperature does not.
 
@@ -166,4 +167,4 @@ def digest_request(request: UnifiedRequest) -> str:
     """
     if not isinstance(request, UnifiedRequest):
         raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
-    return hashlib.sha256(_CANONICAL.encode(request.messages)).hexdigest()
+    return hashlib.sha256(canonical_json(request.messages)).hexdigest()
