@@ -15,12 +15,27 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import Role, projection
-from protocol._surrogates import unpack_message
+from protocol._surrogates import unpack_message, utf8_bytes
 
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
 
-__all__ = ["Arena", "Entries", "Snapshot"]
+__all__ = ["Arena", "Entries", "Snapshot", "keep_text", "kept_text"]
+
+
+def keep_text(text: str) -> str | bytes:
+    """How the arena keeps a text: an ASCII str as itself (its bytes plus a constant),
+    any other as UTF-8 bytes (lone surrogates passed through). A non-ASCII str may
+    take up to 4 bytes per character, plus a cached UTF-8 copy of itself, which the
+    memory bound does not allow for."""
+    return text if text.isascii() else utf8_bytes(text)
+
+
+def kept_text(kept: str | bytes) -> str:
+    """The text that :func:`keep_text` kept, exactly."""
+    if isinstance(kept, str):
+        return kept
+    return kept.decode("utf-8", "surrogatepass")
 
 
 @attrs.frozen
@@ -65,6 +80,8 @@ class Entries:
             text keeps both).
         roles: with no payload, the entry's message is one Text block of its text in
             this role: a plain turn's role; None (a document) stands for ``"user"``.
+        ascii_texts: every text is known to be ASCII (then none needs converting for
+            :func:`keep_text`).
         scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
             and the normalized rows are ``vectors * scale``, computed as they are
             written (see ``checked_rows`` in ``_prepare.py``).
@@ -81,6 +98,7 @@ class Entries:
     source: str
     derived_texts: bool = False
     roles: Sequence[Role] | None = None
+    ascii_texts: bool = False
     scale: npt.NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
@@ -143,7 +161,8 @@ class Arena:
     zero: npt.NDArray[np.bool_] = attrs.field(init=False)
     auto_id: npt.NDArray[np.bool_] = attrs.field(init=False)
     ids: list[str | None] = attrs.field(init=False)
-    texts: list[str | None] = attrs.field(init=False)
+    # A document's text, or a turn's index text when it has its own (see keep_text).
+    texts: list[str | bytes | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
     # An entry without a payload is a message of one Text block, its text, in this role
     # (None: "user"); see Entries.
@@ -286,7 +305,7 @@ class Arena:
         text is not stored twice)."""
         text = self.texts[slot]
         if text is not None:
-            return text
+            return kept_text(text)
         payload = self.payloads[slot]
         assert payload is not None, f"slot {slot} is free"
         return projection(unpack_message(payload))
@@ -346,7 +365,13 @@ class Arena:
         seqs = range(first, first + count)
         ids = turn_ids(first, count) if entries.ids is None else entries.ids
         # A turn's text is usually its payload's projection: then keep it once.
-        texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
+        texts: Sequence[str | bytes | None]
+        if entries.derived_texts:
+            texts = [None] * count
+        elif entries.ascii_texts or all(map(str.isascii, entries.texts)):
+            texts = entries.texts
+        else:
+            texts = [keep_text(text) for text in entries.texts]
         roles: Sequence[Role | None] = [None] * count if entries.roles is None else entries.roles
         if not (
             len(ids) == len(texts) == len(entries.payloads) == len(roles) == count

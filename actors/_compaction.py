@@ -58,6 +58,7 @@ from protocol._memory import contextual_entry, describe_error
 from protocol._render import RENDERERS, is_recall_block
 
 from ._events import EventHub, Mailbox, StoreWatch, now
+from ._prepare import turn_bytes
 from ._store import StoreHandle
 
 __all__ = [
@@ -76,6 +77,8 @@ Summarizer = Callable[
 ]
 
 DROPPED_OUTPUT_PREFIX = "[tool output dropped:"
+# The source of what Offload stores (counted against max_entry_bytes).
+OFFLOAD_SOURCE = "offload"
 _STRATEGY_NAMES: dict[type, str] = {
     Offload: "offload",
     Summarize: "summarize",
@@ -221,7 +224,7 @@ def entry_texts(
                 before.append(projection(messages[j])[:CONTEXT_CHARS])
             j -= 1
         text = contextual_entry(projection(message), context=before[::-1], date=date)
-        budget = max_entry_bytes - payload_bytes(message)
+        budget = max_entry_bytes - offload_bytes(message)
         if _utf8_len(text) > budget:
             text = _cut_utf8(text, max(budget, 0))
         texts.append(text)
@@ -232,15 +235,23 @@ def _marker(cut: int) -> str:
     return f" [...clamped {cut} bytes]"
 
 
+def offload_bytes(message: UnifiedMessage) -> int:
+    """What ``message`` counts against ``max_entry_bytes`` when ``Offload`` stores it
+    without an index text: its payload, its blocks and the source ``"offload"``
+    (``actors._prepare.turn_bytes``)."""
+    return turn_bytes(message, source=OFFLOAD_SOURCE)
+
+
 def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | None:
-    """A copy of ``message`` whose payload is at most ``max_bytes``, or None if its fixed
-    parts (ids, names, tool arguments, media types) alone are over it.
+    """A copy of ``message`` that ``Offload`` can store under a cap of ``max_bytes``
+    (:func:`offload_bytes`), or None if its fixed parts (ids, names, tool arguments,
+    media types, block overheads) alone are over it.
 
     Thinking blocks go first and images become a short text, since neither is embedded;
     then the longest text or tool output is cut from the end, and the cut is marked
     ``[...clamped N bytes]``.
     """
-    if payload_bytes(message) <= max_bytes:
+    if offload_bytes(message) <= max_bytes:
         return message
     blocks: list[Any] = []
     for block in message.content:
@@ -252,7 +263,7 @@ def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | N
             blocks.append(block)
 
     def size() -> int:
-        return payload_bytes(msgspec.structs.replace(message, content=list(blocks)))
+        return offload_bytes(msgspec.structs.replace(message, content=list(blocks)))
 
     done: set[int] = set()
     while (excess := size() - max_bytes) > 0:
@@ -379,7 +390,7 @@ class CompactionActor:
             )
         try:
             stored = await self.store.store_turns(
-                batch, namespace=self.config.namespace, source="offload", texts=texts
+                batch, namespace=self.config.namespace, source=OFFLOAD_SOURCE, texts=texts
             )
         except VectorStoreError as error:
             # Nothing was removed yet, so every message is still at its original index.
@@ -515,8 +526,7 @@ class CompactionActor:
         for i, m in enumerate(messages):
             if i in protected:
                 continue
-            size = payload_bytes(m)
-            if size <= max_bytes:
+            if offload_bytes(m) <= max_bytes:
                 continue
             clamped = clamp_message(m, max_bytes)
             if clamped is None:
@@ -524,7 +534,7 @@ class CompactionActor:
                 continue
             out[i] = clamped
             count += 1
-            removed += size - payload_bytes(clamped)
+            removed += payload_bytes(m) - payload_bytes(clamped)
         if not count and not unclampable:
             reason = f"no unprotected message is over max_bytes={max_bytes}"
             return messages, [Skipped(strategy=name, reason=reason)], None

@@ -3,6 +3,26 @@
 Both stores (the in-memory arena and PostgreSQL) validate a batch the same way, in the
 same order, with the same errors; this module is the one place those rules live. A
 backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
+
+What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
+SPEC §2's payload bytes (a document's payload is its text), plus
+
+- :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
+  an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
+  otherwise hold for free; the first block's framing is in the per-entry constant);
+- the longer of a tool call's arguments as compact JSON (§2) and as msgpack (how the
+  store keeps them: a float is 9 bytes there, as few as 4 in JSON);
+- the metadata as compact JSON (a batch's metadata counts once per turn);
+- the source (a turn's), the id when the caller gives one, a document's source id,
+  and the caller's index text (``store_turns(texts=...)``).
+
+Strings count their UTF-8 length (a lone surrogate as 3 bytes). A name (source, id,
+source id) that is not ASCII counts 4 bytes more per character: CPython may keep such
+a str at 4 bytes per character (and beside it a cached UTF-8 copy). Texts are kept as
+UTF-8 bytes when they are not ASCII, so they need no such surcharge.
+
+The memory an in-memory store holds is then bounded as ``actors._arena`` says
+(:data:`actors._arena.ENTRY_CONSTANT`).
 """
 
 from __future__ import annotations
@@ -23,18 +43,20 @@ from protocol import (
     Role,
     StoreTurns,
     Text,
+    ToolCall,
     UnifiedMessage,
     UpsertDocuments,
     VectorStoreError,
     payload_bytes,
     projection,
 )
-from protocol._json import compact_json
+from protocol._json import check_json_object, compact_json
 from protocol._surrogates import pack, unpack_metadata
 
 from ._embedders import as_matrix, normalize_rows
 
 __all__ = [
+    "BLOCK_OVERHEAD",
     "DocumentBatch",
     "TurnBatch",
     "check_documents",
@@ -45,6 +67,9 @@ __all__ = [
     "check_turns",
     "checked_rows",
     "document_bytes",
+    "entry_bytes",
+    "name_bytes",
+    "turn_bytes",
     "exact_msgpack",
     "exact_msgpack_many",
     "private_json",
@@ -56,6 +81,12 @@ _ENCODER = msgspec.msgpack.Encoder()
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
+
+#: What each content block after a turn's first counts against ``max_entry_bytes``,
+#: besides its strings: the most an empty block's framing takes in the stored msgpack
+#: (an empty ``ToolResult``: 50 bytes, 58 with the longest string headers, 60 in the
+#: surrogate form), rounded up. The store keeps no Python object per block.
+BLOCK_OVERHEAD = 64
 
 
 def exact_msgpack(value: object) -> bytes:
@@ -189,15 +220,105 @@ def check_ids(ids: object, what: str = "ids") -> list[str]:
     return list(ids)
 
 
-def document_bytes(document: Document) -> int:
-    """A document's payload, checked against ``max_entry_bytes``: the UTF-8 length of
-    its text, id and source id, plus its metadata as compact JSON."""
-    size = _utf8_len(document.text)
-    size += _utf8_len(document.id or "")
-    size += _utf8_len(document.source_id or "")
-    if document.metadata:
-        size += len(compact_json(document.metadata, what="document metadata"))
+def name_bytes(name: str) -> int:
+    """What a name (source, id, source id) counts: its UTF-8 length, plus 4 bytes per
+    character when it is not ASCII (see the module docstring)."""
+    if name.isascii():
+        return len(name)
+    return _utf8_len(name) + 4 * len(name)
+
+
+def entry_bytes(
+    payload: int,
+    *,
+    blocks: int = 1,
+    metadata: int = 0,
+    index_text: str | None = None,
+    source: str | None = None,
+    entry_id: str | None = None,
+    source_id: str | None = None,
+) -> int:
+    """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
+
+    Args:
+        payload: SPEC §2's payload bytes (with tool-call arguments at the longer of
+            JSON and msgpack), or a document's text length.
+        blocks: the turn's content blocks (a document is one).
+        metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
+        index_text: the caller's index text, when it gives one.
+        source, entry_id, source_id: the names the entry keeps, where given.
+    """
+    size = payload + metadata + BLOCK_OVERHEAD * max(blocks - 1, 0)
+    if index_text is not None:
+        size += _utf8_len(index_text)
+    for name in (source, entry_id, source_id):
+        if name is not None:
+            size += name_bytes(name)
     return size
+
+
+def metadata_json(metadata: dict[str, Any], what: str = "metadata") -> bytes:
+    """The metadata as compact JSON, as counted and as the in-memory store keeps it;
+    ``b""`` for ``{}``.
+
+    Raises:
+        JsonError: not a JSON object.
+    """
+    if not metadata:
+        return b""
+    return compact_json(metadata, what=what)
+
+
+def document_bytes(document: Document) -> int:
+    """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
+    its text, id, source id and metadata."""
+    return _document_bytes(document, len(metadata_json(document.metadata, "document metadata")))
+
+
+def _document_bytes(document: Document, metadata: int) -> int:
+    return entry_bytes(
+        _utf8_len(document.text),
+        metadata=metadata,
+        entry_id=document.id,
+        source_id=document.source_id,
+    )
+
+
+def turn_bytes(
+    turn: UnifiedMessage,
+    *,
+    source: str,
+    metadata: int = 0,
+    index_text: str | None = None,
+    entry_id: str | None = None,
+) -> int:
+    """:func:`entry_bytes` of one turn stored with this source (and metadata of this
+    compact-JSON length, index text and id): what ``max_entry_bytes`` is checked
+    against.
+
+    Raises:
+        JsonError: a tool call's arguments are not JSON.
+    """
+    return entry_bytes(
+        payload_bytes(turn) + _arguments_surplus(turn),
+        blocks=len(turn.content),
+        metadata=metadata,
+        index_text=index_text,
+        source=source,
+        entry_id=entry_id,
+    )
+
+
+def _arguments_surplus(message: UnifiedMessage) -> int:
+    """How much longer the message's tool-call arguments are as msgpack (how they are
+    stored) than as the compact JSON that SPEC §2 counts."""
+    surplus = 0
+    for block in message.content:
+        if isinstance(block, ToolCall) and block.arguments is not None:
+            what = f"arguments of tool call {block.id!r}"
+            stored = len(exact_msgpack(block.arguments))
+            surplus += max(0, stored - len(compact_json(block.arguments, what=what)))
+    return surplus
 
 
 _RESERVED_ID = re.compile(r"turn-[0-9]+")
@@ -262,6 +383,7 @@ class TurnBatch:
 
     Attributes:
         survivors: the newest ``max_entries`` turns (a longer batch drops its head).
+        metadata_json: the batch's metadata as compact JSON (``b""`` for ``{}``).
         texts: what each survivor is indexed and embedded by: the caller's text, or
             the turn's projection.
         given: whether ``texts`` came from the caller (then the store keeps them beside
@@ -281,17 +403,21 @@ class TurnBatch:
     dropped: int
     roles: list[Role] | None = None
     all_ascii: bool = False
+    metadata_json: bytes = b""
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
     """Check a batch of turns (SPEC §3, steps 1 and 2), changing nothing.
 
-    Every turn is size-checked, the dropped head included: its payload, plus its index
-    text when the caller gives one (the store keeps both), against ``max_entry_bytes``.
+    Every turn is size-checked, the dropped head included: :func:`entry_bytes` of its
+    payload, blocks, index text, id and the batch's source and metadata, against
+    ``max_entry_bytes``. (A batch of plain turns takes the same sum in one light pass.)
 
     Raises:
         ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
             one non-empty str (ids) or one str (texts) per turn; a repeated id.
+        JsonError: the metadata is not a JSON object, or a tool call's arguments are
+            not JSON.
         EntryTooLarge: a turn over the cap; ``.index`` names it.
     """
     turns = request.turns
@@ -314,6 +440,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+    meta = metadata_json(check_json_object(request.metadata))
+    # What every turn of the batch counts besides its own fields.
+    shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
     plain, roles = _plain_turns(turns)
     all_ascii = False
     if plain is None:
@@ -323,7 +452,12 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                     f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
                 )
             try:
-                size = payload_bytes(turn)
+                size = shared + turn_bytes(
+                    turn,
+                    source="",
+                    index_text=None if texts is None else texts[i],
+                    entry_id=None if ids is None else ids[i],
+                )
             except VectorStoreError:
                 raise  # a JsonError names the bad tool-call arguments itself
             except (AttributeError, TypeError) as error:
@@ -333,14 +467,18 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                     f"turn {i} of the batch has a field of the wrong type ({error}); "
                     "expected the str fields of UnifiedMessage and its blocks to hold str"
                 ) from error
-            if texts is not None:
-                size += _utf8_len(texts[i])
             if size > max_entry_bytes:
                 raise EntryTooLarge(size, max_entry_bytes, i)
     else:
+        # entry_bytes for one Text block: its text, the caller's text and id, and the
+        # shared part, summed as lists.
         sizes, all_ascii = _utf8_lens(plain)
         if texts is not None:
             sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
+        if ids is not None:
+            sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
+        if shared:
+            sizes = [size + shared for size in sizes]
         if sizes and max(sizes) > max_entry_bytes:
             i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
             raise EntryTooLarge(sizes[i], max_entry_bytes, i)
@@ -361,6 +499,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         dropped=head,
         roles=None if roles is None else roles[head:],
         all_ascii=all_ascii,
+        metadata_json=meta,
     )
 
 
@@ -372,11 +511,13 @@ class DocumentBatch:
         unique: every document, with its id, once per id, in input order.
         survivors: the newest ``max_entries`` of them (a longer batch drops its head).
         dropped: how many the head lost.
+        metadata_json: each survivor's metadata as compact JSON (``b""`` for ``{}``).
     """
 
     unique: list[Document]
     survivors: list[Document]
     dropped: int
+    metadata_json: list[bytes] = attrs.field(factory=list)
 
 
 def check_documents(
@@ -391,6 +532,7 @@ def check_documents(
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
     unique: dict[str, Document] = {}
+    metas: dict[str, bytes] = {}
     for i, document in enumerate(request.documents):
         if not isinstance(document, Document):
             raise ConfigError(
@@ -399,7 +541,8 @@ def check_documents(
         document = document.with_id()
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
-        size = document_bytes(document)
+        meta = metadata_json(document.metadata, "document metadata")
+        size = _document_bytes(document, len(meta))
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
         seen = unique.get(document.id)
@@ -409,9 +552,16 @@ def check_documents(
                 "content; expected one version per id"
             )
         unique[document.id] = document
+        metas[document.id] = meta
     documents = list(unique.values())
     head = len(documents) - min(len(documents), max_entries)
-    return DocumentBatch(unique=documents, survivors=documents[head:], dropped=head)
+    survivors = documents[head:]
+    return DocumentBatch(
+        unique=documents,
+        survivors=survivors,
+        dropped=head,
+        metadata_json=[metas[d.id] for d in survivors if d.id is not None],
+    )
 
 
 def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tuple[None, None]:

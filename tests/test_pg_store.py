@@ -151,7 +151,7 @@ async def test_oversized_turn_anywhere_rejects_the_batch(opener: Any) -> None:
             before = await contents(store)
             with pytest.raises(EntryTooLarge) as info:
                 await store.store_turns([msg("x" * 300), msg("a"), msg("b")])
-            assert (info.value.bytes, info.value.index) == (300, 0)
+            assert (info.value.bytes, info.value.index) == (307, 0)  # and "offload"
             assert await contents(store) == before
             assert store.usage().evicted_entries == 0
 
