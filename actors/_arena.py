@@ -3,6 +3,31 @@
 Only the store actor writes to an arena, and only between two snapshots. Readers get
 read-only views of its arrays (``view_*``) and a :class:`Snapshot` that says which rows
 were committed.
+
+The memory bound (SPEC §3, §11). An open in-memory store holds at most
+
+    STORE_CONSTANT + max_entries × (max_entry_bytes + dimensions × 4 + namespace
+                                    + ENTRY_CONSTANT)
+
+bytes, where ``namespace`` is the UTF-8 length of the longest namespace in use, once
+the BM25 index has indexed the entries (its first hybrid or BM25 search does), plus
+``max_entries × (BM25_BYTES_PER_TEXT_BYTE × max_entry_bytes + BM25_BYTES_PER_DOCUMENT)``
+(``actors._bm25``), and, for each metadata key a filter has named (at most
+``MetadataIndex.max_columns``, 64), 13 bytes per slot and one str per distinct string
+value of that key.
+
+- ``max_entry_bytes`` bounds what each entry keeps (``actors._prepare.entry_bytes``):
+  a message as exact-size msgpack, a plain ASCII turn as its text, a document's or
+  index text as an ASCII str or UTF-8 bytes, metadata as its compact JSON bytes.
+- :data:`ENTRY_CONSTANT` is the rest of an entry: its slot's bookkeeping (the sequence,
+  namespace id, flags and FIFO records in numpy, seven list slots, the filter's live
+  flag: about 140 bytes, allocated at open), the object headers of what it keeps, its
+  ``turn-<n>`` id, the msgpack framing of its message and first block, and, when the
+  entry is the only one of its namespace, the namespace's bookkeeping (about 440 bytes
+  with an id map and BM25 group statistics). Measured with tracemalloc on hostile
+  shapes (``tests/test_memory_bound.py``): at most 580 bytes; the constant leaves room.
+- :data:`STORE_CONSTANT` is what an empty store holds beyond its slots (the actor, its
+  channels, the scan runner, the indexes' empty structures): 27 to 35 KB measured.
 """
 
 from __future__ import annotations
@@ -20,7 +45,20 @@ from protocol._surrogates import unpack_message, utf8_bytes
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
 
-__all__ = ["Arena", "Entries", "Snapshot", "keep_text", "kept_text"]
+__all__ = [
+    "ENTRY_CONSTANT",
+    "STORE_CONSTANT",
+    "Arena",
+    "Entries",
+    "Snapshot",
+    "keep_text",
+    "kept_text",
+]
+
+#: The per-entry constant of the memory bound (see the module docstring), in bytes.
+ENTRY_CONSTANT = 768
+#: The per-store constant of the memory bound (see the module docstring), in bytes.
+STORE_CONSTANT = 64 * 1024
 
 
 def keep_text(text: str) -> str | bytes:

@@ -59,7 +59,7 @@ K1 = 1.2
 B = 0.75
 #: What one indexed document may hold, at most, per byte of its text (UTF-8), on top
 #: of :data:`BM25_BYTES_PER_DOCUMENT` (see :class:`Bm25Index`, "Memory").
-BM25_BYTES_PER_TEXT_BYTE = 48
+BM25_BYTES_PER_TEXT_BYTE = 64
 #: The fixed part of one indexed document's memory.
 BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")

@@ -103,7 +103,7 @@ def exact_msgpack(value: object) -> bytes:
     try:
         _ENCODER.encode_into(value, buffer)
     except UnicodeEncodeError:
-        return pack(value)
+        return bytes(memoryview(pack(value)))  # exact size, as below
     return bytes(buffer)
 
 
@@ -266,7 +266,9 @@ def metadata_json(metadata: dict[str, Any], what: str = "metadata") -> bytes:
     """
     if not metadata:
         return b""
-    return compact_json(metadata, what=what)
+    # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
+    # 1 KB of JSON, measured), and the store keeps these bytes.
+    return bytes(memoryview(compact_json(metadata, what=what)))
 
 
 def document_bytes(document: Document) -> int:
