@@ -78,6 +78,12 @@ __all__ = [
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
+_JSON_ENCODER = msgspec.json.Encoder()
+# Values that may take more bytes in msgpack than in JSON: a float (9 bytes against as
+# few as 3), a str of 256 bytes or more (a 3- or 5-byte header against 2 quotes; one of
+# fewer than 85 characters has fewer than 256 bytes), and containers, which may hold
+# either.
+_LONGER_IN_MSGPACK = (float, str, list, dict)
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
@@ -257,18 +263,28 @@ def entry_bytes(
     return size
 
 
-def metadata_json(metadata: dict[str, Any], what: str = "metadata") -> bytes:
+def metadata_json(
+    metadata: dict[str, Any], what: str = "metadata", *, checked: bool = False
+) -> bytes:
     """The metadata as compact JSON, as counted and as the in-memory store keeps it;
-    ``b""`` for ``{}``.
+    ``b""`` for ``{}``. ``checked`` skips :func:`protocol._json.check_json` for a value
+    that has just passed it.
 
     Raises:
         JsonError: not a JSON object.
     """
     if not metadata:
         return b""
+    if checked:
+        try:
+            encoded = _JSON_ENCODER.encode(metadata)
+        except UnicodeEncodeError:
+            encoded = compact_json(metadata, what=what)
+    else:
+        encoded = compact_json(check_json_object(metadata, what=what), what=what)
     # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
     # 1 KB of JSON, measured), and the store keeps these bytes.
-    return bytes(memoryview(compact_json(metadata, what=what)))
+    return bytes(memoryview(encoded))
 
 
 def document_bytes(document: Document) -> int:
@@ -316,10 +332,30 @@ def _arguments_surplus(message: UnifiedMessage) -> int:
     stored) than as the compact JSON that SPEC §2 counts."""
     surplus = 0
     for block in message.content:
-        if isinstance(block, ToolCall) and block.arguments is not None:
-            what = f"arguments of tool call {block.id!r}"
-            stored = len(exact_msgpack(block.arguments))
-            surplus += max(0, stored - len(compact_json(block.arguments, what=what)))
+        if type(block) is ToolCall and block.arguments is not None:
+            if type(block.arguments) is dict and len(block.arguments) < 16:
+                # Small flat arguments: no value or key that may be longer in msgpack
+                # (see _LONGER_IN_MSGPACK), so the whole is not, header included.
+                for key, value in block.arguments.items():
+                    if type(value) in _LONGER_IN_MSGPACK and not (
+                        type(value) is str and len(value) < 85
+                    ):
+                        break
+                    if len(key) >= 85:
+                        break
+                else:
+                    continue
+            arguments = block.arguments
+            # payload_bytes has checked them: encode without checking again.
+            try:
+                as_json = len(_JSON_ENCODER.encode(arguments))
+                stored = len(_ENCODER.encode(arguments))
+            except UnicodeEncodeError:  # a lone surrogate: the forms that handle one
+                what = f"arguments of tool call {block.id!r}"
+                as_json = len(compact_json(arguments, what=what))
+                stored = len(pack(arguments))
+            if stored > as_json:
+                surplus += stored - as_json
     return surplus
 
 
@@ -442,7 +478,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
-    meta = metadata_json(check_json_object(request.metadata))
+    meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
     shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
     plain, roles = _plain_turns(turns)
@@ -454,12 +490,15 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                     f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
                 )
             try:
-                size = shared + turn_bytes(
-                    turn,
-                    source="",
-                    index_text=None if texts is None else texts[i],
-                    entry_id=None if ids is None else ids[i],
-                )
+                # turn_bytes, inlined (a call with keywords per turn cost a fifth of
+                # a batch's checks) with the shared part added once.
+                size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+                if len(turn.content) > 1:
+                    size += BLOCK_OVERHEAD * (len(turn.content) - 1)
+                if texts is not None:
+                    size += _utf8_len(texts[i])
+                if ids is not None:
+                    size += name_bytes(ids[i])
             except VectorStoreError:
                 raise  # a JsonError names the bad tool-call arguments itself
             except (AttributeError, TypeError) as error:
