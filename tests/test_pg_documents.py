@@ -240,7 +240,6 @@ async def test_exact_text_source_id_and_metadata_round_trip(opener: Any) -> None
     meta = {"big": 1e23, "neg0": -0.0, "int": 2**63 - 1, "nested": {"l": [1, 2.5, None]}}
     with trio.fail_after(TIMEOUT):
         async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            # An explicit id: document_id() cannot hash a lone surrogate (a protocol issue).
             (doc_id,) = await store.upsert(
                 [Document(id="r", text=text, metadata=meta, source_id="f.md")]
             )
