@@ -47,7 +47,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, Protocol, TextIO, get_args, runtime_checkable
 
 import attrs
-import msgspec
 import trio
 
 from protocol._documents import DeleteResult, Document, IndexResult
@@ -59,6 +58,7 @@ from protocol._events import (
     IndexingFailed,
     IndexingStarted,
 )
+from protocol._json import canonical_json
 
 from ._prepare import check_int
 
@@ -74,7 +74,6 @@ __all__ = [
 
 Cleanup = Literal["incremental", "full", "scoped_full"]
 _CLEANUPS: tuple[str, ...] = get_args(Cleanup)
-_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 @runtime_checkable
@@ -200,9 +199,7 @@ class InMemoryRecordManager:
 
 def hash_document(doc: Document, source_id: str | None) -> str:
     """sha256 hex over the document's text, metadata and source id, as sorted JSON."""
-    blob = _HASH_ENCODER.encode(
-        {"text": doc.text, "metadata": doc.metadata, "source_id": source_id}
-    )
+    blob = canonical_json({"text": doc.text, "metadata": doc.metadata, "source_id": source_id})
     return hashlib.sha256(blob).hexdigest()
 
 

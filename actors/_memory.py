@@ -50,6 +50,7 @@ from protocol import (
 from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error
+from protocol._surrogates import pack
 
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
@@ -384,7 +385,7 @@ class Memory:
         for message in messages:
             if message.role != "user":
                 continue
-            key = hashlib.sha256(msgspec.msgpack.encode(message)).digest()
+            key = hashlib.sha256(pack(message)).digest()
             if key in self._stored_user:
                 self._stored_user.move_to_end(key)
             else:

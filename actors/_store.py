@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -53,9 +53,11 @@ from protocol import (
 from protocol._events import SearchOperation
 from protocol._filters import check_filter
 from protocol._json import check_json_object
+from protocol._surrogates import unpack_message
 
-from ._arena import Arena, Entries, Snapshot
+from ._arena import Arena, Entries, Snapshot, kept_text
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
+from ._filtering import PackedMetadata
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._mailbox import CrashableActor, Envelope
@@ -81,11 +83,9 @@ __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 logger = logging.getLogger("trio_recall.store")
 
 _ENCODER = msgspec.msgpack.Encoder()
+_EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 _FAST_NORM_LIMIT = 1e38
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
-_EMPTY_METADATA = _ENCODER.encode({})
 
 
 _Envelope = Envelope[StoreRequest]
@@ -123,6 +123,18 @@ class _Prepared:
             return self
         entries = attrs.evolve(self.entries, vectors=self.entries.normalized(), scale=None)
         return _Prepared(entries=entries, dropped=self.dropped)
+
+
+def packed_metadata(json: bytes) -> Mapping[str, Any]:
+    """How the arena keeps a metadata object: its compact JSON, or one shared ``{}``."""
+    return PackedMetadata(json) if json else _EMPTY_METADATA
+
+
+def metadata_copy(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of stored metadata that the caller may mutate."""
+    if type(metadata) is PackedMetadata:
+        return metadata.decoded()
+    return {} if not metadata else private_json(dict(metadata))
 
 
 def _plain_message(role: Role | None, text: str | None) -> UnifiedMessage:
@@ -298,11 +310,14 @@ class _StoreActor(CrashableActor):
     async def _prepare_turns(self, request: StoreTurns) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
         source = check_name("source", request.source)
-        metadata = private_json(check_json_object(request.metadata))
+        check_json_object(request.metadata)
         config = self.config
         batch = check_turns(
             request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
         )
+        # Kept as the compact JSON that max_entry_bytes counted, which is also the copy
+        # that the caller's later mutations cannot reach.
+        metadata = packed_metadata(batch.metadata_json)
         vectors, scale, zero = await self._embed(batch.texts)
         keep = len(batch.survivors)
         # A plain turn (one Text block and nothing else) is kept as its role and text,
@@ -325,6 +340,7 @@ class _StoreActor(CrashableActor):
                 source=source,
                 derived_texts=not batch.given and not plain,
                 roles=batch.roles if plain else None,
+                ascii_texts=plain,
                 scale=scale,
             ),
             dropped=batch.dropped,
@@ -347,7 +363,7 @@ class _StoreActor(CrashableActor):
                 zero=zero,
                 texts=texts,
                 payloads=[None] * keep,
-                metadata=[private_json(d.metadata) for d in survivors],
+                metadata=[packed_metadata(m) for m in batch.metadata_json],
                 ids=[d.id for d in survivors if d.id is not None],
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
@@ -466,7 +482,7 @@ class _StoreActor(CrashableActor):
         ids, sources, payloads = arena.ids, arena.sources, arena.payloads
         texts, roles = arena.texts, arena.roles
         metadata_of = arena.meta.get
-        decode = _MESSAGE_DECODER.decode
+        decode = unpack_message
         turns = []
         for slot, score, seq, namespace in zip(
             slots.tolist(),
@@ -485,13 +501,13 @@ class _StoreActor(CrashableActor):
                 RetrievedTurn(
                     message=decode(payload)
                     if payload is not None
-                    else _plain_message(roles[slot], texts[slot]),
+                    else _plain_message(roles[slot], kept_text(texts[slot])),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
                     namespace=namespace,
                     source=source,
-                    metadata={} if not metadata else private_json(dict(metadata)),
+                    metadata=metadata_copy(metadata),
                     id=entry_id,
                 )
             )
@@ -504,13 +520,11 @@ class _StoreActor(CrashableActor):
         payload = arena.payloads[slot]
         if payload is None:
             return _plain_message(arena.roles[slot], arena.text_of(slot))
-        message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
-        return message
+        return unpack_message(payload)
 
     def metadata_copy(self, slot: int) -> dict[str, Any]:
         """A copy of the metadata in ``slot`` that the caller may mutate."""
-        metadata = self.arena.metadata_of(slot)
-        return {} if not metadata else private_json(dict(metadata))
+        return metadata_copy(self.arena.metadata_of(slot))
 
     def document_of(self, slot: int) -> Document:
         """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection)."""

@@ -25,7 +25,7 @@ from ._checks import check_int, shown
 from ._embedding import EmbeddingProfile
 from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
-from ._json import check_json_object
+from ._json import canonical_json, check_json_object
 
 __all__ = [
     "HYBRID_LISTS",
@@ -42,7 +42,6 @@ SearchKind = Literal["similarity", "mmr", "hybrid"]
 # The ranked lists a hybrid search fuses, by the names ScoredDocument.ranks uses.
 HYBRID_LISTS = ("dense", "bm25")
 _KINDS = ("similarity", "mmr", "hybrid")
-_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
@@ -59,7 +58,7 @@ def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
     if not isinstance(text, str):
         raise ConfigError(f"text is a {type(text).__name__}; expected a str")
     meta = check_json_object({} if metadata is None else metadata)
-    blob = _HASH_ENCODER.encode({"text": text, "metadata": meta})
+    blob = canonical_json({"text": text, "metadata": meta})
     return hashlib.sha256(blob).hexdigest()[:32]
 
 

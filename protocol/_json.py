@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -10,11 +11,12 @@ import msgspec
 from ._checks import shown
 from ._errors import JsonError
 
-__all__ = ["check_json", "compact_json", "check_json_object"]
+__all__ = ["canonical_json", "check_json", "compact_json", "check_json_object"]
 
 _MAX_DEPTH = 64
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
+_SORTED = msgspec.json.Encoder(order="sorted")
 
 
 def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
@@ -71,6 +73,32 @@ def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:
 
 
 def compact_json(value: Any, *, what: str = "value") -> bytes:
-    """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`."""
+    """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`.
+
+    A str holding a lone surrogate (which has no UTF-8 form) is written with the
+    surrogate as its 3-byte form (``"surrogatepass"``), so the size of such a value
+    counts every character, as :func:`protocol.payload_bytes` counts text.
+    """
     check_json(value, what=what)
-    return msgspec.json.encode(value)
+    try:
+        return msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "surrogatepass")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Stable bytes for hashing ``value`` (msgspec Structs included): JSON with sorted
+    keys and fields.
+
+    A value holding a lone surrogate cannot be UTF-8 JSON; it is hashed as ASCII JSON
+    with ``\\uXXXX`` escapes instead. That form never equals the UTF-8 form of a value
+    without one (which never writes a non-control character as an escape), so two
+    different values never share these bytes.
+    """
+    try:
+        return _SORTED.encode(value)
+    except UnicodeEncodeError:
+        builtins = msgspec.to_builtins(value, order="sorted")
+        text = json.dumps(builtins, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+        return text.encode("ascii")

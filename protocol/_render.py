@@ -26,6 +26,7 @@ import msgspec
 
 from ._chat import Text, UnifiedMessage, UnifiedRequest, projection
 from ._errors import ConfigError
+from ._json import canonical_json
 from ._store import RetrievalReport
 
 __all__ = [
@@ -53,9 +54,6 @@ _WHITESPACE = re.compile(r"\s+")
 # The complement of XML 1.0's Char production (§2.2): #x9 | #xA | #xD | [#x20-#xD7FF] |
 # [#xE000-#xFFFD] | [#x10000-#x10FFFF]. Lone surrogates fall outside it.
 _NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-# Canonical form: sorted keys, so two equal requests built in different orders (tool
-# arguments, ``extra``) encode to the same bytes.
-_CANONICAL = msgspec.json.Encoder(order="sorted")
 
 
 class RecallInjection(enum.Enum):
@@ -170,7 +168,10 @@ def inject(report: RetrievalReport, request: UnifiedRequest, renderer: str = "pl
 def digest_request(request: UnifiedRequest) -> str:
     """The sha256 hex digest of the canonical encoding of the request's message list.
 
-    Canonical means msgspec JSON with sorted object keys. Only the messages count (not
+    Canonical means msgspec JSON with sorted object keys, so two equal requests built in
+    different orders (tool arguments, ``extra``) give one digest; a message list holding
+    a lone surrogate is hashed as escaped ASCII JSON (see
+    :func:`protocol._json.canonical_json`). Only the messages count (not
     the model or the generation settings), because the digest stands for the prompt
     prefix a server can cache: an injected recall changes it, the temperature does not.
 
@@ -179,4 +180,4 @@ def digest_request(request: UnifiedRequest) -> str:
     """
     if not isinstance(request, UnifiedRequest):
         raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
-    return hashlib.sha256(_CANONICAL.encode(request.messages)).hexdigest()
+    return hashlib.sha256(canonical_json(request.messages)).hexdigest()
