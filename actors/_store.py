@@ -443,12 +443,15 @@ class _StoreActor(CrashableActor):
             # The common case, checked by its square: a non-finite component makes it
             # non-finite, and then as_vector below names the culprit.
             arr = vector.astype(np.float64)
-            squared = float(np.dot(arr, arr))
+            # vdot, not dot: the same BLAS ddot, but an overflowing square (components
+            # near 1e300) gives inf without a RuntimeWarning, and normalize_rows then
+            # refuses it with an EmbeddingError.
+            squared = float(np.vdot(arr, arr))
             if not math.isfinite(squared):
                 arr = as_vector(vector, d, what="query embedding")
         else:
             arr = as_vector(vector, d, what="query embedding")
-            squared = float(np.dot(arr, arr))
+            squared = float(np.vdot(arr, arr))
         if squared == 0.0:
             return None
         if squared < _FAST_NORM_LIMIT:

@@ -408,6 +408,22 @@ async def test_vectors_are_checked_alike_everywhere(
             await still_usable(store)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_finite_vector_whose_square_overflows_is_an_embedding_error(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Only the store knows: SearchRequest checks components, not the norm. The in-memory
+    # fast path's dot raised a RuntimeWarning here (an error under -W error).
+    with trio.fail_after(TIMEOUT):
+        async with opened(backend, request) as store:
+            for vector in (np.full(DIM, 1e300), np.full(DIM, 1e20, dtype=np.float32)):
+                with pytest.raises(EmbeddingError, match="overflows float32"):
+                    await store.retrieve_embedding(vector, 2)
+                with pytest.raises(EmbeddingError, match="overflows float32"):
+                    await store.search(SearchRequest(vector=vector.tolist(), k=2))
+            await still_usable(store)
+
+
 class Returning:
     """A sync embedder that returns ``vector`` for every text (batched or not)."""
 
