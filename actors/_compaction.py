@@ -36,6 +36,7 @@ from protocol import (
     MemoryConfig,
     Offload,
     Offloaded,
+    Poisoned,
     Rejected,
     Skipped,
     SlidingWindow,
@@ -393,6 +394,8 @@ class CompactionActor:
             stored = await self.store.store_turns(
                 batch, namespace=self.config.namespace, source=OFFLOAD_SOURCE, texts=texts
             )
+        except Poisoned:
+            raise  # a crashed store is a bug, never a strategy's failure to report
         except VectorStoreError as error:
             # Nothing was removed yet, so every message is still at its original index.
             converted = to_plugin_error(error)
@@ -434,6 +437,8 @@ class CompactionActor:
                     source="compaction",
                     metadata={"summarized": len(batch)},
                 )
+            except Poisoned:
+                raise
             except VectorStoreError as error:
                 # The prompt still shrinks; only the stored copy is missing.
                 error_out = to_plugin_error(error)

@@ -179,9 +179,19 @@ class Memory:
         Returns:
             The new messages (the caller's list is not changed) and the report.
 
+        A store error during a strategy is that strategy's failure, recorded in the
+        report (``last_error``, through the ``PluginError`` seam), and the next strategy
+        runs; ``Poisoned`` is the exception: a crashed store is a bug, so ``compress``
+        raises it rather than report it (design §3, "only bugs poison").
+
+        Cancellation: if the caller is cancelled while it waits, the compaction actor
+        still finishes the request (an ``Offload`` may still commit) and the reply is
+        dropped.
+
         Raises:
             ConfigError: ``messages`` is not a list of ``UnifiedMessage``, or ``date`` is
                 not a str or None.
+            Poisoned: the store crashed.
         """
         if date is not None and not isinstance(date, str):
             raise ConfigError(f"date is a {type(date).__name__}; expected a str or None")

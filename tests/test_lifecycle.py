@@ -448,3 +448,13 @@ async def test_handles_and_memories_are_made_only_by_their_open_functions() -> N
     with pytest.raises(TypeError, match="made by open_memory"):
         fields = ("config", "store", "hub", "watch", "dispatcher", "compaction", "recall")
         Memory(**dict.fromkeys((*fields, "injection", "inbox_size")))
+
+
+async def test_compress_raises_poisoned_instead_of_reporting_it() -> None:
+    config = MemoryConfig(strategies=[Offload(turns=2)])
+    with trio.fail_after(10), pytest.raises(Poisoned):
+        async with open_memory(store=CONFIG, memory=config) as memory:
+            inject_crash(memory.store)
+            # On the old main, compress returned with Poisoned as an Internal last_error.
+            with pytest.raises(Poisoned):
+                await memory.compress(list(CHAT))
