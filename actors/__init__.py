@@ -16,13 +16,12 @@ from ._embedding import EmbeddingResult as EmbeddingResult
 from ._embedding import EmbeddingUsageLog as EmbeddingUsageLog
 from ._embedding import check_profile as check_profile
 from ._events import Subscription as Subscription
+from ._handle import Store as Store
 from ._indexing import DocumentStore as DocumentStore
 from ._indexing import InMemoryRecordManager as InMemoryRecordManager
 from ._indexing import Record as Record
 from ._indexing import RecordManager as RecordManager
 from ._indexing import index as index
-from ._llama_server import open_llama_server as open_llama_server
-from ._llama_server import smollm2_gguf_path as smollm2_gguf_path
 from ._memory import Memory as Memory
 from ._memory import MemoryStatistics as MemoryStatistics
 from ._memory import Turned as Turned
@@ -59,6 +58,7 @@ __all__ = [
     "Record",
     "RecordManager",
     "SentenceTransformerEmbedder",
+    "Store",
     "StoreHandle",
     "StoreStatistics",
     "Subscription",
@@ -66,10 +66,8 @@ __all__ = [
     "Turned",
     "check_profile",
     "index",
-    "open_llama_server",
     "open_memory",
     "open_store",
-    "smollm2_gguf_path",
 ]
 
 # The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,

@@ -57,8 +57,9 @@ from protocol import (
 from protocol._memory import contextual_entry, describe_error
 from protocol._render import RENDERERS, is_recall_block
 
-from ._events import EventHub, Mailbox, StoreWatch, now
-from ._store import StoreHandle
+from ._events import EventHub, StoreWatch, now
+from ._handle import Store
+from ._mailbox import Mailbox
 
 __all__ = [
     "DROPPED_OUTPUT_PREFIX",
@@ -291,7 +292,7 @@ class CompactionActor:
     def __init__(
         self,
         config: MemoryConfig,
-        store: StoreHandle,
+        store: Store,
         hub: EventHub,
         watch: StoreWatch,
         summarizer: Summarizer,
@@ -446,7 +447,7 @@ class CompactionActor:
             result = await summarizer(list(batch))  # type: ignore[misc]
         else:
             # A sync summarizer may be a model call: keep it off the trio loop.
-            result = await trio.to_thread.run_sync(summarizer, list(batch))
+            result = await trio.to_thread.run_sync(summarizer, list(batch), abandon_on_cancel=True)
             if inspect.isawaitable(result):
                 result = await result
         if isinstance(result, str) and result.strip():

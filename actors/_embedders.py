@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 import trio
 
-from protocol import ConfigError, EmbedderError, EmbeddingError
+from protocol import (
+    ConfigError,
+    EmbedderError,
+    EmbeddingCall,
+    EmbeddingError,
+    EmbeddingPrice,
+    EmbeddingProfile,
+)
+
+from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
+from ._mailbox import PROPAGATE
 
 __all__ = ["AsyncEmbedder", "Embedder", "EmbedderAdapter", "HashingEmbedder", "VectorLike"]
 
@@ -93,16 +104,58 @@ class HashingEmbedder:
         return f"HashingEmbedder(dimensions={self.dimensions})"
 
 
-class EmbedderAdapter:
-    """Calls a sync or async embedder the same way, and wraps its failures.
+class _TeeUsageLog(EmbeddingUsageLog):
+    """A store's usage log in front of the caller's own (a ``CachedEmbedder``'s): every
+    record goes to both, the caller's pricing applies, and the totals here are the
+    store's only."""
 
-    A sync embedder runs in ``trio.to_thread.run_sync``; when the caller is cancelled the
-    thread finishes its call and the result is dropped. Any exception the embedder raises
-    becomes :class:`EmbedderError` with the original as ``.error`` and ``__cause__``.
+    def __init__(self, inner: EmbeddingUsageLog, listener: Callable[[EmbeddingCall], None]):
+        super().__init__(listener=listener)
+        self._inner = inner
+
+    def price_for(self, profile: EmbeddingProfile) -> EmbeddingPrice | None:
+        return self._inner.price_for(profile)
+
+    def record(self, call: EmbeddingCall) -> None:
+        self._inner.record(call)
+        super().record(call)
+
+
+class EmbedderAdapter:
+    """Calls a sync or async embedder the same way, bounds and meters each call, and
+    sorts its failures. Every store (both backends) calls its embedder through one.
+
+    - A sync embedder runs in a worker thread (``trio.to_thread.run_sync``) that is
+      abandoned on cancellation: the call's result is dropped, and nobody waits for
+      the thread, so leaving a store never waits for a stuck embedder.
+    - ``timeout`` (seconds, or None for no limit) bounds each call: over it, the call
+      raises :class:`~protocol.EmbedderError` whose ``.error`` is a ``TimeoutError``.
+    - An ``Exception`` from the embedder becomes :class:`~protocol.EmbedderError`, with
+      the original as ``.error`` and ``__cause__``. ``Cancelled``, ``KeyboardInterrupt``
+      and ``SystemExit`` propagate as themselves. Any other ``BaseException`` is a crash:
+      ``on_crash(error)`` (the store's, which poisons it) gives what to raise instead.
+    - Metering: every call is an :class:`~protocol.EmbeddingCall` record in
+      :attr:`usage`, and each record is offered to every callable in :attr:`listeners`
+      (a memory over this store adds its own while it is open). A ``CachedEmbedder``
+      keeps its model, cache and log (a tee records into it too); an
+      ``EmbeddingModel`` goes behind a ``CachedEmbedder`` without a cache; any other
+      embedder is metered here, with the provider ``"local"`` and its class as the
+      model, and only while someone listens.
     """
 
-    def __init__(self, embedder: object) -> None:
-        self.embedder = embedder
+    def __init__(
+        self,
+        embedder: object,
+        *,
+        dimensions: int = 0,
+        timeout: float | None = None,
+        on_crash: Callable[[BaseException], BaseException] | None = None,
+    ) -> None:
+        self.original = embedder
+        self.dimensions = dimensions
+        self.timeout = check_timeout("embed_timeout", timeout)
+        self._on_crash = on_crash
+        self.listeners: list[Callable[[EmbeddingCall], None]] = []
         docs = getattr(embedder, "embed_documents", None)
         self._async = docs is not None and inspect.iscoroutinefunction(docs)
         if self._async:
@@ -116,30 +169,130 @@ class EmbedderAdapter:
                 f"embedder {type(embedder).__name__} has neither embed(text) nor async "
                 "embed_documents(texts); expected an Embedder or an AsyncEmbedder"
             )
+        # Metering: the records of a CachedEmbedder (which knows cache hits and tokens)
+        # or of this adapter.
+        self._meter = False
+        self.embedder: object = embedder
+        if isinstance(embedder, CachedEmbedder):
+            self.usage: EmbeddingUsageLog = _TeeUsageLog(embedder.usage, self._fan_out)
+            self.embedder = CachedEmbedder(embedder.model, cache=embedder.cache, usage=self.usage)
+        elif (
+            self._async
+            and isinstance(embedder, EmbeddingModel)
+            and isinstance(getattr(embedder, "profile", None), EmbeddingProfile)
+        ):
+            self.usage = EmbeddingUsageLog(listener=self._fan_out)
+            self.embedder = CachedEmbedder(embedder, usage=self.usage)
+        else:
+            self.usage = EmbeddingUsageLog(listener=self._fan_out)
+            self._meter = True
+
+    def _fan_out(self, call: EmbeddingCall) -> None:
+        for listener in list(self.listeners):
+            listener(call)
 
     async def documents(self, texts: list[str]) -> object:
         """Embed ``texts`` in one call where the embedder batches."""
         if not texts:
             return []
         embedder: Any = self.embedder
-        try:
-            if self._async:
-                return await embedder.embed_documents(texts)
-            batch = getattr(embedder, "embed_batch", None)
-            if callable(batch):
-                return await trio.to_thread.run_sync(batch, texts)
-            return await trio.to_thread.run_sync(lambda: [embedder.embed(t) for t in texts])
-        except Exception as error:
-            raise EmbedderError(error) from error
+        if self._async:
+            return await self._call("document", texts, 1, lambda: embedder.embed_documents(texts))
+        batch = getattr(embedder, "embed_batch", None)
+        if callable(batch):
+            return await self._call("document", texts, 1, lambda: _in_thread(batch, texts))
+        return await self._call(
+            "document",
+            texts,
+            len(texts),
+            lambda: _in_thread(lambda: [embedder.embed(t) for t in texts]),
+        )
 
     async def query(self, text: str) -> object:
+        """Embed one query."""
         embedder: Any = self.embedder
+        if self._async:
+            return await self._call("query", [text], 1, lambda: embedder.embed_query(text))
+        return await self._call("query", [text], 1, lambda: _in_thread(embedder.embed, text))
+
+    async def _call(
+        self,
+        input_type: str,
+        texts: list[str],
+        batches: int,
+        start: Callable[[], Awaitable[object]],
+    ) -> object:
+        began = time.perf_counter()
         try:
-            if self._async:
-                return await embedder.embed_query(text)
-            return await trio.to_thread.run_sync(embedder.embed, text)
+            if self.timeout is None:
+                result = await start()
+            else:
+                with trio.move_on_after(self.timeout) as scope:
+                    result = await start()
+                if scope.cancelled_caught:
+                    raise _Timeout(
+                        f"the embedder's {input_type} call for {len(texts)} text(s) took "
+                        f"over {self.timeout} s (embed_timeout); its result is dropped"
+                    )
+        except trio.Cancelled:
+            raise
         except Exception as error:
-            raise EmbedderError(error) from error
+            cause = TimeoutError(str(error)) if isinstance(error, _Timeout) else error
+            self._record(input_type, texts, 0, began, type(cause).__name__)
+            raise EmbedderError(cause) from cause
+        except BaseException as error:
+            if isinstance(error, PROPAGATE) or self._on_crash is None:
+                raise
+            raise self._on_crash(error) from error
+        self._record(input_type, texts, batches, began, None)
+        return result
+
+    def _record(
+        self, input_type: str, texts: list[str], batches: int, began: float, error: str | None
+    ) -> None:
+        if not self._meter or not self.listeners:
+            return  # nobody reads these records: keep the hot path free of them
+        sent = texts if error is None else []
+        self.usage.record(
+            EmbeddingCall(
+                provider="local",
+                model=type(self.original).__name__,
+                input_type=input_type,  # type: ignore[arg-type]
+                texts=len(texts),
+                cache_hits=0,
+                texts_embedded=len(sent),
+                characters=sum(len(t) for t in sent),
+                tokens=None,
+                truncated=0,
+                batches=batches,
+                dimensions=self.dimensions,
+                seconds=time.perf_counter() - began,
+                error=error,
+            )
+        )
+
+
+class _Timeout(Exception):
+    """An embedder call over ``embed_timeout`` (becomes ``EmbedderError(TimeoutError)``)."""
+
+
+async def _in_thread(fn: Callable[..., object], *args: object) -> object:
+    # Abandoned on cancellation: a stuck sync embedder never holds up a cancel, a
+    # timeout or leaving the store; its late result is dropped with its thread.
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+def check_timeout(name: str, value: object) -> float | None:
+    """A timeout in seconds (> 0 and finite), or None for no limit."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < float("inf")
+    ):
+        raise ConfigError(f"{name} is {value!r}; expected None or a number of seconds > 0")
+    return float(value)
 
 
 def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.float64]:

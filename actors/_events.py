@@ -1,4 +1,4 @@
-"""The event hub, and the small mailbox plumbing the memory actors share.
+"""The event hub, its subscriptions, and the store watch that turns writes into events.
 
 The hub fans each event out to every subscriber's own bounded buffer with
 ``send_nowait``. When a subscriber's buffer is full the event is dropped for that
@@ -8,113 +8,21 @@ actor, and no buffer grows without bound.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import attrs
 import trio
 
-from protocol import ConfigError, Event, Evicted, StoreNearCap, TurnsStored
+from protocol import Event, Evicted, StoreNearCap, TurnsStored
 
-from ._mailbox import Envelope, ReplySlot, drain
-from ._store import StoreHandle
+from ._handle import Store
+from ._prepare import check_size
 
-__all__ = ["EventHub", "Mailbox", "StoreWatch", "Subscription", "check_size", "now"]
+__all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
 
 R = TypeVar("R")
-
-
-def check_size(name: str, value: object) -> int:
-    """An int > 0 for a buffer or inbox size, or :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} is {value!r}; expected an int > 0")
-    return value
-
-
-# --- mailboxes ------------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Mailbox(Generic[R]):
-    """A bounded inbox for one actor, and the way callers ask it something.
-
-    The actor owns ``receive``; callers use :meth:`ask`. The actor replies through the
-    envelope's slot, which never blocks, so an actor never waits on a caller that has
-    gone.
-    """
-
-    name: str
-    size: int
-    send: trio.MemorySendChannel[Envelope[R]]
-    receive: trio.MemoryReceiveChannel[Envelope[R]]
-
-    @classmethod
-    def open(cls, name: str, size: int) -> Mailbox[R]:
-        send, receive = trio.open_memory_channel[Envelope[R]](check_size(f"{name} inbox", size))
-        return cls(name, size, send, receive)
-
-    async def ask(self, request: R) -> object:
-        """Send ``request`` and wait for the reply.
-
-        Blocks while the inbox is full, then until the actor replies. If the caller is
-        cancelled while it waits, the actor still handles the request and its reply is
-        dropped.
-
-        Raises:
-            trio.ClosedResourceError: the memory has closed.
-            Exception: whatever the actor's handler raised for this request.
-        """
-        reply = ReplySlot()
-        try:
-            await self.send.send(Envelope(request, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise trio.ClosedResourceError(f"the {self.name} actor is closed") from None
-        return await reply.wait()
-
-    async def serve(
-        self,
-        handle: Callable[[R], Awaitable[object]],
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Run an actor: answer each request with ``await handle(request)``, in order.
-
-        An exception from ``handle`` is that caller's reply, not a crash. When the actor
-        stops (its inbox closes, or it is cancelled), the request in flight and every
-        queued one fail with ``trio.ClosedResourceError``, so no caller waits forever;
-        the inbox is drained before it is closed, or the drain would find nothing.
-        """
-        in_flight: Envelope[R] | None = None
-        try:
-            task_status.started()
-            async for envelope in self.receive:
-                in_flight = envelope
-                del envelope  # an idle actor must not keep the last request alive
-                try:
-                    result = await handle(in_flight.request)
-                except Exception as error:
-                    in_flight.reply.fail(error)
-                else:
-                    in_flight.reply.succeed(result)
-                in_flight = None
-        finally:
-            if in_flight is not None:
-                in_flight.reply.fail(
-                    trio.ClosedResourceError(f"the {self.name} actor closed mid-request")
-                )
-            self.fail_leftovers()
-
-    def fail_leftovers(self) -> None:
-        """Fail every queued request and close the inbox, so no caller waits on an
-        actor that has stopped."""
-        drain(
-            self.receive,
-            lambda: trio.ClosedResourceError(f"the {self.name} actor closed before it replied"),
-        )
-
-    def used(self) -> int:
-        return self.send.statistics().current_buffer_used
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -241,7 +149,7 @@ class StoreWatch:
     """
 
     hub: EventHub
-    store: StoreHandle
+    store: Store
     namespace: str
     _near_cap: bool = False
 

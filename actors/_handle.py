@@ -8,7 +8,7 @@ reply; it checks the arguments it can check without the store first. The in-memo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import trio
 
@@ -21,20 +21,28 @@ from protocol import (
     DeleteResult,
     Document,
     DocumentsUpserted,
+    EmbeddingProfile,
     RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     StoreRequest,
     TurnsStored,
     UnifiedMessage,
     UpsertDocuments,
     VectorStoreConfig,
+    VectorStoreUsage,
 )
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._prepare import check_ids, check_name, turns_request
 
-__all__ = ["StoreHandleBase"]
+__all__ = ["OPENED", "Store", "StoreHandleBase"]
 
 ActorT = TypeVar("ActorT", bound=CrashableActor)
+
+#: The token the ``open_*`` functions pass: a handle (or a ``Memory``) is only ever made
+#: by the function that runs its actors, so it can never outlive or skip them.
+OPENED = object()
 
 
 class StoreHandleBase(Generic[ActorT]):
@@ -44,7 +52,11 @@ class StoreHandleBase(Generic[ActorT]):
     store has closed, ``trio.ClosedResourceError``.
     """
 
-    def __init__(self, actor: ActorT) -> None:
+    def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
+        if _opened is not OPENED:
+            raise TypeError(
+                f"{type(self).__name__} is made by open_store or open_pg_store, not directly"
+            )
         self._actor = actor
         self._send = actor.send.clone()
         self._closed = False
@@ -195,9 +207,13 @@ class StoreHandleBase(Generic[ActorT]):
                 self._send.send_nowait(envelope)
             except trio.WouldBlock:
                 await self._send.send(envelope)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+        except trio.ClosedResourceError:
             self._check()
             raise trio.ClosedResourceError("the store is closed") from None
+        except trio.BrokenResourceError:
+            # trio's distinction, kept: our side is open, the actor's has gone.
+            self._check()
+            raise trio.BrokenResourceError("the store actor has stopped") from None
         return await reply.wait()
 
     def _check(self) -> None:
@@ -208,3 +224,61 @@ class StoreHandleBase(Generic[ActorT]):
     def _close(self) -> None:
         self._closed = True
         self._send.close()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store handle offers (``StoreHandle`` and ``PgStoreHandle``): the type
+    ``open_memory(store=...)`` borrows and the compaction and recall actors use."""
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = ...,
+        source: str = ...,
+        metadata: dict[str, Any] | None = ...,
+        ids: Sequence[str] | None = ...,
+        texts: Sequence[str] | None = ...,
+    ) -> TurnsStored: ...
+
+    async def add_documents(
+        self, documents: Sequence[Document], namespace: str | None = ...
+    ) -> list[str]: ...
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...
+
+    async def clear(self, namespace: str | None = ...) -> Cleared: ...
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_embedding(
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = ...,
+        *,
+        profile: EmbeddingProfile | None = ...,
+    ) -> RetrievalReport: ...
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]: ...
+
+    async def get_by_ids(
+        self, ids: Sequence[str], namespace: str | None = ...
+    ) -> list[Document]: ...
+
+    def usage(self) -> VectorStoreUsage: ...
+
+    def __len__(self) -> int: ...
+
+    def is_empty(self) -> bool: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def config(self) -> VectorStoreConfig: ...
+
+    @property
+    def profile(self) -> EmbeddingProfile | None: ...

@@ -44,7 +44,7 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Literal, Protocol, TextIO, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TextIO, get_args, runtime_checkable
 
 import attrs
 import msgspec
@@ -59,6 +59,8 @@ from protocol._events import (
     IndexingFailed,
     IndexingStarted,
 )
+
+from ._prepare import check_size
 
 __all__ = [
     "Cleanup",
@@ -272,6 +274,26 @@ class _Run:
     hashes: dict[str, str] = attrs.field(factory=dict)
     sources: set[str] = attrs.field(factory=set)
     pending: set[str] = attrs.field(factory=set)
+    on_event: Callable[[Event], None] | None = None
+    started: float = attrs.field(factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def emit(self, kind: type[Event], *, totals: bool = True, **fields: Any) -> None:
+        """Send one ``indexing.*`` event, with the run's counts so far unless told not."""
+        if self.on_event is None:
+            return
+        if totals:
+            fields.update(
+                seen=self.seen,
+                num_added=self.added,
+                num_updated=self.updated,
+                num_skipped=self.skipped,
+                num_deleted=self.deleted,
+            )
+        fields.update(at=trio.current_time(), namespace=self.namespace, run=self.run)
+        self.on_event(kind(**fields))
 
     def result(self) -> IndexResult:
         return IndexResult(
@@ -421,25 +443,7 @@ async def index(
     If the caller is cancelled, the batch in flight is written or not, as the store
     decides, and the next run brings the records and the store back in step.
     """
-    if cleanup is not None and cleanup not in _CLEANUPS:
-        raise ConfigError(
-            f"cleanup is {cleanup!r}; expected None or one of {', '.join(_CLEANUPS)}"
-        )
-    if source_id_key is not None and (not isinstance(source_id_key, str) or not source_id_key):
-        raise ConfigError(f"source_id_key is {source_id_key!r}; expected None or a non-empty str")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ConfigError(f"batch_size is {batch_size!r}; expected an int > 0")
-    if isinstance(docs, str | bytes | Document) or not isinstance(docs, Iterable):
-        raise ConfigError(f"docs is a {type(docs).__name__}; expected an iterable of Document")
-    if not isinstance(store, DocumentStore):
-        raise ConfigError(
-            f"store is a {type(store).__name__}; expected an object with async upsert, "
-            "delete and get_by_ids"
-        )
-    if not isinstance(record_manager, RecordManager):
-        raise ConfigError(
-            f"record_manager is a {type(record_manager).__name__}; expected a RecordManager"
-        )
+    _check_index_args(docs, store, record_manager, cleanup, source_id_key, batch_size)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     namespace = record_manager.namespace
@@ -452,44 +456,15 @@ async def index(
         namespace=namespace,
         progress=_Progress(_progress_stream(progress), namespace),
         batch_size=batch_size,
+        on_event=on_event,
     )
-    started = time.perf_counter()
-
-    def totals() -> dict[str, int]:
-        return {
-            "run": run.run,
-            "seen": run.seen,
-            "num_added": run.added,
-            "num_updated": run.updated,
-            "num_skipped": run.skipped,
-            "num_deleted": run.deleted,
-        }
-
-    if on_event is not None:
-        on_event(
-            IndexingStarted(
-                at=trio.current_time(),
-                namespace=namespace,
-                run=run.run,
-                cleanup=cleanup,
-                batch_size=batch_size,
-            )
-        )
+    run.emit(IndexingStarted, cleanup=cleanup, batch_size=batch_size, totals=False)
     try:
         items = iter(docs)
         number = 0
         while batch := list(itertools.islice(items, batch_size)):
             await run.batch(batch)
-            if on_event is not None:
-                on_event(
-                    IndexingBatchCompleted(
-                        at=trio.current_time(),
-                        namespace=namespace,
-                        batch=number,
-                        documents=len(batch),
-                        **totals(),
-                    )
-                )
+            run.emit(IndexingBatchCompleted, batch=number, documents=len(batch))
             number += 1
         if cleanup == "full":
             await run.clean(None)
@@ -499,26 +474,37 @@ async def index(
             await run.clean(run.pending)
         run.progress.update(run.seen, run.result())
     except Exception as error:
-        if on_event is not None:
-            on_event(
-                IndexingFailed(
-                    at=trio.current_time(),
-                    namespace=namespace,
-                    error=f"{type(error).__name__}: {error}",
-                    seconds=time.perf_counter() - started,
-                    **totals(),
-                )
-            )
+        run.emit(IndexingFailed, error=f"{type(error).__name__}: {error}", seconds=run.elapsed())
         raise
     finally:
         run.progress.close()
-    if on_event is not None:
-        on_event(
-            IndexingCompleted(
-                at=trio.current_time(),
-                namespace=namespace,
-                seconds=time.perf_counter() - started,
-                **totals(),
-            )
-        )
+    run.emit(IndexingCompleted, seconds=run.elapsed())
     return run.result()
+
+
+def _check_index_args(
+    docs: object,
+    store: object,
+    record_manager: object,
+    cleanup: object,
+    source_id_key: object,
+    batch_size: object,
+) -> None:
+    if cleanup is not None and cleanup not in _CLEANUPS:
+        raise ConfigError(
+            f"cleanup is {cleanup!r}; expected None or one of {', '.join(_CLEANUPS)}"
+        )
+    if source_id_key is not None and (not isinstance(source_id_key, str) or not source_id_key):
+        raise ConfigError(f"source_id_key is {source_id_key!r}; expected None or a non-empty str")
+    check_size("batch_size", batch_size)
+    if isinstance(docs, str | bytes | Document) or not isinstance(docs, Iterable):
+        raise ConfigError(f"docs is a {type(docs).__name__}; expected an iterable of Document")
+    if not isinstance(store, DocumentStore):
+        raise ConfigError(
+            f"store is a {type(store).__name__}; expected an object with async upsert, "
+            "delete and get_by_ids"
+        )
+    if not isinstance(record_manager, RecordManager):
+        raise ConfigError(
+            f"record_manager is a {type(record_manager).__name__}; expected a RecordManager"
+        )

@@ -11,7 +11,8 @@ import trio
 
 from protocol import Inject, Injected, RecallInjected, digest_request, inject
 
-from ._events import EventHub, Mailbox, now
+from ._events import EventHub, now
+from ._mailbox import Mailbox
 
 __all__ = ["InjectionActor"]
 

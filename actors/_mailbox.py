@@ -1,10 +1,11 @@
-"""What every actor shares: the envelope and one-shot reply slot it answers through, and
-the lifecycle of an actor that can crash (drain on close, poison on crash)."""
+"""What every actor shares: the envelope and one-shot reply slot it answers through, the
+serve loop of a store actor that can crash (drain on close, poison on crash), and the
+:class:`Mailbox` the memory's own actors serve."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -12,7 +13,15 @@ import trio
 
 from protocol import Poisoned, VectorStoreConfig
 
-__all__ = ["CrashableActor", "Envelope", "ReplySlot", "drain"]
+__all__ = [
+    "PROPAGATE",
+    "CrashableActor",
+    "Envelope",
+    "Mailbox",
+    "ReplySlot",
+    "answer_base_exception",
+    "drain",
+]
 
 R = TypeVar("R")
 
@@ -118,6 +127,12 @@ class CrashableActor:
         raise NotImplementedError
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the inbox until it closes or the actor is cancelled.
+
+        ``_handle`` answers ordinary exceptions itself; what escapes it is sorted by
+        :func:`answer_base_exception`, so nothing but ``Cancelled`` ever leaves this task
+        (an exception leaving an actor task would tear down the caller's nursery).
+        """
         in_flight: Envelope[Any] | None = None
         try:
             task_status.started()
@@ -126,12 +141,20 @@ class CrashableActor:
                 # Drop the loop's reference: an idle actor must not keep the last batch
                 # (up to max_entries × max_entry_bytes) alive.
                 del envelope
-                await self._handle(in_flight)
+                try:
+                    await self._handle(in_flight)
+                except BaseException as error:
+                    in_flight.reply.fail(answer_base_exception(error, self.crashed))
                 in_flight = None
         finally:
             if in_flight is not None:
                 in_flight.reply.fail(self._closing_error())
             drain(self.receive, self._closing_error)
+
+    def services(self) -> list[Callable[..., Awaitable[None]]]:
+        """Tasks the actor needs besides :meth:`run` (``task_status``-style), started
+        with it by the store lifecycle and stopped with it (the scan runner, say)."""
+        return []
 
     def _closing_error(self) -> BaseException:
         if self.crash is not None:
@@ -151,5 +174,132 @@ class CrashableActor:
             raise self.poisoned()
 
     def _poison(self, crash: BaseException) -> None:
+        if self.crash is not None:
+            return  # the first crash is the cause; it is logged once
         self.crash = crash
         self.logger.error("%s crashed; the store is poisoned", self.what, exc_info=crash)
+
+    def crashed(self, crash: BaseException) -> Poisoned:
+        """Poison the store with ``crash`` (a bug seen by any task working for it) and
+        return the :class:`~protocol.Poisoned` that task should raise."""
+        self._poison(crash)
+        return self.poisoned()
+
+
+#: Exceptions that are a request to stop the program, not a bug: they reach the caller
+#: as themselves and never poison a store.
+PROPAGATE: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
+
+
+def answer_base_exception(
+    error: BaseException, crashed: Callable[[BaseException], BaseException]
+) -> BaseException:
+    """What a caller gets for an exception raised while an actor worked for it.
+
+    ``Cancelled`` is re-raised (the actor itself is being cancelled). ``KeyboardInterrupt``
+    and ``SystemExit`` are returned unchanged, to be raised in the caller's task: the
+    request had not changed anything. Anything else is a crash: ``crashed(error)``
+    poisons the store and gives the error to raise instead.
+    """
+    if isinstance(error, trio.Cancelled):
+        raise error
+    if isinstance(error, PROPAGATE):
+        return error
+    return crashed(error)
+
+
+@attrs.define(eq=False)
+class Mailbox(Generic[R]):
+    """A bounded inbox for one actor, and the way callers ask it something.
+
+    The actor owns ``receive``; callers use :meth:`ask`. The actor replies through the
+    envelope's slot, which never blocks, so an actor never waits on a caller that has
+    gone.
+    """
+
+    name: str
+    size: int
+    send: trio.MemorySendChannel[Envelope[R]]
+    receive: trio.MemoryReceiveChannel[Envelope[R]]
+    #: Set by ``open_memory``: poisons the store, and gives what a crashed request raises.
+    crashed: Callable[[BaseException], BaseException] | None = None
+
+    @classmethod
+    def open(cls, name: str, size: int) -> Mailbox[R]:
+        # ``size`` is checked by whoever takes it from a user (``open_memory``).
+        send, receive = trio.open_memory_channel[Envelope[R]](size)
+        return cls(name, size, send, receive)
+
+    async def ask(self, request: R) -> object:
+        """Send ``request`` and wait for the reply.
+
+        Blocks while the inbox is full, then until the actor replies. If the caller is
+        cancelled while it waits, the actor still handles the request and its reply is
+        dropped.
+
+        Raises:
+            trio.ClosedResourceError: the memory has closed.
+            trio.BrokenResourceError: the actor stopped while the memory was open.
+            Exception: whatever the actor's handler raised for this request.
+        """
+        reply = ReplySlot()
+        try:
+            await self.send.send(Envelope(request, reply))
+        except trio.ClosedResourceError:
+            raise trio.ClosedResourceError(f"the {self.name} actor is closed") from None
+        except trio.BrokenResourceError:
+            raise trio.BrokenResourceError(f"the {self.name} actor has stopped") from None
+        return await reply.wait()
+
+    async def serve(
+        self,
+        handle: Callable[[R], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run an actor: answer each request with ``await handle(request)``, in order.
+
+        An exception from ``handle`` is that caller's reply, not a crash. When the actor
+        stops (its inbox closes, or it is cancelled), the request in flight and every
+        queued one fail with ``trio.ClosedResourceError``, so no caller waits forever;
+        the inbox is drained before it is closed, or the drain would find nothing.
+        """
+        in_flight: Envelope[R] | None = None
+        try:
+            task_status.started()
+            async for envelope in self.receive:
+                in_flight = envelope
+                del envelope  # an idle actor must not keep the last request alive
+                try:
+                    result = await handle(in_flight.request)
+                except Exception as error:
+                    in_flight.reply.fail(error)
+                except BaseException as error:
+                    # A summarizer's KeyboardInterrupt reaches its caller as itself; any
+                    # other BaseException is a crash of the store this actor works for.
+                    in_flight.reply.fail(answer_base_exception(error, self._crashed))
+                else:
+                    in_flight.reply.succeed(result)
+                in_flight = None
+        finally:
+            if in_flight is not None:
+                in_flight.reply.fail(
+                    trio.ClosedResourceError(f"the {self.name} actor closed mid-request")
+                )
+            self.fail_leftovers()
+
+    def fail_leftovers(self) -> None:
+        """Fail every queued request and close the inbox, so no caller waits on an
+        actor that has stopped."""
+        drain(
+            self.receive,
+            lambda: trio.ClosedResourceError(f"the {self.name} actor closed before it replied"),
+        )
+
+    def _crashed(self, crash: BaseException) -> BaseException:
+        if self.crashed is None:
+            raise crash
+        return self.crashed(crash)
+
+    def used(self) -> int:
+        return self.send.statistics().current_buffer_used

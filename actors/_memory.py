@@ -8,13 +8,12 @@ all four and reports each stage.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast, final
 
 import attrs
 import msgspec
@@ -28,13 +27,12 @@ from protocol import (
     EmbeddingCall,
     EmbeddingEmbedded,
     EmbeddingFailed,
-    EmbeddingPrice,
-    EmbeddingProfile,
     EmbeddingUsageTotals,
     Event,
     Inject,
     Injected,
     MemoryConfig,
+    Poisoned,
     Recall,
     RetrievalReport,
     RetrieverCompleted,
@@ -56,13 +54,16 @@ from protocol._memory import check_messages, describe_error
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
 from ._embedders import HashingEmbedder
-from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
-from ._events import EventHub, Mailbox, StoreWatch, Subscription, check_size, now
+from ._embedding import EmbeddingUsageLog
+from ._events import EventHub, StoreWatch, Subscription, now
+from ._handle import OPENED, Store, StoreHandleBase
 from ._injection import InjectionActor
-from ._prepare import check_k, check_name
+from ._lifecycle import supervise
+from ._mailbox import Mailbox
+from ._prepare import check_k, check_name, check_size
 from ._recall import RecallActor
-from ._store import StoreHandle, _StoreActor
-from ._store_hooks import bound_profile
+from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
+from ._store import open_store
 
 __all__ = ["Memory", "MemoryStatistics", "Turned", "open_memory"]
 
@@ -98,123 +99,6 @@ def memory_id(content: str, source: str, timestamp_ns: int) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-class _TeeUsageLog(EmbeddingUsageLog):
-    """This memory's usage log in front of the caller's own: every record goes to
-    both, the caller's pricing applies, and the totals here are this memory's only."""
-
-    def __init__(self, inner: EmbeddingUsageLog, listener: Callable[[EmbeddingCall], None]):
-        super().__init__(listener=listener)
-        self._inner = inner
-
-    def price_for(self, profile: EmbeddingProfile) -> EmbeddingPrice | None:
-        return self._inner.price_for(profile)
-
-    def record(self, call: EmbeddingCall) -> None:
-        self._inner.record(call)
-        super().record(call)
-
-
-class _MeteredEmbedder:
-    """An ``AsyncEmbedder`` that calls a plain ``Embedder``/``AsyncEmbedder`` exactly as
-    the store would (a sync one in a worker thread) and records each call's usage.
-
-    It returns what the embedder returned, unchecked, so the store's checks and error
-    messages are the same as without it; exceptions pass through unchanged. It has no
-    cache, so every text reaches the embedder; a cancelled call records nothing.
-    """
-
-    def __init__(self, inner: object, dimensions: int, usage: EmbeddingUsageLog) -> None:
-        self.inner = inner
-        self.usage = usage
-        self.dimensions = dimensions
-        self._async = inspect.iscoroutinefunction(getattr(inner, "embed_documents", None))
-        self._provider = "local"
-        self._model = type(inner).__name__
-
-    async def embed_documents(self, texts: Sequence[str]) -> object:
-        items = list(texts)
-        inner: Any = self.inner
-        if self._async:
-            return await self._metered("document", items, 1, inner.embed_documents(items))
-        batch = getattr(inner, "embed_batch", None)
-        if callable(batch):
-            return await self._metered("document", items, 1, trio.to_thread.run_sync(batch, items))
-        return await self._metered(
-            "document",
-            items,
-            len(items),
-            trio.to_thread.run_sync(lambda: [inner.embed(t) for t in items]),
-        )
-
-    async def embed_query(self, text: str) -> object:
-        inner: Any = self.inner
-        if self._async:
-            return await self._metered("query", [text], 1, inner.embed_query(text))
-        return await self._metered("query", [text], 1, trio.to_thread.run_sync(inner.embed, text))
-
-    async def _metered(self, input_type: str, texts: list[str], batches: int, call: Any) -> object:
-        start = time.perf_counter()
-        try:
-            result = await call
-        except Exception as error:
-            self._record(input_type, texts, 0, start, type(error).__name__)
-            raise
-        self._record(input_type, texts, batches, start, None)
-        return result
-
-    def _record(
-        self, input_type: str, texts: list[str], batches: int, start: float, error: str | None
-    ) -> None:
-        sent = texts if error is None else []
-        self.usage.record(
-            EmbeddingCall(
-                provider=self._provider,
-                model=self._model,
-                input_type=input_type,  # type: ignore[arg-type]
-                texts=len(texts),
-                cache_hits=0,
-                texts_embedded=len(sent),
-                characters=sum(len(t) for t in sent),
-                tokens=None,
-                truncated=0,
-                batches=batches,
-                dimensions=self.dimensions,
-                seconds=time.perf_counter() - start,
-                error=error,
-            )
-        )
-
-    def __repr__(self) -> str:
-        return f"_MeteredEmbedder({self.inner!r})"
-
-
-def _embedding_layer(
-    embedder: object, dimensions: int, listener: Callable[[EmbeddingCall], None]
-) -> tuple[object, EmbeddingUsageLog]:
-    """``embedder`` behind a usage recorder, and the log that holds this memory's totals.
-
-    - A ``CachedEmbedder`` keeps its model, cache and log: a new ``CachedEmbedder`` over
-      the same model and cache records into a log that forwards every record to the
-      caller's log (and uses its pricing).
-    - An ``EmbeddingModel`` (a profile and async methods) goes behind a
-      ``CachedEmbedder`` without a cache.
-    - Any other embedder goes behind ``_MeteredEmbedder``, whose records name the
-      provider ``"local"`` and the embedder's class as the model.
-    """
-    if isinstance(embedder, CachedEmbedder):
-        tee = _TeeUsageLog(embedder.usage, listener)
-        return CachedEmbedder(embedder.model, cache=embedder.cache, usage=tee), tee
-    log = EmbeddingUsageLog(listener=listener)
-    if (
-        isinstance(embedder, EmbeddingModel)
-        and isinstance(getattr(embedder, "profile", None), EmbeddingProfile)
-        and inspect.iscoroutinefunction(getattr(embedder, "embed_documents", None))
-        and inspect.iscoroutinefunction(getattr(embedder, "embed_query", None))
-    ):
-        return CachedEmbedder(embedder, usage=log), log
-    return _MeteredEmbedder(embedder, dimensions, log), log
-
-
 @attrs.frozen
 class MemoryStatistics:
     """Inbox sizes and fill levels, per actor, and the event hub's state."""
@@ -227,6 +111,7 @@ class MemoryStatistics:
     events_published: int
 
 
+@final
 class Memory:
     """The caller's side of ``open_memory``. Every method may be called from many tasks.
 
@@ -240,8 +125,9 @@ class Memory:
     def __init__(
         self,
         *,
+        _opened: object = None,
         config: MemoryConfig,
-        store: StoreHandle,
+        store: Store,
         hub: EventHub,
         watch: StoreWatch,
         dispatcher: Dispatcher,
@@ -251,6 +137,8 @@ class Memory:
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
+        if _opened is not OPENED:
+            raise TypeError("Memory is made by open_memory, not directly")
         self._config = config
         self._store = store
         self._hub = hub
@@ -270,7 +158,7 @@ class Memory:
         return self._config
 
     @property
-    def store(self) -> StoreHandle:
+    def store(self) -> Store:
         """The store handle, for direct reads and writes."""
         return self._store
 
@@ -401,11 +289,17 @@ class Memory:
 
         The recall query is the projection of the newest user message; without one,
         recall is skipped (and an old recall block is removed). Recall is best-effort
-        unless ``recall_errors="raise"``: a store or embedder error is logged as a
-        warning and recorded in the report, and the turn goes on without a recall block.
+        unless ``recall_errors="raise"``: a transient store or embedder error is logged
+        as a warning and recorded in the report, and the turn goes on without a recall
+        block. Storing the user's input (``auto_store_user_input``) is best-effort too:
+        a failure is logged as a warning. ``Poisoned`` is never best-effort.
+
+        Cancellation: a cancelled turn may have offloaded (each batch all or nothing);
+        nothing is dispatched after the cancel.
 
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
+            Poisoned: the store crashed (before or during this turn).
             VectorStoreError: a recall error, with ``recall_errors="raise"``.
             DispatchError: the dispatcher failed; its ``report`` is the turn's
                 ``TurnReport``, with ``dispatch_error`` set.
@@ -426,7 +320,8 @@ class Memory:
             try:
                 recall = await self.retrieve(projection(last_user))
             except VectorStoreError as error:
-                if self._config.recall_errors == "raise":
+                # A poisoned store is a bug, not a transient failure: never best-effort.
+                if isinstance(error, Poisoned) or self._config.recall_errors == "raise":
                     raise
                 recall_error = describe_error(error)
                 logger.warning("recall failed; the turn goes on without it: %s", recall_error)
@@ -439,7 +334,17 @@ class Memory:
         timings["inject"] = time.perf_counter() - started
 
         if self._config.auto_store_user_input:
-            await self._store_new_user_messages(request.messages)
+            try:
+                await self._store_new_user_messages(request.messages)
+            except VectorStoreError as error:
+                # Best-effort, like recall: an embedder blip or an input over the cap
+                # loses this memory, not the turn. A poisoned store still propagates.
+                if isinstance(error, Poisoned):
+                    raise
+                logger.warning(
+                    "storing the user's input failed; the turn goes on: %s",
+                    describe_error(error),
+                )
 
         def report(dispatch_error: str | None = None) -> TurnReport:
             return TurnReport(
@@ -586,68 +491,115 @@ class Memory:
             raise trio.ClosedResourceError("the memory is closed")
 
 
-def _check_store(config: object, embedder: object, inbox_size: int) -> VectorStoreConfig:
-    # The same checks as ``open_store``: the store actor starts in our nursery instead.
-    if not isinstance(config, VectorStoreConfig):
-        raise ConfigError(f"store is a {type(config).__name__}; expected VectorStoreConfig")
-    config.validate()
-    check_size("store_inbox_size", inbox_size)
-    width = getattr(embedder, "dimensions", None)
-    if isinstance(width, int) and width != config.dimensions:
+@asynccontextmanager
+async def _memory_store(
+    store: object,
+    embedder: object | None,
+    *,
+    inbox_size: int,
+    thread_scan_threshold: int,
+    embed_timeout: float | None,
+) -> AsyncIterator[Store]:
+    """The store a memory runs over: one it opens and owns (from a config), or an open
+    handle it borrows and never closes."""
+    if isinstance(store, VectorStoreConfig):
+        if embedder is None:
+            embedder = HashingEmbedder(store.dimensions)
+        async with open_store(
+            store,
+            embedder,
+            inbox_size=inbox_size,
+            thread_scan_threshold=thread_scan_threshold,
+            embed_timeout=embed_timeout,
+        ) as owned:
+            yield cast(Store, owned)
+        return
+    if not isinstance(store, StoreHandleBase):
         raise ConfigError(
-            f"embedder {embedder!r} makes {width}-float vectors; this store takes "
-            f"{config.dimensions} (dimensions)"
+            f"store is a {type(store).__name__}; expected a VectorStoreConfig or an open "
+            "store handle (from open_store or open_pg_store)"
         )
-    return config
+    if embedder is not None:
+        raise ConfigError(
+            "embedder is given with an open store handle; the handle embeds with its own "
+            "embedder, so expected embedder=None"
+        )
+    if embed_timeout is not None:
+        raise ConfigError(
+            "embed_timeout is given with an open store handle; set it where the store is "
+            "opened, so expected embed_timeout=None"
+        )
+    store._check()  # a closed or poisoned handle fails here, before any actor starts
+    yield cast(Store, store)
 
 
 @asynccontextmanager
 async def open_memory(
     *,
-    store: VectorStoreConfig,
+    store: VectorStoreConfig | Store,
     memory: MemoryConfig | None = None,
     embedder: object | None = None,
     dispatcher: Dispatcher | None = None,
     summarizer: Summarizer | None = None,
     inbox_size: int = 16,
     store_inbox_size: int = 64,
+    thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+    embed_timeout: float | None = None,
 ) -> AsyncIterator[Memory]:
-    """Start the store, compaction, recall and injection actors in one nursery.
+    """Start the compaction, recall and injection actors (and the store, when it is
+    given as a config) in one nursery.
+
+    **The store.** ``store`` is either a :class:`~protocol.VectorStoreConfig`, and the
+    memory opens an in-memory store with :func:`~actors.open_store` and owns it, or an
+    open store handle (from ``open_store`` or ``open_pg_store``), which the memory
+    borrows: it never closes it, so the handle stays usable after the memory closes,
+    and several memories may share it (with the same namespace they see each other's
+    memories; give each its own ``MemoryConfig(namespace=...)`` to keep them apart).
+    A memory over a pg handle persists what it offloads.
 
     Leaving the block closes every inbox and stops every actor; a request still queued
     gets ``trio.ClosedResourceError``, and event iterators end. An exception from the
-    body propagates unchanged (never wrapped in an ``ExceptionGroup``). If the store
-    crashed, leaving the block raises :class:`~protocol.Poisoned`, as ``open_store`` does.
+    body propagates unchanged (never wrapped in an ``ExceptionGroup``). If an owned
+    store crashed, leaving the block raises :class:`~protocol.Poisoned`, as
+    ``open_store`` does; a borrowed store's crash is raised where it is owned.
 
     The dispatcher is borrowed, not owned: an ``OpenAIChatDispatcher`` is closed by its
     own ``async with``.
 
     Args:
-        store: the store's bounds.
+        store: a ``VectorStoreConfig`` (an owned in-memory store) or an open store
+            handle (borrowed).
         memory: compaction, recall and injection settings; ``MemoryConfig()`` if None.
-        embedder: an ``Embedder``, ``AsyncEmbedder``, ``EmbeddingModel`` or
-            ``CachedEmbedder``; ``HashingEmbedder(dimensions)`` if None. It is put
-            behind a usage recorder, so that ``embedding_usage()`` and the
-            ``embedding.*`` events work with any embedder (a ``CachedEmbedder`` keeps
-            its cache, and its own log still gets every record). When it has a
-            ``profile``, the store is bound to it (see ``open_store``).
+        embedder: for an owned store: an ``Embedder``, ``AsyncEmbedder``,
+            ``EmbeddingModel`` or ``CachedEmbedder``; ``HashingEmbedder(dimensions)`` if
+            None. When it has a ``profile``, the store is bound to it (see
+            ``open_store``). Must be None with a borrowed handle, which has its own.
+            Either way ``embedding_usage()`` and the ``embedding.*`` events report every
+            call the store's embedder makes while the memory is open (for a shared
+            store, other users' calls too).
         dispatcher: what ``dispatch`` calls; ``EchoDispatcher()`` if None.
         summarizer: what ``Summarize`` calls, sync (run in a worker thread) or async,
             returning a str or a system message; an extractive summary if None.
         inbox_size: the inbox size of each of the compaction, recall and injection
             actors.
-        store_inbox_size: the store actor's inbox size.
+        store_inbox_size, thread_scan_threshold, embed_timeout: passed to
+            ``open_store`` for an owned store (see there).
+
+    Faults: a summarizer's ``KeyboardInterrupt`` or ``SystemExit`` reaches the caller as
+    itself; any other ``BaseException`` from it (not ``Cancelled``) is a crash, and the
+    store is poisoned with it as the cause.
 
     Raises:
-        ConfigError: any argument of the wrong type or out of range.
+        ConfigError: any argument of the wrong type or out of range, an embedder or
+            embed_timeout given with a borrowed handle.
+        trio.ClosedResourceError: a borrowed handle that is closed.
+        Poisoned: a borrowed handle that is poisoned; an owned store that crashed.
     """
     memory_config = MemoryConfig() if memory is None else memory
     if not isinstance(memory_config, MemoryConfig):
         raise ConfigError(f"memory is a {type(memory_config).__name__}; expected MemoryConfig")
-    config = _check_store(store, embedder, store_inbox_size)
     check_size("inbox_size", inbox_size)
-    if embedder is None:
-        embedder = HashingEmbedder(config.dimensions)
+    check_size("store_inbox_size", store_inbox_size)
     the_dispatcher: Dispatcher = EchoDispatcher() if dispatcher is None else dispatcher
     if not callable(getattr(the_dispatcher, "dispatch", None)):
         raise ConfigError(
@@ -658,57 +610,84 @@ async def open_memory(
     if not callable(the_summarizer):
         raise ConfigError(f"summarizer is {the_summarizer!r:.60}; expected a callable")
 
+    async with (
+        _memory_store(
+            store,
+            embedder,
+            inbox_size=store_inbox_size,
+            thread_scan_threshold=thread_scan_threshold,
+            embed_timeout=embed_timeout,
+        ) as handle,
+        _run_memory(handle, memory_config, the_dispatcher, the_summarizer, inbox_size) as running,
+    ):
+        yield running
+
+
+@asynccontextmanager
+async def _run_memory(
+    handle: Store,
+    config: MemoryConfig,
+    dispatcher: Dispatcher,
+    summarizer: Summarizer,
+    inbox_size: int,
+) -> AsyncIterator[Memory]:
+    """The memory's own actors over an open ``handle``, and their taps on the store."""
     hub = EventHub()
-    namespace = memory_config.namespace
+    namespace = config.namespace
+    # The handle's actor (every Store here is a StoreHandleBase): its embedder adapter
+    # and event sinks are tapped, and a crash in a memory actor poisons it.
+    store_actor: Any = cast(Any, handle)._actor
+    embedding_log = EmbeddingUsageLog()
 
     def on_embedding(call: EmbeddingCall) -> None:
+        embedding_log.record(call)
         kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
         hub.publish(kind(at=now(), namespace=namespace, usage=call))
 
-    profile = bound_profile(embedder, config)
-    metered, embedding_log = _embedding_layer(embedder, config.dimensions, on_embedding)
-    store_actor = _StoreActor(
-        config, metered, store_inbox_size, profile=profile, on_event=hub.publish
-    )
-    body_error: BaseException | None = None
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store_actor.run)
-        handle = StoreHandle(store_actor)
-        watch = StoreWatch(hub, handle, memory_config.namespace)
-        compaction = CompactionActor(memory_config, handle, hub, watch, the_summarizer, inbox_size)
-        recall = RecallActor(handle, hub, inbox_size)
-        injection = InjectionActor(
-            memory_config.renderer, memory_config.namespace, hub, inbox_size
+    # Taps on the store for as long as the memory is open: its embedder's usage records
+    # and (in-memory stores) its vector_store.* events, both into this memory's hub.
+    taps: list[tuple[list[Any], Callable[[Any], None]]] = [
+        (store_actor.embedder.listeners, on_embedding)
+    ]
+    sinks = getattr(store_actor, "event_sinks", None)
+    if sinks is not None:
+        taps.append((sinks, hub.publish))
+
+    watch = StoreWatch(hub, handle, namespace)
+    compaction = CompactionActor(config, handle, hub, watch, summarizer, inbox_size)
+    recall = RecallActor(handle, hub, inbox_size)
+    injection = InjectionActor(config.renderer, namespace, hub, inbox_size)
+    mailboxes = (compaction.mailbox, recall.mailbox, injection.mailbox)
+    for mailbox in mailboxes:
+        mailbox.crashed = store_actor.crashed
+
+    async def start(nursery: trio.Nursery) -> Memory:
+        for tap_list, tap in taps:
+            tap_list.append(tap)
+        await nursery.start(compaction.run)
+        await nursery.start(recall.run)
+        await nursery.start(injection.run)
+        return Memory(
+            _opened=OPENED,
+            config=config,
+            store=handle,
+            hub=hub,
+            watch=watch,
+            dispatcher=dispatcher,
+            compaction=compaction.mailbox,
+            recall=recall.mailbox,
+            injection=injection.mailbox,
+            inbox_size=inbox_size,
+            embedding_usage=embedding_log,
         )
-        try:
-            await nursery.start(compaction.run)
-            await nursery.start(recall.run)
-            await nursery.start(injection.run)
-            yield Memory(
-                config=memory_config,
-                store=handle,
-                hub=hub,
-                watch=watch,
-                dispatcher=the_dispatcher,
-                compaction=compaction.mailbox,
-                recall=recall.mailbox,
-                injection=injection.mailbox,
-                inbox_size=inbox_size,
-                embedding_usage=embedding_log,
-            )
-        except BaseException as error:
-            # Re-raised below, outside the nursery, so it is not wrapped in a group.
-            body_error = error
-        finally:
-            hub.close()
-            for mailbox in (compaction.mailbox, recall.mailbox, injection.mailbox):
-                mailbox.send.close()
-            handle._close()
-            store_actor.send.close()
-            nursery.cancel_scope.cancel()
-    if body_error is not None:
-        if store_actor.crash is not None:
-            body_error.add_note(f"trio-recall: the store was poisoned by {store_actor.crash!r}")
-        raise body_error
-    if store_actor.crash is not None:
-        raise store_actor.poisoned()
+
+    def stop() -> None:
+        for tap_list, tap in taps:
+            if tap in tap_list:
+                tap_list.remove(tap)
+        hub.close()
+        for mailbox in mailboxes:
+            mailbox.send.close()
+
+    async with supervise(start, stop, store_actor.crashed) as running:
+        yield running

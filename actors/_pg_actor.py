@@ -94,9 +94,13 @@ class _PgStoreActor(CrashableActor):
         counts: Counts,
         hnsw: bool = False,
         profile: EmbeddingProfile | None = None,
+        embed_timeout: float | None = None,
     ) -> None:
         self.config = config
-        self.embedder = EmbedderAdapter(embedder)
+        self.crash: BaseException | None = None
+        self.embedder = EmbedderAdapter(
+            embedder, dimensions=config.dimensions, timeout=embed_timeout, on_crash=self.crashed
+        )
         self.names = names
         self.pool = pool
         self.inbox_size = inbox_size
@@ -107,7 +111,6 @@ class _PgStoreActor(CrashableActor):
         self.write_limiter = trio.CapacityLimiter(1)
         self.read_limiter = trio.CapacityLimiter(pool_size - 1)
         self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
-        self.crash: BaseException | None = None
         # Set by actors.testing.inject_crash: raised at the next write, before its commit.
         self.armed_crash: BaseException | None = None
         self.what = "pg store actor"

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, final
 
 import psycopg
 import psycopg_pool
@@ -78,8 +78,9 @@ from protocol import (
     VectorStoreUsage,
 )
 
-from ._embedders import EmbedderAdapter
-from ._handle import StoreHandleBase
+from ._embedders import EmbedderAdapter, check_timeout
+from ._handle import OPENED, StoreHandleBase
+from ._lifecycle import run_store
 from ._pg_actor import _PgStoreActor
 from ._pg_schema import (
     MAX_DIMENSIONS,
@@ -90,12 +91,13 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import Counts
-from ._prepare import check_ids, check_k, check_name
+from ._prepare import check_ids, check_k, check_name, check_size, check_store_config
 from ._store import StoreStatistics
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
 
+@final
 class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
     """The caller's side of a pg store. Get one from :func:`open_pg_store`.
 
@@ -227,12 +229,6 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         )
 
 
-def _positive(name: str, value: object, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} is {value!r}; expected an int >= {minimum}")
-    return value
-
-
 def _seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{name} is {value!r}; expected a number of seconds > 0")
@@ -262,6 +258,7 @@ async def open_pg_store(
     connect_timeout: float = 10.0,
     statement_timeout: float = 60.0,
     index: str | None = None,
+    embed_timeout: float | None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
@@ -293,6 +290,11 @@ async def open_pg_store(
             (``scanned`` still counts the entries in scope). Filters and namespaces use
             pgvector 0.8's iterative scans, so they do not starve the result. A store
             opened without ``index`` stays exact even on a table that has the index.
+        embed_timeout: seconds each embedder call may take, or None (no limit); as in
+            :func:`~actors.open_store`.
+
+    The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
+    store's: ``actors._lifecycle``.
 
     The table is bound to the embedder's :class:`~protocol.EmbeddingProfile` (its
     ``profile`` attribute, if it has one): its provider, model, dimensions and options.
@@ -308,27 +310,20 @@ async def open_pg_store(
     if not isinstance(dsn, str):
         raise ConfigError(f"dsn is a {type(dsn).__name__}; expected a connection string")
     where = _where(dsn)
-    if not isinstance(config, VectorStoreConfig):
-        raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
-    config.validate()
+    config = check_store_config(config, embedder)
     if config.dimensions > MAX_DIMENSIONS:
         raise ConfigError(
             f"dimensions is {config.dimensions}; pgvector's vector type holds at most "
             f"{MAX_DIMENSIONS}"
         )
     names = Names(table)
-    _positive("pool_size", pool_size, minimum=2)
-    _positive("inbox_size", inbox_size)
-    _positive("retries", retries, minimum=0)
+    check_size("pool_size", pool_size, minimum=2)
+    check_size("inbox_size", inbox_size)
+    check_size("retries", retries, minimum=0)
     delay = _seconds("retry_delay", retry_delay)
     connect = _seconds("connect_timeout", connect_timeout)
     statement_ms = int(_seconds("statement_timeout", statement_timeout) * 1000)
-    width = getattr(embedder, "dimensions", None)
-    if isinstance(width, int) and width != config.dimensions:
-        raise ConfigError(
-            f"embedder {embedder!r} makes {width}-float vectors; this store takes "
-            f"{config.dimensions} (dimensions)"
-        )
+    check_timeout("embed_timeout", embed_timeout)
     EmbedderAdapter(embedder)  # validates the embedder before anything connects
     if index not in (None, "hnsw"):
         raise ConfigError(f"index is {index!r}; expected None (exact) or 'hnsw'")
@@ -373,30 +368,15 @@ async def open_pg_store(
             counts=counts,
             hnsw=index == "hnsw",
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
+            embed_timeout=embed_timeout,
         )
-        body_error: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            await nursery.start(actor.run)
-            handle = PgStoreHandle(actor)
-            try:
-                yield handle
-            except BaseException as error:
-                body_error = error
-            finally:
-                handle._close()
-                actor.send.close()
-                # A batch still being embedded, or queued, is not applied; a commit
-                # already in its worker thread is shielded and finishes first.
-                nursery.cancel_scope.cancel()
+        # Leaving: a batch still being embedded, or queued, is not applied; a commit
+        # already in its worker thread is shielded and finishes first.
+        async with run_store(actor, PgStoreHandle(actor, _opened=OPENED)) as handle:
+            yield handle
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(pool.close, 10.0)
-    if body_error is not None:
-        if actor.crash is not None:
-            body_error.add_note(f"trio-recall: the store was poisoned by {actor.crash!r}")
-        raise body_error
-    if actor.crash is not None:
-        raise actor.poisoned()
 
 
 def _open_pool(

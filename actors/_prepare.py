@@ -25,6 +25,7 @@ from protocol import (
     Text,
     UnifiedMessage,
     UpsertDocuments,
+    VectorStoreConfig,
     VectorStoreError,
     payload_bytes,
     projection,
@@ -41,6 +42,8 @@ __all__ = [
     "check_k",
     "check_name",
     "check_not_reserved",
+    "check_size",
+    "check_store_config",
     "check_turns",
     "checked_rows",
     "document_bytes",
@@ -435,3 +438,26 @@ def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
     if "".join(texts).isascii():
         return list(map(len, texts)), True
     return [_utf8_len(text) for text in texts], False
+
+
+def check_size(name: str, value: object, *, minimum: int = 1) -> int:
+    """An int of at least ``minimum`` (a size, a count, a threshold), or ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        wanted = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
+        raise ConfigError(f"{name} is {value!r:.60}; expected {wanted}")
+    return int(value)
+
+
+def check_store_config(config: object, embedder: object) -> VectorStoreConfig:
+    """The checks every store runs on open: a valid ``VectorStoreConfig`` whose width the
+    embedder (when it says its ``dimensions``) makes."""
+    if not isinstance(config, VectorStoreConfig):
+        raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
+    config.validate()
+    width = getattr(embedder, "dimensions", None)
+    if isinstance(width, int) and width != config.dimensions:
+        raise ConfigError(
+            f"embedder {embedder!r:.60} makes {width}-float vectors; this store takes "
+            f"{config.dimensions} (dimensions)"
+        )
+    return config

@@ -27,9 +27,10 @@ from protocol import (
 from protocol._events import fingerprint
 from protocol._memory import describe_error
 
-from ._events import EventHub, Mailbox, now
+from ._events import EventHub, now
 from ._fusion import FusedHit, neighbor_boost, rrf
-from ._store import StoreHandle
+from ._handle import Store
+from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
 
@@ -37,7 +38,7 @@ __all__ = ["RecallActor"]
 class RecallActor:
     """Owns the receive side of its inbox; every failure is a reply to its caller."""
 
-    def __init__(self, store: StoreHandle, hub: EventHub, inbox_size: int) -> None:
+    def __init__(self, store: Store, hub: EventHub, inbox_size: int) -> None:
         self.store = store
         self.hub = hub
         self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)

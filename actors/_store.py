@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, final
 
 import attrs
 import msgspec
@@ -55,13 +55,16 @@ from protocol._json import check_json_object
 
 from ._arena import Arena, Entries, Snapshot
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
-from ._handle import StoreHandleBase
+from ._handle import OPENED, StoreHandleBase
+from ._lifecycle import run_store
 from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
     check_documents,
     check_ids,
     check_k,
     check_name,
+    check_size,
+    check_store_config,
     check_turns,
     checked_rows,
     exact_msgpack_many,
@@ -139,11 +142,15 @@ class _StoreActor(CrashableActor):
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
         profile: EmbeddingProfile | None = None,
         on_event: Callable[[Event], None] | None = None,
+        embed_timeout: float | None = None,
     ) -> None:
         self.config = config
-        self.embedder = EmbedderAdapter(embedder)
+        self.crash: BaseException | None = None
+        self.embedder = EmbedderAdapter(
+            embedder, dimensions=config.dimensions, timeout=embed_timeout, on_crash=self.crashed
+        )
         self.profile = profile
-        self.on_event = on_event
+        self.event_sinks: list[Callable[[Event], None]] = [] if on_event is None else [on_event]
         self.arena = Arena(config.max_entries, config.dimensions)
         self.vectors, self.seqs, self.ns_ids = self.arena.readonly_views()
         self.snapshot: Snapshot = self.arena.snapshot(0)
@@ -155,17 +162,35 @@ class _StoreActor(CrashableActor):
             namespace_id=self.arena.namespace_id,
             build=self._report,
             check_usable=self.check_usable,
-            on_crash=self._scan_crashed,
+            on_crash=self.crashed,
             thread_threshold=thread_scan_threshold,
         )
         self.inbox_size = inbox_size
         self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)
-        self.crash: BaseException | None = None
         self.armed_crash: BaseException | None = None
         self.what = "store actor"
         self.logger = logger
 
     # --- lifecycle ---------------------------------------------------------------------
+
+    def services(self) -> list[Callable[..., Awaitable[None]]]:
+        # The scan runner: big and concurrent reads wait for it, so a store without it
+        # hangs on its first such read.
+        return [self.scans.run]
+
+    @property
+    def on_event(self) -> Callable[[Event], None] | None:
+        """The event sink: every sink in :attr:`event_sinks` in turn, or None."""
+        sinks = self.event_sinks
+        if not sinks:
+            return None
+        if len(sinks) == 1:
+            return sinks[0]
+        return self._fan_out
+
+    def _fan_out(self, event: Event) -> None:
+        for sink in list(self.event_sinks):
+            sink(event)
 
     # --- writes ------------------------------------------------------------------------
 
@@ -244,6 +269,8 @@ class _StoreActor(CrashableActor):
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
+    # No KeyboardInterrupt may land in the middle of a commit: it is one synchronous step.
+    @trio.lowlevel.enable_ki_protection
     def _commit(self, request: StoreRequest, prepared: object) -> StoreReply:
         if self.armed_crash is not None:
             crash, self.armed_crash = self.armed_crash, None
@@ -492,11 +519,8 @@ class _StoreActor(CrashableActor):
             source_id=arena.source_ids[slot],
         )
 
-    def _scan_crashed(self, crash: BaseException) -> BaseException:
-        self._poison(crash)
-        return self.poisoned()
 
-
+@final
 class StoreHandle(StoreHandleBase[_StoreActor]):
     """The caller's side of a store. Get one from :func:`open_store`.
 
@@ -692,16 +716,22 @@ async def open_store(
     inbox_size: int = 64,
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
     on_event: Callable[[Event], None] | None = None,
+    embed_timeout: float | None = None,
 ) -> AsyncIterator[StoreHandle]:
     """Open an in-memory store and run its actor for the duration of the block.
 
     The arena (``max_entries × dimensions`` float32) is allocated here, once. Leaving the
     block closes the inbox and stops the actor: a request still queued or in flight is
-    not applied and its caller gets ``trio.ClosedResourceError``.
+    not applied and its caller gets ``trio.ClosedResourceError``; an embedder call in
+    flight is abandoned, never waited for.
 
     If the actor crashed, leaving the block raises :class:`~protocol.Poisoned`, so a crash
     never passes silently; if the body is already raising, that exception wins and
-    carries the crash as a note.
+    carries the crash as a note. No ``ExceptionGroup`` ever leaves the block
+    (``actors._lifecycle``, the lifecycle every store shares).
+
+    Cancellation: entering only allocates and starts tasks; a cancelled body leaves as
+    above, and its ``Cancelled`` propagates.
 
     Args:
         config: the store's bounds; validated again here.
@@ -722,6 +752,15 @@ async def open_store(
             the reader's task). It must not block: ``EventHub.publish`` is one. If it
             raises after a write, the store is poisoned (it is a crash inside the
             actor); after a read, the exception propagates to the reader.
+        embed_timeout: seconds each embedder call may take, or None (the default) for no
+            limit. A call over it raises :class:`~protocol.EmbedderError` whose
+            ``.error`` is a ``TimeoutError``, and changes nothing; a sync embedder's
+            thread is abandoned and its late result dropped.
+
+    Faults in the embedder: an ``Exception`` is an ``EmbedderError`` (a reply, not a
+    crash); ``KeyboardInterrupt`` and ``SystemExit`` reach the caller as themselves and
+    change nothing; any other ``BaseException`` but ``Cancelled`` is a crash, and the
+    store is poisoned with it as the cause.
 
     Embedding profile: when ``embedder`` has a ``profile`` (an
     :class:`~protocol.EmbeddingProfile`, as ``CachedEmbedder`` and every
@@ -731,29 +770,13 @@ async def open_store(
     :class:`~protocol.EmbeddingError`.
 
     Raises:
-        ConfigError: a bad config, embedder, inbox size, thread_scan_threshold or
-            on_event, or a profile whose dimensions differ from the config's.
+        ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
+            on_event or embed_timeout, or a profile whose dimensions differ from the
+            config's.
     """
-    if not isinstance(config, VectorStoreConfig):
-        raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
-    config.validate()
-    if isinstance(inbox_size, bool) or not isinstance(inbox_size, int) or inbox_size <= 0:
-        raise ConfigError(f"inbox_size is {inbox_size!r}; expected an int > 0")
-    if (
-        isinstance(thread_scan_threshold, bool)
-        or not isinstance(thread_scan_threshold, int)
-        or thread_scan_threshold < 0
-    ):
-        raise ConfigError(
-            f"thread_scan_threshold is {thread_scan_threshold!r}; expected an int >= 0 "
-            "(a number of floats, rows × dimensions)"
-        )
-    width = getattr(embedder, "dimensions", None)
-    if isinstance(width, int) and width != config.dimensions:
-        raise ConfigError(
-            f"embedder {embedder!r} makes {width}-float vectors; this store takes "
-            f"{config.dimensions} (dimensions)"
-        )
+    config = check_store_config(config, embedder)
+    check_size("inbox_size", inbox_size)
+    check_size("thread_scan_threshold", thread_scan_threshold, minimum=0)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     actor = _StoreActor(
@@ -763,24 +786,7 @@ async def open_store(
         thread_scan_threshold=thread_scan_threshold,
         profile=bound_profile(embedder, config),
         on_event=on_event,
+        embed_timeout=embed_timeout,
     )
-    body_error: BaseException | None = None
-    async with trio.open_nursery() as nursery:
-        await nursery.start(actor.run)
-        await nursery.start(actor.scans.run)
-        handle = StoreHandle(actor)
-        try:
-            yield handle
-        except BaseException as error:
-            # Re-raised below, outside the nursery, so it is not wrapped in a group.
-            body_error = error
-        finally:
-            handle._close()
-            actor.send.close()
-            nursery.cancel_scope.cancel()
-    if body_error is not None:
-        if actor.crash is not None:
-            body_error.add_note(f"trio-recall: the store was poisoned by {actor.crash!r}")
-        raise body_error
-    if actor.crash is not None:
-        raise actor.poisoned()
+    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
+        yield handle

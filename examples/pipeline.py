@@ -29,9 +29,9 @@ from actors import (
     Dispatcher,
     EchoDispatcher,
     OpenAIChatDispatcher,
-    open_llama_server,
     open_memory,
 )
+from actors.llama import open_llama_server
 from protocol import (
     MemoryConfig,
     Offload,

@@ -169,6 +169,7 @@ ACTORS = [
     "Record",
     "RecordManager",
     "SentenceTransformerEmbedder",
+    "Store",
     "StoreHandle",
     "StoreStatistics",
     "Subscription",
@@ -176,10 +177,8 @@ ACTORS = [
     "Turned",
     "check_profile",
     "index",
-    "open_llama_server",
     "open_memory",
     "open_store",
-    "smollm2_gguf_path",
 ]
 
 ACTORS_TESTING = [
@@ -231,7 +230,12 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [("protocol", PROTOCOL), ("actors", ACTORS), ("actors.testing", ACTORS_TESTING)],
+    [
+        ("protocol", PROTOCOL),
+        ("actors", ACTORS),
+        ("actors.testing", ACTORS_TESTING),
+        ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
+    ],
 )
 def test_public_names_are_pinned(module: str, expected: list[str]) -> None:
     mod = importlib.import_module(module)

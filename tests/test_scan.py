@@ -16,7 +16,6 @@ import trio.testing
 
 from actors import open_store
 from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
-from actors._kernel import rank_top_k
 from actors._scan import COALESCE_FLOATS, ScanEngine
 from actors._store import StoreHandle, _Prepared
 from protocol import (
@@ -28,6 +27,42 @@ from protocol import (
 )
 
 TIMEOUT = 30
+
+
+# The plain kernel the scan engine replaced (argpartition, then a sort), kept here as
+# the reference ranking the engine must reproduce on both of its paths.
+_NEG_INF = np.float32(-np.inf)
+
+
+def rank_top_k(
+    scores: npt.NDArray[np.float32],
+    seqs: npt.NDArray[np.int64],
+    k: int,
+    valid: int,
+) -> npt.NDArray[np.intp]:
+    """Return the indices of the best ``min(k, valid)`` scores, best first.
+
+    ``scores`` holds ``-inf`` for every slot out of scope; ``valid`` is how many are in
+    scope. Ties at the k-th boundary are resolved by sequence, so the answer does not
+    depend on how ``argpartition`` happens to split equal scores.
+    """
+    n = scores.shape[0]
+    k = min(k, valid)
+    if k <= 0:
+        return np.empty(0, dtype=np.intp)
+    if k >= n:
+        candidates: npt.NDArray[Any] = np.arange(n)
+    else:
+        candidates = np.argpartition(scores, n - k)[n - k :]
+        threshold = scores[candidates].min()
+        # Equal scores may straddle the partition point: take them all, the sort decides.
+        if np.count_nonzero(scores >= threshold) != k:
+            candidates = np.flatnonzero(scores >= threshold)
+    if valid < n:
+        candidates = candidates[scores[candidates] != _NEG_INF]
+    order = np.lexsort((-seqs[candidates], -scores[candidates]))[:k]
+    result: npt.NDArray[np.intp] = candidates[order]
+    return result
 
 
 class TableEmbedder:
