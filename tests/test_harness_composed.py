@@ -11,8 +11,11 @@ in ``test_pg_store.py``; this file adds the composed paths:
 ``open_memory``'s store is how the scan-runner hang of issue 14 shipped: it built its
 own store actor and never started the scan runner. With every scan sent to the runner
 (``thread_scan_threshold=0``) the machine's first read on such a store blocks, and the
-step deadline reports it as ``trio.TooSlowError``; see
-``test_mutations.py::test_machine_catches_a_scan_runner_that_never_started``.
+step deadline reports it as ``trio.TooSlowError``: on e07348a, with that threshold
+forced on ``open_memory``'s store actor, this file's owned-store machine failed at
+``state.read(...)``, its second step. The mutant in
+``test_mutations.py::test_machine_catches_a_scan_runner_that_never_started`` keeps that
+class of bug caught.
 
 The default profile (``ci``) bounds each machine (``conftest.py``);
 ``HYPOTHESIS_PROFILE=stress`` runs 2,000 examples of 50 steps on each.
@@ -20,14 +23,11 @@ The default profile (``ci``) bounds each machine (``conftest.py``);
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar
 
 import numpy as np
-import pytest
 import trio
 from hypothesis.stateful import run_state_machine_as_test
 from pg_support import pg_dsn  # noqa: F401
@@ -35,14 +35,6 @@ from pg_support import pg_dsn  # noqa: F401
 from actors import open_memory, open_store
 from actors.testing import VectorStoreMachine
 from protocol import VectorStoreConfig
-
-_MEMORY_PARAMS = inspect.signature(open_memory).parameters
-#: The lead's "open_memory over any open store" API (issue 14): a handle as ``store``.
-BORROWS = "StoreHandle" in str(_MEMORY_PARAMS["store"].annotation)
-MEMORY_THREADS = "thread_scan_threshold" in _MEMORY_PARAMS
-needs_borrowing = pytest.mark.skipif(
-    not BORROWS, reason="open_memory(store=handle) is not on this branch yet (issue 14)"
-)
 
 
 class OwnedMemoryStoreMachine(VectorStoreMachine):
@@ -118,30 +110,17 @@ def test_owned_memory_store() -> None:
     run_state_machine_as_test(OwnedMemoryStoreMachine)
 
 
-def test_owned_memory_store_every_scan_in_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_owned_memory_store_every_scan_in_a_thread() -> None:
     class Machine(OwnedMemoryStoreMachine):
-        memory_kwargs = THREADS if MEMORY_THREADS else {}
+        memory_kwargs = THREADS
 
-    if not MEMORY_THREADS:
-        # Before open_memory took the keyword, its store actor was built in
-        # actors._memory: force the same threshold there, so that this test still shows
-        # the hang on a branch without the fix (its first big read never returns).
-        import actors._memory
-
-        monkeypatch.setattr(
-            actors._memory,
-            "_StoreActor",
-            functools.partial(actors._memory._StoreActor, thread_scan_threshold=0),
-        )
     run_state_machine_as_test(Machine)
 
 
-@needs_borrowing
 def test_borrowed_store() -> None:
     run_state_machine_as_test(BorrowedStoreMachine)
 
 
-@needs_borrowing
 def test_borrowed_store_every_scan_in_a_thread() -> None:
     class Machine(BorrowedStoreMachine):
         store_kwargs = THREADS
@@ -149,7 +128,6 @@ def test_borrowed_store_every_scan_in_a_thread() -> None:
     run_state_machine_as_test(Machine)
 
 
-@needs_borrowing
 def test_memory_over_pg(pg_dsn: str) -> None:  # noqa: F811
     opener = borrowed(pg_opener(pg_dsn))
 

@@ -287,21 +287,21 @@ def test_unbroken_wrapper_passes() -> None:
 
 @asynccontextmanager
 async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: object) -> Any:
-    """``open_store``'s lifecycle minus one task: the scan runner is never started, and
+    """``open_store`` with one task missing: the actor lists no services, so the store's
+    one lifecycle (``actors._lifecycle.run_store``) never starts its scan runner, and
     every read is sent to it (``thread_scan_threshold=0``). This is how ``open_memory``
     built its own store before issue 14: its big reads waited forever."""
+    from actors._handle import OPENED
+    from actors._lifecycle import run_store
     from actors._store import StoreHandle, _StoreActor
 
-    actor = _StoreActor(config, embedder, 64, thread_scan_threshold=0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(actor.run)
-        handle = StoreHandle(actor)
-        try:
-            yield handle
-        finally:
-            handle._close()
-            actor.send.close()
-            nursery.cancel_scope.cancel()
+    class ActorWithoutServices(_StoreActor):
+        def services(self) -> list[Any]:
+            return []
+
+    actor = ActorWithoutServices(config, embedder, 64, thread_scan_threshold=0)
+    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
+        yield handle
 
 
 class NoScanRunner(VectorStoreMachine):
