@@ -214,3 +214,56 @@ async def test_many_empty_blocks_are_refused() -> None:
             with pytest.raises(EntryTooLarge):
                 await store.store_turns([turn])
             assert len(store) == 0
+
+
+#: The harness's ceiling for what one entry may hold beyond ``max_entry_bytes``, the
+#: vector and the namespace: generous on purpose (the library documents its own,
+#: smaller constant); the 5 MB and 85 MB of issue 14 item 5 are far above it.
+PER_ENTRY_CEILING = 16 * 1024
+
+
+def _hostile_turn(i: int) -> tuple[UnifiedMessage, dict[str, Any]]:
+    shapes: list[tuple[UnifiedMessage, dict[str, Any]]] = [
+        (UnifiedMessage.user(f"m{i}"), {"metadata": {"blob": "x" * BIG}}),
+        (UnifiedMessage.user(f"s{i}"), {"source": "s" * BIG}),
+        (UnifiedMessage.user(f"i{i}"), {"ids": [f"{i}" + "i" * BIG]}),
+        (UnifiedMessage.user(f"t{i}"), {"texts": ["t" * BIG]}),
+        (UnifiedMessage(role="user", content=[Text(text="")] * BIG), {}),
+        (UnifiedMessage.user(" ".join(f"w{i}x{j}" for j in range(BIG // 8))), {}),
+    ]
+    return shapes[i % len(shapes)]
+
+
+async def test_the_memory_bound_holds_for_hostile_shapes() -> None:
+    """50 entries at a 200-byte cap, each trying a hostile shape (a huge metadata,
+    source, id or index text, 100k empty blocks, a text over the cap): whatever the
+    store accepts, it holds at most max_entries × (max_entry_bytes + dimensions × 4 +
+    namespace + PER_ENTRY_CEILING), measured with tracemalloc."""
+    import gc
+    import tracemalloc
+
+    cap, entries = 200, 50
+    cfg = VectorStoreConfig(max_entries=entries, dimensions=DIM, max_entry_bytes=cap)
+    embedder = HostileEmbedder(HashingEmbedder(DIM))
+    tracemalloc.start()
+    try:
+        with trio.fail_after(60):
+            async with open_store(cfg, embedder) as store:
+                gc.collect()
+                baseline = tracemalloc.get_traced_memory()[0]
+                for i in range(entries):
+                    turn, kwargs = _hostile_turn(i)
+                    try:
+                        await store.store_turns([turn], **kwargs)
+                    except EntryTooLarge:
+                        pass
+                    del turn, kwargs
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0] - baseline
+                bound = entries * (cap + DIM * 4 + len("memory-default") + PER_ENTRY_CEILING)
+                assert held <= bound, (
+                    f"{len(store)} entries hold {held} bytes; the bound is {bound} "
+                    f"({entries} × ({cap} + {DIM * 4} + namespace + {PER_ENTRY_CEILING}))"
+                )
+    finally:
+        tracemalloc.stop()
