@@ -14,6 +14,7 @@ The ``ci`` profile runs a bounded number of examples per test (``EXAMPLES``); th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -253,10 +254,8 @@ async def test_the_memory_bound_holds_for_hostile_shapes() -> None:
                 baseline = tracemalloc.get_traced_memory()[0]
                 for i in range(entries):
                     turn, kwargs = _hostile_turn(i)
-                    try:
+                    with contextlib.suppress(EntryTooLarge):
                         await store.store_turns([turn], **kwargs)
-                    except EntryTooLarge:
-                        pass
                     del turn, kwargs
                 gc.collect()
                 held = tracemalloc.get_traced_memory()[0] - baseline
