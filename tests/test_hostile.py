@@ -87,18 +87,24 @@ store_calls = st.lists(hostile_store_calls(DIM), min_size=1, max_size=4)
 
 
 @pytest.mark.parametrize(
-    ("sync", "threshold"),
-    [(False, None), (True, None), (False, 0)],
-    ids=["async", "sync", "threaded"],
+    ("sync", "kwargs"),
+    [
+        (False, {}),
+        (True, {}),
+        (False, {"thread_scan_threshold": 0}),
+        # A drawn stall (up to MAX_STALL) outlasts this: EmbedderError, nothing changed.
+        (False, {"embed_timeout": 0.05}),
+        (True, {"embed_timeout": 0.05}),
+    ],
+    ids=["async", "sync", "threaded", "async-timeout", "sync-timeout"],
 )
 @HOSTILE_SETTINGS
 @given(calls=store_calls)
 async def test_open_store_survives_hostile_input(
-    sync: bool, threshold: int | None, calls: list[HostileCall]
+    sync: bool, kwargs: dict[str, Any], calls: list[HostileCall]
 ) -> None:
     embedder = HostileEmbedder(HashingEmbedder(DIM), sync=sync)
-    kw = {} if threshold is None else {"thread_scan_threshold": threshold}
-    await check_store(open_store(config(), embedder, **kw), calls, embedder)
+    await check_store(open_store(config(), embedder, **kwargs), calls, embedder)
 
 
 @HOSTILE_SETTINGS
@@ -266,3 +272,33 @@ async def test_the_memory_bound_holds_for_hostile_shapes() -> None:
                 )
     finally:
         tracemalloc.stop()
+
+
+@HOSTILE_SETTINGS
+@given(
+    calls=st.lists(
+        st.one_of(hostile_memory_calls(), hostile_store_calls(DIM)), min_size=1, max_size=3
+    )
+)
+async def test_memory_over_pg_survives_hostile_input(
+    pg_dsn: str,  # noqa: F811
+    calls: list[HostileCall],
+) -> None:
+    from pg_support import drop_table, new_table_name
+
+    from actors._pg_store import open_pg_store
+
+    table = new_table_name()
+    embedder = HostileEmbedder(HashingEmbedder(DIM))
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with (
+                tolerate_expected_poison(embedder),
+                open_pg_store(pg_dsn, config(), embedder, table=table) as store,
+                open_memory(store=store, memory=MEMORY_CONFIG) as memory,
+            ):
+                await seed(store)
+                await run_hostile_calls(memory, calls, embedder)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(drop_table, pg_dsn, table)

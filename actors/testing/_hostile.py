@@ -626,8 +626,9 @@ class HostileEmbedder:
             return np.asarray(batch(list(texts)), dtype=np.float32)
         return np.asarray([self.inner.embed(t) for t in texts], dtype=np.float32)
 
-    def _answer(self, rows: Any, *, query: bool) -> Any:
-        fault = self.fault
+    def _answer(self, fault: EmbedFault, rows: Any, *, query: bool) -> Any:
+        # ``fault`` is the one armed when the call began: a stalled sync call the store
+        # abandoned (embed_timeout) must not pick up a later call's fault.
         if fault.raises:
             self.raised = fault.exception()
             raise self.raised
@@ -658,29 +659,33 @@ class HostileEmbedder:
 
     # async interface
     async def _embed_documents(self, texts: Sequence[str]) -> Any:
+        fault = self.fault
         self.calls += 1
-        if self.fault.kind == "stall":
-            await trio.sleep(self.fault.seconds)
-        return self._answer(self._rows(texts), query=False)
+        if fault.kind == "stall":
+            await trio.sleep(fault.seconds)
+        return self._answer(fault, self._rows(texts), query=False)
 
     async def _embed_query(self, text: str) -> Any:
+        fault = self.fault
         self.calls += 1
-        if self.fault.kind == "stall":
-            await trio.sleep(self.fault.seconds)
-        return self._answer(self._rows([text]), query=True)
+        if fault.kind == "stall":
+            await trio.sleep(fault.seconds)
+        return self._answer(fault, self._rows([text]), query=True)
 
     # sync interface
     def _embed_sync(self, text: str) -> Any:
+        fault = self.fault
         self.calls += 1
-        if self.fault.kind == "stall":
-            time.sleep(self.fault.seconds)
-        return self._answer(self._rows([text]), query=True)
+        if fault.kind == "stall":
+            time.sleep(fault.seconds)
+        return self._answer(fault, self._rows([text]), query=True)
 
     def _embed_batch_sync(self, texts: Sequence[str]) -> Any:
+        fault = self.fault
         self.calls += 1
-        if self.fault.kind == "stall":
-            time.sleep(self.fault.seconds)
-        return self._answer(self._rows(texts), query=False)
+        if fault.kind == "stall":
+            time.sleep(fault.seconds)
+        return self._answer(fault, self._rows(texts), query=False)
 
     def __repr__(self) -> str:
         return f"HostileEmbedder({self.inner!r}, fault={self.fault})"
