@@ -28,9 +28,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar
 
 import numpy as np
-import trio
 from hypothesis.stateful import run_state_machine_as_test
-from pg_support import pg_dsn  # noqa: F401
+from pg_support import fresh_pg_store, pg_dsn  # noqa: F401
 
 from actors import open_memory, open_store
 from actors.testing import VectorStoreMachine
@@ -86,21 +85,7 @@ class BorrowedStoreMachine(VectorStoreMachine):
 
 def pg_opener(dsn: str) -> Callable[[VectorStoreConfig, object], AbstractAsyncContextManager[Any]]:
     """``open_pg_store`` on a fresh table, dropped afterwards."""
-    from pg_support import drop_table, new_table_name
-
-    from actors._pg_store import open_pg_store
-
-    @asynccontextmanager
-    async def opened(config: VectorStoreConfig, embedder: object) -> AsyncIterator[Any]:
-        table = new_table_name()
-        try:
-            async with open_pg_store(dsn, config, embedder, table=table) as store:
-                yield store
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(drop_table, dsn, table)
-
-    return opened
+    return lambda config, embedder: fresh_pg_store(dsn, config, embedder)
 
 
 THREADS = {"thread_scan_threshold": 0}

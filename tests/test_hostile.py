@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_support import pg_dsn  # noqa: F401
+from pg_support import fresh_pg_store, pg_dsn  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors.testing import (
@@ -113,23 +112,8 @@ async def test_open_pg_store_survives_hostile_input(
     pg_dsn: str,  # noqa: F811
     calls: list[HostileCall],
 ) -> None:
-    from pg_support import drop_table, new_table_name
-
-    from actors._pg_store import open_pg_store
-
-    table = new_table_name()
-
-    @asynccontextmanager
-    async def opened() -> AsyncIterator[Any]:
-        try:
-            async with open_pg_store(pg_dsn, config(), embedder, table=table) as store:
-                yield store
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(drop_table, pg_dsn, table)
-
     embedder = HostileEmbedder(HashingEmbedder(DIM))
-    await check_store(opened(), calls, embedder)
+    await check_store(fresh_pg_store(pg_dsn, config(), embedder), calls, embedder)
 
 
 MEMORY_CONFIG = MemoryConfig(strategies=[Offload(turns=2)], auto_store_user_input=True)
@@ -284,21 +268,12 @@ async def test_memory_over_pg_survives_hostile_input(
     pg_dsn: str,  # noqa: F811
     calls: list[HostileCall],
 ) -> None:
-    from pg_support import drop_table, new_table_name
-
-    from actors._pg_store import open_pg_store
-
-    table = new_table_name()
     embedder = HostileEmbedder(HashingEmbedder(DIM))
-    try:
-        with trio.fail_after(TIMEOUT):
-            async with (
-                tolerate_expected_poison(embedder),
-                open_pg_store(pg_dsn, config(), embedder, table=table) as store,
-                open_memory(store=store, memory=MEMORY_CONFIG) as memory,
-            ):
-                await seed(store)
-                await run_hostile_calls(memory, calls, embedder)
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(drop_table, pg_dsn, table)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            tolerate_expected_poison(embedder),
+            fresh_pg_store(pg_dsn, config(), embedder) as store,
+            open_memory(store=store, memory=MEMORY_CONFIG) as memory,
+        ):
+            await seed(store)
+            await run_hostile_calls(memory, calls, embedder)
