@@ -3,6 +3,31 @@
 Only the store actor writes to an arena, and only between two snapshots. Readers get
 read-only views of its arrays (``view_*``) and a :class:`Snapshot` that says which rows
 were committed.
+
+The memory bound (SPEC §3, §11). An open in-memory store holds at most
+
+    STORE_CONSTANT + max_entries × (max_entry_bytes + dimensions × 4 + namespace
+                                    + ENTRY_CONSTANT)
+
+bytes, where ``namespace`` is the UTF-8 length of the longest namespace in use, once
+the BM25 index has indexed the entries (its first hybrid or BM25 search does), plus
+``max_entries × (BM25_BYTES_PER_TEXT_BYTE × max_entry_bytes + BM25_BYTES_PER_DOCUMENT)``
+(``actors._bm25``), and, for each metadata key a filter has named (at most
+``MetadataIndex.max_columns``, 64), 13 bytes per slot and one str per distinct string
+value of that key.
+
+- ``max_entry_bytes`` bounds what each entry keeps (``actors._prepare.entry_bytes``):
+  a message as exact-size msgpack, a plain ASCII turn as its text, a document's or
+  index text as an ASCII str or UTF-8 bytes, metadata as its compact JSON bytes.
+- :data:`ENTRY_CONSTANT` is the rest of an entry: its slot's bookkeeping (the sequence,
+  namespace id, flags and FIFO records in numpy, seven list slots, the filter's live
+  flag: about 140 bytes, allocated at open), the object headers of what it keeps, its
+  ``turn-<n>`` id, the msgpack framing of its message and first block, and, when the
+  entry is the only one of its namespace, the namespace's bookkeeping (about 440 bytes
+  with an id map and BM25 group statistics). Measured with tracemalloc on hostile
+  shapes (``tests/test_memory_bound.py``): at most 580 bytes; the constant leaves room.
+- :data:`STORE_CONSTANT` is what an empty store holds beyond its slots (the actor, its
+  channels, the scan runner, the indexes' empty structures): 27 to 35 KB measured.
 """
 
 from __future__ import annotations
@@ -11,18 +36,44 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol import Role, UnifiedMessage, projection
+from protocol import Role, projection
+from protocol._surrogates import unpack_message, utf8_bytes
 
 from ._bm25 import Bm25Index
 from ._filtering import MetadataIndex
 
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
+__all__ = [
+    "ENTRY_CONSTANT",
+    "STORE_CONSTANT",
+    "Arena",
+    "Entries",
+    "Snapshot",
+    "keep_text",
+    "kept_text",
+]
 
-__all__ = ["Arena", "Entries", "Snapshot"]
+#: The per-entry constant of the memory bound (see the module docstring), in bytes.
+ENTRY_CONSTANT = 768
+#: The per-store constant of the memory bound (see the module docstring), in bytes.
+STORE_CONSTANT = 64 * 1024
+
+
+def keep_text(text: str) -> str | bytes:
+    """How the arena keeps a text: an ASCII str as itself (its bytes plus a constant),
+    any other as UTF-8 bytes (lone surrogates passed through). A non-ASCII str may
+    take up to 4 bytes per character, plus a cached UTF-8 copy of itself, which the
+    memory bound does not allow for."""
+    return text if text.isascii() else utf8_bytes(text)
+
+
+def kept_text(kept: str | bytes) -> str:
+    """The text that :func:`keep_text` kept, exactly."""
+    if isinstance(kept, str):
+        return kept
+    return kept.decode("utf-8", "surrogatepass")
 
 
 @attrs.frozen
@@ -67,6 +118,8 @@ class Entries:
             text keeps both).
         roles: with no payload, the entry's message is one Text block of its text in
             this role: a plain turn's role; None (a document) stands for ``"user"``.
+        ascii_texts: every text is known to be ASCII (then none needs converting for
+            :func:`keep_text`).
         scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
             and the normalized rows are ``vectors * scale``, computed as they are
             written (see ``checked_rows`` in ``_prepare.py``).
@@ -83,6 +136,7 @@ class Entries:
     source: str
     derived_texts: bool = False
     roles: Sequence[Role] | None = None
+    ascii_texts: bool = False
     scale: npt.NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
@@ -145,7 +199,8 @@ class Arena:
     zero: npt.NDArray[np.bool_] = attrs.field(init=False)
     auto_id: npt.NDArray[np.bool_] = attrs.field(init=False)
     ids: list[str | None] = attrs.field(init=False)
-    texts: list[str | None] = attrs.field(init=False)
+    # A document's text, or a turn's index text when it has its own (see keep_text).
+    texts: list[str | bytes | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
     # An entry without a payload is a message of one Text block, its text, in this role
     # (None: "user"); see Entries.
@@ -288,10 +343,10 @@ class Arena:
         text is not stored twice)."""
         text = self.texts[slot]
         if text is not None:
-            return text
+            return kept_text(text)
         payload = self.payloads[slot]
         assert payload is not None, f"slot {slot} is free"
-        return projection(_MESSAGE_DECODER.decode(payload))
+        return projection(unpack_message(payload))
 
     def metadata_of(self, slot: int) -> Mapping[str, Any]:
         metadata = self.meta.get(slot)
@@ -348,7 +403,13 @@ class Arena:
         seqs = range(first, first + count)
         ids = turn_ids(first, count) if entries.ids is None else entries.ids
         # A turn's text is usually its payload's projection: then keep it once.
-        texts: Sequence[str | None] = [None] * count if entries.derived_texts else entries.texts
+        texts: Sequence[str | bytes | None]
+        if entries.derived_texts:
+            texts = [None] * count
+        elif entries.ascii_texts or all(map(str.isascii, entries.texts)):
+            texts = entries.texts
+        else:
+            texts = [keep_text(text) for text in entries.texts]
         roles: Sequence[Role | None] = [None] * count if entries.roles is None else entries.roles
         if not (
             len(ids) == len(texts) == len(entries.payloads) == len(roles) == count

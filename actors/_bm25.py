@@ -45,10 +45,23 @@ import snowballstemmer
 
 from protocol._errors import ConfigError
 
-__all__ = ["B", "K1", "Bm25Index", "idf", "tokenize"]
+__all__ = [
+    "B",
+    "BM25_BYTES_PER_DOCUMENT",
+    "BM25_BYTES_PER_TEXT_BYTE",
+    "K1",
+    "Bm25Index",
+    "idf",
+    "tokenize",
+]
 
 K1 = 1.2
 B = 0.75
+#: What one indexed document may hold, at most, per byte of its text (UTF-8), on top
+#: of :data:`BM25_BYTES_PER_DOCUMENT` (see :class:`Bm25Index`, "Memory").
+BM25_BYTES_PER_TEXT_BYTE = 64
+#: The fixed part of one indexed document's memory.
+BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
 
 
@@ -68,49 +81,8 @@ def idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-@attrs.define(eq=False)
-class _Postings:
-    """The slots holding one term and the term's frequency in each, unordered.
-
-    ``array.array`` appends in O(1) without numpy's per-item overhead, and numpy reads
-    it as one block (``np.frombuffer``) when a query scores the term.
-    """
-
-    slots: array[int] = attrs.field(factory=lambda: array("i"))
-    tfs: array[int] = attrs.field(factory=lambda: array("i"))
-    peak: int = 0
-
-    def append(self, slot: int, tf: int) -> int:
-        self.slots.append(slot)
-        self.tfs.append(tf)
-        self.peak = max(self.peak, len(self.slots))
-        return len(self.slots) - 1
-
-    def remove_at(self, position: int) -> int | None:
-        """Swap-remove the posting at ``position``; return the slot moved into it."""
-        last = len(self.slots) - 1
-        moved = None
-        if position != last:
-            moved = self.slots[last]
-            self.slots[position] = moved
-            self.tfs[position] = self.tfs[last]
-        self.slots.pop()
-        self.tfs.pop()
-        if self.peak > 64 and len(self.slots) * 4 < self.peak:
-            # An array never gives back memory as it pops: copy it, so a term that was
-            # common once does not keep its peak allocation.
-            self.slots, self.tfs = array("i", self.slots), array("i", self.tfs)
-            self.peak = len(self.slots)
-        return moved
-
-
-@attrs.define(eq=False)
-class _DocTerms:
-    """A document's distinct term ids (sorted) and where each sits in that term's
-    postings."""
-
-    term_ids: array[int]
-    positions: array[int]
+# Below this many postings a term's overflow array is never copied to shrink it.
+_SHRINK_FROM = 64
 
 
 @attrs.define(eq=False)
@@ -120,16 +92,39 @@ class Bm25Index:
     Only the store actor calls :meth:`add` and :meth:`remove`, at commit; reads run on
     the same thread, so a read sees exactly the last commit.
 
+    Memory. The index holds no Python object per posting and, beyond its vocabulary
+    entry, none per term that one document holds (the commonest case for a rare word):
+
+    - each term has an id (``_vocab``, ``_terms``); its first posting (slot and term
+      frequency) sits in two ``array("i")`` columns indexed by term id, and only a term
+      found in two documents or more has an array of its other postings (slot, tf
+      pairs) in ``_rest``;
+    - each document keeps its distinct term ids (sorted) and where each sits in that
+      term's postings, in two ``array("i")``.
+
+    Per document that is two arrays plus 16 bytes per distinct term, and a term new to
+    the index adds its str, its dict entry, its id and 8 bytes of columns. Measured
+    with tracemalloc (``tests/test_memory_bound.py``), a document of one distinct new
+    term per 4 bytes of text (the worst shape: ``"a1 a2 a3 ..."``, 1- and 3-letter
+    tokens) costs at most :data:`BM25_BYTES_PER_TEXT_BYTE` × its UTF-8 length plus
+    :data:`BM25_BYTES_PER_DOCUMENT`; ordinary text costs a fraction of that.
+
     Args:
         capacity: the number of slots (the arena's ``max_entries``).
     """
 
     capacity: int
     _lengths: npt.NDArray[np.int64] = attrs.field(init=False)
-    _docs: list[_DocTerms | None] = attrs.field(init=False)
+    # slot -> the document's distinct term ids, ascending, and each one's position in
+    # that term's postings (0: the first posting; p >= 1: _rest[term][2p-2 : 2p]).
+    _doc_terms: list[array[int] | None] = attrs.field(init=False)
+    _doc_positions: list[array[int] | None] = attrs.field(init=False)
     _vocab: dict[str, int] = attrs.field(init=False, factory=dict)
-    _postings: list[_Postings | None] = attrs.field(init=False, factory=list)
     _terms: list[str | None] = attrs.field(init=False, factory=list)
+    _first_slot: array[int] = attrs.field(init=False, factory=lambda: array("i"))
+    _first_tf: array[int] = attrs.field(init=False, factory=lambda: array("i"))
+    # term id -> its postings after the first, as slot, tf pairs (terms with df >= 2).
+    _rest: dict[int, array[int]] = attrs.field(init=False, factory=dict)
     _free_terms: list[int] = attrs.field(init=False, factory=list)
     _groups: npt.NDArray[np.int64] = attrs.field(init=False)
     # group -> [documents, total length]; a group with no documents is dropped.
@@ -147,7 +142,8 @@ class Bm25Index:
             raise ConfigError(f"capacity is {self.capacity!r}; expected an int > 0")
         self._lengths = np.zeros(self.capacity, dtype=np.int64)
         self._groups = np.full(self.capacity, -1, dtype=np.int64)
-        self._docs = [None] * self.capacity
+        self._doc_terms = [None] * self.capacity
+        self._doc_positions = [None] * self.capacity
 
     # --- writes (at commit) ------------------------------------------------------------
 
@@ -159,18 +155,27 @@ class Bm25Index:
             raise ConfigError(f"text is a {type(text).__name__}; expected a str")
         if isinstance(group, bool) or not isinstance(group, int | np.integer) or group < 0:
             raise ConfigError(f"group is {group!r}; expected an int >= 0")
-        if self._docs[slot] is not None:
+        if self._doc_terms[slot] is not None:
             self.remove(slot)
         counts = Counter(tokenize(text))
         pairs = sorted((self._term_id(term), tf) for term, tf in counts.items())
-        term_ids, positions = array("q"), array("q")
-        postings = self._postings
+        term_ids, positions = array("i"), array("i")
+        first_slot, first_tf, rest = self._first_slot, self._first_tf, self._rest
         for term_id, tf in pairs:
-            term_postings = postings[term_id]
-            assert term_postings is not None
             term_ids.append(term_id)
-            positions.append(term_postings.append(slot, tf))
-        self._docs[slot] = _DocTerms(term_ids, positions)
+            if first_slot[term_id] < 0:
+                first_slot[term_id] = slot
+                first_tf[term_id] = tf
+                positions.append(0)
+                continue
+            more = rest.get(term_id)
+            if more is None:
+                more = rest[term_id] = array("i")
+            more.append(slot)
+            more.append(tf)
+            positions.append(len(more) // 2)
+        self._doc_terms[slot] = term_ids
+        self._doc_positions[slot] = positions
         length = sum(counts.values())
         self._lengths[slot] = length
         self._groups[slot] = group
@@ -184,22 +189,15 @@ class Bm25Index:
     def remove(self, slot: int) -> None:
         """Drop the document in ``slot`` (deleted or evicted). A free slot is a no-op."""
         self._check_slot(slot)
-        doc = self._docs[slot]
-        if doc is None:
+        term_ids = self._doc_terms[slot]
+        if term_ids is None:
             return
-        for term_id, position in zip(doc.term_ids, doc.positions, strict=True):
-            postings = self._postings[term_id]
-            assert postings is not None
-            moved = postings.remove_at(position)
-            if moved is not None:
-                # The posting swapped into this position belongs to another document:
-                # tell it where its posting for this term now is.
-                other = self._docs[moved]
-                assert other is not None
-                other.positions[bisect_left(other.term_ids, term_id)] = position
-            if not postings.slots:
-                self._release_term(term_id)
-        self._docs[slot] = None
+        positions = self._doc_positions[slot]
+        assert positions is not None
+        for term_id, position in zip(term_ids, positions, strict=True):
+            self._remove_posting(term_id, position)
+        self._doc_terms[slot] = None
+        self._doc_positions[slot] = None
         length, group = int(self._lengths[slot]), int(self._groups[slot])
         stats = self._group_stats[group]
         stats[0] -= 1
@@ -211,17 +209,47 @@ class Bm25Index:
         self._groups[slot] = -1
         self.n_docs -= 1
 
+    def _remove_posting(self, term_id: int, position: int) -> None:
+        """Swap-remove the posting at ``position`` of ``term_id``: the last posting
+        takes its place, and its document is told where it now is."""
+        more = self._rest.get(term_id)
+        if more is None:  # the term's only posting
+            self._release_term(term_id)
+            return
+        moved_slot, moved_tf = more[-2], more[-1]
+        last = len(more) // 2
+        del more[-2:]
+        if position != last:
+            if position == 0:
+                self._first_slot[term_id] = moved_slot
+                self._first_tf[term_id] = moved_tf
+            else:
+                more[2 * position - 2] = moved_slot
+                more[2 * position - 1] = moved_tf
+            # The moved posting belongs to another document: update its position.
+            other_terms = self._doc_terms[moved_slot]
+            other_positions = self._doc_positions[moved_slot]
+            assert other_terms is not None
+            assert other_positions is not None
+            other_positions[bisect_left(other_terms, term_id)] = position
+        if not more:
+            del self._rest[term_id]
+        elif len(more) >= _SHRINK_FROM and len(more) & (len(more) - 1) == 0:
+            # An array never gives back memory as it shrinks: copy it at each power of
+            # two on the way down, so a term once common does not keep its peak size.
+            self._rest[term_id] = array("i", more)
+
     def _term_id(self, term: str) -> int:
         term_id = self._vocab.get(term)
         if term_id is None:
             if self._free_terms:
                 term_id = self._free_terms.pop()
-                self._postings[term_id] = _Postings()
                 self._terms[term_id] = term
             else:
-                term_id = len(self._postings)
-                self._postings.append(_Postings())
+                term_id = len(self._terms)
                 self._terms.append(term)
+                self._first_slot.append(-1)
+                self._first_tf.append(0)
             self._vocab[term] = term_id
         return term_id
 
@@ -232,8 +260,26 @@ class Bm25Index:
         assert term is not None
         del self._vocab[term]
         self._terms[term_id] = None
-        self._postings[term_id] = None
+        self._first_slot[term_id] = -1
+        self._first_tf[term_id] = 0
         self._free_terms.append(term_id)
+
+    def _postings(self, term_id: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """A term's slots and term frequencies, as new arrays."""
+        first = self._first_slot[term_id]
+        more = self._rest.get(term_id)
+        if more is None:
+            return np.array([first], dtype=np.intp), np.array(
+                [self._first_tf[term_id]], dtype=np.float64
+            )
+        # A copy, not a view: a live view would stop the array from growing, and a
+        # traceback that kept one would break every later add of this term.
+        pairs = np.frombuffer(more, dtype=np.intc).reshape(-1, 2)
+        slots = np.empty(len(pairs) + 1, dtype=np.intp)
+        tf = np.empty(len(pairs) + 1, dtype=np.float64)
+        slots[0], tf[0] = first, self._first_tf[term_id]
+        slots[1:], tf[1:] = pairs[:, 0], pairs[:, 1]
+        return slots, tf
 
     def _check_slot(self, slot: int) -> None:
         if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
@@ -247,15 +293,17 @@ class Bm25Index:
         return self.n_docs
 
     def __contains__(self, slot: object) -> bool:
-        return isinstance(slot, int) and 0 <= slot < self.capacity and self._docs[slot] is not None
+        return (
+            isinstance(slot, int)
+            and 0 <= slot < self.capacity
+            and self._doc_terms[slot] is not None
+        )
 
     def document_frequency(self, term: str) -> int:
         term_id = self._vocab.get(term)
         if term_id is None:
             return 0
-        postings = self._postings[term_id]
-        assert postings is not None
-        return len(postings.slots)
+        return 1 + len(self._rest.get(term_id, ())) // 2
 
     def scores(
         self,
@@ -284,12 +332,7 @@ class Bm25Index:
             term_id = self._vocab.get(term)
             if term_id is None:
                 continue
-            postings = self._postings[term_id]
-            assert postings is not None
-            # Copies, not views: a live view would stop the array from growing, and a
-            # traceback that kept one would break every later add of this term.
-            slots = np.frombuffer(postings.slots, dtype=np.intc).astype(np.intp)
-            tf = np.frombuffer(postings.tfs, dtype=np.intc).astype(np.float64)
+            slots, tf = self._postings(term_id)
             if group is not None:
                 mine = self._groups[slots] == group
                 slots, tf = slots[mine], tf[mine]

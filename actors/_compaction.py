@@ -60,6 +60,7 @@ from protocol._render import RENDERERS, is_recall_block
 from ._events import EventHub, StoreWatch, now
 from ._handle import Store
 from ._mailbox import Mailbox
+from ._prepare import turn_bytes
 
 __all__ = [
     "DROPPED_OUTPUT_PREFIX",
@@ -77,6 +78,8 @@ Summarizer = Callable[
 ]
 
 DROPPED_OUTPUT_PREFIX = "[tool output dropped:"
+# The source of what Offload stores (counted against max_entry_bytes).
+OFFLOAD_SOURCE = "offload"
 _STRATEGY_NAMES: dict[type, str] = {
     Offload: "offload",
     Summarize: "summarize",
@@ -222,7 +225,7 @@ def entry_texts(
                 before.append(projection(messages[j])[:CONTEXT_CHARS])
             j -= 1
         text = contextual_entry(projection(message), context=before[::-1], date=date)
-        budget = max_entry_bytes - payload_bytes(message)
+        budget = max_entry_bytes - offload_bytes(message)
         if _utf8_len(text) > budget:
             text = _cut_utf8(text, max(budget, 0))
         texts.append(text)
@@ -233,15 +236,23 @@ def _marker(cut: int) -> str:
     return f" [...clamped {cut} bytes]"
 
 
+def offload_bytes(message: UnifiedMessage) -> int:
+    """What ``message`` counts against ``max_entry_bytes`` when ``Offload`` stores it
+    without an index text: its payload, its blocks and the source ``"offload"``
+    (``actors._prepare.turn_bytes``)."""
+    return turn_bytes(message, source=OFFLOAD_SOURCE)
+
+
 def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | None:
-    """A copy of ``message`` whose payload is at most ``max_bytes``, or None if its fixed
-    parts (ids, names, tool arguments, media types) alone are over it.
+    """A copy of ``message`` that ``Offload`` can store under a cap of ``max_bytes``
+    (:func:`offload_bytes`), or None if its fixed parts (ids, names, tool arguments,
+    media types, block overheads) alone are over it.
 
     Thinking blocks go first and images become a short text, since neither is embedded;
     then the longest text or tool output is cut from the end, and the cut is marked
     ``[...clamped N bytes]``.
     """
-    if payload_bytes(message) <= max_bytes:
+    if offload_bytes(message) <= max_bytes:
         return message
     blocks: list[Any] = []
     for block in message.content:
@@ -253,7 +264,7 @@ def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | N
             blocks.append(block)
 
     def size() -> int:
-        return payload_bytes(msgspec.structs.replace(message, content=list(blocks)))
+        return offload_bytes(msgspec.structs.replace(message, content=list(blocks)))
 
     done: set[int] = set()
     while (excess := size() - max_bytes) > 0:
@@ -380,7 +391,7 @@ class CompactionActor:
             )
         try:
             stored = await self.store.store_turns(
-                batch, namespace=self.config.namespace, source="offload", texts=texts
+                batch, namespace=self.config.namespace, source=OFFLOAD_SOURCE, texts=texts
             )
         except VectorStoreError as error:
             # Nothing was removed yet, so every message is still at its original index.
@@ -516,8 +527,7 @@ class CompactionActor:
         for i, m in enumerate(messages):
             if i in protected:
                 continue
-            size = payload_bytes(m)
-            if size <= max_bytes:
+            if offload_bytes(m) <= max_bytes:
                 continue
             clamped = clamp_message(m, max_bytes)
             if clamped is None:
@@ -525,7 +535,7 @@ class CompactionActor:
                 continue
             out[i] = clamped
             count += 1
-            removed += size - payload_bytes(clamped)
+            removed += payload_bytes(m) - payload_bytes(clamped)
         if not count and not unclampable:
             reason = f"no unprotected message is over max_bytes={max_bytes}"
             return messages, [Skipped(strategy=name, reason=reason)], None

@@ -30,6 +30,7 @@ from protocol import (
     projection,
 )
 from protocol._render import RENDERERS, is_recall_block
+from protocol._surrogates import replace_surrogates_json
 
 __all__ = ["Dispatcher", "EchoDispatcher", "OpenAIChatDispatcher", "to_openai"]
 
@@ -91,7 +92,8 @@ def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, An
 
     Text blocks join with newlines; images become ``image_url`` parts with a data URL;
     tool calls become ``tool_calls`` with JSON-string arguments; every tool result
-    becomes its own ``role: "tool"`` message; thinking blocks are not sent. The
+    becomes its own ``role: "tool"`` message; thinking blocks are not sent. Each lone
+    surrogate in the messages is sent as U+FFFD (UTF-8 cannot carry one). The
     generation settings that are set are copied, and ``extra`` is merged in last,
     untouched.
     """
@@ -122,7 +124,9 @@ def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, An
                         "type": "function",
                         "function": {
                             "name": c.name,
-                            "arguments": json.dumps(c.arguments, separators=(",", ":")),
+                            "arguments": json.dumps(
+                                replace_surrogates_json(c.arguments), separators=(",", ":")
+                            ),
                         },
                     }
                     for c in calls
@@ -134,7 +138,11 @@ def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, An
             out.append({"role": "tool", "tool_call_id": r.tool_call_id, "content": r.output})
         if m.role == "tool" and not results:
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text})
-    body: dict[str, Any] = {"model": model or request.model, "messages": out}
+    # The body is UTF-8 JSON, which cannot hold a lone surrogate: each is U+FFFD.
+    body: dict[str, Any] = {
+        "model": model or request.model,
+        "messages": replace_surrogates_json(out),
+    }
     for field in UnifiedRequest._generation_fields:
         value = getattr(request, field)
         if value is not None:

@@ -21,6 +21,7 @@ from protocol import (
     EmbeddingPrice,
     EmbeddingProfile,
 )
+from protocol._checks import check_int, shown
 
 from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
 from ._mailbox import PROPAGATE
@@ -74,9 +75,7 @@ class HashingEmbedder:
     """
 
     def __init__(self, dimensions: int) -> None:
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions <= 0:
-            raise ConfigError(f"dimensions is {dimensions!r}; expected an int > 0")
-        self.dimensions = dimensions
+        self.dimensions = check_int("dimensions", dimensions)
         self._buckets: dict[bytes, int] = {}
 
     def _bucket(self, token: bytes) -> int:
@@ -295,26 +294,124 @@ def check_timeout(name: str, value: object) -> float | None:
     return float(value)
 
 
+# What a vector may hold (SPEC §2 and issue 14): real numbers. A numpy float or int
+# dtype of any width (float16 to longdouble, int8 to uint64), or Python ints and floats;
+# never bool (a flag), complex (its imaginary part would be dropped), str (numpy would
+# parse "1.5"), object, or a masked array (its mask would be ignored).
+_REAL_KINDS = frozenset("fiu")
+_EXPECTED = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
+
+
+def _real_type(kind: type) -> bool:
+    """Whether a list item of this type is a real number (a numpy scalar included)."""
+    if issubclass(kind, bool | np.bool_):
+        return False
+    return issubclass(kind, int | float | np.integer | np.floating)
+
+
+def _real_items(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every item of a flat list is a real number: one C-speed pass over the
+    items' types, then a check per distinct type (there are one or two)."""
+    return all(map(_real_type, set(map(type, items))))
+
+
+def _refuse(vector: object, what: str) -> EmbeddingError:
+    """The error for something that is not a flat vector of real numbers, naming its
+    type, its dtype and shape when it has them, or its first bad item."""
+    if isinstance(vector, np.ma.MaskedArray):
+        return EmbeddingError(
+            f"{what} is a masked array (dtype {vector.dtype}, shape {vector.shape}); "
+            "expected a plain array: fill the masked components first (.filled())"
+        )
+    if isinstance(vector, np.ndarray | np.generic):
+        return EmbeddingError(
+            f"{what} has dtype {vector.dtype} and shape {vector.shape}; {_EXPECTED}"
+        )
+    if isinstance(vector, list | tuple):
+        for i, item in enumerate(vector):
+            if not _real_type(type(item)):
+                return EmbeddingError(
+                    f"{what} is not a vector of numbers ({type(vector).__name__}): item {i} "
+                    f"is {shown(item)} ({type(item).__name__}); {_EXPECTED}"
+                )
+    return EmbeddingError(
+        f"{what} is not a vector of numbers ({type(vector).__name__}); {_EXPECTED}"
+    )
+
+
+def _float64(vector: object, what: str) -> npt.NDArray[np.float64]:
+    """``vector`` as a new float64 array, once its dtype (or its items' types) are real
+    numbers; the shape is not checked here."""
+    if isinstance(vector, list | tuple):
+        if not _real_items(vector):
+            raise _refuse(vector, what)
+        source: object = vector
+    elif isinstance(vector, np.ndarray):
+        if isinstance(vector, np.ma.MaskedArray) or vector.dtype.kind not in _REAL_KINDS:
+            raise _refuse(vector, what)
+        source = vector
+    elif isinstance(vector, np.generic | str | bytes | int | float | complex):
+        # A numpy or Python scalar (0-d), or a str.
+        raise _refuse(vector, what)
+    else:
+        # Another array-like (a memoryview, a tensor): its own dtype decides.
+        try:
+            arr = np.asarray(vector)
+        except Exception:
+            raise _refuse(vector, what) from None
+        if arr.dtype.kind not in _REAL_KINDS:
+            raise _refuse(vector, what)
+        source = arr
+    try:
+        # A longdouble or a Python int past float64's range becomes inf (refused as
+        # non-finite below) or raises OverflowError, never a warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.array(source, dtype=np.float64, copy=True)
+    except OverflowError:
+        raise EmbeddingError(
+            f"{what} holds an int too large for float64 (past 1.8e308); expected finite "
+            "real numbers"
+        ) from None
+    except (TypeError, ValueError) as error:  # ragged nested lists, say
+        raise EmbeddingError(
+            f"{what} is not a vector of numbers ({type(vector).__name__}): {error}"
+        ) from None
+
+
 def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.float64]:
     """Check an embedder's output for a batch of ``count`` texts and return it as a
     float64 ``[count, dimensions]`` array (the caller must not modify it).
 
-    The common shapes (a 2-D array, or a list of equal-width vectors) are checked in one
-    vectorized pass; anything else, or a batch that fails, is checked row by row so the
-    error names the offending vector.
+    Each vector is held to :func:`as_vector`'s rules (real numbers only, flat, of the
+    store's width, finite). The common shapes (a 2-D float or int array, or a list of
+    equal-width vectors whose items are real numbers) are checked in one vectorized
+    pass; anything else, or a batch that fails, is checked row by row so the error
+    names the offending vector.
 
     Raises:
         EmbeddingError: the wrong number of vectors, a wrong width, something that is not
-            numbers, or a non-finite component.
+            real numbers, or a non-finite component.
     """
-    if not isinstance(vectors, Sequence | np.ndarray):
+    if isinstance(vectors, np.ndarray):
+        if isinstance(vectors, np.ma.MaskedArray):
+            raise _refuse(vectors, "embedder output")
+        if vectors.dtype.kind not in _REAL_KINDS:
+            raise EmbeddingError(
+                f"embedder returned an array of dtype {vectors.dtype}; expected real numbers "
+                "(a float or int dtype)"
+            )
+    elif not isinstance(vectors, Sequence):
         raise EmbeddingError(
-            f"embedder returned a {type(vectors).__name__}; expected a list of vectors"
+            f"embedder returned a {type(vectors).__name__}; expected a list of vectors "
+            "or a 2-D float array"
         )
-    try:
-        fast: npt.NDArray[np.float64] | None = np.asarray(vectors, dtype=np.float64)
-    except (TypeError, ValueError):
-        fast = None
+    fast: npt.NDArray[np.float64] | None = None
+    if isinstance(vectors, np.ndarray) or _real_rows(vectors):
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                fast = np.asarray(vectors, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            fast = None
     if fast is not None and fast.shape == (count, dimensions) and bool(np.isfinite(fast).all()):
         return fast
     rows: list[Any] = list(vectors)
@@ -326,18 +423,36 @@ def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.fl
     return out
 
 
+def _real_rows(rows: Sequence[Any]) -> bool:
+    """Whether every row is a plain float or int array, or a list of real numbers: then
+    converting the batch in one call cannot coerce a bool, a str or a complex."""
+    for row in rows:
+        if type(row) is np.ndarray:
+            if row.dtype.kind not in _REAL_KINDS:
+                return False
+        elif not isinstance(row, list | tuple) or not _real_items(row):
+            return False
+    return True
+
+
 def as_vector(
     vector: object, dimensions: int, *, what: str = "embedding"
 ) -> npt.NDArray[np.float64]:
-    """One vector as a float64 copy, checked for width and finiteness."""
-    try:
-        arr = np.array(vector, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as error:
-        raise EmbeddingError(
-            f"{what} is not a vector of numbers ({type(vector).__name__}): {error}"
-        ) from None
+    """One vector as a float64 copy: the one check every vector passes, wherever it
+    comes from (a query vector, a ``SearchRequest.vector``, an embedder's output).
+
+    A vector is a 1-D numpy array of a float or int dtype (float16 to float64 and
+    beyond, int8 to uint64), or a list or tuple of Python or numpy ints and floats, of
+    the store's width, with every component finite in float64.
+
+    Raises:
+        EmbeddingError: bool, complex, str or object items or dtypes, a masked array, a
+            scalar (0-d) or a nested (2-D) value, a wrong width, an int past float64, or
+            a non-finite component; the message names the dtype, shape or item seen.
+    """
+    arr = _float64(vector, what)
     if arr.ndim != 1:
-        raise EmbeddingError(f"{what} has shape {arr.shape}; expected a flat vector")
+        raise EmbeddingError(f"{what} has shape {arr.shape}; expected a flat vector (1-D)")
     if arr.shape[0] != dimensions:
         raise EmbeddingError(f"{what} has {arr.shape[0]} floats; this store takes {dimensions}")
     if not np.isfinite(arr).all():

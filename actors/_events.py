@@ -18,7 +18,7 @@ import trio
 from protocol import Event, Evicted, StoreNearCap, TurnsStored
 
 from ._handle import Store
-from ._prepare import check_size
+from ._prepare import check_int
 
 __all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
 
@@ -102,7 +102,7 @@ class EventHub:
             ConfigError: ``buffer_size`` is not an int > 0.
             trio.ClosedResourceError: the hub has closed.
         """
-        size = check_size("buffer_size", buffer_size)
+        size = check_int("buffer_size", buffer_size)
         if self._closed:
             raise trio.ClosedResourceError("the memory is closed; it publishes no more events")
         send, receive = trio.open_memory_channel[Event](size)

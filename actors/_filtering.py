@@ -19,15 +19,18 @@ against on random metadata and random filters. Two points need care to agree exa
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from protocol._checks import check_int, shown
 from protocol._errors import ConfigError, FilterError
 from protocol._filters import (
     And,
@@ -44,11 +47,12 @@ from protocol._filters import (
     Not,
     Or,
     Scalar,
+    check_filter,
     scalar_equal,
     scalar_order,
 )
 
-__all__ = ["CompiledFilter", "MetadataIndex", "compile_filter"]
+__all__ = ["CompiledFilter", "MetadataIndex", "PackedMetadata", "compile_filter", "plain_metadata"]
 
 Mask = npt.NDArray[np.bool_]
 
@@ -80,6 +84,49 @@ def _exact_number(operand: Scalar) -> bool:
     return isinstance(operand, float) or (
         isinstance(operand, int) and -_EXACT_INT <= operand <= _EXACT_INT
     )
+
+
+class PackedMetadata(Mapping[str, Any]):
+    """A JSON object kept as its compact JSON (the bytes ``max_entry_bytes`` counts),
+    decoded when it is read.
+
+    Decoded Python objects would hold many times that (an empty list in JSON is 2
+    bytes, in Python 56), so the arena keeps metadata this way; each read gets fresh
+    objects, which the caller may mutate. JSON with a lone surrogate (written with
+    ``"surrogatepass"`` by ``protocol._json.compact_json``) reads back exactly too.
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self, json: bytes) -> None:
+        self.json = json
+
+    def decoded(self) -> dict[str, Any]:
+        """A new dict of the metadata."""
+        try:
+            value: dict[str, Any] = msgspec.json.decode(self.json)
+        except msgspec.DecodeError:
+            value = json.loads(self.json.decode("utf-8", "surrogatepass"))
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __len__(self) -> int:
+        return len(self.decoded())
+
+    def __repr__(self) -> str:
+        return f"PackedMetadata({self.json!r:.80})"
+
+
+def plain_metadata(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata`` decoded once, when it is packed; else itself."""
+    if type(metadata) is PackedMetadata:
+        return metadata.decoded()
+    return metadata
 
 
 @attrs.define(eq=False)
@@ -185,9 +232,8 @@ class MetadataIndex:
     high: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
-        for what, value in (("capacity", self.capacity), ("max_columns", self.max_columns)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{what} is {value!r}; expected an int > 0")
+        self.capacity = check_int("capacity", self.capacity)
+        self.max_columns = check_int("max_columns", self.max_columns)
         self.live = np.zeros(self.capacity, dtype=np.bool_)
         self._docs = [None] * self.capacity
 
@@ -202,8 +248,10 @@ class MetadataIndex:
         self._docs[slot] = metadata
         self.live[slot] = True
         self.high = max(self.high, slot + 1)
-        for column in self._columns.values():
-            column.set(slot, metadata.get(column.key, _ABSENT))
+        if self._columns:
+            plain = plain_metadata(metadata)
+            for column in self._columns.values():
+                column.set(slot, plain.get(column.key, _ABSENT))
 
     def set_many(
         self,
@@ -237,8 +285,18 @@ class MetadataIndex:
             self.live[index] = True
             high = int(index.max()) + 1
         self.high = max(self.high, high)
+        if not self._columns:
+            return
+        # A batch of turns shares one metadata object: decode it once.
+        decoded: dict[int, Mapping[str, Any]] = {}
+        plain: list[Mapping[str, Any]] = []
+        for meta in metadata:
+            one = decoded.get(id(meta))
+            if one is None:
+                one = decoded[id(meta)] = plain_metadata(meta)
+            plain.append(one)
         for column in self._columns.values():
-            for slot, meta in zip(slots, metadata, strict=True):
+            for slot, meta in zip(slots, plain, strict=True):
                 column.set(slot, meta.get(column.key, _ABSENT))
 
     def remove(self, slot: int) -> None:
@@ -270,10 +328,14 @@ class MetadataIndex:
             self._columns.move_to_end(key)
             return column
         column = _Column.empty(key, self.capacity)
+        decoded: dict[int, Mapping[str, Any]] = {}  # a batch of turns shares one object
         for slot in np.flatnonzero(self.live[: self.high]).tolist():
             doc = self._docs[slot]
             assert doc is not None
-            column.set(slot, doc.get(key, _ABSENT))
+            plain = decoded.get(id(doc))
+            if plain is None:
+                plain = decoded[id(doc)] = plain_metadata(doc)
+            column.set(slot, plain.get(key, _ABSENT))
         self._columns[key] = column
         while len(self._columns) > self.max_columns:
             self._columns.popitem(last=False)
@@ -307,9 +369,14 @@ class CompiledFilter:
 def compile_filter(filter: Filter) -> CompiledFilter:
     """Compile a parsed filter tree (see :func:`protocol._filters.parse_filter`).
 
+    The tree is checked against the depth and size limits first
+    (:func:`protocol._filters.check_filter`): its child lists are mutable, so a tree
+    checked when its request was built may have grown since.
+
     Raises:
-        FilterError: ``filter`` is not a filter tree.
+        FilterError: ``filter`` is not a filter tree within the limits.
     """
+    check_filter(filter)
     return CompiledFilter(filter=filter, evaluate=_compile(filter))
 
 
@@ -339,7 +406,7 @@ def _compile(node: Filter) -> _Eval:
         case Not(filter=child):
             inner = _compile(child)
             return lambda index, n: ~inner(index, n)
-    raise FilterError(f"not a filter node: {node!r:.60}")
+    raise FilterError(f"not a filter node: {shown(node)}")
 
 
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}

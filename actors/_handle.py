@@ -79,8 +79,10 @@ class StoreHandleBase(Generic[ActorT]):
         the namespace is replaced. Without it, each id is ``turn-<sequence>``.
         ``texts`` gives each turn the text it is indexed and embedded by, in place of
         its projection (a turn with its context, :func:`protocol.contextual_entry`);
-        the message is kept and returned as is, and the text counts towards the turn's
-        size against ``max_entry_bytes``.
+        the message is kept and returned as is. Each turn's size against
+        ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
+        first, the metadata as compact JSON (once per turn), the source, its id and its
+        text (``actors._prepare.entry_bytes``).
 
         Blocks while the inbox is full, then until the actor has applied the batch. If
         the caller is cancelled while it waits, the batch is either fully committed or

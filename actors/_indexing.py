@@ -47,7 +47,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, Protocol, TextIO, get_args, runtime_checkable
 
 import attrs
-import msgspec
 import trio
 
 from protocol._documents import DeleteResult, Document, IndexResult
@@ -59,8 +58,9 @@ from protocol._events import (
     IndexingFailed,
     IndexingStarted,
 )
+from protocol._json import canonical_json
 
-from ._prepare import check_size
+from ._prepare import check_int
 
 __all__ = [
     "Cleanup",
@@ -74,7 +74,6 @@ __all__ = [
 
 Cleanup = Literal["incremental", "full", "scoped_full"]
 _CLEANUPS: tuple[str, ...] = get_args(Cleanup)
-_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 @runtime_checkable
@@ -200,9 +199,7 @@ class InMemoryRecordManager:
 
 def hash_document(doc: Document, source_id: str | None) -> str:
     """sha256 hex over the document's text, metadata and source id, as sorted JSON."""
-    blob = _HASH_ENCODER.encode(
-        {"text": doc.text, "metadata": doc.metadata, "source_id": source_id}
-    )
+    blob = canonical_json({"text": doc.text, "metadata": doc.metadata, "source_id": source_id})
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -496,7 +493,7 @@ def _check_index_args(
         )
     if source_id_key is not None and (not isinstance(source_id_key, str) or not source_id_key):
         raise ConfigError(f"source_id_key is {source_id_key!r}; expected None or a non-empty str")
-    check_size("batch_size", batch_size)
+    check_int("batch_size", batch_size)
     if isinstance(docs, str | bytes | Document) or not isinstance(docs, Iterable):
         raise ConfigError(f"docs is a {type(docs).__name__}; expected an iterable of Document")
     if not isinstance(store, DocumentStore):

@@ -50,6 +50,7 @@ from protocol import (
 from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error
+from protocol._surrogates import pack
 
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
@@ -60,7 +61,7 @@ from ._handle import OPENED, Store, StoreHandleBase
 from ._injection import InjectionActor
 from ._lifecycle import supervise
 from ._mailbox import Mailbox
-from ._prepare import check_k, check_name, check_size
+from ._prepare import check_int, check_k, check_name, clamp_k
 from ._recall import RecallActor
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._store import open_store
@@ -207,7 +208,9 @@ class Memory:
         """
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        k = self._config.top_k if k is None else check_k(k)
+        # Any k means "at most that many": cut to the capacity, so the Recall message
+        # and the events carry a k that msgpack can log (SPEC §7).
+        k = clamp_k(self._config.top_k if k is None else check_k(k), self._store.capacity)
         namespace = self._config.namespace if namespace is None else namespace
         check_name("namespace", namespace)
         floor = self._config.min_similarity if min_similarity is None else min_similarity
@@ -382,7 +385,7 @@ class Memory:
         for message in messages:
             if message.role != "user":
                 continue
-            key = hashlib.sha256(msgspec.msgpack.encode(message)).digest()
+            key = hashlib.sha256(pack(message)).digest()
             if key in self._stored_user:
                 self._stored_user.move_to_end(key)
             else:
@@ -598,8 +601,8 @@ async def open_memory(
     memory_config = MemoryConfig() if memory is None else memory
     if not isinstance(memory_config, MemoryConfig):
         raise ConfigError(f"memory is a {type(memory_config).__name__}; expected MemoryConfig")
-    check_size("inbox_size", inbox_size)
-    check_size("store_inbox_size", store_inbox_size)
+    check_int("inbox_size", inbox_size)
+    check_int("store_inbox_size", store_inbox_size)
     the_dispatcher: Dispatcher = EchoDispatcher() if dispatcher is None else dispatcher
     if not callable(getattr(the_dispatcher, "dispatch", None)):
         raise ConfigError(

@@ -29,6 +29,7 @@ import trio
 from threadpoolctl import threadpool_limits
 
 from protocol import ConfigError, EmbeddingProfile
+from protocol._surrogates import replace_surrogates
 
 from ._embedding import EmbeddingResult, check_texts
 
@@ -418,7 +419,9 @@ class MiniLMEmbedder:
         out = np.zeros((len(texts), self.dimensions), dtype=_F32)
         if not texts:
             return EmbeddingResult(vectors=out, tokens=0, truncated=0, batches=0)
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        # HF tokenizers (Rust) take UTF-8 only: a lone surrogate is embedded as U+FFFD.
+        wire = [replace_surrogates(t) for t in texts]
+        encodings = self._tokenizer.encode_batch(wire, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.intp, count=len(texts))
         truncated = sum(1 for e in encodings if e.overflowing)
         # Longest first, stable, so equal lengths keep their input order.

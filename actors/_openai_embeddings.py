@@ -26,6 +26,7 @@ from protocol import (
     EmbeddingProviderError,
     EmbeddingTimeout,
 )
+from protocol._surrogates import replace_surrogates
 
 from ._embedding import EmbeddingResult, check_texts
 
@@ -227,7 +228,8 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
     async def _request(self, inputs: list[str]) -> tuple[Matrix, int | None]:
         payload: dict[str, Any] = {
             "model": self._profile.model,
-            "input": inputs,
+            # UTF-8 JSON cannot carry a lone surrogate: each is sent as U+FFFD.
+            "input": [replace_surrogates(t) for t in inputs],
             "encoding_format": "float",
         }
         if self.send_dimensions:

@@ -39,6 +39,7 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreError,
 )
+from protocol._filters import check_filter
 
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
 from ._embedding import check_profile
@@ -52,6 +53,7 @@ from ._pg_schema import (
 )
 from ._pg_search import run_search
 from ._pg_sql import Counts, PreparedEntries, Statements
+from ._prepare import clamp_k
 
 __all__ = ["_Envelope", "_PgStoreActor", "_representable"]
 
@@ -143,15 +145,17 @@ class _PgStoreActor(CrashableActor):
         the server's ``statement_timeout``.
 
         Raises:
-            StoreUnavailable: the database failed every attempt, or the connection was
-                lost while committing.
+            StoreUnavailable: the database failed every attempt (the message names
+                ``what``), or a write's connection was lost while committing.
         """
         limiter = self.write_limiter if write else self.read_limiter
         attempt = 0
         while True:
             try:
                 with trio.CancelScope(shield=write):
-                    return await trio.to_thread.run_sync(self._transaction, fn, limiter=limiter)
+                    return await trio.to_thread.run_sync(
+                        self._transaction, fn, write, limiter=limiter
+                    )
             except _AmbiguousCommit as error:
                 cause = error.__cause__
                 raise StoreUnavailable(
@@ -169,7 +173,7 @@ class _PgStoreActor(CrashableActor):
             attempt += 1
             await trio.sleep(self.retry_delay * 2 ** (attempt - 1))
 
-    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T], write: bool) -> T:
         with self.pool.connection(timeout=self.acquire_timeout) as conn:
             committing = False
             try:
@@ -177,7 +181,10 @@ class _PgStoreActor(CrashableActor):
                     result = fn(conn)
                     committing = True
             except psycopg.OperationalError as error:
-                if committing:
+                # Only a write's lost COMMIT is ambiguous. A read changed nothing, so
+                # losing the connection at its end is one more failed attempt, retried
+                # and reported as that read (never "while committing").
+                if committing and write:
                     raise _AmbiguousCommit() from error
                 raise
             return result
@@ -339,6 +346,8 @@ class _PgStoreActor(CrashableActor):
         self.check_usable()
         if namespace is not None and not _representable(namespace):
             return RetrievalReport(turns=[], scanned=0, exact=not self.reads.hnsw)
+        # No scope holds more than the cap, and a LIMIT is a bigint: any k fits after this.
+        k = clamp_k(k, self.config.max_entries)
         reads = self.reads
         report, counts = await self.read(
             lambda conn: reads.retrieve(conn, query, k, namespace), "retrieve"
@@ -348,6 +357,8 @@ class _PgStoreActor(CrashableActor):
 
     async def search(self, request: SearchRequest, namespace: str) -> list[ScoredDocument]:
         self.check_usable()
+        if request.filter is not None:
+            check_filter(request.filter)  # before any SQL: a FilterError, never a retry
         if request.vector is not None:
             vector = self.query_vector(request.vector)
             self.check_query_profile(vector, request.profile)
@@ -357,9 +368,9 @@ class _PgStoreActor(CrashableActor):
             vector = self.query_vector(await self.embedder.query(request.query))
         if not _representable(namespace):
             return []
-        query, reads = vector_literal(vector), self.reads
+        query, reads, cap = vector_literal(vector), self.reads, self.config.max_entries
         return await self.read(
-            lambda conn: run_search(conn, reads, request, namespace, query, vector), "search"
+            lambda conn: run_search(conn, reads, request, namespace, query, vector, cap), "search"
         )
 
     async def get_by_ids(self, ids: list[str], namespace: str) -> list[Document]:

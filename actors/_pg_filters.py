@@ -43,6 +43,7 @@ from protocol._filters import (
     Not,
     Or,
     Scalar,
+    check_filter,
 )
 
 __all__ = ["FilterSql", "translate"]
@@ -216,9 +217,15 @@ def translate(node: Filter | None, column: sql.Composable) -> FilterSql:
     """The SQL condition for ``node`` over the jsonb ``column`` (true when None).
 
     Use ``result.params`` as (part of) the statement's named parameters, and
-    ``result.where`` in its WHERE clause.
+    ``result.where`` in its WHERE clause. The tree is checked against the shared depth
+    and size limits first (:func:`protocol._filters.check_filter`): within them, the
+    statement binds at most four parameters a node, far below PostgreSQL's 65,535.
+
+    Raises:
+        FilterError: ``node`` is not a filter tree within the limits.
     """
     out = FilterSql(column)
     if node is not None:
+        check_filter(node)
         out.where = out.condition(node)
     return out

@@ -3,8 +3,8 @@ nothing, so that the commit is one transaction that cannot fail on the batch's c
 
 The checks are the in-memory store's (``actors._store``), in the same order, with the
 same errors, plus what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
-source id, a namespace or a source is a :class:`~protocol.ConfigError`, and in metadata
-a :class:`~protocol.JsonError`. A text may hold them: its exact copy is kept as bytes.
+source id, a namespace or a source is a :class:`~protocol.ConfigError`. A text or
+metadata may hold them: the exact copy is kept as bytes (see ``_pg_schema``).
 """
 
 from __future__ import annotations
@@ -12,19 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import msgspec
-
 from protocol import (
     StoreTurns,
     UpsertDocuments,
     VectorStoreConfig,
 )
 from protocol._json import check_json_object
+from protocol._surrogates import pack
 
 from ._bm25 import tokenize
 from ._embedders import EmbedderAdapter, as_matrix, normalize_rows
 from ._pg_schema import (
-    check_pg_json,
     check_pg_text,
     exact_text,
     filter_json,
@@ -36,12 +34,11 @@ from ._prepare import check_documents, check_name, check_turns, exact_msgpack_ma
 
 __all__ = ["prepare_documents", "prepare_turns"]
 
-_ENCODER = msgspec.msgpack.Encoder()
-
 
 def _metadata(metadata: dict[str, Any]) -> tuple[str, bytes | None]:
-    check_pg_json(metadata)
-    return filter_json(metadata), (_ENCODER.encode(metadata) if metadata else None)
+    # The exact metadata is kept as msgpack (the surrogate form when it holds a lone
+    # surrogate); the jsonb copy that filters read replaces what jsonb cannot hold.
+    return filter_json(metadata), (pack(metadata) if metadata else None)
 
 
 async def _embed(

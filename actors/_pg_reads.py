@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 import psycopg
@@ -34,6 +33,7 @@ from protocol import (
     Text,
     UnifiedMessage,
 )
+from protocol._surrogates import unpack_message, unpack_metadata
 
 from ._bm25 import K1, B, tokenize
 from ._pg_filters import FilterSql
@@ -42,8 +42,6 @@ from ._pg_sql import Counts
 
 __all__ = ["DocRow", "Reads", "query_terms"]
 
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _DOC_COLUMNS = "seq, id, namespace, source, source_id, text, exact_text, message, meta_raw"
 
 
@@ -70,7 +68,7 @@ class DocRow:
         self.meta: bytes | None = None if row[8] is None else bytes(row[8])
 
     def metadata(self) -> dict[str, Any]:
-        return {} if self.meta is None else _METADATA_DECODER.decode(self.meta)
+        return {} if self.meta is None else unpack_metadata(self.meta)
 
     def document(self) -> Document:
         return Document(
@@ -88,7 +86,7 @@ class DocRow:
             # A document reads as a user message holding its text, as in open_store.
             message = UnifiedMessage(role="user", content=[Text(text=self.text)])
         else:
-            message = _MESSAGE_DECODER.decode(self.message)
+            message = unpack_message(self.message)
         return RetrievedTurn(
             message=message,
             # + 0.0 turns -0.0 into 0.0.

@@ -6,9 +6,10 @@ Each store is four objects named after its table ``T``:
   is unique within its namespace. ``text`` is the searchable copy of the entry's text
   (NUL and lone surrogates replaced); ``exact_text`` keeps the exact text, only where it
   differs. ``metadata`` is the jsonb that filters read, with top-level floats written as
-  their exact decimal value (so that numbers compare exactly, as in Python);
-  ``meta_raw`` is the metadata as msgpack, which is what reads return. ``doc_len`` is the
-  BM25 length of the text;
+  their exact decimal value (so that numbers compare exactly, as in Python) and each NUL
+  or lone surrogate (which jsonb cannot hold) as U+FFFD; ``meta_raw`` is the exact
+  metadata as msgpack (``protocol._surrogates.pack``), which is what reads return.
+  ``doc_len`` is the BM25 length of the text;
 - ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
   frequency; they go with their entry (``ON DELETE CASCADE``);
 - ``T_meta``: one row, the table's version record and its counters. Its row lock is what
@@ -32,7 +33,8 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from protocol import ConfigError, EmbeddingProfile, JsonError
+from protocol import ConfigError, EmbeddingProfile
+from protocol._surrogates import replace_surrogates
 
 __all__ = [
     "MAX_DIMENSIONS",
@@ -43,7 +45,6 @@ __all__ = [
     "filter_json",
     "profile_json",
     "check_pg_text",
-    "check_pg_json",
     "ensure_schema",
     "search_text",
     "vector_literal",
@@ -95,35 +96,24 @@ def check_pg_text(what: str, value: str) -> str:
     return value
 
 
-def check_pg_json(value: Any, what: str = "metadata") -> None:
-    """Refuse strings that ``jsonb`` cannot hold (NUL, lone surrogates) anywhere in a
-    JSON value that :func:`protocol._json.check_json` has already accepted."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise JsonError(f"{what} holds a NUL character; PostgreSQL jsonb cannot store it")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise JsonError(
-                f"{what} holds a string that is not valid UTF-8 (a lone surrogate); "
-                "PostgreSQL jsonb cannot store it"
-            ) from None
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            check_pg_json(item, f"{what}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_pg_json(key, f"{what} key {key!r:.40}")
-            check_pg_json(item, f"{what}[{key!r:.40}]")
-
-
 def search_text(text: str) -> str:
-    """The ``text`` column's copy of a projection: NULs and lone surrogates become U+FFFD.
+    """The ``text`` column's copy of a text: each NUL and lone surrogate becomes U+FFFD.
 
-    The column is for search (phase 2: BM25, documents); the exact message is kept as
-    msgpack in ``message``.
+    The column is for search (phase 2: BM25, documents); the exact text is kept beside
+    it (:func:`exact_text`), the exact message as msgpack in ``message``.
     """
-    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    return replace_surrogates(text.replace("\x00", "\ufffd"))
+
+
+def _jsonb_safe(value: Any) -> Any:
+    """A JSON value with :func:`search_text` applied to every str, keys included."""
+    if isinstance(value, str):
+        return search_text(value)
+    if isinstance(value, list):
+        return [_jsonb_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {search_text(key): _jsonb_safe(item) for key, item in value.items()}
+    return value
 
 
 def exact_text(text: str, searchable: str) -> bytes | None:
@@ -142,12 +132,24 @@ def filter_json(metadata: dict[str, Any]) -> str:
     does. The shortest repr would not: the float ``1e23`` is 99999999999999991611392,
     which is less than the int ``10**23 - 1``, but its repr ``1e+23`` is not. Nested
     values are never compared by a filter (keys are top-level), so they are left alone.
+
+    jsonb cannot hold a NUL or a lone surrogate, so each one, in a key or a string, is
+    U+FFFD here (:func:`search_text`): a filter reads ``{"k": "a\\ud83d"}`` as
+    ``{"k": "a\\ufffd"}``. Reads return the exact metadata from ``meta_raw``.
     """
     exact = {
         key: Decimal(value) if isinstance(value, float) else value
         for key, value in metadata.items()
     }
-    return _FILTER_ENCODER.encode(exact).decode("utf-8")
+    try:
+        text: str | None = _FILTER_ENCODER.encode(exact).decode("utf-8")
+    except UnicodeEncodeError:
+        text = None
+    # JSON writes a NUL as this escape (an escaped backslash before "u0000" is a false
+    # alarm, which only costs the copy).
+    if text is None or "\\u0000" in text:
+        text = _FILTER_ENCODER.encode(_jsonb_safe(exact)).decode("utf-8")
+    return text
 
 
 def profile_json(profile: object) -> str | None:

@@ -23,6 +23,7 @@ from protocol import ScoredDocument, SearchRequest
 from ._fusion import mmr, rrf
 from ._pg_filters import translate
 from ._pg_reads import Reads
+from ._prepare import clamp_k
 
 __all__ = ["run_search"]
 
@@ -36,20 +37,25 @@ def run_search(
     namespace: str,
     query: str,
     vector: npt.NDArray[np.float32],
+    max_entries: int,
 ) -> list[ScoredDocument]:
     """Run ``request`` in ``namespace``; ``query`` is the normalized query's pgvector
-    literal and ``vector`` the same query as float32 (zeros for a zero query)."""
+    literal and ``vector`` the same query as float32 (zeros for a zero query).
+
+    ``k`` and ``fetch_k`` are cut to ``max_entries`` (the table's cap) first: a request
+    may ask for any number, and a LIMIT is a ``bigint``."""
     where = translate(request.filter, _METADATA)
     threshold = request.score_threshold
+    k, fetch_k = clamp_k(request.k, max_entries), clamp_k(request.fetch_k, max_entries)
     if request.kind == "similarity":
-        hits = reads.dense(conn, query, request.k, namespace, where)
+        hits = reads.dense(conn, query, k, namespace, where)
         return [
             row.scored(score, {"dense": rank})
             for rank, (row, score, _) in enumerate(hits, start=1)
             if threshold is None or score >= threshold
         ]
     if request.kind == "mmr":
-        hits = reads.dense(conn, query, request.fetch_k, namespace, where, vectors=True)
+        hits = reads.dense(conn, query, fetch_k, namespace, where, vectors=True)
         candidates = [
             (rank, row, score, vec)
             for rank, (row, score, vec) in enumerate(hits, start=1)
@@ -58,20 +64,20 @@ def run_search(
         if not candidates:
             return []
         matrix = np.stack([c[3] for c in candidates if c[3] is not None])
-        chosen = mmr(vector, matrix, request.k, request.lambda_mult)
+        chosen = mmr(vector, matrix, k, request.lambda_mult)
         return [
             candidates[i][1].scored(candidates[i][2], {"dense": candidates[i][0]}) for i in chosen
         ]
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    dense = reads.dense(conn, query, request.fetch_k, namespace, where)
+    dense = reads.dense(conn, query, fetch_k, namespace, where)
     assert request.query is not None
-    sparse = reads.bm25(conn, request.query, request.fetch_k, namespace, where)
+    sparse = reads.bm25(conn, request.query, fetch_k, namespace, where)
     rows = {row.seq: row for row, _, _ in dense}
     fused = rrf(
         {"dense": [row.seq for row, _, _ in dense], "bm25": [seq for seq, _ in sparse]},
         k=request.rrf_k,
         weights=request.weights,
-        limit=request.k,
+        limit=k,
     )
     missing = [hit.key for hit in fused if hit.key not in rows]
     if missing:

@@ -91,7 +91,7 @@ from ._pg_schema import (
     vector_literal,
 )
 from ._pg_sql import Counts
-from ._prepare import check_ids, check_k, check_name, check_size, check_store_config
+from ._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
 from ._store import StoreStatistics
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
@@ -157,7 +157,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
         """
         self._check()
-        k = check_k(k)
+        k = clamp_k(check_k(k), self._actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
         query = self._actor.query_vector(vector)
@@ -166,7 +166,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
-        k = check_k(k)
+        k = clamp_k(check_k(k), self._actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         raw = await self._actor.embedder.query(query)
@@ -317,9 +317,9 @@ async def open_pg_store(
             f"{MAX_DIMENSIONS}"
         )
     names = Names(table)
-    check_size("pool_size", pool_size, minimum=2)
-    check_size("inbox_size", inbox_size)
-    check_size("retries", retries, minimum=0)
+    check_int("pool_size", pool_size, minimum=2)
+    check_int("inbox_size", inbox_size)
+    check_int("retries", retries, minimum=0)
     delay = _seconds("retry_delay", retry_delay)
     connect = _seconds("connect_timeout", connect_timeout)
     statement_ms = int(_seconds("statement_timeout", statement_timeout) * 1000)

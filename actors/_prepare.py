@@ -3,6 +3,26 @@
 Both stores (the in-memory arena and PostgreSQL) validate a batch the same way, in the
 same order, with the same errors; this module is the one place those rules live. A
 backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
+
+What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
+SPEC §2's payload bytes (a document's payload is its text), plus
+
+- :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
+  an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
+  otherwise hold for free; the first block's framing is in the per-entry constant);
+- the longer of a tool call's arguments as compact JSON (§2) and as msgpack (how the
+  store keeps them: a float is 9 bytes there, as few as 4 in JSON);
+- the metadata as compact JSON (a batch's metadata counts once per turn);
+- the source (a turn's), the id when the caller gives one, a document's source id,
+  and the caller's index text (``store_turns(texts=...)``).
+
+Strings count their UTF-8 length (a lone surrogate as 3 bytes). A name (source, id,
+source id) that is not ASCII counts 4 bytes more per character: CPython may keep such
+a str at 4 bytes per character (and beside it a cached UTF-8 copy). Texts are kept as
+UTF-8 bytes when they are not ASCII, so they need no such surcharge.
+
+The memory an in-memory store holds is then bounded as ``actors._arena`` says
+(:data:`actors._arena.ENTRY_CONSTANT`).
 """
 
 from __future__ import annotations
@@ -23,6 +43,7 @@ from protocol import (
     Role,
     StoreTurns,
     Text,
+    ToolCall,
     UnifiedMessage,
     UpsertDocuments,
     VectorStoreConfig,
@@ -30,23 +51,30 @@ from protocol import (
     payload_bytes,
     projection,
 )
-from protocol._json import compact_json
+from protocol._checks import check_int
+from protocol._json import check_json_object, compact_json
+from protocol._surrogates import pack, unpack_metadata
 
 from ._embedders import as_matrix, normalize_rows
 
 __all__ = [
+    "BLOCK_OVERHEAD",
     "DocumentBatch",
     "TurnBatch",
     "check_documents",
     "check_ids",
+    "check_int",
     "check_k",
     "check_name",
     "check_not_reserved",
-    "check_size",
     "check_store_config",
     "check_turns",
     "checked_rows",
+    "clamp_k",
     "document_bytes",
+    "entry_bytes",
+    "name_bytes",
+    "turn_bytes",
     "exact_msgpack",
     "exact_msgpack_many",
     "private_json",
@@ -55,9 +83,21 @@ __all__ = [
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
+_JSON_ENCODER = msgspec.json.Encoder()
+# Values that may take more bytes in msgpack than in JSON: a float (9 bytes against as
+# few as 3), a str of 256 bytes or more (a 3- or 5-byte header against 2 quotes; one of
+# fewer than 85 characters has fewer than 256 bytes), and containers, which may hold
+# either.
+_LONGER_IN_MSGPACK = (float, str, list, dict)
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
+
+#: What each content block after a turn's first counts against ``max_entry_bytes``,
+#: besides its strings: the most an empty block's framing takes in the stored msgpack
+#: (an empty ``ToolResult``: 50 bytes, 58 with the longest string headers, 60 in the
+#: surrogate form), rounded up. The store keeps no Python object per block.
+BLOCK_OVERHEAD = 64
 
 
 def exact_msgpack(value: object) -> bytes:
@@ -66,9 +106,15 @@ def exact_msgpack(value: object) -> bytes:
     ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
     message). The store keeps these bytes for an entry's whole life, so the copy is what
     keeps the memory bound honest.
+
+    A value holding a str without a UTF-8 form (a lone surrogate) takes the surrogate
+    form of :func:`protocol._surrogates.pack`, which reads back exactly.
     """
     buffer = bytearray()
-    _ENCODER.encode_into(value, buffer)
+    try:
+        _ENCODER.encode_into(value, buffer)
+    except UnicodeEncodeError:
+        return bytes(memoryview(pack(value)))  # exact size, as below
     return bytes(buffer)
 
 
@@ -153,17 +199,26 @@ def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:
 
     A msgpack array is its header followed by each element's own encoding, so the batch
     is encoded once and split back into one exact-size bytes object per element (each
-    a copy: no entry keeps the batch's buffer alive).
+    a copy: no entry keeps the batch's buffer alive). A batch in which some value holds
+    a lone surrogate is encoded one value at a time (see :func:`exact_msgpack`).
     """
-    spans = _RAW_LIST_DECODER.decode(_ENCODER.encode(values))
-    return list(map(bytes, spans))
+    try:
+        encoded = _ENCODER.encode(values)
+    except UnicodeEncodeError:
+        return [exact_msgpack(value) for value in values]
+    return list(map(bytes, _RAW_LIST_DECODER.decode(encoded)))
 
 
 def private_json(value: dict[str, Any]) -> dict[str, Any]:
     """A deep copy that the store owns: the caller may mutate its own afterwards."""
     if not value:
         return _EMPTY_DICT
-    copied: dict[str, Any] = _METADATA_DECODER.decode(_ENCODER.encode(value))
+    try:
+        encoded = _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        # A lone surrogate in a key or a value: the surrogate form copies it exactly.
+        return unpack_metadata(pack(value))
+    copied: dict[str, Any] = _METADATA_DECODER.decode(encoded)
     return copied
 
 
@@ -176,15 +231,137 @@ def check_ids(ids: object, what: str = "ids") -> list[str]:
     return list(ids)
 
 
-def document_bytes(document: Document) -> int:
-    """A document's payload, checked against ``max_entry_bytes``: the UTF-8 length of
-    its text, id and source id, plus its metadata as compact JSON."""
-    size = _utf8_len(document.text)
-    size += _utf8_len(document.id or "")
-    size += _utf8_len(document.source_id or "")
-    if document.metadata:
-        size += len(compact_json(document.metadata, what="document metadata"))
+def name_bytes(name: str) -> int:
+    """What a name (source, id, source id) counts: its UTF-8 length, plus 4 bytes per
+    character when it is not ASCII (see the module docstring)."""
+    if name.isascii():
+        return len(name)
+    return _utf8_len(name) + 4 * len(name)
+
+
+def entry_bytes(
+    payload: int,
+    *,
+    blocks: int = 1,
+    metadata: int = 0,
+    index_text: str | None = None,
+    source: str | None = None,
+    entry_id: str | None = None,
+    source_id: str | None = None,
+) -> int:
+    """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
+
+    Args:
+        payload: SPEC §2's payload bytes (with tool-call arguments at the longer of
+            JSON and msgpack), or a document's text length.
+        blocks: the turn's content blocks (a document is one).
+        metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
+        index_text: the caller's index text, when it gives one.
+        source, entry_id, source_id: the names the entry keeps, where given.
+    """
+    size = payload + metadata + BLOCK_OVERHEAD * max(blocks - 1, 0)
+    if index_text is not None:
+        size += _utf8_len(index_text)
+    for name in (source, entry_id, source_id):
+        if name is not None:
+            size += name_bytes(name)
     return size
+
+
+def metadata_json(
+    metadata: dict[str, Any], what: str = "metadata", *, checked: bool = False
+) -> bytes:
+    """The metadata as compact JSON, as counted and as the in-memory store keeps it;
+    ``b""`` for ``{}``. ``checked`` skips :func:`protocol._json.check_json` for a value
+    that has just passed it.
+
+    Raises:
+        JsonError: not a JSON object.
+    """
+    if not metadata:
+        return b""
+    if checked:
+        try:
+            encoded = _JSON_ENCODER.encode(metadata)
+        except UnicodeEncodeError:
+            encoded = compact_json(metadata, what=what)
+    else:
+        encoded = compact_json(check_json_object(metadata, what=what), what=what)
+    # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
+    # 1 KB of JSON, measured), and the store keeps these bytes.
+    return bytes(memoryview(encoded))
+
+
+def document_bytes(document: Document) -> int:
+    """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
+    its text, id, source id and metadata."""
+    return _document_bytes(document, len(metadata_json(document.metadata, "document metadata")))
+
+
+def _document_bytes(document: Document, metadata: int) -> int:
+    return entry_bytes(
+        _utf8_len(document.text),
+        metadata=metadata,
+        entry_id=document.id,
+        source_id=document.source_id,
+    )
+
+
+def turn_bytes(
+    turn: UnifiedMessage,
+    *,
+    source: str,
+    metadata: int = 0,
+    index_text: str | None = None,
+    entry_id: str | None = None,
+) -> int:
+    """:func:`entry_bytes` of one turn stored with this source (and metadata of this
+    compact-JSON length, index text and id): what ``max_entry_bytes`` is checked
+    against.
+
+    Raises:
+        JsonError: a tool call's arguments are not JSON.
+    """
+    return entry_bytes(
+        payload_bytes(turn) + _arguments_surplus(turn),
+        blocks=len(turn.content),
+        metadata=metadata,
+        index_text=index_text,
+        source=source,
+        entry_id=entry_id,
+    )
+
+
+def _arguments_surplus(message: UnifiedMessage) -> int:
+    """How much longer the message's tool-call arguments are as msgpack (how they are
+    stored) than as the compact JSON that SPEC §2 counts."""
+    surplus = 0
+    for block in message.content:
+        if type(block) is ToolCall and block.arguments is not None:
+            if type(block.arguments) is dict and len(block.arguments) < 16:
+                # Small flat arguments: no value or key that may be longer in msgpack
+                # (see _LONGER_IN_MSGPACK), so the whole is not, header included.
+                for key, value in block.arguments.items():
+                    if type(value) in _LONGER_IN_MSGPACK and not (
+                        type(value) is str and len(value) < 85
+                    ):
+                        break
+                    if len(key) >= 85:
+                        break
+                else:
+                    continue
+            arguments = block.arguments
+            # payload_bytes has checked them: encode without checking again.
+            try:
+                as_json = len(_JSON_ENCODER.encode(arguments))
+                stored = len(_ENCODER.encode(arguments))
+            except UnicodeEncodeError:  # a lone surrogate: the forms that handle one
+                what = f"arguments of tool call {block.id!r}"
+                as_json = len(compact_json(arguments, what=what))
+                stored = len(pack(arguments))
+            if stored > as_json:
+                surplus += stored - as_json
+    return surplus
 
 
 _RESERVED_ID = re.compile(r"turn-[0-9]+")
@@ -202,11 +379,15 @@ def check_not_reserved(entry_id: str, what: str = "id") -> None:
 
 
 def check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer):
-        raise ConfigError(f"k is {k!r} ({type(k).__name__}); expected an int > 0")
-    if k <= 0:
-        raise ConfigError(f"k is {k}; expected an int > 0")
-    return int(k)
+    """A read's ``k`` as a plain int > 0, of any size: ``k`` means "at most that many",
+    and a backend clamps it to what it can hold (:func:`clamp_k`)."""
+    return check_int("k", k)
+
+
+def clamp_k(k: int, max_entries: int) -> int:
+    """``k`` cut to the store's capacity: no scope holds more, so the answer is the same,
+    and a backend's integer types (PostgreSQL's ``bigint`` LIMIT) always hold it."""
+    return k if k <= max_entries else max_entries
 
 
 def check_name(what: str, value: object) -> str:
@@ -249,6 +430,7 @@ class TurnBatch:
 
     Attributes:
         survivors: the newest ``max_entries`` turns (a longer batch drops its head).
+        metadata_json: the batch's metadata as compact JSON (``b""`` for ``{}``).
         texts: what each survivor is indexed and embedded by: the caller's text, or
             the turn's projection.
         given: whether ``texts`` came from the caller (then the store keeps them beside
@@ -268,17 +450,21 @@ class TurnBatch:
     dropped: int
     roles: list[Role] | None = None
     all_ascii: bool = False
+    metadata_json: bytes = b""
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
     """Check a batch of turns (SPEC §3, steps 1 and 2), changing nothing.
 
-    Every turn is size-checked, the dropped head included: its payload, plus its index
-    text when the caller gives one (the store keeps both), against ``max_entry_bytes``.
+    Every turn is size-checked, the dropped head included: :func:`entry_bytes` of its
+    payload, blocks, index text, id and the batch's source and metadata, against
+    ``max_entry_bytes``. (A batch of plain turns takes the same sum in one light pass.)
 
     Raises:
         ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
             one non-empty str (ids) or one str (texts) per turn; a repeated id.
+        JsonError: the metadata is not a JSON object, or a tool call's arguments are
+            not JSON.
         EntryTooLarge: a turn over the cap; ``.index`` names it.
     """
     turns = request.turns
@@ -301,6 +487,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+    meta = metadata_json(check_json_object(request.metadata), checked=True)
+    # What every turn of the batch counts besides its own fields.
+    shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
     plain, roles = _plain_turns(turns)
     all_ascii = False
     if plain is None:
@@ -310,7 +499,15 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                     f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
                 )
             try:
-                size = payload_bytes(turn)
+                # turn_bytes, inlined (a call with keywords per turn cost a fifth of
+                # a batch's checks) with the shared part added once.
+                size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+                if len(turn.content) > 1:
+                    size += BLOCK_OVERHEAD * (len(turn.content) - 1)
+                if texts is not None:
+                    size += _utf8_len(texts[i])
+                if ids is not None:
+                    size += name_bytes(ids[i])
             except VectorStoreError:
                 raise  # a JsonError names the bad tool-call arguments itself
             except (AttributeError, TypeError) as error:
@@ -320,14 +517,18 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
                     f"turn {i} of the batch has a field of the wrong type ({error}); "
                     "expected the str fields of UnifiedMessage and its blocks to hold str"
                 ) from error
-            if texts is not None:
-                size += _utf8_len(texts[i])
             if size > max_entry_bytes:
                 raise EntryTooLarge(size, max_entry_bytes, i)
     else:
+        # entry_bytes for one Text block: its text, the caller's text and id, and the
+        # shared part, summed as lists.
         sizes, all_ascii = _utf8_lens(plain)
         if texts is not None:
             sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
+        if ids is not None:
+            sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
+        if shared:
+            sizes = [size + shared for size in sizes]
         if sizes and max(sizes) > max_entry_bytes:
             i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
             raise EntryTooLarge(sizes[i], max_entry_bytes, i)
@@ -348,6 +549,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         dropped=head,
         roles=None if roles is None else roles[head:],
         all_ascii=all_ascii,
+        metadata_json=meta,
     )
 
 
@@ -359,11 +561,13 @@ class DocumentBatch:
         unique: every document, with its id, once per id, in input order.
         survivors: the newest ``max_entries`` of them (a longer batch drops its head).
         dropped: how many the head lost.
+        metadata_json: each survivor's metadata as compact JSON (``b""`` for ``{}``).
     """
 
     unique: list[Document]
     survivors: list[Document]
     dropped: int
+    metadata_json: list[bytes] = attrs.field(factory=list)
 
 
 def check_documents(
@@ -378,6 +582,7 @@ def check_documents(
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
     unique: dict[str, Document] = {}
+    metas: dict[str, bytes] = {}
     for i, document in enumerate(request.documents):
         if not isinstance(document, Document):
             raise ConfigError(
@@ -386,7 +591,8 @@ def check_documents(
         document = document.with_id()
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
-        size = document_bytes(document)
+        meta = metadata_json(document.metadata, "document metadata")
+        size = _document_bytes(document, len(meta))
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
         seen = unique.get(document.id)
@@ -396,9 +602,16 @@ def check_documents(
                 "content; expected one version per id"
             )
         unique[document.id] = document
+        metas[document.id] = meta
     documents = list(unique.values())
     head = len(documents) - min(len(documents), max_entries)
-    return DocumentBatch(unique=documents, survivors=documents[head:], dropped=head)
+    survivors = documents[head:]
+    return DocumentBatch(
+        unique=documents,
+        survivors=survivors,
+        dropped=head,
+        metadata_json=[metas[d.id] for d in survivors if d.id is not None],
+    )
 
 
 def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tuple[None, None]:
@@ -438,14 +651,6 @@ def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
     if "".join(texts).isascii():
         return list(map(len, texts)), True
     return [_utf8_len(text) for text in texts], False
-
-
-def check_size(name: str, value: object, *, minimum: int = 1) -> int:
-    """An int of at least ``minimum`` (a size, a count, a threshold), or ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        wanted = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
-        raise ConfigError(f"{name} is {value!r:.60}; expected {wanted}")
-    return int(value)
 
 
 def check_store_config(config: object, embedder: object) -> VectorStoreConfig:

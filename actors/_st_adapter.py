@@ -11,6 +11,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError, EmbeddingProfile
+from protocol._surrogates import replace_surrogates
 
 from ._embedding import EmbeddingResult, check_texts
 
@@ -111,7 +112,8 @@ class SentenceTransformerEmbedder:
                 vectors=np.zeros((0, self._profile.dimensions), dtype=np.float32), batches=0
             )
         vectors = self._model.encode(
-            [prompt + t for t in items],
+            # Its tokenizer takes UTF-8 only: a lone surrogate is embedded as U+FFFD.
+            [prompt + replace_surrogates(t) for t in items],
             batch_size=self.batch_size,
             normalize_embeddings=self.normalize,
             convert_to_numpy=True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -51,22 +51,26 @@ from protocol import (
     VectorStoreUsage,
 )
 from protocol._events import SearchOperation
+from protocol._filters import check_filter
 from protocol._json import check_json_object
+from protocol._surrogates import unpack_message
 
-from ._arena import Arena, Entries, Snapshot
+from ._arena import Arena, Entries, Snapshot, kept_text
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
+from ._filtering import PackedMetadata
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._mailbox import CrashableActor, Envelope
 from ._prepare import (
     check_documents,
     check_ids,
+    check_int,
     check_k,
     check_name,
-    check_size,
     check_store_config,
     check_turns,
     checked_rows,
+    clamp_k,
     exact_msgpack_many,
     private_json,
 )
@@ -79,11 +83,9 @@ __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 logger = logging.getLogger("trio_recall.store")
 
 _ENCODER = msgspec.msgpack.Encoder()
+_EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 _FAST_NORM_LIMIT = 1e38
-_MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
-_EMPTY_METADATA = _ENCODER.encode({})
 
 
 _Envelope = Envelope[StoreRequest]
@@ -121,6 +123,18 @@ class _Prepared:
             return self
         entries = attrs.evolve(self.entries, vectors=self.entries.normalized(), scale=None)
         return _Prepared(entries=entries, dropped=self.dropped)
+
+
+def packed_metadata(json: bytes) -> Mapping[str, Any]:
+    """How the arena keeps a metadata object: its compact JSON, or one shared ``{}``."""
+    return PackedMetadata(json) if json else _EMPTY_METADATA
+
+
+def metadata_copy(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of stored metadata that the caller may mutate."""
+    if type(metadata) is PackedMetadata:
+        return metadata.decoded()
+    return {} if not metadata else private_json(dict(metadata))
 
 
 def _plain_message(role: Role | None, text: str | None) -> UnifiedMessage:
@@ -296,11 +310,14 @@ class _StoreActor(CrashableActor):
     async def _prepare_turns(self, request: StoreTurns) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
         source = check_name("source", request.source)
-        metadata = private_json(check_json_object(request.metadata))
+        check_json_object(request.metadata)
         config = self.config
         batch = check_turns(
             request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
         )
+        # Kept as the compact JSON that max_entry_bytes counted, which is also the copy
+        # that the caller's later mutations cannot reach.
+        metadata = packed_metadata(batch.metadata_json)
         vectors, scale, zero = await self._embed(batch.texts)
         keep = len(batch.survivors)
         # A plain turn (one Text block and nothing else) is kept as its role and text,
@@ -323,6 +340,7 @@ class _StoreActor(CrashableActor):
                 source=source,
                 derived_texts=not batch.given and not plain,
                 roles=batch.roles if plain else None,
+                ascii_texts=plain,
                 scale=scale,
             ),
             dropped=batch.dropped,
@@ -345,7 +363,7 @@ class _StoreActor(CrashableActor):
                 zero=zero,
                 texts=texts,
                 payloads=[None] * keep,
-                metadata=[private_json(d.metadata) for d in survivors],
+                metadata=[packed_metadata(m) for m in batch.metadata_json],
                 ids=[d.id for d in survivors if d.id is not None],
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
@@ -417,19 +435,23 @@ class _StoreActor(CrashableActor):
         """A normalized float32 copy of ``vector``, or None for a zero query."""
         d = self.config.dimensions
         if (
-            isinstance(vector, np.ndarray)
+            # An exact ndarray: a masked array (a subclass) must reach as_vector's refusal.
+            type(vector) is np.ndarray
             and vector.shape == (d,)
             and vector.dtype in (np.float32, np.float64)
         ):
             # The common case, checked by its square: a non-finite component makes it
             # non-finite, and then as_vector below names the culprit.
             arr = vector.astype(np.float64)
-            squared = float(np.dot(arr, arr))
+            # vdot, not dot: the same BLAS ddot, but an overflowing square (components
+            # near 1e300) gives inf without a RuntimeWarning, and normalize_rows then
+            # refuses it with an EmbeddingError.
+            squared = float(np.vdot(arr, arr))
             if not math.isfinite(squared):
                 arr = as_vector(vector, d, what="query embedding")
         else:
             arr = as_vector(vector, d, what="query embedding")
-            squared = float(np.dot(arr, arr))
+            squared = float(np.vdot(arr, arr))
         if squared == 0.0:
             return None
         if squared < _FAST_NORM_LIMIT:
@@ -463,7 +485,7 @@ class _StoreActor(CrashableActor):
         ids, sources, payloads = arena.ids, arena.sources, arena.payloads
         texts, roles = arena.texts, arena.roles
         metadata_of = arena.meta.get
-        decode = _MESSAGE_DECODER.decode
+        decode = unpack_message
         turns = []
         for slot, score, seq, namespace in zip(
             slots.tolist(),
@@ -482,13 +504,13 @@ class _StoreActor(CrashableActor):
                 RetrievedTurn(
                     message=decode(payload)
                     if payload is not None
-                    else _plain_message(roles[slot], texts[slot]),
+                    else _plain_message(roles[slot], kept_text(texts[slot])),
                     # + 0.0 turns a -0.0 (a zero vector against a negative query) into 0.0.
                     score=score + 0.0,
                     sequence=seq,
                     namespace=namespace,
                     source=source,
-                    metadata={} if not metadata else private_json(dict(metadata)),
+                    metadata=metadata_copy(metadata),
                     id=entry_id,
                 )
             )
@@ -501,13 +523,11 @@ class _StoreActor(CrashableActor):
         payload = arena.payloads[slot]
         if payload is None:
             return _plain_message(arena.roles[slot], arena.text_of(slot))
-        message: UnifiedMessage = _MESSAGE_DECODER.decode(payload)
-        return message
+        return unpack_message(payload)
 
     def metadata_copy(self, slot: int) -> dict[str, Any]:
         """A copy of the metadata in ``slot`` that the caller may mutate."""
-        metadata = self.arena.metadata_of(slot)
-        return {} if not metadata else private_json(dict(metadata))
+        return metadata_copy(self.arena.metadata_of(slot))
 
     def document_of(self, slot: int) -> Document:
         """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection)."""
@@ -571,6 +591,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         actor = self._actor
         namespace = self._namespace(request.namespace)
+        if request.filter is not None:
+            check_filter(request.filter)  # before the query is embedded, as on pg
         if request.vector is not None:
             query = actor.checked_query(request.vector, request.profile)
         else:
@@ -587,7 +609,7 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
                 query=request.query,
                 by_vector=request.vector is not None,
                 filtered=request.filter is not None,
-                k=request.k,
+                k=clamp_k(request.k, actor.config.max_entries),
                 scores=[h.score for h in hits],
                 started=started,
             )
@@ -625,10 +647,10 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         """
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
-        actor = self._actor
         query = actor.checked_query(vector, profile)
         report = await actor.scan(query, k, namespace)
         if actor.on_event is not None:
@@ -648,10 +670,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
         started = time.perf_counter()
-        k = check_k(k)
+        actor = self._actor
+        # Any k means "at most that many": cut to the capacity, so that the scan and
+        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
+        k = clamp_k(check_k(k), actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        actor = self._actor
         raw = await actor.embedder.query(query)
         report = await actor.scan(actor.query_vector(raw), k, namespace)
         if actor.on_event is not None:
@@ -775,8 +799,8 @@ async def open_store(
             config's.
     """
     config = check_store_config(config, embedder)
-    check_size("inbox_size", inbox_size)
-    check_size("thread_scan_threshold", thread_scan_threshold, minimum=0)
+    check_int("inbox_size", inbox_size)
+    check_int("thread_scan_threshold", thread_scan_threshold, minimum=0)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     actor = _StoreActor(

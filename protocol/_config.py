@@ -6,6 +6,7 @@ import os
 
 import msgspec
 
+from ._checks import shown
 from ._errors import ConfigError
 
 __all__ = ["VectorStoreConfig", "physical_memory_bytes"]
@@ -21,9 +22,11 @@ def physical_memory_bytes() -> int:
 
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} is {value!r} ({type(value).__name__}); expected an int > 0")
+        raise ConfigError(
+            f"{name} is {shown(value)} ({type(value).__name__}); expected an int > 0"
+        )
     if value <= 0:
-        raise ConfigError(f"{name} is {value}; expected an int > 0")
+        raise ConfigError(f"{name} is {shown(value)}; expected an int > 0")
 
 
 class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,9 +62,13 @@ class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
         wf = self.warn_fraction
         if wf is not None:
             if isinstance(wf, bool) or not isinstance(wf, int | float):
-                raise ConfigError(f"warn_fraction is {wf!r}; expected a float in (0, 1] or None")
+                raise ConfigError(
+                    f"warn_fraction is {shown(wf)}; expected a float in (0, 1] or None"
+                )
             if not 0.0 < wf <= 1.0:
-                raise ConfigError(f"warn_fraction is {wf}; expected a float in (0, 1] or None")
+                raise ConfigError(
+                    f"warn_fraction is {shown(wf)}; expected a float in (0, 1] or None"
+                )
         ceiling = self.max_arena_bytes
         if ceiling is None:
             ceiling = physical_memory_bytes()
@@ -70,8 +77,8 @@ class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
         arena = self.arena_bytes
         if arena > ceiling:
             raise ConfigError(
-                f"arena of {self.max_entries} × {self.dimensions} float32 is {arena} bytes; "
-                f"the ceiling is {ceiling} bytes"
+                f"arena of {shown(self.max_entries)} × {shown(self.dimensions)} float32 is "
+                f"{shown(arena)} bytes; the ceiling is {shown(ceiling)} bytes"
             )
 
     @property

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from typing import Any, Literal
 
 import msgspec
 
+from ._checks import check_int, shown
 from ._embedding import EmbeddingProfile
 from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
-from ._json import check_json_object
+from ._json import canonical_json, check_json_object
 
 __all__ = [
     "HYBRID_LISTS",
@@ -40,7 +42,6 @@ SearchKind = Literal["similarity", "mmr", "hybrid"]
 # The ranked lists a hybrid search fuses, by the names ScoredDocument.ranks uses.
 HYBRID_LISTS = ("dense", "bm25")
 _KINDS = ("similarity", "mmr", "hybrid")
-_HASH_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
@@ -57,7 +58,7 @@ def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
     if not isinstance(text, str):
         raise ConfigError(f"text is a {type(text).__name__}; expected a str")
     meta = check_json_object({} if metadata is None else metadata)
-    blob = _HASH_ENCODER.encode({"text": text, "metadata": meta})
+    blob = canonical_json({"text": text, "metadata": meta})
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
@@ -102,19 +103,16 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
 
 
-def _check_int(what: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected an int")
-    if value < minimum:
-        raise ConfigError(f"{what} is {value}; expected an int >= {minimum}")
-
-
 def _check_real(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} is {value!r:.60} ({type(value).__name__}); expected a number")
-    if not math.isfinite(value):
-        raise ConfigError(f"{what} is {value!r}; expected a finite number")
-    return float(value)
+        raise ConfigError(f"{what} is {shown(value)} ({type(value).__name__}); expected a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float64's range (1.8e308)
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{what} is {shown(value)}; expected a finite number")
+    return number
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,10 +122,12 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         query: the query text. ``similarity`` and ``mmr`` take exactly one of ``query``
             and ``vector``; ``hybrid`` needs ``query`` (BM25 reads it) and may also take
             ``vector``, which then replaces the query's embedding for the dense list.
-        vector: a query embedding (any sequence of finite numbers, a numpy array
-            included); it is stored as a list of floats. The store checks its width and
-            normalizes a copy.
-        k: how many hits to return, > 0. When fewer entries match, all are returned.
+        vector: a query embedding: a 1-D float or int array, or a sequence of finite
+            real numbers (not bools); it is stored as a list of floats. These are the
+            store's rules for every vector (``actors._embedders.as_vector``). The store
+            checks its width and normalizes a copy.
+        k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
+            fewer entries match, all are returned.
         kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
         score_threshold: keep hits whose cosine similarity is ``>=`` this, in [-1, 1].
             For ``mmr`` it filters the candidates before selection. Refused for
@@ -152,8 +152,11 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         ConfigError: a bad ``k``, ``fetch_k``, ``lambda_mult``, ``score_threshold``,
             ``kind``, ``namespace``, ``rrf_k``, ``weights``, or a bad combination of
             ``query`` and ``vector``.
-        FilterError: the filter is malformed.
-        EmbeddingError: ``vector`` is not as wide as ``profile.dimensions``.
+        FilterError: the filter is malformed, or past the depth or size limits of
+            ``protocol._filters`` (in any form: dict, tree, or decoded).
+        EmbeddingError: ``vector`` is not a flat vector of finite real numbers (bool,
+            complex, str or object items or dtypes, a masked array, a scalar or a 2-D
+            array), or is not as wide as ``profile.dimensions``.
     """
 
     query: str | None = None
@@ -185,8 +188,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 f"{self.kind} search takes exactly one of query and vector; got "
                 f"{'both' if has_query else 'neither'}"
             )
-        _check_int("k", self.k, 1)
-        _check_int("fetch_k", self.fetch_k, 1)
+        # Any size: a k past what a store holds means "every match" (each backend clamps).
+        msgspec.structs.force_setattr(self, "k", check_int("k", self.k))
+        msgspec.structs.force_setattr(self, "fetch_k", check_int("fetch_k", self.fetch_k))
         if self.kind != "similarity" and self.fetch_k < self.k:
             raise ConfigError(
                 f"fetch_k is {self.fetch_k} and k is {self.k}; {self.kind} search needs "
@@ -208,11 +212,13 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                     f"score_threshold is {t}; expected a cosine similarity in [-1, 1]"
                 )
             msgspec.structs.force_setattr(self, "score_threshold", t)
-        if self.filter is not None and not isinstance(self.filter, FilterNode):
-            if not isinstance(self.filter, dict):
+        if self.filter is not None:
+            if not isinstance(self.filter, dict | FilterNode):
                 raise FilterError(
                     f"filter is a {type(self.filter).__name__}; expected a dict or a Filter tree"
                 )
+            # A tree (built by hand, or decoded with this request) is checked against the
+            # depth and size limits like a dict, so no backend ever recurses past them.
             msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
         _check_optional_str("namespace", self.namespace)
         rrf_k = _check_real("rrf_k", self.rrf_k)
@@ -251,19 +257,62 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     @staticmethod
     def _vector_list(vector: object) -> list[float]:
         # numpy arrays (and anything array-like) become plain floats here, so the
-        # request never carries a mutable array another task may still hold.
+        # request never carries a mutable array another task may still hold. The rules
+        # are the store's (``actors._embedders.as_vector``): real numbers, flat, finite;
+        # protocol does not import numpy, so arrays are recognised by their dtype.
+        if any(c.__name__ == "MaskedArray" for c in type(vector).__mro__):
+            raise EmbeddingError(
+                "vector is a masked array; expected a plain array: fill the masked "
+                "components first (.filled())"
+            )
+        dtype = getattr(vector, "dtype", None)
+        shape = getattr(vector, "shape", None)
+        if dtype is not None and getattr(dtype, "kind", None) not in _REAL_KINDS:
+            raise EmbeddingError(f"vector has dtype {dtype} and shape {shape}; {_REAL_VECTOR}")
+        if shape is not None and len(shape) != 1:
+            raise EmbeddingError(f"vector has shape {shape}; expected a flat vector (1-D)")
         tolist = getattr(vector, "tolist", None)
         items = tolist() if callable(tolist) else vector
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
-            raise ConfigError(
-                f"vector is a {type(vector).__name__}; expected a sequence of numbers"
-            )
-        out: list[float] = []
-        for i, x in enumerate(items):
-            out.append(_check_real(f"vector[{i}]", x))
+            raise EmbeddingError(f"vector is a {type(vector).__name__}; {_REAL_VECTOR}")
+        out = [_component(i, x) for i, x in enumerate(items)]
         if not out:
-            raise ConfigError("vector is empty; expected at least one number")
+            raise EmbeddingError("vector is empty; expected at least one number")
         return out
+
+
+_REAL_KINDS = ("f", "i", "u")
+_REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
+
+
+def _component(i: int, x: object) -> float:
+    """One component of a ``SearchRequest.vector``, as a finite float."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and callable(getattr(x, "item", None)):
+        # A numpy scalar: its dtype decides. (A longdouble's item() is a longdouble, so
+        # it is converted here; one past float64's range becomes inf, refused below.)
+        kind = getattr(dtype, "kind", None)
+        if kind not in _REAL_KINDS:
+            raise EmbeddingError(
+                f"vector[{i}] is {shown(x)} (dtype {dtype}); expected a real number"
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning
+            x = float(x) if kind == "f" else int(x)  # type: ignore[arg-type, call-overload]
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        raise EmbeddingError(
+            f"vector[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "
+            "(int or float, not bool)"
+        )
+    try:
+        value = float(x)
+    except OverflowError:
+        raise EmbeddingError(
+            f"vector[{i}] is {shown(x)}, an int too large for float64; expected a finite number"
+        ) from None
+    if not math.isfinite(value):
+        raise EmbeddingError(f"vector[{i}] is {value!r}; expected a finite number")
+    return value
 
 
 class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):

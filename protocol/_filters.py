@@ -37,6 +37,22 @@ Semantics (the reference is :func:`matches`; every backend must agree with it):
 - **Lists and objects in metadata** equal no scalar operand and never order, so only
   ``$exists``, ``$ne`` and ``$nin`` match them.
 - ``$and []`` matches everything and ``$or []`` matches nothing.
+
+Limits (the same for every backend, so both refuse the same filters, and checked
+before any backend sees the filter, :func:`check_filter`):
+
+- **depth**: at most :data:`MAX_FILTER_DEPTH` (32) nodes on any path from the root to a
+  leaf, whatever form the filter came in (a dict, a tree built by hand, a tree decoded
+  from JSON or msgpack, or a dict holding trees). ``{"a": 1}`` is one level,
+  ``{"$not": {"a": 1}}`` two, and a dict of several entries (or a key with several
+  operators) adds one level for the ``$and`` it stands for;
+- **size**: at most :data:`MAX_FILTER_NODES` (10,000) nodes in all. Each node costs a
+  pass over the slots in memory and up to four bound parameters in SQL, where one
+  statement takes at most 65,535: the limit keeps every filter inside both.
+
+Past either limit, :class:`~protocol.FilterError` names the size seen and the limit.
+Operand lists (``$in``, ``$nin``) are bound as one array each, so their length is not
+limited.
 """
 
 from __future__ import annotations
@@ -47,6 +63,7 @@ from typing import Any
 
 import msgspec
 
+from ._checks import shown
 from ._errors import FilterError
 
 __all__ = [
@@ -64,7 +81,10 @@ __all__ = [
     "Nin",
     "Not",
     "Or",
+    "MAX_FILTER_DEPTH",
+    "MAX_FILTER_NODES",
     "Scalar",
+    "check_filter",
     "matches",
     "parse_filter",
 ]
@@ -72,15 +92,18 @@ __all__ = [
 Scalar = str | int | float | bool | None
 Orderable = str | int | float
 
-_MAX_DEPTH = 32
+MAX_FILTER_DEPTH = 32
+"""The most nodes on one root-to-leaf path of a filter (see the module docstring)."""
+MAX_FILTER_NODES = 10_000
+"""The most nodes in one filter (see the module docstring)."""
 
 
 def _check_key(key: object) -> None:
     if not isinstance(key, str):
-        raise FilterError(f"filter key {key!r} is a {type(key).__name__}; expected a str")
+        raise FilterError(f"filter key {shown(key)} is a {type(key).__name__}; expected a str")
     if key.startswith("$"):
         raise FilterError(
-            f"filter key {key!r} starts with '$' but is not an operator; expected a metadata "
+            f"filter key {shown(key)} starts with '$' but is not an operator; expected a metadata "
             "key (metadata keys that start with '$' cannot be filtered on)"
         )
 
@@ -93,7 +116,7 @@ def _check_scalar(op: str, value: object) -> None:
             raise FilterError(f"{op} operand is {value!r}; expected a finite number")
         return
     raise FilterError(
-        f"{op} operand is {value!r:.60} ({type(value).__name__}); expected a JSON scalar "
+        f"{op} operand is {shown(value)} ({type(value).__name__}); expected a JSON scalar "
         "(None, bool, int, float or str)"
     )
 
@@ -101,7 +124,7 @@ def _check_scalar(op: str, value: object) -> None:
 def _check_orderable(op: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise FilterError(
-            f"{op} operand is {value!r:.60} ({type(value).__name__}); expected a number "
+            f"{op} operand is {shown(value)} ({type(value).__name__}); expected a number "
             "(int or float, not bool) or a str"
         )
     _check_scalar(op, value)
@@ -187,7 +210,7 @@ class In(FilterNode, frozen=True, kw_only=True, tag="in"):
         _check_key(self.key)
         if not isinstance(self.values, list):
             raise FilterError(
-                f"$in operand is {self.values!r:.60} ({type(self.values).__name__}); "
+                f"$in operand is {shown(self.values)} ({type(self.values).__name__}); "
                 "expected a list of JSON scalars"
             )
         for item in self.values:
@@ -204,7 +227,7 @@ class Nin(FilterNode, frozen=True, kw_only=True, tag="nin"):
         _check_key(self.key)
         if not isinstance(self.values, list):
             raise FilterError(
-                f"$nin operand is {self.values!r:.60} ({type(self.values).__name__}); "
+                f"$nin operand is {shown(self.values)} ({type(self.values).__name__}); "
                 "expected a list of JSON scalars"
             )
         for item in self.values:
@@ -222,7 +245,7 @@ class Exists(FilterNode, frozen=True, kw_only=True, tag="exists"):
         _check_key(self.key)
         if not isinstance(self.value, bool):
             raise FilterError(
-                f"$exists operand is {self.value!r:.60} ({type(self.value).__name__}); "
+                f"$exists operand is {shown(self.value)} ({type(self.value).__name__}); "
                 "expected a bool"
             )
 
@@ -290,32 +313,94 @@ def _as_list(op: str, value: object) -> list[Any]:
     if isinstance(value, list | tuple):
         return list(value)
     raise FilterError(
-        f"{op} operand is {value!r:.60} ({type(value).__name__}); expected a list of JSON scalars"
+        f"{op} operand is {shown(value)} ({type(value).__name__}); expected a list of JSON scalars"
     )
 
 
 def parse_filter(spec: Mapping[str, Any] | Filter) -> Filter:
     """Parse a Mongo-style filter dict into a :data:`Filter` tree.
 
-    A tree passes through unchanged. The syntax and semantics are in this module's
-    docstring.
+    A tree passes through unchanged, once checked against the limits; a dict may hold
+    trees where it holds a filter (``{"$or": [Eq(key="a", value=1), {"b": 2}]}``). The
+    syntax, semantics and limits are in this module's docstring.
 
     Raises:
         FilterError: an unknown operator, a wrongly typed operand, a key that is not a
-            str, or a value that is neither a scalar nor an operator dict. Nothing is
+            str, or a value that is neither a scalar nor an operator dict; a filter past
+            the depth or size limit (:func:`check_filter`), in either form. Nothing is
             ever dropped or ignored.
     """
     if isinstance(spec, FilterNode):
+        check_filter(spec)
         return spec
-    return _parse_dict(spec, 0)
+    tree = _parse_dict(spec, 1)
+    check_filter(tree)
+    return tree
+
+
+def _too_deep(depth: int) -> FilterError:
+    return FilterError(
+        f"filter is nested deeper than the limit of {MAX_FILTER_DEPTH} levels "
+        f"({depth} levels seen before stopping)"
+    )
+
+
+def check_filter(node: object) -> None:
+    """Check a filter tree against the depth and size limits (module docstring), and
+    that every node is a filter node, without recursion: a tree of any depth, even one
+    whose (mutable) child lists were changed into a cycle after it was built, gives a
+    :class:`~protocol.FilterError`, never a ``RecursionError``.
+
+    Raises:
+        FilterError: a path longer than :data:`MAX_FILTER_DEPTH` nodes, more than
+            :data:`MAX_FILTER_NODES` nodes, or something that is not a filter node.
+    """
+    stack: list[tuple[object, int]] = [(node, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, FilterNode):
+            raise FilterError(
+                f"filter holds {shown(item)} ({type(item).__name__}) at depth {depth}; "
+                "expected a filter node"
+            )
+        if depth > MAX_FILTER_DEPTH:
+            raise _too_deep(depth)
+        count += 1
+        if count > MAX_FILTER_NODES:
+            raise FilterError(
+                f"filter has more than {MAX_FILTER_NODES} nodes (the limit; counted "
+                f"{count} before stopping); split it, or use $in for a list of values"
+            )
+        if isinstance(item, And | Or):
+            children = item.filters
+            if not isinstance(children, list):
+                raise FilterError(
+                    f"filter node {type(item).__name__} holds a {type(children).__name__}; "
+                    "expected a list of filter nodes"
+                )
+            if len(children) > MAX_FILTER_NODES:
+                raise FilterError(
+                    f"filter has a node of {len(children)} children, more than the limit "
+                    f"of {MAX_FILTER_NODES} nodes in a filter"
+                )
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(item, Not):
+            stack.append((item.filter, depth + 1))
 
 
 def _parse_dict(spec: object, depth: int) -> Filter:
-    if depth > _MAX_DEPTH:
-        raise FilterError(f"filter is nested deeper than {_MAX_DEPTH} levels")
+    # ``depth`` is the tree level the result will sit at; the tree check after parsing
+    # is exact, this bound only keeps the recursion short.
+    if depth > MAX_FILTER_DEPTH:
+        raise _too_deep(depth)
+    if isinstance(spec, FilterNode):
+        # A tree inside a dict (``{"$or": [Eq(...), {...}]}``) is taken as it is; the
+        # tree check after parsing counts its depth with the rest.
+        return spec  # type: ignore[return-value]
     if not isinstance(spec, Mapping):
         raise FilterError(
-            f"filter is {spec!r:.60} ({type(spec).__name__}); expected a dict such as "
+            f"filter is {shown(spec)} ({type(spec).__name__}); expected a dict such as "
             '{"key": value} or {"$and": [...]}'
         )
     parts: list[Filter] = []
@@ -334,7 +419,7 @@ def _parse_logical(op: str, value: object, depth: int) -> Filter:
     if op in ("$and", "$or"):
         if not isinstance(value, list | tuple):
             raise FilterError(
-                f"{op} operand is {value!r:.60} ({type(value).__name__}); expected a list "
+                f"{op} operand is {shown(value)} ({type(value).__name__}); expected a list "
                 "of filters"
             )
         children = [_parse_dict(item, depth + 1) for item in value]
@@ -345,26 +430,29 @@ def _parse_logical(op: str, value: object, depth: int) -> Filter:
             "the top of a filter"
         )
     raise FilterError(
-        f"unknown filter operator {op!r}; expected one of {', '.join([*_COMPARISONS, *_LOGICAL])}"
+        f"unknown filter operator {shown(op)}; expected one of "
+        f"{', '.join([*_COMPARISONS, *_LOGICAL])}"
     )
 
 
 def _parse_field(key: str, value: object, depth: int) -> Filter:
+    if depth > MAX_FILTER_DEPTH:  # a field-level $not chain recurses here
+        raise _too_deep(depth)
     if not isinstance(value, Mapping):
         if isinstance(value, list | tuple):
             raise FilterError(
-                f"filter value for {key!r} is a {type(value).__name__}; equality takes a "
+                f"filter value for {shown(key)} is a {type(value).__name__}; equality takes a "
                 'JSON scalar (use {"$in": [...]} to match any of several values)'
             )
         # Eq checks the operand and names what was wrong.
         return Eq(key=key, value=value)  # type: ignore[arg-type]
     if not value:
-        raise FilterError(f"filter for {key!r} is an empty dict; expected operators")
+        raise FilterError(f"filter for {shown(key)} is an empty dict; expected operators")
     parts: list[Filter] = []
     for op, operand in value.items():
         if not isinstance(op, str) or not op.startswith("$"):
             raise FilterError(
-                f"filter for {key!r} holds the key {op!r}, which is not an operator; "
+                f"filter for {shown(key)} holds the key {shown(op)}, which is not an operator; "
                 "equality to an object and nested keys are not supported (keys are "
                 "literal top-level metadata keys)"
             )
@@ -375,7 +463,7 @@ def _parse_field(key: str, value: object, depth: int) -> Filter:
             parts.append(_COMPARISONS[op](key, operand))
         else:
             raise FilterError(
-                f"unknown filter operator {op!r} for key {key!r}; expected one of "
+                f"unknown filter operator {shown(op)} for key {shown(key)}; expected one of "
                 f"{', '.join([*_COMPARISONS, '$not'])}"
             )
     return parts[0] if len(parts) == 1 else And(filters=parts)
@@ -423,7 +511,16 @@ def matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
 
     Plain Python, written for clarity rather than speed; every backend is tested
     against it.
+
+    Raises:
+        FilterError: ``filter`` is not a filter tree within the limits
+            (:func:`check_filter`).
     """
+    check_filter(filter)
+    return _matches(filter, metadata)
+
+
+def _matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
     match filter:
         case Eq(key=key, value=value):
             return scalar_equal(metadata.get(key, _MISSING), value)
@@ -441,9 +538,9 @@ def matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
         case Exists(key=key, value=present):
             return (key in metadata) == present
         case And(filters=filters):
-            return all(matches(f, metadata) for f in filters)
+            return all(_matches(f, metadata) for f in filters)
         case Or(filters=filters):
-            return any(matches(f, metadata) for f in filters)
+            return any(_matches(f, metadata) for f in filters)
         case Not(filter=inner):
-            return not matches(inner, metadata)
-    raise FilterError(f"not a filter node: {filter!r:.60}")
+            return not _matches(inner, metadata)
+    raise FilterError(f"not a filter node: {shown(filter)}")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import msgspec
 
+from ._checks import shown
 from ._errors import JsonError
 
-__all__ = ["check_json", "compact_json", "check_json_object"]
+__all__ = ["canonical_json", "check_json", "compact_json", "check_json_object"]
 
 _MAX_DEPTH = 64
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
+_SORTED = msgspec.json.Encoder(order="sorted")
 
 
 def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
@@ -34,7 +37,7 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         # Actor messages are logged and replayed through msgpack, which stops at 64 bits.
         if not _INT_MIN <= value <= _INT_MAX:
             raise JsonError(
-                f"{what} holds the int {value}, outside [-2**63, 2**64 - 1]; larger ints "
+                f"{what} holds the int {shown(value)}, outside [-2**63, 2**64 - 1]; larger ints "
                 "cannot be logged as msgpack"
             )
         return
@@ -50,13 +53,13 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise JsonError(
-                    f"{what} has the key {key!r} of type {type(key).__name__}; "
+                    f"{what} has the key {shown(key)} of type {type(key).__name__}; "
                     "JSON object keys must be str"
                 )
             check_json(item, what=f"{what}[{key!r}]", _depth=_depth + 1)
         return
     raise JsonError(
-        f"{what} holds a {type(value).__name__} ({value!r:.60}); expected a JSON value "
+        f"{what} holds a {type(value).__name__} ({shown(value)}); expected a JSON value "
         "(None, bool, int, float, str, list or dict with str keys)"
     )
 
@@ -70,6 +73,32 @@ def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:
 
 
 def compact_json(value: Any, *, what: str = "value") -> bytes:
-    """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`."""
+    """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`.
+
+    A str holding a lone surrogate (which has no UTF-8 form) is written with the
+    surrogate as its 3-byte form (``"surrogatepass"``), so the size of such a value
+    counts every character, as :func:`protocol.payload_bytes` counts text.
+    """
     check_json(value, what=what)
-    return msgspec.json.encode(value)
+    try:
+        return msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "surrogatepass")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Stable bytes for hashing ``value`` (msgspec Structs included): JSON with sorted
+    keys and fields.
+
+    A value holding a lone surrogate cannot be UTF-8 JSON; it is hashed as ASCII JSON
+    with ``\\uXXXX`` escapes instead. That form never equals the UTF-8 form of a value
+    without one (which never writes a non-control character as an escape), so two
+    different values never share these bytes.
+    """
+    try:
+        return _SORTED.encode(value)
+    except UnicodeEncodeError:
+        builtins = msgspec.to_builtins(value, order="sorted")
+        text = json.dumps(builtins, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+        return text.encode("ascii")

@@ -124,7 +124,9 @@ class SlidingWindow(StrategyBase, frozen=True, kw_only=True, tag="sliding_window
 
 
 class ClampOversizedMessages(StrategyBase, frozen=True, kw_only=True, tag="clamp"):
-    """Truncate text so that each message's payload is at most ``max_bytes``."""
+    """Truncate text so that each message fits a store whose ``max_entry_bytes`` is
+    ``max_bytes`` when ``Offload`` stores it: its payload, plus the fixed overhead of
+    each block after the first and the source ``"offload"``, is at most ``max_bytes``."""
 
     max_bytes: int
 

@@ -8,7 +8,11 @@ Two renderers:
   cannot forge extra items or a second marker line.
 - ``"xml"``: a ``<recalled_memory>`` block with an intro sentence and one
   ``<item rank=".." similarity=".." source="..">`` per hit. Content and attributes are
-  XML-escaped, so a recalled turn cannot close the block or inject tags.
+  XML-escaped, so a recalled turn cannot close the block or inject tags. The block is
+  always well-formed XML 1.0: each character XML 1.0 cannot hold, even as a character
+  reference (the C0 controls other than tab, newline and carriage return, a lone
+  surrogate, U+FFFE and U+FFFF), is replaced by U+FFFD, the replacement character, so
+  the model still sees that something stood there. Everything else is kept as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import msgspec
 
 from ._chat import Text, UnifiedMessage, UnifiedRequest, projection
 from ._errors import ConfigError
+from ._json import canonical_json
 from ._store import RetrievalReport
 
 __all__ = [
@@ -46,9 +51,9 @@ XML_INTRO = (
 )
 
 _WHITESPACE = re.compile(r"\s+")
-# Canonical form: sorted keys, so two equal requests built in different orders (tool
-# arguments, ``extra``) encode to the same bytes.
-_CANONICAL = msgspec.json.Encoder(order="sorted")
+# The complement of XML 1.0's Char production (§2.2): #x9 | #xA | #xD | [#x20-#xD7FF] |
+# [#xE000-#xFFFD] | [#x10000-#x10FFFF]. Lone surrogates fall outside it.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 class RecallInjection(enum.Enum):
@@ -83,6 +88,11 @@ def _check_report(report: object) -> RetrievalReport:
     return report
 
 
+def _xml_chars(text: str) -> str:
+    """``text`` with each character XML 1.0 forbids replaced by U+FFFD (module docstring)."""
+    return _NOT_XML_CHAR.sub("\ufffd", text)
+
+
 def _one_line(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
@@ -106,8 +116,9 @@ def render(report: RetrievalReport, renderer: str = "plain") -> str | None:
     lines = [XML_RECALL_MARKER, XML_INTRO]
     for rank, hit in enumerate(report.turns, 1):
         lines.append(
-            f'<item rank="{rank}" similarity="{hit.score:.4f}" source={quoteattr(hit.source)}>'
-            f"{escape(projection(hit.message))}</item>"
+            f'<item rank="{rank}" similarity="{hit.score:.4f}" '
+            f"source={quoteattr(_xml_chars(hit.source))}>"
+            f"{escape(_xml_chars(projection(hit.message)))}</item>"
         )
     lines.append("</recalled_memory>")
     return "\n".join(lines)
@@ -157,7 +168,10 @@ def inject(report: RetrievalReport, request: UnifiedRequest, renderer: str = "pl
 def digest_request(request: UnifiedRequest) -> str:
     """The sha256 hex digest of the canonical encoding of the request's message list.
 
-    Canonical means msgspec JSON with sorted object keys. Only the messages count (not
+    Canonical means msgspec JSON with sorted object keys, so two equal requests built in
+    different orders (tool arguments, ``extra``) give one digest; a message list holding
+    a lone surrogate is hashed as escaped ASCII JSON (see
+    :func:`protocol._json.canonical_json`). Only the messages count (not
     the model or the generation settings), because the digest stands for the prompt
     prefix a server can cache: an injected recall changes it, the temperature does not.
 
@@ -166,4 +180,4 @@ def digest_request(request: UnifiedRequest) -> str:
     """
     if not isinstance(request, UnifiedRequest):
         raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
-    return hashlib.sha256(_CANONICAL.encode(request.messages)).hexdigest()
+    return hashlib.sha256(canonical_json(request.messages)).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from typing import Any
 
@@ -153,9 +154,9 @@ def test_postings_shrink_and_stay_exact() -> None:
     for slot in range(290):
         index.remove(slot)
         del model[slot]
-    postings = index._postings[index._vocab["common"]]
-    assert postings is not None
-    assert postings.peak < 300
+    # The overflow array gave back its peak allocation (299 slot, tf pairs: 2.4 KB).
+    rest = index._rest[index._vocab["common"]]
+    assert len(rest) == 2 * 9 and sys.getsizeof(rest) < 600
     for slot in range(5):
         index.add(slot, "common again")
         model[slot] = "common again"

@@ -20,6 +20,7 @@ from actors._compaction import (
     DROPPED_OUTPUT_PREFIX,
     clamp_message,
     entry_texts,
+    offload_bytes,
     oldest_unprotected,
     protected_indices,
     units,
@@ -193,11 +194,12 @@ async def test_offload_cuts_long_context_and_keeps_each_entry_within_the_cap() -
     texts = entry_texts(
         [long, big], [1], context=1, date="today", max_entry_bytes=payload_bytes(big) + 950
     )
-    # The context is cut to CONTEXT_CHARS, then the whole text to the entry's budget.
+    # The context is cut to CONTEXT_CHARS, then the whole text to the entry's budget
+    # (950 bytes, less the source "offload" that the entry counts too).
     full = contextual_entry(
         projection(big), context=[projection(long)[:CONTEXT_CHARS]], date="today"
     )
-    assert texts == [full[:950]]
+    assert texts == [full[:943]]
     assert len(texts[0].encode()) + payload_bytes(big) <= payload_bytes(big) + 950
 
 
@@ -405,9 +407,11 @@ def test_clamp_message_drops_thinking_and_images_first() -> None:
             Text(text="keep me"),
         ],
     )
-    out = clamp_message(message, 60)
+    # What is left counts 33 text bytes, 64 for its second block and 7 for "offload".
+    out = clamp_message(message, 104)
     assert out is not None
     assert out.content == [Text(text="[image omitted: image/png]"), Text(text="keep me")]
+    assert offload_bytes(out) == 104
 
 
 def test_clamp_message_gives_up_on_fixed_parts() -> None:
@@ -656,6 +660,6 @@ def test_clamp_property(text: str, cap: int) -> None:
     message = UnifiedMessage.user(text)
     out = clamp_message(message, cap)
     assert out is not None
-    assert payload_bytes(out) <= cap
-    if payload_bytes(message) <= cap:
+    assert offload_bytes(out) <= cap
+    if offload_bytes(message) <= cap:
         assert out is message

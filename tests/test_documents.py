@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import ConfigError, FilterError, JsonError
+from protocol import ConfigError, EmbeddingError, FilterError, JsonError
 from protocol._documents import (
     DeleteResult,
     Document,
@@ -104,7 +104,7 @@ def test_search_request_round_trips() -> None:
         ({"query": "q", "vector": [1.0]}, "got both"),
         ({"vector": [1.0], "kind": "hybrid"}, "hybrid search needs query text"),
         ({"query": 3}, "query is a int"),
-        ({"query": "q", "k": 0}, "k is 0; expected an int >= 1"),
+        ({"query": "q", "k": 0}, "k is 0; expected an int > 0"),
         ({"query": "q", "k": True}, "k is True"),
         ({"query": "q", "k": 2.0}, "k is 2.0"),
         ({"query": "q", "kind": "mmr", "k": 30}, "fetch_k is 20 and k is 30"),
@@ -115,10 +115,6 @@ def test_search_request_round_trips() -> None:
         ({"query": "q", "score_threshold": "0.5"}, "score_threshold is '0.5'"),
         ({"query": "q", "kind": "hybrid", "score_threshold": 0.1}, "hybrid scores are fused"),
         ({"query": "q", "namespace": ""}, "namespace is ''"),
-        ({"vector": []}, "vector is empty"),
-        ({"vector": "abc"}, "vector is a str"),
-        ({"vector": [1.0, float("inf")]}, "vector[1] is inf"),
-        ({"vector": [1.0, None]}, "vector[1] is None"),
         ({"query": "q", "rrf_k": 0}, "rrf_k is 0; expected a number > 0"),
         ({"query": "q", "weights": [1]}, "weights is a list"),
         ({"query": "q", "weights": {"sparse": 1.0}}, "names the list 'sparse'"),
@@ -129,6 +125,23 @@ def test_search_request_round_trips() -> None:
 def test_search_request_validates(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
         SearchRequest(**kwargs)
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("vector", "needle"),
+    [
+        ([], "vector is empty"),
+        ("abc", "vector is a str"),
+        ([1.0, float("inf")], "vector[1] is inf"),
+        ([1.0, None], "vector[1] is None"),
+    ],
+)
+def test_search_request_refuses_a_bad_vector(vector: object, needle: str) -> None:
+    # A vector is checked as every vector is (actors._embedders.as_vector): an
+    # EmbeddingError, as SPEC §2 names for a bad embedding.
+    with pytest.raises(EmbeddingError) as info:
+        SearchRequest(vector=vector)  # type: ignore[arg-type]
     assert needle in str(info.value)
 
 

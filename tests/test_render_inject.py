@@ -29,6 +29,7 @@ from protocol import (
     UnifiedRequest,
     digest_request,
     inject,
+    projection,
     render,
 )
 from protocol._memory import CompactionRequest, InjectionRequest, RecallRequest
@@ -333,3 +334,77 @@ def test_memory_config_validates(kwargs: dict[str, object], match: str) -> None:
 def test_strategies_validate(build: object, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build()  # type: ignore[operator]
+
+
+# --- the XML block is well-formed for any text (issue 14) -------------------------------------
+
+# XML 1.0's Char production; anything else must come out as U+FFFD.
+_XML_CHAR = set(range(0x20, 0xD800)) | {0x9, 0xA, 0xD}
+
+
+def _is_xml_char(c: str) -> bool:
+    n = ord(c)
+    return n in _XML_CHAR or 0xE000 <= n <= 0xFFFD or 0x10000 <= n <= 0x10FFFF
+
+
+# All of Unicode, lone surrogates included (st.characters never draws those), weighted
+# towards what XML forbids so that most examples hold some.
+_ANY_CHAR = st.one_of(
+    st.integers(0, 0x10FFFF),
+    st.integers(0, 0x1F),
+    st.integers(0xD800, 0xDFFF),
+    st.sampled_from([0x7F, 0x85, 0xFFFE, 0xFFFF, 0xFFFD, 0x10FFFF, ord("<"), ord("&")]),
+).map(chr)
+_ANY_TEXT = st.lists(_ANY_CHAR, max_size=40).map("".join)
+
+
+@given(
+    texts=st.lists(_ANY_TEXT, min_size=1, max_size=3),
+    source=_ANY_TEXT.filter(bool),
+    tool=_ANY_TEXT,
+    meta=_ANY_TEXT,
+)
+def test_xml_block_is_well_formed_for_any_text(
+    texts: list[str], source: str, tool: str, meta: str
+) -> None:
+    turns = [
+        RetrievedTurn(
+            message=UnifiedMessage.assistant(text)
+            if i % 2
+            else UnifiedMessage(
+                role="assistant", content=[ToolCall(id="c", name=tool or "t", arguments={})]
+            ),
+            score=0.5,
+            sequence=i,
+            namespace="ns",
+            source=source,
+            metadata={meta: meta},
+            id=f"turn-{i}",
+        )
+        for i, text in enumerate(texts)
+    ]
+    text = render(RetrievalReport(turns=turns, scanned=len(turns)), "xml")
+    assert text is not None
+    root = ET.fromstring(text)
+    assert root.tag == "recalled_memory"
+    items = list(root)
+    assert len(items) == len(turns)
+    for item, turn in zip(items, turns, strict=True):
+        expected = "".join(c if _is_xml_char(c) else "\ufffd" for c in projection(turn.message))
+        # A parser normalizes a raw CR (and CRLF) in content to LF (XML 1.0 §2.11).
+        expected = expected.replace("\r\n", "\n").replace("\r", "\n")
+        assert (item.text or "") == expected
+        source_seen = "".join(c if _is_xml_char(c) else "\ufffd" for c in turn.source)
+        assert item.attrib["source"] == source_seen
+
+
+def test_xml_replaces_each_forbidden_character_with_the_replacement_character() -> None:
+    report = RetrievalReport(
+        turns=[hit("bell\x07 nul\x00 \ud83d cut \ufffe\uffff tab\tok", 0.9, source="s\x1b")],
+        scanned=1,
+    )
+    text = render(report, "xml")
+    assert text is not None
+    (item,) = ET.fromstring(text)
+    assert item.text == "bell\ufffd nul\ufffd \ufffd cut \ufffd\ufffd tab\tok"
+    assert item.attrib["source"] == "s\ufffd"

@@ -163,12 +163,13 @@ async def test_oversized_turn_anywhere_rejects_the_batch() -> None:
             # The oversized turn is in the head that trimming would drop: still rejected.
             with pytest.raises(EntryTooLarge) as info:
                 await store.store_turns([big, msg("a"), msg("b")])
+            # 300 text bytes and the source, "offload".
             assert (info.value.bytes, info.value.max_entry_bytes, info.value.index) == (
-                300,
+                307,
                 256,
                 0,
             )
-            assert "300 payload bytes (turn 0 of the batch)" in str(info.value)
+            assert "307 payload bytes (turn 0 of the batch)" in str(info.value)
             assert await snapshot_of(store) == before
             assert store.usage().evicted_entries == 0
 
@@ -646,14 +647,16 @@ async def test_bad_arguments_to_store_methods() -> None:
 
 
 async def test_payload_bytes_is_what_the_cap_checks() -> None:
-    exact = msg("z" * 256)
-    assert payload_bytes(exact) == 256
+    # The payload and the source ("offload": 7 bytes) count against the cap.
+    exact = msg("z" * 249)
+    assert payload_bytes(exact) == 249
     with trio.fail_after(TIMEOUT):
         async with open_store(cfg(), HashingEmbedder(DIM)) as store:
             await store.store_turns([exact])  # exactly at the cap is allowed
             with pytest.raises(EntryTooLarge):
-                await store.store_turns([msg("z" * 257)])
-            assert len(store) == 1
+                await store.store_turns([msg("z" * 250)])
+            await store.store_turns([msg("z" * 255)], source="s")
+            assert len(store) == 2
 
 
 # --- crash -> Poisoned ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import msgspec
@@ -158,10 +159,11 @@ def test_checked_rows_committed_into_the_arena_match_unit_rows(
 
 _text = st.text(max_size=12)
 _int64 = st.integers(-(2**63), 2**63 - 1)
+_arguments = st.none() | _int64 | st.lists(st.floats(0, 1) | st.booleans(), max_size=4)
 _blocks = st.one_of(
     st.builds(Text, text=_text),
     st.builds(Thinking, text=_text),
-    st.builds(ToolCall, id=_text, name=_text, arguments=st.none() | _int64),
+    st.builds(ToolCall, id=_text, name=_text, arguments=_arguments),
     st.builds(ToolResult, tool_call_id=_text, output=_text),
 )
 _plain = st.builds(UnifiedMessage.user, _text)
@@ -175,14 +177,34 @@ _any_turn = st.builds(
 _turns = st.one_of(st.lists(_plain, max_size=6), st.lists(_plain | _any_turn, max_size=6))
 
 
+def _name_size(name: str) -> int:
+    utf8 = len(name.encode("utf-8", "surrogatepass"))
+    return utf8 if name.isascii() else utf8 + 4 * len(name)
+
+
 def _check_turns_reference(
-    turns: list[UnifiedMessage], texts: list[str] | None, cap: int, keep_at_most: int
+    turns: list[UnifiedMessage],
+    texts: list[str] | None,
+    cap: int,
+    keep_at_most: int,
+    source: str = "s",
+    metadata: dict[str, object] | None = None,
+    ids: list[str] | None = None,
 ) -> object:
-    """SPEC §3 steps 1 and 2, one turn at a time."""
+    """SPEC §3 steps 1 and 2, one turn at a time, with §11's size: the payload, 64 bytes
+    per block after the first, arguments at the longer of JSON and msgpack, the index
+    text, the source, the id and the metadata."""
     for i, turn in enumerate(turns):
-        size = payload_bytes(turn)
+        size = payload_bytes(turn) + 64 * max(len(turn.content) - 1, 0)
+        for block in turn.content:
+            if isinstance(block, ToolCall) and block.arguments is not None:
+                as_json = len(msgspec.json.encode(block.arguments))
+                size += max(0, len(msgspec.msgpack.encode(block.arguments)) - as_json)
         if texts is not None:
             size += len(texts[i].encode("utf-8", "surrogatepass"))
+        size += _name_size(source) + (0 if ids is None else _name_size(ids[i]))
+        if metadata:
+            size += len(msgspec.json.encode(metadata))
         if size > cap:
             return ("too large", size, i)
     head = len(turns) - min(len(turns), keep_at_most)
@@ -191,13 +213,22 @@ def _check_turns_reference(
 
 
 @settings(max_examples=300, deadline=None)
-@given(_turns, st.data(), st.integers(0, 40), st.integers(1, 8))
+@given(_turns, st.data(), st.integers(0, 80), st.integers(1, 8))
 def test_check_turns_matches_the_per_turn_rules(
     turns: list[UnifiedMessage], data: st.DataObject, cap: int, max_entries: int
 ) -> None:
-    texts = data.draw(st.none() | st.lists(_text, min_size=len(turns), max_size=len(turns)))
-    request = StoreTurns(turns=turns, namespace="n", source="s", metadata={}, texts=texts)
-    expected = _check_turns_reference(turns, texts, cap, max_entries)
+    n = len(turns)
+    texts = data.draw(st.none() | st.lists(_text, min_size=n, max_size=n))
+    source = data.draw(st.text(min_size=1, max_size=6), label="source")
+    metadata = data.draw(
+        st.dictionaries(_text, st.none() | _int64 | _text | st.floats(0, 1), max_size=2)
+    )
+    name = st.text(min_size=1, max_size=6).filter(lambda i: not re.fullmatch(r"turn-[0-9]+", i))
+    ids = data.draw(st.none() | st.lists(name, min_size=n, max_size=n, unique=True))
+    request = StoreTurns(
+        turns=turns, namespace="n", source=source, metadata=metadata, texts=texts, ids=ids
+    )
+    expected = _check_turns_reference(turns, texts, cap, max_entries, source, metadata, ids)
     if isinstance(expected, tuple) and expected[0] == "too large":
         with pytest.raises(EntryTooLarge) as raised:
             check_turns(request, max_entry_bytes=cap, max_entries=max_entries)

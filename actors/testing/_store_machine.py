@@ -42,11 +42,11 @@ from protocol import (
     TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
-    payload_bytes,
     projection,
 )
 
 from .._embedders import HashingEmbedder
+from .._prepare import metadata_json, turn_bytes
 from .._store import open_store
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
@@ -148,7 +148,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @initialize(
         max_entries=st.integers(1, 5),
         dimensions=st.sampled_from([4, 8, 16]),
-        max_entry_bytes=st.sampled_from([32, 64]),
+        # A padded turn's second block counts BLOCK_OVERHEAD (64) too: these caps fit
+        # some padded turns and refuse others.
+        max_entry_bytes=st.sampled_from([32, 64, 128, 160]),
         warn_fraction=st.sampled_from([None, 0.5, 1.0]),
         hashing=st.booleans(),
     )
@@ -349,7 +351,10 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             return
         state = self.state
         cap = self.config.max_entries
-        too_large = any(payload_bytes(t) > self.config.max_entry_bytes for t in turns)
+        # What max_entry_bytes counts: the payload, the blocks, the source, the metadata.
+        meta = len(metadata_json(metadata))
+        limit = self.config.max_entry_bytes
+        too_large = any(turn_bytes(t, source=source, metadata=meta) > limit for t in turns)
         survivors = turns[-cap:]
         reaches = bool(survivors) and not too_large
         expect: tuple[type[BaseException], ...] = ()
