@@ -327,13 +327,7 @@ def test_machine_catches_a_scan_runner_that_never_started() -> None:
 # --- issue 14: an input that crashes the actor, a field left out of the size count -------
 
 
-def _no_surrogates(text: str) -> bool:
-    # The real store is poisoned by lone surrogates until issue 14 is fixed; these
-    # mutants must fail for their own bug, with the control passing, on every branch.
-    return not any(0xD800 <= ord(c) < 0xE000 for c in text)
-
-
-TEXT = hostile_text(max_size=12).filter(_no_surrogates)
+TEXT = hostile_text(max_size=12)
 
 
 def _turn_call(text: str, thinking: str) -> HostileCall:
@@ -355,8 +349,9 @@ def _retrieve_call(query: str, k: object) -> HostileCall:
     return HostileCall("retrieve", lambda: ((query, k), {}), label=f"{query!r:.60}, k={k!r}")
 
 
-# Calls the real in-memory store handles today: text without lone surrogates (NUL, C0
-# and C1 controls, megabyte strings included), hostile counts, no embedder faults.
+# Hostile text (lone surrogates, NUL, C0 and C1 controls, megabyte strings) and counts,
+# no embedder faults: the real store keeps the invariant on all of them, so each mutant
+# fails for its own bug and the control passes.
 CLEAN_CALLS = st.lists(
     st.one_of(
         st.builds(
@@ -371,6 +366,7 @@ CLEAN_CALLS = st.lists(
 )
 HOSTILE_MUTANT_SETTINGS = settings(
     max_examples=300,
+    report_multiple_bugs=False,
     phases=[Phase.generate, Phase.shrink],
     derandomize=True,
     database=None,
@@ -394,7 +390,11 @@ class UncountedThinking(Wrapper):
 
     async def store_turns(self, turns: Sequence[UnifiedMessage], *a: Any, **kw: Any) -> Any:
         for i, turn in enumerate(turns):
-            size = sum(len(b.text.encode()) for b in turn.content if isinstance(b, Text))
+            size = sum(
+                len(b.text.encode("utf-8", "surrogatepass"))
+                for b in turn.content
+                if isinstance(b, Text)
+            )
             if size > self.config.max_entry_bytes:
                 raise EntryTooLarge(size, self.config.max_entry_bytes, i)
         return await self.inner.store_turns(turns, *a, **kw)
