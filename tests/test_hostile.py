@@ -47,10 +47,10 @@ from protocol import (
 
 DIM = 8
 #: Per test: examples in the bounded ``ci`` profile, and under ``stress``.
-EXAMPLES = {"ci": 15, "stress": 400, "nightly": 2000}
+EXAMPLES = {"ci": 40, "stress": 1000, "nightly": 5000}
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 HOSTILE_SETTINGS = settings(
-    max_examples=EXAMPLES.get(PROFILE, 15),
+    max_examples=EXAMPLES.get(PROFILE, 40),
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,
