@@ -25,7 +25,7 @@ import sys
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,33 @@ def drop_table(dsn: str, table: str) -> None:
         for name in (f"{table}_terms", table, f"{table}_meta"):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(f"{table}_seq")))
+
+
+def pg_store_opener() -> Any:
+    """``actors._pg_store.open_pg_store``, or a skip (a failure with
+    ``TRIO_RECALL_PG_REQUIRED=1``) when the pg extra is not installed."""
+    try:
+        from actors._pg_store import open_pg_store
+    except ImportError as error:
+        _skip_or_fail(f"the pg extra is not installed ({error})")
+        raise  # pragma: no cover - _skip_or_fail raises
+    return open_pg_store
+
+
+@contextlib.asynccontextmanager
+async def fresh_pg_store(dsn: str, config: Any, embedder: object, **kw: Any) -> AsyncIterator[Any]:
+    """``open_pg_store`` on a new table, dropped afterwards (for one example of a
+    Hypothesis test or a state machine, where a fixture's table would be shared)."""
+    import trio
+
+    open_pg_store = pg_store_opener()
+    table = new_table_name()
+    try:
+        async with open_pg_store(dsn, config, embedder, table=table, **kw) as store:
+            yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(drop_table, dsn, table)
 
 
 @pytest.fixture

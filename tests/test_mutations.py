@@ -1,9 +1,14 @@
-"""Mutation tests: VectorStoreMachine must catch deliberately broken stores.
+"""Mutation tests: the harness must catch deliberately broken stores.
 
-Each broken store is a thin wrapper around the real ``open_store`` that breaks one
-promise of SPEC §3. For each one, Hypothesis must find a failure and shrink it to a few
-steps; the steps come back as ``__notes__`` on the exception (``state.<rule>(...)``
-lines), which we count. A harness that only ever passes proves nothing.
+Each broken store is a thin wrapper around the real ``open_store`` (or, for the
+composed path, the store's own parts) that breaks one promise of SPEC §3 or issue 14.
+For each one, Hypothesis must find a failure and shrink it to a few steps; the steps
+come back as ``__notes__`` on the exception (``state.<rule>(...)`` lines), which we
+count. A harness that only ever passes proves nothing.
+
+The machines run on trio's ``MockClock`` with autojump: these stores do all their work
+on the loop, so a deadlock fails its step as soon as every task blocks, and shrinking a
+hang does not replay a wall-clock deadline (it took 30 s per hang mutant before).
 """
 
 from __future__ import annotations
@@ -15,11 +20,23 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from hypothesis import HealthCheck, Phase, settings
+import trio.testing
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from actors import open_store
-from actors.testing import VectorStoreMachine
+from actors import HashingEmbedder, open_store
+from actors.testing import (
+    HostileCall,
+    HostileEmbedder,
+    HostileInputViolation,
+    VectorStoreMachine,
+    entry_bytes,
+    hostile_numbers,
+    hostile_text,
+    inject_crash,
+    run_hostile_calls,
+)
 from actors.testing._model import normalize64
 from protocol import (
     DEFAULT_NAMESPACE,
@@ -27,6 +44,8 @@ from protocol import (
     Poisoned,
     RetrievalReport,
     RetrievedTurn,
+    Text,
+    Thinking,
     TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
@@ -52,6 +71,11 @@ MUTANT_SETTINGS = settings(
 MAX_STEPS = 6
 
 
+def mock_clock() -> trio.abc.Clock:
+    """Virtual time that jumps once every task has been blocked for 50 ms of real time."""
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
 class Wrapper:
     """Delegates everything to the real handle; subclasses break one thing."""
 
@@ -69,6 +93,8 @@ class Wrapper:
 
 def mutant(wrapper: type[Wrapper]) -> type[VectorStoreMachine]:
     class Mutant(VectorStoreMachine):
+        clock = mock_clock
+
         def open_store_under_test(
             self, config: VectorStoreConfig, embedder: object
         ) -> AbstractAsyncContextManager[Any]:
@@ -234,10 +260,10 @@ def count_steps(error: BaseException) -> list[str]:
         (OldestFirstTies, 10.0),
         (EarlyVisibility, 10.0),
         (LeakyNamespace, 10.0),
-        # The hang is detected by the step deadline. Shrinking replays the hang several
-        # times, so keep it short, but well above an honest step on a loaded 2-core
-        # machine: at 0.25 s a slow step was once taken for the hang.
-        (HangOnCrash, 1.0),
+        # The hang is detected by the step deadline, in the MockClock's virtual time:
+        # it passes 50 ms after every task blocks, however long the deadline, so a
+        # slow honest step on a loaded machine is never taken for the hang.
+        (HangOnCrash, 10.0),
     ],
 )
 def test_machine_catches_broken_store(wrapper: type[Wrapper], step_timeout: float) -> None:
@@ -254,3 +280,195 @@ def test_unbroken_wrapper_passes() -> None:
     """The control: the same wrapping with nothing broken must pass, so the mutants
     fail because of their bug and not because of the wrapping."""
     run_state_machine_as_test(mutant(Wrapper), settings=MUTANT_SETTINGS)
+
+
+# --- issue 14: a composed path that never starts a task ----------------------------------
+
+
+@asynccontextmanager
+async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: object) -> Any:
+    """``open_store`` with one task missing: the actor lists no services, so the store's
+    one lifecycle (``actors._lifecycle.run_store``) never starts its scan runner, and
+    every read is sent to it (``thread_scan_threshold=0``). This is how ``open_memory``
+    built its own store before issue 14: its big reads waited forever."""
+    from actors._handle import OPENED
+    from actors._lifecycle import run_store
+    from actors._store import StoreHandle, _StoreActor
+
+    class ActorWithoutServices(_StoreActor):
+        def services(self) -> list[Any]:
+            return []
+
+    actor = ActorWithoutServices(config, embedder, 64, thread_scan_threshold=0)
+    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
+        yield handle
+
+
+class NoScanRunner(VectorStoreMachine):
+    clock = mock_clock
+
+    def open_store_under_test(
+        self, config: VectorStoreConfig, embedder: object
+    ) -> AbstractAsyncContextManager[Any]:
+        return store_without_its_scan_runner(config, embedder)
+
+
+def test_machine_catches_a_scan_runner_that_never_started() -> None:
+    """The hang is reported as the step's ``TooSlowError``, found and shrunk in about a
+    second of real time: it does not stall CI."""
+    with pytest.raises(trio.TooSlowError) as info:
+        run_state_machine_as_test(NoScanRunner, settings=MUTANT_SETTINGS)
+    steps = count_steps(info.value)
+    assert steps, f"no steps were reported in the notes of {info.value!r}"
+    assert len(steps) <= MAX_STEPS, "\n".join(steps)
+    assert any(step.startswith("state.read(") for step in steps), "\n".join(steps)
+
+
+# --- issue 14: an input that crashes the actor, a field left out of the size count -------
+
+
+TEXT = hostile_text(max_size=12)
+
+
+def _turn_call(text: str, thinking: str) -> HostileCall:
+    def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        content: list[Any] = [Text(text=text)]
+        if thinking:
+            content.append(Thinking(text=thinking))
+        return ([UnifiedMessage(role="user", content=content)],), {}
+
+    def writes() -> list[tuple[int, str]]:
+        (turns,), _ = make()
+        return [(entry_bytes(turns[0]), "the turn")]
+
+    return HostileCall("store_turns", make, label=f"{text!r:.80}, thinking={thinking!r:.40}",
+                       writes=writes)  # fmt: skip
+
+
+def _retrieve_call(query: str, k: object) -> HostileCall:
+    return HostileCall("retrieve", lambda: ((query, k), {}), label=f"{query!r:.60}, k={k!r}")
+
+
+# Hostile text (lone surrogates, NUL, C0 and C1 controls, megabyte strings) and counts,
+# no embedder faults: the real store keeps the invariant on all of them, so each mutant
+# fails for its own bug and the control passes.
+CLEAN_CALLS = st.lists(
+    st.one_of(
+        st.builds(
+            _turn_call,
+            TEXT,
+            st.one_of(st.just(""), st.text(max_size=8), st.integers(0, 600).map("t".__mul__)),
+        ),
+        st.builds(_retrieve_call, TEXT, st.one_of(st.integers(1, 10), hostile_numbers())),
+    ),
+    min_size=1,
+    max_size=4,
+)
+HOSTILE_MUTANT_SETTINGS = settings(
+    max_examples=300,
+    report_multiple_bugs=False,
+    phases=[Phase.generate, Phase.shrink],
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+class CrashOnControlCharacter(Wrapper):
+    """Its actor crashes on a turn that holds a C0 control character."""
+
+    async def store_turns(self, turns: Sequence[UnifiedMessage], *a: Any, **kw: Any) -> Any:
+        if any(chr(c) in t.text() for t in turns for c in range(0x20)):
+            inject_crash(self.inner)
+        return await self.inner.store_turns(turns, *a, **kw)
+
+
+class UncountedThinking(Wrapper):
+    """Leaves ``Thinking`` blocks out of the size count: it checks only the Text blocks
+    against ``max_entry_bytes`` and lets a store with a far larger cap hold the rest."""
+
+    async def store_turns(self, turns: Sequence[UnifiedMessage], *a: Any, **kw: Any) -> Any:
+        for i, turn in enumerate(turns):
+            size = sum(
+                len(b.text.encode("utf-8", "surrogatepass"))
+                for b in turn.content
+                if isinstance(b, Text)
+            )
+            if size > self.config.max_entry_bytes:
+                raise EntryTooLarge(size, self.config.max_entry_bytes, i)
+        return await self.inner.store_turns(turns, *a, **kw)
+
+
+@asynccontextmanager
+async def wrapped_store(
+    wrapper: type[Wrapper], config: VectorStoreConfig, embedder: object
+) -> AsyncIterator[Wrapper]:
+    # The uncounted field must reach the arena: the inner store gets a cap that holds it.
+    inner_config = config
+    if wrapper is UncountedThinking:
+        inner_config = msgspec.structs.replace(config, max_entry_bytes=1 << 22)
+    async with open_store(inner_config, embedder) as store:
+        yield wrapper(store, config, embedder)
+
+
+async def hostile_run(wrapper: type[Wrapper], calls: list[HostileCall]) -> None:
+    embedder = HostileEmbedder(HashingEmbedder(8))
+    config = VectorStoreConfig(max_entries=8, dimensions=8, max_entry_bytes=256)
+    with trio.fail_after(30):
+        async with wrapped_store(wrapper, config, embedder) as store:
+            await run_hostile_calls(store, calls, embedder)
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "violation"),
+    [
+        (CrashOnControlCharacter, "poisoned the store (input must never)"),
+        (UncountedThinking, "so EntryTooLarge was expected"),
+    ],
+)
+def test_hostile_layer_catches_broken_store(wrapper: type[Wrapper], violation: str) -> None:
+    @HOSTILE_MUTANT_SETTINGS
+    @given(calls=CLEAN_CALLS)
+    def check(calls: list[HostileCall]) -> None:
+        trio.run(hostile_run, wrapper, calls)
+
+    with pytest.raises(HostileInputViolation) as info:
+        check()
+    assert violation in str(info.value)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    calls = notes.count("_turn_call(") + notes.count("_retrieve_call(")
+    assert 1 <= calls <= MAX_STEPS, notes
+
+
+def test_hostile_layer_unbroken_wrapper_passes() -> None:
+    """The control: the same calls through the plain wrapper keep the invariant."""
+
+    @HOSTILE_MUTANT_SETTINGS
+    @given(calls=CLEAN_CALLS)
+    def check(calls: list[HostileCall]) -> None:
+        trio.run(hostile_run, Wrapper, calls)
+
+    check()
+
+
+def test_machine_catches_a_field_left_out_of_the_size_count() -> None:
+    """The state machine pads turns with Thinking past the cap, so it catches the
+    uncounted field too."""
+
+    class Mutant(VectorStoreMachine):
+        clock = mock_clock
+
+        def open_store_under_test(
+            self, config: VectorStoreConfig, embedder: object
+        ) -> AbstractAsyncContextManager[Any]:
+            return wrapped_store(UncountedThinking, config, embedder)
+
+        def inject_crash(self, store: Any) -> None:
+            super().inject_crash(store.inner)
+
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(Mutant, settings=MUTANT_SETTINGS)
+    assert "expected ['EntryTooLarge']" in str(info.value)
+    steps = count_steps(info.value)
+    assert steps and len(steps) <= MAX_STEPS, "\n".join(steps)

@@ -7,6 +7,11 @@
   it and override ``open_store_under_test`` to check your own store.
 - :class:`StoreConformance`: the documents and search contract (issue 6) as pytest
   tests; subclass it (as ``Test...``) and override ``open_store_under_test``.
+- The hostile-input layer: strategies (:func:`hostile_text`, :func:`hostile_numbers`,
+  :func:`hostile_metadata`, :func:`hostile_filters`, :func:`hostile_vectors`,
+  :func:`embed_faults`, :func:`hostile_store_calls`, :func:`hostile_memory_calls`), the
+  fault-injecting :class:`HostileEmbedder`, and the invariant every call must keep
+  (:func:`check_hostile_call`, :func:`run_hostile_calls`).
 - The fakes: :class:`HashingEmbedder`, :class:`DeterministicFakeEmbedding` and
   :class:`FaultyEmbedder`, plus :func:`inject_crash`.
 """
@@ -20,6 +25,23 @@ from ._fakes import EmbedCall as EmbedCall
 from ._fakes import EmbedderFailure as EmbedderFailure
 from ._fakes import Fault as Fault
 from ._fakes import FaultyEmbedder as FaultyEmbedder
+from ._hostile import EmbedFault as EmbedFault
+from ._hostile import HostileBaseException as HostileBaseException
+from ._hostile import HostileEmbedder as HostileEmbedder
+from ._hostile import HostileInputViolation as HostileInputViolation
+from ._hostile import embed_faults as embed_faults
+from ._hostile import hostile_filters as hostile_filters
+from ._hostile import hostile_metadata as hostile_metadata
+from ._hostile import hostile_numbers as hostile_numbers
+from ._hostile import hostile_text as hostile_text
+from ._hostile import hostile_vectors as hostile_vectors
+from ._hostile_calls import HostileCall as HostileCall
+from ._hostile_calls import check_hostile_call as check_hostile_call
+from ._hostile_calls import entry_bytes as entry_bytes
+from ._hostile_calls import hostile_memory_calls as hostile_memory_calls
+from ._hostile_calls import hostile_store_calls as hostile_store_calls
+from ._hostile_calls import run_hostile_calls as run_hostile_calls
+from ._hostile_calls import tolerate_expected_poison as tolerate_expected_poison
 from ._machine import Bundle as Bundle
 from ._machine import LoopStopTimeout as LoopStopTimeout
 from ._machine import TrioRuleBasedStateMachine as TrioRuleBasedStateMachine
@@ -40,10 +62,15 @@ __all__ = [
     "Bundle",
     "DeterministicFakeEmbedding",
     "EmbedCall",
+    "EmbedFault",
     "EmbedderFailure",
     "Fault",
     "FaultyEmbedder",
     "HashingEmbedder",
+    "HostileBaseException",
+    "HostileCall",
+    "HostileEmbedder",
+    "HostileInputViolation",
     "InjectedCrash",
     "LoopStopTimeout",
     "ModelEntry",
@@ -51,12 +78,24 @@ __all__ = [
     "StoreConformance",
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
+    "check_hostile_call",
     "check_report",
     "consumes",
+    "embed_faults",
+    "entry_bytes",
+    "hostile_filters",
+    "hostile_memory_calls",
+    "hostile_metadata",
+    "hostile_numbers",
+    "hostile_store_calls",
+    "hostile_text",
+    "hostile_vectors",
     "initialize",
     "inject_crash",
     "invariant",
     "multiple",
     "precondition",
     "rule",
+    "run_hostile_calls",
+    "tolerate_expected_poison",
 ]

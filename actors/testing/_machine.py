@@ -121,7 +121,8 @@ def _unwrap_group(error: BaseException) -> BaseException:
 class _Loop:
     """One trio run in a daemon thread, plus the task that owns its contexts."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: trio.abc.Clock | None = None) -> None:
+        self.clock = clock
         self.token: trio.lowlevel.TrioToken | None = None
         self.error: BaseException | None = None
         self.nursery: trio.Nursery | None = None
@@ -136,7 +137,7 @@ class _Loop:
 
     def _thread_main(self) -> None:
         try:
-            trio.run(self._main)
+            trio.run(self._main, clock=self.clock)
         except BaseException as error:  # reported to the test thread, never dropped
             self.error = _unwrap_group(error)
         finally:
@@ -207,12 +208,27 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
     any error that escaped from a background task or a context.
 
     Attributes:
-        step_timeout: the deadline of one step, in seconds.
+        step_timeout: the deadline of one step, in seconds of the loop's clock.
+        hang_replay_timeout: once a step of this class has timed out, the deadline of
+            every later step of the class, if shorter than ``step_timeout``: shrinking
+            a hang replays it many times, and each replay would otherwise wait the
+            whole ``step_timeout`` (one mutant test took 34 s that way, and a composed
+            path's hang over five minutes at 10 s).
         stop_timeout: how long teardown waits for the loop to stop, in seconds.
+        clock: makes the clock of each example's loop; None is trio's real clock.
+            ``lambda: trio.testing.MockClock(autojump_threshold=0.05)`` turns a
+            deadlock into a ``TooSlowError`` about 0.05 s after every task blocks,
+            whatever ``step_timeout`` says, so a hang costs almost nothing each time
+            Hypothesis replays it while shrinking. Only for machines whose store does
+            all its work on the loop: a worker thread that computes for longer than
+            the threshold lets virtual time jump past the deadline.
     """
 
     step_timeout: ClassVar[float] = 10.0
     stop_timeout: ClassVar[float] = 10.0
+    clock: ClassVar[Callable[[], trio.abc.Clock] | None] = None
+    hang_replay_timeout: ClassVar[float] = 1.0
+    _hang_seen: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -252,7 +268,10 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
         """
         loop = self._loop()
         self._raise_escaped()
+        cls = type(self)
         timeout = self.step_timeout
+        if cls._hang_seen:
+            timeout = min(timeout, self.hang_replay_timeout)
 
         async def step() -> T:
             with trio.fail_after(timeout):
@@ -264,6 +283,11 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
 
         try:
             return trio.from_thread.run(step, trio_token=loop.token)
+        except trio.TooSlowError:
+            # Every later example of this class is a replay while Hypothesis shrinks
+            # the hang (or a new search after it failed): give it the shorter deadline.
+            cls._hang_seen = True
+            raise
         except (trio.Cancelled, trio.RunFinishedError):
             # The loop ended under the step: report why it ended.
             loop.thread.join(self.stop_timeout)
@@ -272,7 +296,10 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
 
     def _loop(self) -> _Loop:
         if self.__loop is None:
-            self.__loop = _Loop(f"trio-loop:{type(self).__name__}")
+            clock = type(self).clock
+            self.__loop = _Loop(
+                f"trio-loop:{type(self).__name__}", None if clock is None else clock()
+            )
         return self.__loop
 
     def _raise_escaped(self) -> None:
