@@ -27,7 +27,6 @@ from protocol import (
     Clamped,
     ClampOversizedMessages,
     CompactionAction,
-    Compress,
     Compressed,
     CompressionReport,
     DropObservations,
@@ -47,16 +46,16 @@ from protocol import (
     Thinking,
     ToolCall,
     ToolResult,
-    TurnsOffloaded,
-    TurnsSummarized,
     UnifiedMessage,
     VectorStoreError,
     payload_bytes,
     projection,
-    to_plugin_error,
 )
+from protocol._errors import to_plugin_error
 from protocol._memory import contextual_entry, describe_error
 from protocol._render import RENDERERS, is_recall_block
+from protocol.events import TurnsOffloaded, TurnsSummarized
+from protocol.messages import Compress
 
 from ._events import EventHub, StoreWatch, now
 from ._handle import Store

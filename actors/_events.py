@@ -15,7 +15,8 @@ from typing import TypeVar
 import attrs
 import trio
 
-from protocol import Event, Evicted, StoreNearCap, TurnsStored
+from protocol import Event, TurnsStored
+from protocol.events import Evicted, StoreNearCap
 
 from ._handle import Store
 from ._prepare import check_int

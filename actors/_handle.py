@@ -14,24 +14,20 @@ import trio
 
 from protocol import (
     DEFAULT_NAMESPACE,
-    Clear,
     Cleared,
     ConfigError,
-    Delete,
     DeleteResult,
     Document,
-    DocumentsUpserted,
     EmbeddingProfile,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
-    StoreRequest,
     TurnsStored,
     UnifiedMessage,
-    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreUsage,
 )
+from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._prepare import check_ids, check_name, turns_request

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import trio
 
-from protocol import Inject, Injected, RecallInjected, digest_request, inject
+from protocol import Injected, digest_request, inject
+from protocol.events import RecallInjected
+from protocol.messages import Inject
 
 from ._events import EventHub, now
 from ._mailbox import Mailbox

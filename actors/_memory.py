@@ -20,24 +20,16 @@ import msgspec
 import trio
 
 from protocol import (
-    Compress,
     Compressed,
     ConfigError,
     DispatchError,
     EmbeddingCall,
-    EmbeddingEmbedded,
-    EmbeddingFailed,
     EmbeddingUsageTotals,
     Event,
-    Inject,
     Injected,
     MemoryConfig,
     Poisoned,
-    Recall,
     RetrievalReport,
-    RetrieverCompleted,
-    RetrieverFailed,
-    RetrieverStarted,
     TurnReport,
     UnifiedMessage,
     UnifiedRequest,
@@ -51,6 +43,14 @@ from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error
 from protocol._surrogates import pack
+from protocol.events import (
+    EmbeddingEmbedded,
+    EmbeddingFailed,
+    RetrieverCompleted,
+    RetrieverFailed,
+    RetrieverStarted,
+)
+from protocol.messages import Compress, Inject, Recall
 
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher

@@ -19,27 +19,29 @@ import psycopg_pool
 import trio
 
 from protocol import (
-    Clear,
     Cleared,
     ConfigError,
-    Delete,
-    Deleted,
+    DeleteResult,
     Document,
-    DocumentsUpserted,
     EmbeddingError,
     EmbeddingProfile,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
-    StoreRequest,
-    StoreTurns,
     StoreUnavailable,
     TurnsStored,
-    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreError,
 )
 from protocol._filters import check_filter
+from protocol.messages import (
+    Clear,
+    Delete,
+    DocumentsUpserted,
+    StoreRequest,
+    StoreTurns,
+    UpsertDocuments,
+)
 
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows
 from ._embedding import check_profile
@@ -233,7 +235,7 @@ class _PgStoreActor(CrashableActor):
 
     async def _commit(
         self, request: StoreRequest, prepared: PreparedEntries | None
-    ) -> tuple[TurnsStored | DocumentsUpserted | Deleted | Cleared, Counts]:
+    ) -> tuple[TurnsStored | DocumentsUpserted | DeleteResult | Cleared, Counts]:
         s = self._statements
         cap = self.config.max_entries
         match request:

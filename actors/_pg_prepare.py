@@ -12,13 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from protocol import (
-    StoreTurns,
-    UpsertDocuments,
-    VectorStoreConfig,
-)
+from protocol import VectorStoreConfig
 from protocol._json import check_json_object
 from protocol._surrogates import pack
+from protocol.messages import StoreTurns, UpsertDocuments
 
 from ._bm25 import tokenize
 from ._embedders import EmbedderAdapter, as_matrix, normalize_rows

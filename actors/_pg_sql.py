@@ -13,7 +13,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from protocol import Cleared, Deleted
+from protocol import Cleared, DeleteResult
 
 from ._pg_schema import Names
 
@@ -208,7 +208,7 @@ class Statements:
         wanted: list[str],
         storable: list[str],
         namespace: str | None,
-    ) -> tuple[Deleted, Counts]:
+    ) -> tuple[DeleteResult, Counts]:
         conn.execute(self.lock_meta)
         gone: dict[str, bool] = {}
         if storable and namespace is not None:
@@ -219,7 +219,7 @@ class Statements:
         else:
             counts = self.counts(conn)
         return (
-            Deleted(
+            DeleteResult(
                 deleted=[i for i in wanted if i in gone],
                 missing=[i for i in wanted if i not in gone],
             ),

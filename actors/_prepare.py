@@ -41,11 +41,9 @@ from protocol import (
     Document,
     EntryTooLarge,
     Role,
-    StoreTurns,
     Text,
     ToolCall,
     UnifiedMessage,
-    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreError,
     payload_bytes,
@@ -54,6 +52,7 @@ from protocol import (
 from protocol._checks import check_int
 from protocol._json import check_json_object, compact_json
 from protocol._surrogates import pack, unpack_metadata
+from protocol.messages import StoreTurns, UpsertDocuments
 
 from ._embedders import as_matrix, normalize_rows
 

@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import trio
 
-from protocol import (
-    Recall,
-    Recalled,
-    RecallFailed,
-    RetrievalReport,
-    RetrievedTurn,
-    SearchRequest,
-)
+from protocol import RetrievalReport, RetrievedTurn, SearchRequest
 from protocol._events import fingerprint
 from protocol._memory import describe_error
+from protocol.events import Recalled, RecallFailed
+from protocol.messages import Recall
 
 from ._events import EventHub, now
 from ._fusion import FusedHit, neighbor_boost, rrf

@@ -25,13 +25,10 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Clear,
     Cleared,
     ConfigError,
-    Delete,
     DeleteResult,
     Document,
-    DocumentsUpserted,
     EmbeddingProfile,
     Event,
     RetrievalReport,
@@ -39,13 +36,9 @@ from protocol import (
     Role,
     ScoredDocument,
     SearchRequest,
-    StoreReply,
-    StoreRequest,
-    StoreTurns,
     Text,
     TurnsStored,
     UnifiedMessage,
-    UpsertDocuments,
     VectorStoreConfig,
     VectorStoreError,
     VectorStoreUsage,
@@ -54,6 +47,15 @@ from protocol._events import SearchOperation
 from protocol._filters import check_filter
 from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
+from protocol.messages import (
+    Clear,
+    Delete,
+    DocumentsUpserted,
+    StoreReply,
+    StoreRequest,
+    StoreTurns,
+    UpsertDocuments,
+)
 
 from ._arena import Arena, Entries, Snapshot, kept_text
 from ._embedders import EmbedderAdapter, as_vector, normalize_rows

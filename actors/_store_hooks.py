@@ -18,26 +18,26 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Clear,
     Cleared,
     ConfigError,
-    Delete,
     DeleteResult,
-    DocumentsAdded,
-    DocumentsDeleted,
-    DocumentsUpserted,
     EmbeddingError,
     EmbeddingProfile,
     Event,
-    StoreReply,
-    StoreRequest,
-    StoreSearched,
-    StoreTurns,
     TurnsStored,
-    UpsertDocuments,
     VectorStoreConfig,
 )
 from protocol._events import SearchOperation, fingerprint
+from protocol.events import DocumentsAdded, DocumentsDeleted, StoreSearched
+from protocol.messages import (
+    Clear,
+    Delete,
+    DocumentsUpserted,
+    StoreReply,
+    StoreRequest,
+    StoreTurns,
+    UpsertDocuments,
+)
 
 from ._embedding import check_profile
 

@@ -1,8 +1,7 @@
-"""Memory configuration, compaction strategies and reports, and the actors' messages.
+"""Memory configuration, compaction strategies and their reports.
 
 The five strategies form one tagged union (``Strategy``) so that a ``MemoryConfig`` can be
-written to and read from JSON or msgpack. Each actor has one tagged union of commands:
-``CompactionRequest``, ``RecallRequest`` and ``InjectionRequest``. Replies are past tense.
+written to and read from JSON or msgpack. The actors' messages are in ``protocol.messages``.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from ._chat import UnifiedMessage, UnifiedRequest
+from ._chat import UnifiedMessage
 from ._errors import ConfigError
 from ._render import RENDERERS, RecallInjection
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
@@ -22,23 +21,13 @@ __all__ = [
     "Clamped",
     "ClampOversizedMessages",
     "CompactionAction",
-    "CompactionMsg",
-    "CompactionRequest",
-    "Compress",
-    "Compressed",
     "CompressionReport",
     "contextual_entry",
     "DropObservations",
     "Dropped",
-    "Inject",
-    "InjectionMsg",
-    "InjectionRequest",
     "MemoryConfig",
     "Offload",
     "Offloaded",
-    "Recall",
-    "RecallMsg",
-    "RecallRequest",
     "RecallSettings",
     "Rejected",
     "Skipped",
@@ -362,63 +351,6 @@ class CompressionReport(msgspec.Struct, frozen=True, kw_only=True):
     before_bytes: int = 0
     after_bytes: int = 0
     last_error: BaseException | None = None
-
-
-# --- actor messages -------------------------------------------------------------------------
-
-
-class CompactionMsg(msgspec.Struct, frozen=True, tag_field="kind"):
-    """Base of the compaction actor's messages."""
-
-
-class Compress(CompactionMsg, frozen=True, kw_only=True, tag="compress"):
-    """Apply the configured strategies to ``messages``; ``date`` is when they were said
-    (any human-readable form), for the entries ``Offload`` writes."""
-
-    messages: list[UnifiedMessage]
-    date: str | None = None
-
-
-CompactionRequest = Compress
-
-
-class Compressed(CompactionMsg, frozen=True, kw_only=True, tag="compressed"):
-    """The new prompt and what each strategy did."""
-
-    messages: list[UnifiedMessage]
-    report: CompressionReport
-
-
-class RecallMsg(msgspec.Struct, frozen=True, tag_field="kind"):
-    """Base of the recall actor's messages."""
-
-
-class Recall(RecallMsg, frozen=True, kw_only=True, tag="recall"):
-    """Rank the ``k`` best entries of ``namespace`` for ``query`` as ``settings`` says,
-    then drop those whose cosine similarity is under ``min_similarity``."""
-
-    query: str
-    k: int
-    namespace: str
-    min_similarity: float | None = None
-    settings: RecallSettings = msgspec.field(default_factory=RecallSettings)
-
-
-RecallRequest = Recall
-
-
-class InjectionMsg(msgspec.Struct, frozen=True, tag_field="kind"):
-    """Base of the injection actor's messages."""
-
-
-class Inject(InjectionMsg, frozen=True, kw_only=True, tag="inject"):
-    """Render ``report`` and place it in ``request``."""
-
-    report: RetrievalReport
-    request: UnifiedRequest
-
-
-InjectionRequest = Inject
 
 
 class TurnReport(msgspec.Struct, frozen=True, kw_only=True):

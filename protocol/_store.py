@@ -1,8 +1,5 @@
-"""The store's data: usage, retrieval reports, and the store actor's messages.
-
-The actor messages form one tagged union, ``StoreRequest``, dispatched with ``match``.
-Commands are verbs (``StoreTurns``); replies are past tense (``TurnsStored``).
-"""
+"""The store's data: usage and retrieval reports (its actor's messages are in
+``protocol.messages``)."""
 
 from __future__ import annotations
 
@@ -11,24 +8,8 @@ from typing import Any
 import msgspec
 
 from ._chat import UnifiedMessage
-from ._documents import DeleteResult, Document
 
-__all__ = [
-    "Clear",
-    "Cleared",
-    "Delete",
-    "Deleted",
-    "DocumentsUpserted",
-    "UpsertDocuments",
-    "RetrievalReport",
-    "RetrievedTurn",
-    "StoreMsg",
-    "StoreReply",
-    "StoreRequest",
-    "StoreTurns",
-    "TurnsStored",
-    "VectorStoreUsage",
-]
+__all__ = ["DEFAULT_NAMESPACE", "RetrievalReport", "RetrievedTurn", "VectorStoreUsage"]
 
 DEFAULT_NAMESPACE = "memory-default"
 
@@ -70,79 +51,3 @@ class RetrievalReport(msgspec.Struct, frozen=True, kw_only=True):
     turns: list[RetrievedTurn]
     scanned: int
     exact: bool = True
-
-
-class StoreMsg(msgspec.Struct, frozen=True, tag_field="kind"):
-    """Base of the store actor's messages."""
-
-
-class StoreTurns(StoreMsg, frozen=True, kw_only=True, tag="store_turns"):
-    """Store a batch of turns, all or nothing (SPEC §3).
-
-    ``ids``, when given, names each turn (an explicit memory's id); an id already live
-    in the namespace is replaced. Without ids, each turn's id is ``turn-<sequence>``.
-    ``texts``, when given, is what each turn is indexed and embedded by, in place of
-    its projection (for example the turn with its context, see
-    :func:`protocol.contextual_entry`); the message itself is kept and returned as is.
-    """
-
-    turns: list[UnifiedMessage]
-    namespace: str = DEFAULT_NAMESPACE
-    source: str = "offload"
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    ids: list[str] | None = None
-    texts: list[str] | None = None
-
-
-class UpsertDocuments(StoreMsg, frozen=True, kw_only=True, tag="upsert_documents"):
-    """Store documents, all or nothing; a document whose id is live in the namespace is
-    replaced (new vector, text and metadata, and a new sequence number)."""
-
-    documents: list[Document]
-    namespace: str = DEFAULT_NAMESPACE
-
-
-class Delete(StoreMsg, frozen=True, kw_only=True, tag="delete"):
-    """Delete entries of one namespace by id (an id is unique within its namespace)."""
-
-    ids: list[str]
-    namespace: str = DEFAULT_NAMESPACE
-
-
-class Clear(StoreMsg, frozen=True, kw_only=True, tag="clear"):
-    """Remove every entry of one namespace, or of all when ``namespace`` is None."""
-
-    namespace: str | None = None
-
-
-StoreRequest = StoreTurns | UpsertDocuments | Delete | Clear
-
-
-class TurnsStored(StoreMsg, frozen=True, kw_only=True, tag="turns_stored"):
-    """The batch committed. ``evicted`` counts both the dropped head of the batch and the
-    old entries whose slots it took."""
-
-    ids: list[str]
-    sequences: list[int]
-    evicted: int
-    zero_norm: int
-
-
-class DocumentsUpserted(StoreMsg, frozen=True, kw_only=True, tag="documents_upserted"):
-    """The documents committed. ``replaced`` counts ids that were already live."""
-
-    ids: list[str]
-    sequences: list[int]
-    evicted: int
-    replaced: int
-
-
-#: The reply to :class:`Delete` is the toolkit's :class:`~protocol.DeleteResult`.
-Deleted = DeleteResult
-
-
-class Cleared(StoreMsg, frozen=True, kw_only=True, tag="cleared"):
-    removed: int
-
-
-StoreReply = TurnsStored | DocumentsUpserted | DeleteResult | Cleared

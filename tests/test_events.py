@@ -12,20 +12,22 @@ from actors._events import EventHub
 from protocol import (
     ConfigError,
     Event,
-    Evicted,
     MemoryConfig,
-    MemoryEvent,
     Offload,
+    Summarize,
+    UnifiedMessage,
+    UnifiedRequest,
+    VectorStoreConfig,
+)
+from protocol.events import (
+    Evicted,
+    MemoryEvent,
     Recalled,
     RecallFailed,
     RecallInjected,
     StoreNearCap,
-    Summarize,
     TurnsOffloaded,
     TurnsSummarized,
-    UnifiedMessage,
-    UnifiedRequest,
-    VectorStoreConfig,
 )
 
 DIM = 32

@@ -23,17 +23,13 @@ from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
-    And,
     ConfigError,
     Document,
     EmbeddingError,
-    Eq,
     Filter,
     FilterError,
     JsonError,
     MemoryConfig,
-    Not,
-    Or,
     SearchRequest,
     StoreUnavailable,
     UnifiedMessage,
@@ -41,6 +37,7 @@ from protocol import (
     parse_filter,
 )
 from protocol._filters import matches
+from protocol.filters import And, Eq, Not, Or
 
 # protocol._filters' documented limits (test_the_limits_are_documented pins them).
 MAX_FILTER_DEPTH = 32

@@ -32,7 +32,6 @@ from actors._prepare import BLOCK_OVERHEAD, document_bytes, turn_bytes
 from protocol import (
     Document,
     EntryTooLarge,
-    Eq,
     ImageBase64,
     SearchRequest,
     Text,
@@ -42,6 +41,7 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
 )
+from protocol.filters import Eq
 
 ENTRIES = 50
 DIM = 8

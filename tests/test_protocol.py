@@ -29,8 +29,8 @@ from protocol import (
     VectorStoreError,
     payload_bytes,
     projection,
-    to_plugin_error,
 )
+from protocol._errors import to_plugin_error
 
 
 def test_role_is_a_plain_string() -> None:

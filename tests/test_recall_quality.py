@@ -24,7 +24,6 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Recall,
     RecallSettings,
     SearchRequest,
     UnifiedMessage,
@@ -32,6 +31,7 @@ from protocol import (
     contextual_entry,
     projection,
 )
+from protocol.messages import Recall
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=64, dimensions=DIM, max_entry_bytes=4096)

@@ -12,13 +12,10 @@ from hypothesis import strategies as st
 from protocol import (
     RECALL_MARKER,
     ClampOversizedMessages,
-    Compress,
     ConfigError,
     DropObservations,
-    Inject,
     MemoryConfig,
     Offload,
-    Recall,
     RecallInjection,
     RetrievalReport,
     RetrievedTurn,
@@ -32,7 +29,7 @@ from protocol import (
     projection,
     render,
 )
-from protocol._memory import CompactionRequest, InjectionRequest, RecallRequest
+from protocol.messages import Compress, Inject, Recall
 
 
 def hit(text: str, score: float, *, seq: int = 0, source: str = "offload") -> RetrievedTurn:
@@ -282,7 +279,7 @@ actor_messages = (
 
 @given(actor_messages)
 def test_actor_messages_round_trip_through_msgpack(message: object) -> None:
-    union = CompactionRequest | RecallRequest | InjectionRequest
+    union = Compress | Recall | Inject
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(message), type=union)
     assert decoded == message
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import protocol
+import protocol.messages
 
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -195,7 +196,7 @@ def test_discovery_finds_the_known_messages() -> None:
     names = {cls.__name__ for cls in STRUCTS}
     for expected in ("UnifiedMessage", "StoreTurns", "TurnsStored", "RetrievalReport", "ToolCall"):
         assert expected in names, f"{expected} was not discovered among {sorted(names)}"
-    assert "StoreMsg" not in names, "the abstract base StoreMsg should be skipped"
+    assert "Msg" not in names, "the abstract base Msg should be skipped"
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -228,8 +229,8 @@ def test_tool_call_arguments_round_trip_any_json(arguments: Any) -> None:
 @pytest.mark.parametrize(
     "union",
     [
-        protocol.StoreRequest,
-        protocol.StoreReply,
+        protocol.messages.StoreRequest,
+        protocol.messages.StoreReply,
         protocol.ContentBlock,
     ],
     ids=["StoreRequest", "StoreReply", "ContentBlock"],

@@ -28,7 +28,6 @@ from protocol import (
     ConfigError,
     EmbeddingError,
     EntryTooLarge,
-    StoreTurns,
     Text,
     Thinking,
     ToolCall,
@@ -38,6 +37,7 @@ from protocol import (
     payload_bytes,
     projection,
 )
+from protocol.messages import StoreTurns
 
 DIM = 8
 

@@ -48,7 +48,8 @@ import numpy as np
 import trio
 from hypothesis import strategies as st
 
-from protocol import And, Eq, Not, Or, VectorStoreError
+from protocol import VectorStoreError
+from protocol.filters import And, Eq, Not, Or
 
 __all__ = [
     "CALL_TIMEOUT",

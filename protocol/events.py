@@ -1,0 +1,53 @@
+"""The typed events (design §9): every event the memory, the store and the indexer send,
+each a msgspec Struct tagged by its dotted name. ``Event`` (their base) and
+``EventSink`` are also at the top of ``protocol``."""
+
+from ._events import DocumentsAdded as DocumentsAdded
+from ._events import DocumentsDeleted as DocumentsDeleted
+from ._events import EmbeddingEmbedded as EmbeddingEmbedded
+from ._events import EmbeddingFailed as EmbeddingFailed
+from ._events import Event as Event
+from ._events import EventSink as EventSink
+from ._events import Evicted as Evicted
+from ._events import IndexingBatchCompleted as IndexingBatchCompleted
+from ._events import IndexingCompleted as IndexingCompleted
+from ._events import IndexingFailed as IndexingFailed
+from ._events import IndexingStarted as IndexingStarted
+from ._events import MemoryEvent as MemoryEvent
+from ._events import Recalled as Recalled
+from ._events import RecallFailed as RecallFailed
+from ._events import RecallInjected as RecallInjected
+from ._events import RetrieverCompleted as RetrieverCompleted
+from ._events import RetrieverFailed as RetrieverFailed
+from ._events import RetrieverStarted as RetrieverStarted
+from ._events import StoreNearCap as StoreNearCap
+from ._events import StoreSearched as StoreSearched
+from ._events import TurnsOffloaded as TurnsOffloaded
+from ._events import TurnsSummarized as TurnsSummarized
+from ._events import fingerprint as fingerprint
+
+__all__ = [
+    "DocumentsAdded",
+    "DocumentsDeleted",
+    "EmbeddingEmbedded",
+    "EmbeddingFailed",
+    "Event",
+    "EventSink",
+    "Evicted",
+    "IndexingBatchCompleted",
+    "IndexingCompleted",
+    "IndexingFailed",
+    "IndexingStarted",
+    "MemoryEvent",
+    "RecallFailed",
+    "RecallInjected",
+    "Recalled",
+    "RetrieverCompleted",
+    "RetrieverFailed",
+    "RetrieverStarted",
+    "StoreNearCap",
+    "StoreSearched",
+    "TurnsOffloaded",
+    "TurnsSummarized",
+    "fingerprint",
+]
