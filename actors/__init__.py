@@ -7,14 +7,14 @@ from ._dispatch import OpenAIChatDispatcher as OpenAIChatDispatcher
 from ._embedders import AsyncEmbedder as AsyncEmbedder
 from ._embedders import Embedder as Embedder
 from ._embedders import HashingEmbedder as HashingEmbedder
-from ._embedding import CachedEmbedder as CachedEmbedder
-from ._embedding import CacheStatistics as CacheStatistics
-from ._embedding import EmbeddingCache as EmbeddingCache
-from ._embedding import EmbeddingModel as EmbeddingModel
-from ._embedding import EmbeddingRegistry as EmbeddingRegistry
-from ._embedding import EmbeddingResult as EmbeddingResult
-from ._embedding import EmbeddingUsageLog as EmbeddingUsageLog
-from ._embedding import check_profile as check_profile
+from ._embedding_cache import CachedEmbedder as CachedEmbedder
+from ._embedding_cache import CacheStatistics as CacheStatistics
+from ._embedding_cache import EmbeddingCache as EmbeddingCache
+from ._embedding_cache import EmbeddingModel as EmbeddingModel
+from ._embedding_cache import EmbeddingRegistry as EmbeddingRegistry
+from ._embedding_cache import EmbeddingResult as EmbeddingResult
+from ._embedding_cache import EmbeddingUsageLog as EmbeddingUsageLog
+from ._embedding_cache import check_profile as check_profile
 from ._events import Subscription as Subscription
 from ._handle import Store as Store
 from ._indexing import DocumentStore as DocumentStore
@@ -72,7 +72,7 @@ __all__ = [
 
 # The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,
 # so `import actors` works without it.
-_LAZY = {"open_pg_store": "._pg_store", "PgStoreHandle": "._pg_store"}
+_LAZY = {"open_pg_store": "._pg.store", "PgStoreHandle": "._pg.store"}
 
 
 def __getattr__(name: str) -> object:

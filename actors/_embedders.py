@@ -23,7 +23,7 @@ from protocol import (
 )
 from protocol._checks import check_int, shown
 
-from ._embedding import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
+from ._embedding_cache import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
 from ._mailbox import PROPAGATE
 
 __all__ = ["AsyncEmbedder", "Embedder", "EmbedderAdapter", "HashingEmbedder", "VectorLike"]

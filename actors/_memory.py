@@ -55,7 +55,7 @@ from protocol.messages import Compress, Inject, Recall
 from ._compaction import CompactionActor, Summarizer, default_summarizer
 from ._dispatch import Dispatcher, EchoDispatcher
 from ._embedders import HashingEmbedder
-from ._embedding import EmbeddingUsageLog
+from ._embedding_cache import EmbeddingUsageLog
 from ._events import EventHub, StoreWatch, Subscription, now
 from ._handle import OPENED, Store, StoreHandleBase
 from ._injection import InjectionActor

@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 from protocol import ConfigError, EmbeddingProfile
 from protocol._surrogates import replace_surrogates
 
-from ._embedding import EmbeddingResult, check_texts
+from ._embedding_cache import EmbeddingResult, check_texts
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 

@@ -28,7 +28,7 @@ from protocol import (
 )
 from protocol._surrogates import replace_surrogates
 
-from ._embedding import EmbeddingResult, check_texts
+from ._embedding_cache import EmbeddingResult, check_texts
 
 __all__ = ["OpenAIEmbeddings"]
 

@@ -13,7 +13,7 @@ import trio
 from protocol import ConfigError, EmbeddingProfile
 from protocol._surrogates import replace_surrogates
 
-from ._embedding import EmbeddingResult, check_texts
+from ._embedding_cache import EmbeddingResult, check_texts
 
 __all__ = ["SentenceTransformerEmbedder"]
 

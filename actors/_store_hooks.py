@@ -39,7 +39,7 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from ._embedding import check_profile
+from ._embedding_cache import check_profile
 
 __all__ = ["bound_profile", "check_query_profile", "read_event", "write_event"]
 

@@ -591,7 +591,7 @@ async def bench_pg(quick: bool) -> dict[str, Any]:
     import psycopg
     from psycopg import sql as pgsql
 
-    from actors._pg_store import open_pg_store
+    from actors._pg.store import open_pg_store
 
     dsn = os.environ.get("TRIO_RECALL_PG_DSN")
     if not dsn:

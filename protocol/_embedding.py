@@ -1,7 +1,7 @@
 """Embedding data: model profiles, usage records and prices (SPEC §9, issue 6).
 
 These are plain msgspec Structs; the running parts (the cache, the registry, the
-wrapper that records usage) live in ``actors._embedding``.
+wrapper that records usage) live in ``actors._embedding_cache``.
 """
 
 from __future__ import annotations

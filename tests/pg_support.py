@@ -150,10 +150,10 @@ def drop_table(dsn: str, table: str) -> None:
 
 
 def pg_store_opener() -> Any:
-    """``actors._pg_store.open_pg_store``, or a skip (a failure with
+    """``actors._pg.store.open_pg_store``, or a skip (a failure with
     ``TRIO_RECALL_PG_REQUIRED=1``) when the pg extra is not installed."""
     try:
-        from actors._pg_store import open_pg_store
+        from actors._pg.store import open_pg_store
     except ImportError as error:
         _skip_or_fail(f"the pg extra is not installed ({error})")
         raise  # pragma: no cover - _skip_or_fail raises
@@ -200,7 +200,7 @@ async def _worker(
     import trio
 
     from actors import HashingEmbedder
-    from actors._pg_store import open_pg_store
+    from actors._pg.store import open_pg_store
     from protocol import UnifiedMessage, VectorStoreConfig
 
     config = VectorStoreConfig(max_entries=10_000, dimensions=16, max_entry_bytes=256)

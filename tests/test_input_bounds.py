@@ -61,7 +61,7 @@ async def opened(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[
     embedder = HashingEmbedder(DIM)
     if backend == "pg":
         try:
-            from actors._pg_store import open_pg_store
+            from actors._pg.store import open_pg_store
         except ImportError as error:  # pragma: no cover - depends on the extras
             if os.environ.get(REQUIRED_ENV) == "1":
                 raise

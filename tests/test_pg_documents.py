@@ -38,9 +38,9 @@ try:
     import psycopg
     from psycopg import sql
 
-    from actors._pg_filters import translate
-    from actors._pg_schema import filter_json
-    from actors._pg_store import PgStoreHandle, StoreUnavailable, open_pg_store
+    from actors._pg.filters import translate
+    from actors._pg.schema import filter_json
+    from actors._pg.store import PgStoreHandle, StoreUnavailable, open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     if os.environ.get(REQUIRED_ENV) == "1":
         raise
@@ -652,7 +652,7 @@ async def test_sql_bm25_scores_match_the_in_memory_index(texts: list[str], query
         async with fresh_pg_store(cfg(max_entries=16), HashingEmbedder(DIM)) as store:
             await store.upsert([Document(id=str(i), text=t) for i, t in enumerate(texts)])
             reads = store._actor.reads
-            from actors._pg_filters import translate as _translate
+            from actors._pg.filters import translate as _translate
 
             where = _translate(None, sql.Identifier("metadata"))
             found = await store._actor.read(

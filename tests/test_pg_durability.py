@@ -30,7 +30,7 @@ if not have_pg_driver():  # pragma: no cover - depends on the installed extras
     pytest.skip("the pg extra is not installed (psycopg)", allow_module_level=True)
 
 from actors import HashingEmbedder
-from actors._pg_store import StoreUnavailable, open_pg_store
+from actors._pg.store import StoreUnavailable, open_pg_store
 from protocol import Document, SearchRequest, UnifiedMessage, VectorStoreConfig
 
 DIM = 16

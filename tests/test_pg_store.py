@@ -2,7 +2,7 @@
 only a server has (schema checks, shared counters, lost connections, hostile input).
 
 Scores come from pgvector's float32 ``<#>``, so they are compared with a tolerance of
-1e-5 against a float64 reference (see ``actors/_pg_store.py``); rankings and ties are
+1e-5 against a float64 reference (see ``actors/_pg/store.py``); rankings and ties are
 compared exactly.
 """
 
@@ -24,7 +24,7 @@ try:
     import psycopg
     from psycopg import sql
 
-    from actors._pg_store import PgStoreHandle, StoreUnavailable, open_pg_store
+    from actors._pg.store import PgStoreHandle, StoreUnavailable, open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     if os.environ.get(REQUIRED_ENV) == "1":
         raise

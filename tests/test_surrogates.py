@@ -68,7 +68,7 @@ def pg_opener(request: pytest.FixtureRequest) -> Opener:
 
 def _pg_opener(request: pytest.FixtureRequest) -> Opener:
     try:
-        from actors._pg_store import open_pg_store
+        from actors._pg.store import open_pg_store
     except ImportError as error:  # pragma: no cover - depends on the installed extras
         if os.environ.get("TRIO_RECALL_PG_REQUIRED") == "1":
             raise

@@ -4,7 +4,7 @@ nothing, so that the commit is one transaction that cannot fail on the batch's c
 The checks are the in-memory store's (``actors._store``), in the same order, with the
 same errors, plus what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
 source id, a namespace or a source is a :class:`~protocol.ConfigError`. A text or
-metadata may hold them: the exact copy is kept as bytes (see ``_pg_schema``).
+metadata may hold them: the exact copy is kept as bytes (see ``schema``).
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from protocol._json import check_json_object
 from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from ._bm25 import tokenize
-from ._embedders import EmbedderAdapter, as_matrix, normalize_rows
-from ._pg_schema import (
+from .._bm25 import tokenize
+from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
+from .schema import (
     check_pg_text,
     exact_text,
     filter_json,
     search_text,
     vector_literal,
 )
-from ._pg_sql import PreparedEntries
-from ._prepare import check_documents, check_name, check_turns, exact_msgpack_many
+from .sql import PreparedEntries
 
 __all__ = ["prepare_documents", "prepare_turns"]
 

@@ -9,7 +9,7 @@ the two on random metadata and random filters):
 - types never mix: a leaf first checks ``jsonb_typeof`` (``'number'`` excludes
   booleans, so a bool is not a number);
 - numbers compare as ``numeric``, by exact value across int and float: the store writes
-  top-level floats as their exact binary value in decimal (``_pg_schema.filter_json``),
+  top-level floats as their exact binary value in decimal (``schema.filter_json``),
   and float operands are bound the same way;
 - strings compare ``COLLATE "C"``, which on UTF-8 is code point order;
 - lists and objects have jsonb types of their own, so they only pass ``$exists``,

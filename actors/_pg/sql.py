@@ -2,7 +2,7 @@
 
 Every value is a bound parameter; only the validated, quoted names are composed in.
 Each method runs inside the transaction that :meth:`_PgStoreActor.call` opened. The
-reads are in ``_pg_reads.py``; the filter translation in ``_pg_filters.py``.
+reads are in ``reads.py``; the filter translation in ``filters.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from psycopg import sql
 
 from protocol import Cleared, DeleteResult
 
-from ._pg_schema import Names
+from .schema import Names
 
 __all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]
 
@@ -36,9 +36,9 @@ class PreparedEntries:
         vectors: pgvector literals, normalized.
         zero: which vectors had zero norm.
         payloads: a turn's message as msgpack, or None for a document.
-        texts: the searchable text (``_pg_schema.search_text``).
+        texts: the searchable text (``schema.search_text``).
         exact: the exact text where the searchable one differs, else None.
-        metadata: the jsonb text that filters read (``_pg_schema.filter_json``).
+        metadata: the jsonb text that filters read (``schema.filter_json``).
         meta_raw: the exact metadata as msgpack, or None for ``{}``.
         ids: one id per entry, or None for turns named ``turn-<sequence>``.
         source_ids: a document's source id, or None.

@@ -35,10 +35,10 @@ from protocol import (
 )
 from protocol._surrogates import unpack_message, unpack_metadata
 
-from ._bm25 import K1, B, tokenize
-from ._pg_filters import FilterSql
-from ._pg_schema import Names
-from ._pg_sql import Counts
+from .._bm25 import K1, B, tokenize
+from .filters import FilterSql
+from .schema import Names
+from .sql import Counts
 
 __all__ = ["DocRow", "Reads", "query_terms"]
 

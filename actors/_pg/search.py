@@ -2,7 +2,7 @@
 
 ``similarity`` ranks the exact top-k; ``mmr`` reads the exact top ``fetch_k`` with their
 vectors and re-ranks them with :func:`actors._fusion.mmr`; ``hybrid`` fuses the dense top
-``fetch_k`` with BM25's top ``fetch_k`` (computed in SQL, see ``_pg_reads.py``) by
+``fetch_k`` with BM25's top ``fetch_k`` (computed in SQL, see ``reads.py``) by
 :func:`actors._fusion.rrf`. The metadata filter is part of each statement's WHERE
 clause, so it narrows the candidates before top-k, and ``k`` hits come back whenever
 ``k`` entries match. A search is one transaction, ``REPEATABLE READ`` when it runs more
@@ -20,10 +20,10 @@ from psycopg import sql
 
 from protocol import ScoredDocument, SearchRequest
 
-from ._fusion import mmr, rrf
-from ._pg_filters import translate
-from ._pg_reads import Reads
-from ._prepare import clamp_k
+from .._fusion import mmr, rrf
+from .._prepare import clamp_k
+from .filters import translate
+from .reads import Reads
 
 __all__ = ["run_search"]
 

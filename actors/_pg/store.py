@@ -30,11 +30,11 @@ are not bit-identical to the in-memory store's.
 tests compare operation by operation). Turns and documents share one id space, and
 ``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
 inserts the new ones with new sequence numbers and evicts past the cap, all in its one
-transaction. Metadata filters become SQL over jsonb (``_pg_filters.py``) inside each
+transaction. Metadata filters become SQL over jsonb (``filters.py``) inside each
 statement's WHERE clause, so they apply before top-k. MMR reads the exact top
 ``fetch_k`` and their vectors back and runs ``actors._fusion.mmr``. Hybrid search fuses
 the dense list with BM25 by ``actors._fusion.rrf``; BM25 is computed in SQL from
-postings that each write stores (``_pg_reads.py``), so a query reads the postings of its
+postings that each write stores (``reads.py``), so a query reads the postings of its
 own terms through an index rather than loading the namespace's texts: its cost grows
 with those postings, not with the table.
 
@@ -78,11 +78,13 @@ from protocol import (
     VectorStoreUsage,
 )
 
-from ._embedders import EmbedderAdapter, check_timeout
-from ._handle import OPENED, StoreHandleBase
-from ._lifecycle import run_store
-from ._pg_actor import _PgStoreActor
-from ._pg_schema import (
+from .._embedders import EmbedderAdapter, check_timeout
+from .._handle import OPENED, StoreHandleBase
+from .._lifecycle import run_store
+from .._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
+from .._store import StoreStatistics
+from .actor import _PgStoreActor
+from .schema import (
     MAX_DIMENSIONS,
     Names,
     bound_profile,
@@ -90,9 +92,7 @@ from ._pg_schema import (
     profile_json,
     vector_literal,
 )
-from ._pg_sql import Counts
-from ._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
-from ._store import StoreStatistics
+from .sql import Counts
 
 __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
@@ -127,10 +127,10 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         """Run one search: similarity, MMR or hybrid, with an optional metadata filter
         and score threshold (see :class:`~protocol.SearchRequest`).
 
-        The filter is translated to SQL over jsonb (``_pg_filters.py``) and applied in
+        The filter is translated to SQL over jsonb (``filters.py``) and applied in
         the statement's WHERE clause, before top-k. Dense scores are cosine similarity
         in [-1, 1]; a hybrid hit's score is its fused RRF score, and ``ranks`` gives its
-        1-based rank in each list. BM25 runs in SQL (``_pg_reads.py``).
+        1-based rank in each list. BM25 runs in SQL (``reads.py``).
 
         Raises:
             ConfigError: not a SearchRequest.

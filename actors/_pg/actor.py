@@ -1,8 +1,8 @@
 """The pg store's actor: the one writer, its inbox, and the database calls of every read.
 
-See ``_pg_store.py`` for the store's semantics. The actor validates and embeds a write
-(``_pg_prepare.py``), changing nothing, then commits it in one transaction
-(``_pg_sql.py``). Reads run their statements (``_pg_reads.py``, ``_pg_search.py``) in a
+See ``store.py`` for the store's semantics. The actor validates and embeds a write
+(``prepare.py``), changing nothing, then commits it in one transaction
+(``sql.py``). Reads run their statements (``reads.py``, ``search.py``) in a
 worker thread from the pool's read connections.
 """
 
@@ -43,19 +43,19 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from ._embedders import EmbedderAdapter, as_vector, normalize_rows
-from ._embedding import check_profile
-from ._mailbox import CrashableActor, Envelope
-from ._pg_prepare import prepare_documents, prepare_turns
-from ._pg_reads import Reads
-from ._pg_schema import (
+from .._embedders import EmbedderAdapter, as_vector, normalize_rows
+from .._embedding_cache import check_profile
+from .._mailbox import CrashableActor, Envelope
+from .._prepare import clamp_k
+from .prepare import prepare_documents, prepare_turns
+from .reads import Reads
+from .schema import (
     Names,
     check_pg_text,
     vector_literal,
 )
-from ._pg_search import run_search
-from ._pg_sql import Counts, PreparedEntries, Statements
-from ._prepare import clamp_k
+from .search import run_search
+from .sql import Counts, PreparedEntries, Statements
 
 __all__ = ["_Envelope", "_PgStoreActor", "_representable"]
 
