@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import snowballstemmer
 
+from protocol._checks import check_int
 from protocol._errors import ConfigError
 
 __all__ = [
@@ -368,8 +369,7 @@ class Bm25Index:
         Raises:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ConfigError(f"n is {n!r}; expected an int > 0")
+        check_int("n", n)
         slots, scores = self.scores(query, mask, group)
         tie = -seqs[slots] if seqs is not None else slots
         order = np.lexsort((tie, -scores))[:n]

@@ -27,6 +27,7 @@ from protocol import (
     EmbeddingUsageTotals,
     InputType,
 )
+from protocol._checks import check_int
 
 __all__ = [
     "CacheStatistics",
@@ -259,8 +260,7 @@ class EmbeddingCache:
         self, *, max_entries: int = 10_000, max_bytes: int = 64 << 20, enabled: bool = True
     ) -> None:
         for name, value in (("max_entries", max_entries), ("max_bytes", max_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} is {value!r}; expected an int >= 0")
+            check_int(name, value, minimum=0)
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.enabled = bool(enabled) and max_entries > 0 and max_bytes > 0
@@ -378,8 +378,7 @@ class EmbeddingUsageLog:
         max_records: int = 1024,
         listener: Callable[[EmbeddingCall], None] | None = None,
     ) -> None:
-        if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
-            raise ConfigError(f"max_records is {max_records!r}; expected an int >= 0")
+        check_int("max_records", max_records, minimum=0)
         prices = dict(pricing or {})
         for name, price in prices.items():
             if not isinstance(price, EmbeddingPrice):

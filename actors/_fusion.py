@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from protocol._checks import check_int
 from protocol._errors import ConfigError
 
 __all__ = ["RRF_K", "FusedHit", "mmr", "neighbor_boost", "rrf"]
@@ -183,8 +184,7 @@ def mmr(
         ConfigError: a bad shape, a non-finite number, ``k ≤ 0`` or ``lambda_mult``
             outside [0, 1].
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ConfigError(f"k is {k!r}; expected an int > 0")
+    check_int("k", k)
     if (
         isinstance(lambda_mult, bool)
         or not isinstance(lambda_mult, int | float)

@@ -35,6 +35,8 @@ from typing import IO
 import httpx
 import trio
 
+from protocol._checks import check_int
+
 __all__ = [
     "MODEL_FILE",
     "MODEL_PACKAGE",
@@ -102,12 +104,6 @@ def _check_model_path(model_path: str | os.PathLike[str]) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"model_path is {str(path)!r}, which is not a file")
     return path
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} is {value!r}; expected an int in [{low}, {high}]")
-    return value
 
 
 def _check_seconds(name: str, value: object) -> float:
@@ -255,13 +251,13 @@ async def open_llama_server(
         RuntimeError: the server exited before it was ready (a taken port, a bad model
             file); the message ends with the tail of the server's log.
     """
-    n_threads = _check_int("n_threads", n_threads, 1, 1024)
+    n_threads = check_int("n_threads", n_threads, minimum=1, maximum=1024)
     ready_timeout = _check_seconds("ready_timeout", ready_timeout)
     grace = _check_seconds("grace", grace)
     _check_server_installed()
     path = smollm2_gguf_path() if model_path is None else _check_model_path(model_path)
     host = "127.0.0.1"
-    port = free_port(host) if port is None else _check_int("port", port, 1, 65535)
+    port = free_port(host) if port is None else check_int("port", port, minimum=1, maximum=65535)
     base_url = f"http://{host}:{port}/v1"
     command = llama_server_command(path, host=host, port=port, n_threads=n_threads)
     with tempfile.TemporaryFile() as log:

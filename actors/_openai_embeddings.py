@@ -26,6 +26,7 @@ from protocol import (
     EmbeddingProviderError,
     EmbeddingTimeout,
 )
+from protocol._checks import check_int
 from protocol._surrogates import replace_surrogates
 
 from ._embedding_cache import EmbeddingResult, check_texts
@@ -45,11 +46,6 @@ def _check_number(name: str, value: object, *, minimum: float, allow_zero: bool)
     if not ok:
         sign = ">=" if allow_zero else ">"
         raise ConfigError(f"{name} is {value!r}; expected a finite number {sign} {minimum}")
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} is {value!r}; expected an int >= {minimum}")
 
 
 def parse_retry_after(headers: httpx.Headers, *, now: float | None = None) -> float | None:
@@ -156,7 +152,7 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url is {base_url!r}; expected an http:// or https:// URL")
         _check_number("timeout", timeout, minimum=0.0, allow_zero=False)
-        _check_int("max_retries", max_retries, minimum=0)
+        check_int("max_retries", max_retries, minimum=0)
         _check_number("backoff_initial", backoff_initial, minimum=0.0, allow_zero=True)
         _check_number("backoff_max", backoff_max, minimum=0.0, allow_zero=True)
         _check_number("max_retry_after", max_retry_after, minimum=0.0, allow_zero=True)

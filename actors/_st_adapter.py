@@ -11,6 +11,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError, EmbeddingProfile
+from protocol._checks import check_int
 from protocol._surrogates import replace_surrogates
 
 from ._embedding_cache import EmbeddingResult, check_texts
@@ -53,8 +54,7 @@ class SentenceTransformerEmbedder:
         provider: str = "sentence-transformers",
         model_name: str | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ConfigError(f"batch_size is {batch_size!r}; expected an int > 0")
+        check_int("batch_size", batch_size)
         for name, prompt in (("query_prompt", query_prompt), ("document_prompt", document_prompt)):
             if not isinstance(prompt, str):
                 raise ConfigError(f"{name} is {prompt!r}; expected a str")

@@ -53,20 +53,33 @@ def shown(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def check_int(name: str, value: object, *, minimum: int = 1) -> int:
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int = 1,
+    maximum: int | None = None,
+    python: bool = False,
+) -> int:
     """``value`` as a plain int, refused unless it is an int ``>= minimum``.
 
     Accepts a Python int or a numpy integer (anything with ``__index__``: an integer
     type, not a float that happens to be whole); refuses ``bool`` (and
     ``numpy.bool_``), which is a flag, not a count. No upper bound: a caller's ``k`` of
-    any size means "at most that many", and each backend clamps it to what it holds.
+    any size means "at most that many", and each backend clamps it to what it holds)
+    unless ``maximum`` is given.
 
     Raises:
         ConfigError: ``value`` is not an int, or is below ``minimum``; the message names
             ``name``, the value seen and what was expected.
     """
-    expected = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
-    if isinstance(value, bool):
+    if maximum is not None:
+        expected = f"an int in [{minimum}, {maximum}]"
+    else:
+        expected = "an int > 0" if minimum == 1 else f"an int >= {minimum}"
+    if isinstance(value, bool) or (python and not isinstance(value, int)):
+        # ``python``: a field of a Struct that is encoded later must hold a Python int
+        # (msgspec cannot encode a numpy integer).
         number = None
     else:  # numpy.bool has no __index__, so it is refused here
         try:
@@ -76,6 +89,6 @@ def check_int(name: str, value: object, *, minimum: int = 1) -> int:
     if number is None:
         kind = type(value).__name__
         raise ConfigError(f"{name} is {shown(value)} ({kind}); expected {expected}")
-    if number < minimum:
+    if number < minimum or (maximum is not None and number > maximum):
         raise ConfigError(f"{name} is {shown(number)}; expected {expected}")
     return number

@@ -6,7 +6,7 @@ import os
 
 import msgspec
 
-from ._checks import shown
+from ._checks import check_int, shown
 from ._errors import ConfigError
 
 __all__ = ["VectorStoreConfig", "physical_memory_bytes"]
@@ -18,15 +18,6 @@ def physical_memory_bytes() -> int:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
         return 1 << 40
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(
-            f"{name} is {shown(value)} ({type(value).__name__}); expected an int > 0"
-        )
-    if value <= 0:
-        raise ConfigError(f"{name} is {shown(value)}; expected an int > 0")
 
 
 class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,9 +47,9 @@ class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def validate(self) -> None:
         """Check every bound; :func:`actors.open_store` calls this again at open."""
-        _positive_int("max_entries", self.max_entries)
-        _positive_int("dimensions", self.dimensions)
-        _positive_int("max_entry_bytes", self.max_entry_bytes)
+        check_int("max_entries", self.max_entries, python=True)
+        check_int("dimensions", self.dimensions, python=True)
+        check_int("max_entry_bytes", self.max_entry_bytes, python=True)
         wf = self.warn_fraction
         if wf is not None:
             if isinstance(wf, bool) or not isinstance(wf, int | float):
@@ -73,7 +64,7 @@ class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
         if ceiling is None:
             ceiling = physical_memory_bytes()
         else:
-            _positive_int("max_arena_bytes", ceiling)
+            check_int("max_arena_bytes", ceiling, python=True)
         arena = self.arena_bytes
         if arena > ceiling:
             raise ConfigError(

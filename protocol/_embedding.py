@@ -11,6 +11,7 @@ from typing import Literal
 
 import msgspec
 
+from ._checks import check_int
 from ._errors import ConfigError
 
 __all__ = [
@@ -26,13 +27,6 @@ InputType = Literal["document", "query"]
 differently, and the cache never mixes the two."""
 
 OptionValue = str | int | float | bool | None
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} is {value!r} ({type(value).__name__}); expected an int > 0")
-    if value <= 0:
-        raise ConfigError(f"{name} is {value}; expected an int > 0")
 
 
 def _non_empty_str(name: str, value: object) -> None:
@@ -72,9 +66,9 @@ class EmbeddingProfile(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         _non_empty_str("provider", self.provider)
         _non_empty_str("model", self.model)
-        _positive_int("dimensions", self.dimensions)
-        _positive_int("max_batch_size", self.max_batch_size)
-        _positive_int("max_input_tokens", self.max_input_tokens)
+        check_int("dimensions", self.dimensions, python=True)
+        check_int("max_batch_size", self.max_batch_size, python=True)
+        check_int("max_input_tokens", self.max_input_tokens, python=True)
         if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
             raise ConfigError(f"options is {self.options!r}; expected a dict with str keys")
 

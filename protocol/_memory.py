@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from ._chat import UnifiedMessage
+from ._checks import check_int
 from ._errors import ConfigError
 from ._render import RENDERERS, RecallInjection
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
@@ -37,15 +38,6 @@ __all__ = [
     "Summarized",
     "TurnReport",
 ]
-
-
-def _int_at_least(owner: str, name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(
-            f"{owner}.{name} is {value!r} ({type(value).__name__}); expected an int >= {low}"
-        )
-    if value < low:
-        raise ConfigError(f"{owner}.{name} is {value}; expected an int >= {low}")
 
 
 # --- strategies ---------------------------------------------------------------------------
@@ -78,8 +70,8 @@ class Offload(StrategyBase, frozen=True, kw_only=True, tag="offload"):
     dated: bool = True
 
     def __post_init__(self) -> None:
-        _int_at_least("Offload", "turns", self.turns, 1)
-        _int_at_least("Offload", "context", self.context, 0)
+        check_int("Offload.turns", self.turns, minimum=1, python=True)
+        check_int("Offload.context", self.context, minimum=0, python=True)
         if not isinstance(self.dated, bool):
             raise ConfigError(f"Offload.dated is {self.dated!r}; expected a bool")
 
@@ -90,7 +82,7 @@ class Summarize(StrategyBase, frozen=True, kw_only=True, tag="summarize"):
     turns: int
 
     def __post_init__(self) -> None:
-        _int_at_least("Summarize", "turns", self.turns, 1)
+        check_int("Summarize.turns", self.turns, minimum=1, python=True)
 
 
 class DropObservations(StrategyBase, frozen=True, kw_only=True, tag="drop_observations"):
@@ -100,7 +92,7 @@ class DropObservations(StrategyBase, frozen=True, kw_only=True, tag="drop_observ
     keep_last: int
 
     def __post_init__(self) -> None:
-        _int_at_least("DropObservations", "keep_last", self.keep_last, 0)
+        check_int("DropObservations.keep_last", self.keep_last, minimum=0, python=True)
 
 
 class SlidingWindow(StrategyBase, frozen=True, kw_only=True, tag="sliding_window"):
@@ -109,7 +101,7 @@ class SlidingWindow(StrategyBase, frozen=True, kw_only=True, tag="sliding_window
     max_messages: int
 
     def __post_init__(self) -> None:
-        _int_at_least("SlidingWindow", "max_messages", self.max_messages, 1)
+        check_int("SlidingWindow.max_messages", self.max_messages, minimum=1, python=True)
 
 
 class ClampOversizedMessages(StrategyBase, frozen=True, kw_only=True, tag="clamp"):
@@ -120,7 +112,7 @@ class ClampOversizedMessages(StrategyBase, frozen=True, kw_only=True, tag="clamp
     max_bytes: int
 
     def __post_init__(self) -> None:
-        _int_at_least("ClampOversizedMessages", "max_bytes", self.max_bytes, 1)
+        check_int("ClampOversizedMessages.max_bytes", self.max_bytes, minimum=1, python=True)
 
 
 Strategy = Offload | Summarize | DropObservations | SlidingWindow | ClampOversizedMessages
@@ -169,7 +161,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"RecallSettings.search is {self.search!r}; expected 'dense' or 'hybrid'"
             )
-        _int_at_least("RecallSettings", "fetch_k", self.fetch_k, 1)
+        check_int("RecallSettings.fetch_k", self.fetch_k, minimum=1, python=True)
         for name in ("rrf_k", "dense_weight", "bm25_weight", "neighbor_weight"):
             value = getattr(self, name)
             if (
@@ -241,7 +233,7 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"MemoryConfig.namespace is {self.namespace!r}; expected a non-empty str"
             )
-        _int_at_least("MemoryConfig", "top_k", self.top_k, 1)
+        check_int("MemoryConfig.top_k", self.top_k, minimum=1, python=True)
         ms = self.min_similarity
         if ms is not None and (
             isinstance(ms, bool) or not isinstance(ms, int | float) or not -1.0 <= ms <= 1.0
@@ -263,7 +255,9 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
                     f"MemoryConfig.{name} is {getattr(self, name)!r}; expected a bool"
                 )
         if self.max_prompt_bytes is not None:
-            _int_at_least("MemoryConfig", "max_prompt_bytes", self.max_prompt_bytes, 1)
+            check_int(
+                "MemoryConfig.max_prompt_bytes", self.max_prompt_bytes, minimum=1, python=True
+            )
         if self.recall_errors not in ("warn", "raise"):
             raise ConfigError(
                 f"MemoryConfig.recall_errors is {self.recall_errors!r}; expected 'warn' or 'raise'"

@@ -14,6 +14,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError
+from protocol._checks import check_int
 
 __all__ = [
     "DeterministicFakeEmbedding",
@@ -25,9 +26,7 @@ __all__ = [
 
 
 def _check_dimensions(dimensions: object) -> int:
-    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions <= 0:
-        raise ConfigError(f"dimensions is {dimensions!r}; expected an int > 0")
-    return dimensions
+    return check_int("dimensions", dimensions)
 
 
 class DeterministicFakeEmbedding:
