@@ -294,7 +294,11 @@ async def open_pg_store(
             :func:`~actors.open_store`.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
-    store's: ``actors._lifecycle``.
+    store's: ``actors._lifecycle``. Cancellation: a cancelled open closes the pool and
+    leaves nothing running; a cancelled body leaves as above.
+
+    (Long only for this docstring, which documents every argument; the body is the
+    checks, the schema and the lifecycle.)
 
     The table is bound to the embedder's :class:`~protocol.EmbeddingProfile` (its
     ``profile`` attribute, if it has one): its provider, model, dimensions and options.
@@ -327,30 +331,8 @@ async def open_pg_store(
     EmbedderAdapter(embedder)  # validates the embedder before anything connects
     if index not in (None, "hnsw"):
         raise ConfigError(f"index is {index!r}; expected None (exact) or 'hnsw'")
-    profile = getattr(embedder, "profile", None)
-    bound = profile_json(profile)
-    if bound is not None:
-        assert isinstance(profile, EmbeddingProfile)
-        if profile.dimensions != config.dimensions:
-            raise ConfigError(
-                f"embedder profile {profile.name} makes {profile.dimensions}-float "
-                f"vectors; this store takes {config.dimensions} (dimensions)"
-            )
-
-    def configure(conn: psycopg.Connection[Any]) -> None:
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{statement_ms}ms",))
-
-    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-        dsn,
-        min_size=1,
-        max_size=pool_size,
-        open=False,
-        kwargs={"autocommit": True, "application_name": f"trio-recall:{names.table_name}"},
-        configure=configure,
-        check=psycopg_pool.ConnectionPool.check_connection,
-        timeout=connect,
-        name=f"trio-recall:{names.table_name}",
-    )
+    profile, bound = _embedder_profile(embedder, config)
+    pool = _new_pool(dsn, names, pool_size, connect, statement_ms)
     try:
         counts, binding = await trio.to_thread.run_sync(
             _open_pool, pool, names, config, connect, where, bound, index == "hnsw"
@@ -377,6 +359,44 @@ async def open_pg_store(
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(pool.close, 10.0)
+
+
+def _embedder_profile(
+    embedder: object, config: VectorStoreConfig
+) -> tuple[EmbeddingProfile | None, str | None]:
+    """The embedder's profile (if it has one) and its JSON form for the meta row."""
+    profile = getattr(embedder, "profile", None)
+    bound = profile_json(profile)
+    if bound is None:
+        return None, None
+    assert isinstance(profile, EmbeddingProfile)
+    if profile.dimensions != config.dimensions:
+        raise ConfigError(
+            f"embedder profile {profile.name} makes {profile.dimensions}-float "
+            f"vectors; this store takes {config.dimensions} (dimensions)"
+        )
+    return profile, bound
+
+
+def _new_pool(
+    dsn: str, names: Names, pool_size: int, connect: float, statement_ms: int
+) -> psycopg_pool.ConnectionPool[Any]:
+    """A closed pool of autocommit connections, each with the statement timeout set."""
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{statement_ms}ms",))
+
+    return psycopg_pool.ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=pool_size,
+        open=False,
+        kwargs={"autocommit": True, "application_name": f"trio-recall:{names.table_name}"},
+        configure=configure,
+        check=psycopg_pool.ConnectionPool.check_connection,
+        timeout=connect,
+        name=f"trio-recall:{names.table_name}",
+    )
 
 
 def _open_pool(
