@@ -79,13 +79,66 @@ def test_render_of_an_empty_report_is_none() -> None:
     assert render(EMPTY, "xml") is None
 
 
-def test_xml_render_is_exact() -> None:
-    text = render(REPORT, "xml")
-    assert text is not None
-    lines = text.splitlines()
-    assert lines[0] == "<recalled_memory>"
-    assert lines[2] == '<item rank="1" similarity="0.9123" source="offload">my cat is Miso</item>'
-    assert lines[-1] == "</recalled_memory>"
+# The block exactly as the Nexus recall layer documents it (issue 15), byte for byte.
+NEXUS_SAMPLE = """\
+<recalled_memory>
+These items were recalled from your vector memory based on the current user message.
+Use them if relevant; ignore them if not.
+
+  <item rank="1" similarity="0.842" source="compaction">
+    Summary of prior turns: user is debugging the websocket reconnect logic...
+  </item>
+  <item rank="2" similarity="0.711" source="explicit">
+    User mentioned the bug was specific to the staging environment.
+  </item>
+</recalled_memory>"""
+
+
+def item_text(item: ET.Element) -> str:
+    """An ``<item>``'s text as it was recalled: the layout's line breaks and
+    indentation taken off."""
+    raw = item.text or ""
+    assert raw.startswith("\n    ") and raw.endswith("\n  "), repr(raw)
+    return "\n".join(line.removeprefix("    ") for line in raw[1:-3].split("\n"))
+
+
+def test_xml_render_is_the_documented_block_byte_for_byte() -> None:
+    report = RetrievalReport(
+        turns=[
+            hit(
+                "Summary of prior turns: user is debugging the websocket reconnect logic...",
+                0.8421,
+                seq=3,
+                source="compaction",
+            ),
+            hit(
+                "User mentioned the bug was specific to the staging environment.",
+                0.7108,
+                seq=1,
+                source="explicit",
+            ),
+        ],
+        scanned=9,
+    )
+    assert render(report, "xml") == NEXUS_SAMPLE
+    assert ET.fromstring(NEXUS_SAMPLE).tag == "recalled_memory"
+
+
+def test_xml_render_indents_every_line_of_a_multi_line_text() -> None:
+    report = RetrievalReport(turns=[hit("first\nsecond\r\nthird\rfourth", 0.5)], scanned=1)
+    assert render(report, "xml") == (
+        "<recalled_memory>\n"
+        "These items were recalled from your vector memory based on the current user message.\n"
+        "Use them if relevant; ignore them if not.\n"
+        "\n"
+        '  <item rank="1" similarity="0.500" source="offload">\n'
+        "    first\n"
+        "    second\n"
+        "    third\n"
+        "    fourth\n"
+        "  </item>\n"
+        "</recalled_memory>"
+    )
 
 
 def test_xml_escapes_a_hostile_turn() -> None:
@@ -100,8 +153,8 @@ def test_xml_escapes_a_hostile_turn() -> None:
     assert root.tag == "recalled_memory"
     items = list(root)
     assert [i.tag for i in items] == ["item", "item"]
-    assert items[0].text == hostile  # the content survives, as text, not markup
-    assert items[0].attrib == {"rank": "1", "similarity": "0.9000", "source": 'x" evil="1'}
+    assert item_text(items[0]) == hostile  # the content survives, as text, not markup
+    assert items[0].attrib == {"rank": "1", "similarity": "0.900", "source": 'x" evil="1'}
     assert text.count("</recalled_memory>") == 1
     assert "<system>" not in text
 
@@ -390,7 +443,7 @@ def test_xml_block_is_well_formed_for_any_text(
         expected = "".join(c if _is_xml_char(c) else "\ufffd" for c in projection(turn.message))
         # A parser normalizes a raw CR (and CRLF) in content to LF (XML 1.0 §2.11).
         expected = expected.replace("\r\n", "\n").replace("\r", "\n")
-        assert (item.text or "") == expected
+        assert item_text(item) == expected
         source_seen = "".join(c if _is_xml_char(c) else "\ufffd" for c in turn.source)
         assert item.attrib["source"] == source_seen
 
@@ -403,5 +456,5 @@ def test_xml_replaces_each_forbidden_character_with_the_replacement_character() 
     text = render(report, "xml")
     assert text is not None
     (item,) = ET.fromstring(text)
-    assert item.text == "bell\ufffd nul\ufffd \ufffd cut \ufffd\ufffd tab\tok"
+    assert item_text(item) == "bell\ufffd nul\ufffd \ufffd cut \ufffd\ufffd tab\tok"
     assert item.attrib["source"] == "s\ufffd"
