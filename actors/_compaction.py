@@ -52,7 +52,7 @@ from protocol import (
     projection,
 )
 from protocol._errors import to_plugin_error
-from protocol._memory import contextual_entry, describe_error
+from protocol._memory import contextual_entry, describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
 from protocol.events import TurnsOffloaded, TurnsSummarized
 from protocol.messages import Compress
@@ -205,29 +205,37 @@ def entry_texts(
     context: int,
     date: str | None,
     max_entry_bytes: int,
-) -> list[str]:
+) -> list[str] | None:
     """The text each picked message is indexed and embedded by (``Offload``).
 
     It is :func:`protocol.contextual_entry` of the message's projection, its ``date``
     and the projections of the ``context`` non-system messages just before it, each cut
     to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
-    that would take the entry over ``max_entry_bytes`` is cut to fit (the turn comes
-    first, so the context goes first); a message already over the cap is left for the
+    that would take the entry over ``max_entry_bytes`` is cut to fit, and only ever in
+    the date and context that follow the turn: the turn's own text is never cut.
+
+    None when some picked message cannot hold its own text a second time (its payload
+    is over about half the cap): the batch is then indexed by each turn's projection
+    alone (``texts=None``, which the store does not count twice), so every turn stays
+    findable by every word it says. A message already over the cap is left for the
     store to refuse.
     """
     texts = []
     for index in picked:
         message = messages[index]
+        own = projection(message)
+        budget = max_entry_bytes - offload_bytes(message)
+        if _utf8_len(own) > budget:
+            return None
         before: list[str] = []
         j = index - 1
         while len(before) < context and j >= 0:
             if messages[j].role != "system":
                 before.append(projection(messages[j])[:CONTEXT_CHARS])
             j -= 1
-        text = contextual_entry(projection(message), context=before[::-1], date=date)
-        budget = max_entry_bytes - offload_bytes(message)
+        text = contextual_entry(own, context=before[::-1], date=date)
         if _utf8_len(text) > budget:
-            text = _cut_utf8(text, max(budget, 0))
+            text = _cut_utf8(text, budget)  # budget >= the turn's bytes: it stays whole
         texts.append(text)
     return texts
 
@@ -435,6 +443,7 @@ class CompactionActor:
                     namespace=self.config.namespace,
                     source="compaction",
                     metadata={"summarized": len(batch)},
+                    ids=[memory_id(projection(summary), "compaction", time.time_ns())],
                 )
             except Poisoned:
                 raise

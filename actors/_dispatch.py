@@ -69,7 +69,11 @@ class EchoDispatcher:
             parts.append("No recalled memory.")
         else:
             lines = recall.text().splitlines()
-            items = [line for line in lines[1:] if line[:1].isdigit() or line.startswith("<item")]
+            items = [
+                line.strip()
+                for line in lines[1:]
+                if line[:1].isdigit() or line.startswith("  <item")
+            ]
             best = items[0] if items else ""
             parts.append(f"Recalled {len(items)} item(s); best: {best}")
         if last_user is not None:

@@ -41,7 +41,7 @@ from protocol import (
 )
 from protocol._events import fingerprint
 from protocol._json import check_json_object
-from protocol._memory import check_messages, describe_error
+from protocol._memory import check_messages, describe_error, memory_id
 from protocol._surrogates import pack
 from protocol.events import (
     EmbeddingEmbedded,
@@ -66,7 +66,7 @@ from ._recall import RecallActor
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._store import open_store
 
-__all__ = ["Memory", "MemoryStatistics", "Turned", "open_memory"]
+__all__ = ["Memory", "MemoryStatistics", "Turned", "memory_id", "open_memory"]
 
 logger = logging.getLogger("trio_recall.memory")
 
@@ -88,16 +88,6 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _USER_DIGESTS = 4096
-
-
-def memory_id(content: str, source: str, timestamp_ns: int) -> str:
-    """An explicit memory's id: 16 hex characters of sha256(content ‖ source ‖ time).
-
-    The parts are joined with a NUL, which neither a source nor a decimal timestamp can
-    hold, so two different (content, source) pairs never hash the same bytes.
-    """
-    blob = "\0".join((content, source, str(timestamp_ns))).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 @attrs.frozen
@@ -348,7 +338,7 @@ class Memory:
 
         if self._config.auto_store_user_input:
             try:
-                await self._store_new_user_messages(request.messages)
+                await self._store_newest_user_message(request.messages)
             except VectorStoreError as error:
                 # Best-effort, like recall: an embedder blip or an input over the cap
                 # loses this memory, not the turn. A poisoned store still propagates.
@@ -382,32 +372,30 @@ class Memory:
         timings["dispatch"] = time.perf_counter() - started
         return Turned(reply=reply, request=injected.request, report=report())
 
-    async def _store_new_user_messages(self, messages: Sequence[UnifiedMessage]) -> None:
-        """Store, in one batch, every user message of the request not stored before.
+    async def _store_newest_user_message(self, messages: Sequence[UnifiedMessage]) -> None:
+        """Store the request's newest user message (the input itself), once.
 
-        A message "arrives" the first time a turn carries it: a tool-loop turn that
-        repeats the same user message stores nothing, and two new user messages are
-        both stored. Messages are recognized by content (the last
-        ``_USER_DIGESTS`` stored), so the same text sent again much later is stored
-        again, but a repeat within that window is not.
+        Only the newest counts: the older ones are history, which ``Offload`` stores.
+        A message is recognized by content (the last ``_USER_DIGESTS`` stored), so a
+        tool-loop turn that repeats the same request stores nothing new, and the same
+        text sent again much later is stored again. A failed store is not recorded, so
+        the next turn tries again. The id is :func:`memory_id`'s, as for ``remember``.
         """
-        fresh: dict[bytes, UnifiedMessage] = {}
-        for message in messages:
-            if message.role != "user":
-                continue
-            key = hashlib.sha256(pack(message)).digest()
-            if key in self._stored_user:
-                self._stored_user.move_to_end(key)
-            else:
-                fresh.setdefault(key, message)
-        if not fresh:
+        message = next((m for m in reversed(messages) if m.role == "user"), None)
+        if message is None:
+            return
+        key = hashlib.sha256(pack(message)).digest()
+        if key in self._stored_user:
+            self._stored_user.move_to_end(key)
             return
         stored = await self._store.store_turns(
-            list(fresh.values()), namespace=self._config.namespace, source="user"
+            [message],
+            namespace=self._config.namespace,
+            source="user",
+            ids=[memory_id(projection(message), "user", time.time_ns())],
         )
         self._watch.after_write(stored)
-        for key in fresh:
-            self._stored_user[key] = None
+        self._stored_user[key] = None
         while len(self._stored_user) > _USER_DIGESTS:
             self._stored_user.popitem(last=False)
 
@@ -669,7 +657,14 @@ async def _run_memory(
     watch = StoreWatch(hub, handle, namespace)
     compaction = CompactionActor(config, handle, hub, watch, summarizer, inbox_size)
     recall = RecallActor(handle, hub, inbox_size)
-    injection = InjectionActor(config.renderer, namespace, hub, inbox_size)
+    injection = InjectionActor(
+        config.renderer,
+        namespace,
+        hub,
+        inbox_size,
+        placement=config.placement,
+        max_block_bytes=config.recall.max_block_bytes,
+    )
     mailboxes = (compaction.mailbox, recall.mailbox, injection.mailbox)
     for mailbox in mailboxes:
         mailbox.crashed = store_actor.crashed

@@ -10,13 +10,19 @@ cosine scores) and the BM25 list from a ``hybrid`` search whose dense side weigh
 nothing and is given a zero vector, so the query is embedded once. Every hit keeps its
 cosine similarity as ``score``, which is what ``min_similarity`` filters and what the
 renderers print; the order is the fused one.
+
+Context assembly: hits with the same content (the same projection, by sha256) are
+kept once, at the best rank, so a memory stored twice is injected once; the block
+budget and the provenance of every injected item are the injection actor's.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import trio
 
-from protocol import RetrievalReport, RetrievedTurn, SearchRequest
+from protocol import RetrievalReport, RetrievedTurn, SearchRequest, projection
 from protocol._events import fingerprint
 from protocol._memory import describe_error
 from protocol.events import Recalled, RecallFailed
@@ -28,6 +34,19 @@ from ._handle import Store
 from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
+
+
+def unique_by_content(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
+    """``turns`` with each content (sha256 of its projection) kept once, at its best
+    rank."""
+    seen: set[bytes] = set()
+    kept = []
+    for turn in turns:
+        key = hashlib.sha256(projection(turn.message).encode("utf-8", "surrogatepass")).digest()
+        if key not in seen:
+            seen.add(key)
+            kept.append(turn)
+    return kept
 
 
 class RecallActor:
@@ -60,13 +79,14 @@ class RecallActor:
             )
             raise
         floor = request.min_similarity
-        if floor is not None:
-            # After ranking, as the contract says: ``scanned`` still counts every entry.
-            report = RetrievalReport(
-                turns=[t for t in report.turns if t.score >= floor],
-                scanned=report.scanned,
-                exact=report.exact,
-            )
+        # After ranking, as the contract says: ``scanned`` still counts every entry.
+        report = RetrievalReport(
+            turns=[
+                t for t in unique_by_content(report.turns) if floor is None or t.score >= floor
+            ],
+            scanned=report.scanned,
+            exact=report.exact,
+        )
         self.hub.publish(
             Recalled(
                 at=now(),

@@ -63,6 +63,11 @@ from protocol import (
 from protocol._memory import contextual_entry
 
 KS = (1, 5, 10, 25)
+# Relevance floors measured for the default configurations (``--floors``): a hit is
+# kept when its cosine score is >= the floor; None keeps every hit. 0.0 is measured as
+# "strictly above 0.0", the least floor that never injects a zero-scoring hit.
+FLOORS: tuple[float | None, ...] = (None, 0.0, 0.1, 0.2, 0.3, 0.4)
+INJECTED = MemoryConfig().top_k  # how many hits a turn injects by default
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DIMENSIONS = 384
 Vector = npt.NDArray[np.float32]
@@ -320,10 +325,50 @@ def configurations() -> list[Config]:
             "Memory.retrieve, default MemoryConfig (neighbour boost 0.5); Offload entries",
             kind="default",
         ),
+        Config(
+            "default-hashing",
+            "the same with HashingEmbedder (384 buckets)",
+            embedder="hashing",
+            kind="default",
+        ),
     ]
 
 
 # --- running --------------------------------------------------------------------------------
+
+
+@attrs.define
+class FloorTally:
+    """Per relevance floor: R@k of the hits left, and the mean number of the ``INJECTED``
+    hits a turn would inject that hold no evidence (noise in the prompt)."""
+
+    recall: dict[float | None, Tally] = attrs.field(factory=dict)
+    noise: dict[float | None, float] = attrs.field(factory=dict)
+    injected: dict[float | None, float] = attrs.field(factory=dict)
+
+    def add(self, scored: list[tuple[str, float]], evidence: frozenset[str]) -> None:
+        for floor in FLOORS:
+            kept = [
+                key
+                for key, score in scored
+                if floor is None or (score > 0.0 if floor == 0.0 else score >= floor)
+            ]
+            self.recall.setdefault(floor, Tally()).add(kept, evidence)
+            shown = kept[:INJECTED]
+            self.noise[floor] = self.noise.get(floor, 0.0) + sum(k not in evidence for k in shown)
+            self.injected[floor] = self.injected.get(floor, 0.0) + len(shown)
+
+    def rows(self) -> dict[str, Any]:
+        out = {}
+        for floor in FLOORS:
+            tally = self.recall[floor]
+            n = max(tally.questions, 1)
+            out["none" if floor is None else f"{floor:.1f}"] = {
+                **tally.row(),
+                "injected": round(self.injected[floor] / n, 3),
+                "noise": round(self.noise[floor] / n, 3),
+            }
+        return out
 
 
 @attrs.define
@@ -367,7 +412,11 @@ async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
 
 
 async def run_conversation(
-    conv: Conversation, configs: list[Config], minilm: CachedEmbedder, tallies: dict[str, Any]
+    conv: Conversation,
+    configs: list[Config],
+    minilm: CachedEmbedder,
+    tallies: dict[str, Any],
+    floors: dict[str, FloorTally],
 ) -> None:
     groups: dict[tuple[EntryStyle, str, RecallSettings | None], list[Config]] = {}
     for c in configs:
@@ -396,8 +445,13 @@ async def run_conversation(
             for question in conv.questions:
                 for c in group:
                     if c.kind == "default":
-                        report = await memory.retrieve(question.text, k=max(KS))
+                        # No floor here: the floors are applied to this one ranking.
+                        report = await memory.retrieve(
+                            question.text, k=max(KS), min_similarity=-1.0
+                        )
                         ranked = [by_id[t.id] for t in report.turns]
+                        scored = [(by_id[t.id], t.score) for t in report.turns]
+                        floors.setdefault(c.name, FloorTally()).add(scored, question.evidence)
                     else:
                         hits = await memory.store.search(c.request(question.text, ns, max(KS)))
                         ranked = [by_id[h.document.id or ""] for h in hits]
@@ -433,6 +487,21 @@ def print_table(configs: list[Config], tallies: dict[str, Any]) -> None:
         print(f"  {c.name:<16} {c.note}")
 
 
+def print_floors(floors: dict[str, FloorTally]) -> None:
+    """R@k and the injected noise per relevance floor, for each default configuration."""
+    for name, tally in floors.items():
+        print(f"\n{name}: relevance floor (a hit is kept when its cosine >= the floor)")
+        print(
+            f"{'floor':<6} "
+            + " ".join(f"{'R@' + str(k):>6}" for k in KS)
+            + f" {'injected':>9} {'no-evidence':>12}"
+        )
+        for floor, row in tally.rows().items():
+            label = "> 0.0" if floor == "0.0" else floor
+            cells = " ".join(f"{row[f'R@{k}']:>6.3f}" for k in KS)
+            print(f"{label:<6} {cells} {row['injected']:>9.2f} {row['noise']:>12.2f}")
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     convs = load(Path(args.data))
     configs = configurations()
@@ -443,10 +512,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     minilm.warm(all_texts(convs, configs))
     tallies: dict[str, Any] = {c.name: {} for c in configs}
+    floors: dict[str, FloorTally] = {}
     for conv in convs:
-        await run_conversation(conv, configs, minilm, tallies)
+        await run_conversation(conv, configs, minilm, tallies, floors)
     elapsed = time.perf_counter() - started
     print_table(configs, tallies)
+    print_floors(floors)
     print(
         f"\n{sum(len(c.questions) for c in convs)} questions, {len(convs)} conversations; "
         f"{minilm.embedded} texts embedded in {minilm.seconds:.0f} s; {elapsed:.0f} s in all "
@@ -456,6 +527,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         c.name: {
             **tallies[c.name][0].row(),
             "by_category": {CATEGORIES[k]: t.row() for k, t in tallies[c.name].items() if k},
+            **({"floors": floors[c.name].rows()} if c.name in floors else {}),
         }
         for c in configs
     }

@@ -28,6 +28,7 @@ import msgspec
 from ._embedding import EmbeddingCall
 
 __all__ = [
+    "InjectedItem",
     "DocumentsAdded",
     "DocumentsDeleted",
     "EmbeddingEmbedded",
@@ -92,13 +93,28 @@ class RecallFailed(Event, frozen=True, kw_only=True, tag="recall.failed"):
     error: str
 
 
+class InjectedItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One item that entered the prompt: its store id, source and score (provenance)."""
+
+    id: str
+    source: str
+    score: float
+
+
 class RecallInjected(Event, frozen=True, kw_only=True, tag="recall.injected"):
     """``inject`` ran; ``outcome`` is the ``RecallInjection`` value, ``digest`` the new
-    request's digest."""
+    request's digest.
+
+    ``items`` counts the items in the block, ``injected`` names each of them, best
+    first, and ``dropped`` counts the hits left out to fit
+    ``RecallSettings.max_block_bytes``.
+    """
 
     outcome: str
     items: int
     digest: str
+    injected: list[InjectedItem] = msgspec.field(default_factory=list)
+    dropped: int = 0
 
 
 class StoreNearCap(Event, frozen=True, kw_only=True, tag="vector_store.near_cap"):

@@ -6,7 +6,9 @@ written to and read from JSON or msgpack. The actors' messages are in ``protocol
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -15,7 +17,7 @@ import msgspec
 from ._chat import UnifiedMessage
 from ._checks import check_int
 from ._errors import ConfigError
-from ._render import RENDERERS, RecallInjection
+from ._render import PLACEMENTS, RENDERERS, RecallInjection
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
 
 __all__ = [
@@ -144,6 +146,10 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             turns said just before and after it), finite and >= 0; 0 turns it off. The
             evidence for a question often sits beside the turn that matches it best:
             on LoCoMo 0.5 raised R@10 from 0.713 to 0.746 and R@25 from 0.806 to 0.823.
+        max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
+            lowest-ranked items are dropped until the block fits, and an item is never
+            split (a block whose best item alone is over it is left out). None (the
+            default) sets no budget.
 
     Raises:
         ConfigError: any field out of range or of the wrong type.
@@ -155,6 +161,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     neighbor_weight: float = 0.5
+    max_block_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.search not in ("dense", "hybrid"):
@@ -162,6 +169,10 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
                 f"RecallSettings.search is {self.search!r}; expected 'dense' or 'hybrid'"
             )
         check_int("RecallSettings.fetch_k", self.fetch_k, minimum=1, python=True)
+        if self.max_block_bytes is not None:
+            check_int(
+                "RecallSettings.max_block_bytes", self.max_block_bytes, minimum=1, python=True
+            )
         for name in ("rrf_k", "dense_weight", "bm25_weight", "neighbor_weight"):
             value = getattr(self, name)
             if (
@@ -182,21 +193,41 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
+DEFAULT_MIN_SIMILARITY = 0.1
+"""``MemoryConfig.min_similarity``'s default (README, recall section: the LoCoMo figures)."""
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
 class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How :func:`actors.open_memory` compacts, recalls and injects.
 
     Args:
         strategies: the compaction strategies, applied in order by ``compress``.
+        instance_id: the agent instance this memory belongs to: 1 to 128 characters,
+            letters, digits and ``. _ - : @``. With one, the default namespace is
+            ``memory-{instance_id}``, so agents sharing a store are isolated with no
+            other configuration; without one it is ``memory-default``.
         namespace: where offloaded turns, summaries and explicit memories go, and where
-            recall looks.
+            recall looks. Left at its default, it is derived from ``instance_id`` (see
+            there); any other value is used as given.
         top_k: how many hits ``retrieve`` asks for when ``k`` is not given.
-        min_similarity: hits scoring below it are dropped after ranking; None keeps all.
+        min_similarity: the relevance floor: hits scoring below it are dropped after
+            ranking; None keeps all. The default, 0.1, is never reached by a hit
+            with no similarity at all (score 0.0 or less), which would otherwise be
+            injected on every turn; see the README's recall section for the LoCoMo
+            figures behind it.
         renderer: ``"plain"`` or ``"xml"``; how ``inject`` renders the recall block.
+        placement: where ``inject`` puts the block: ``"before_user"`` (the default: a
+            system message just before the newest user message, which keeps the prompt
+            prefix cacheable) or ``"system_section"`` (a section of the first system
+            message, as the Nexus recall layer does; see :func:`protocol.inject`).
         recall: how recall ranks entries (hybrid BM25 + embedding by default); see
             :class:`RecallSettings`.
         auto_store_compaction: also store every summary, with source ``"compaction"``.
-        auto_store_user_input: store the newest user message of every ``turn`` (after
-            recall, so that a turn never recalls itself), with source ``"user"``.
+        auto_store_user_input: store the input itself, the newest user message of every
+            ``turn``, once (a repeated request stores nothing new), after recall (so
+            that a turn never recalls itself), best-effort, with source ``"user"``.
+            Summaries and inputs get :func:`memory_id` ids, like ``remember``.
         max_prompt_bytes: a budget of summed payload bytes. When set, each strategy runs
             only while the prompt is over it; None runs every strategy every time.
         recall_errors: ``"warn"`` (the default) logs a recall failure during ``turn`` and
@@ -207,10 +238,12 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     strategies: list[Strategy] = msgspec.field(default_factory=list)
+    instance_id: str | None = None
     namespace: str = DEFAULT_NAMESPACE
     top_k: int = 5
-    min_similarity: float | None = None
+    min_similarity: float | None = DEFAULT_MIN_SIMILARITY
     renderer: Literal["plain", "xml"] = "plain"
+    placement: Literal["before_user", "system_section"] = "before_user"
     recall: RecallSettings = msgspec.field(default_factory=RecallSettings)
     auto_store_compaction: bool = True
     auto_store_user_input: bool = False
@@ -233,6 +266,16 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"MemoryConfig.namespace is {self.namespace!r}; expected a non-empty str"
             )
+        if self.instance_id is not None:
+            if not isinstance(self.instance_id, str) or not _INSTANCE_ID.fullmatch(
+                self.instance_id
+            ):
+                raise ConfigError(
+                    f"MemoryConfig.instance_id is {self.instance_id!r:.80}; expected None or "
+                    "1 to 128 letters, digits and . _ - : @"
+                )
+            if self.namespace == DEFAULT_NAMESPACE:
+                msgspec.structs.force_setattr(self, "namespace", f"memory-{self.instance_id}")
         check_int("MemoryConfig.top_k", self.top_k, minimum=1, python=True)
         ms = self.min_similarity
         if ms is not None and (
@@ -257,6 +300,10 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.max_prompt_bytes is not None:
             check_int(
                 "MemoryConfig.max_prompt_bytes", self.max_prompt_bytes, minimum=1, python=True
+            )
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(
+                f"MemoryConfig.placement is {self.placement!r}; expected one of {list(PLACEMENTS)}"
             )
         if self.recall_errors not in ("warn", "raise"):
             raise ConfigError(
@@ -396,6 +443,18 @@ def contextual_entry(text: str, *, context: Sequence[str] = (), date: str | None
         lines.append(f"Date: {date}")
     lines.extend(f"Before: {c}" for c in context)
     return "\n".join(lines)
+
+
+def memory_id(content: str, source: str, timestamp_ns: int) -> str:
+    """The id of every document a memory stores on its own (explicit memories,
+    summaries, auto-stored inputs): 16 hex characters of sha256(content ‖ source ‖
+    time).
+
+    The parts are joined with a NUL, which neither a source nor a decimal timestamp can
+    hold, so two different (content, source) pairs never hash the same bytes.
+    """
+    blob = "\0".join((content, source, str(timestamp_ns))).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def describe_error(error: BaseException) -> str:

@@ -35,6 +35,7 @@ from ._store import RetrievalReport
 
 __all__ = [
     "RECALL_MARKER",
+    "PLACEMENTS",
     "RENDERERS",
     "XML_RECALL_MARKER",
     "Injected",
@@ -48,6 +49,7 @@ __all__ = [
 RECALL_MARKER = "Recalled memory:"
 XML_RECALL_MARKER = "<recalled_memory>"
 RENDERERS: dict[str, str] = {"plain": RECALL_MARKER, "xml": XML_RECALL_MARKER}
+PLACEMENTS = ("before_user", "system_section")
 
 XML_INTRO = (
     "These items were recalled from your vector memory based on the current user message.\n"
@@ -91,6 +93,12 @@ def _check_report(report: object) -> RetrievalReport:
     if not isinstance(report, RetrievalReport):
         raise ConfigError(f"report is a {type(report).__name__}; expected RetrievalReport")
     return report
+
+
+def _check_placement(placement: object) -> str:
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
+        raise ConfigError(f"placement is {placement!r}; expected one of {list(PLACEMENTS)}")
+    return placement
 
 
 def _xml_chars(text: str) -> str:
@@ -141,35 +149,95 @@ def is_recall_block(message: UnifiedMessage, renderer: str = "plain") -> bool:
     return first is not None and first.text.startswith(marker)
 
 
-def inject(report: RetrievalReport, request: UnifiedRequest, renderer: str = "plain") -> Injected:
-    """Put the rendered recall into ``request``, just before the most recent user message.
+def inject(
+    report: RetrievalReport,
+    request: UnifiedRequest,
+    renderer: str = "plain",
+    placement: str = "before_user",
+) -> Injected:
+    """Put the rendered recall into ``request``.
 
-    Any old recall block (a system message whose first text block starts with the
-    renderer's marker) is removed first, which makes ``inject`` idempotent. With no user
-    message the block is appended. The caller's request and its message list are never
-    changed: a new request is returned.
+    Two placements:
+
+    - ``"before_user"`` (the default): the block is a system message of its own, just
+      before the most recent user message (appended when there is none). Everything
+      before it is unchanged, so a server's cached prompt prefix stays valid.
+    - ``"system_section"``: the block is a section of the first system message, as the
+      Nexus recall layer places it: a text block appended to that message's content.
+      With no system message, one holding only the block is created at index 0.
+
+    Any old recall block of that placement (a system message, or a text block of the
+    first system message, whose text starts with the renderer's marker) is removed
+    first, which makes ``inject`` idempotent; a system message left empty by that
+    removal (one ``inject`` created) goes too. The caller's request and its message
+    list are never changed: a new request is returned.
 
     Raises:
-        ConfigError: a bad ``renderer``, ``report`` or ``request``.
+        ConfigError: a bad ``renderer``, ``placement``, ``report`` or ``request``.
     """
     renderer = _check_renderer(renderer)
+    placement = _check_placement(placement)
     report = _check_report(report)
     if not isinstance(request, UnifiedRequest):
         raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
-    kept = [m for m in request.messages if not is_recall_block(m, renderer)]
-    had_old = len(kept) != len(request.messages)
     text = render(report, renderer)
+    if placement == "before_user":
+        kept, had_old = _without_blocks(request.messages, renderer)
+        if text is not None:
+            last_user = next(
+                (i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "user"), None
+            )
+            block = UnifiedMessage.system(text)
+            if last_user is None:
+                kept.append(block)
+            else:
+                kept.insert(last_user, block)
+    else:
+        kept, had_old = _without_section(request.messages, renderer)
+        if text is not None:
+            first = next((i for i, m in enumerate(kept) if m.role == "system"), None)
+            if first is None:
+                kept.insert(0, UnifiedMessage.system(text))
+            else:
+                system = kept[first]
+                content = [*system.content, Text(text=text)]
+                kept[first] = msgspec.structs.replace(system, content=content)
     if text is None:
         outcome = RecallInjection.REMOVED if had_old else RecallInjection.ABSENT
     else:
-        last_user = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "user"), None)
-        block = UnifiedMessage.system(text)
-        if last_user is None:
-            kept.append(block)
-        else:
-            kept.insert(last_user, block)
         outcome = RecallInjection.REPLACED if had_old else RecallInjection.INSERTED
     return Injected(request=msgspec.structs.replace(request, messages=kept), outcome=outcome)
+
+
+def _without_blocks(
+    messages: list[UnifiedMessage], renderer: str
+) -> tuple[list[UnifiedMessage], bool]:
+    """``messages`` without their recall-block system messages, and whether any went."""
+    kept = [m for m in messages if not is_recall_block(m, renderer)]
+    return kept, len(kept) != len(messages)
+
+
+def _without_section(
+    messages: list[UnifiedMessage], renderer: str
+) -> tuple[list[UnifiedMessage], bool]:
+    """``messages`` with the recall section taken out of the first system message (and
+    that message dropped if nothing else is left in it), and whether one was there."""
+    kept = list(messages)
+    first = next((i for i, m in enumerate(kept) if m.role == "system"), None)
+    if first is None:
+        return kept, False
+    marker = RENDERERS[renderer]
+    system = kept[first]
+    content = [
+        b for b in system.content if not (isinstance(b, Text) and b.text.startswith(marker))
+    ]
+    if len(content) == len(system.content):
+        return kept, False
+    if content:
+        kept[first] = msgspec.structs.replace(system, content=content)
+    else:
+        del kept[first]
+    return kept, True
 
 
 def digest_request(request: UnifiedRequest) -> str:

@@ -13,6 +13,7 @@ from ._events import IndexingBatchCompleted as IndexingBatchCompleted
 from ._events import IndexingCompleted as IndexingCompleted
 from ._events import IndexingFailed as IndexingFailed
 from ._events import IndexingStarted as IndexingStarted
+from ._events import InjectedItem as InjectedItem
 from ._events import MemoryEvent as MemoryEvent
 from ._events import Recalled as Recalled
 from ._events import RecallFailed as RecallFailed
@@ -38,6 +39,7 @@ __all__ = [
     "IndexingCompleted",
     "IndexingFailed",
     "IndexingStarted",
+    "InjectedItem",
     "MemoryEvent",
     "RecallFailed",
     "RecallInjected",

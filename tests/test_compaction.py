@@ -40,6 +40,7 @@ from protocol import (
     PluginInternalError,
     PluginValidationError,
     Poisoned,
+    RecallSettings,
     Rejected,
     Skipped,
     SlidingWindow,
@@ -663,3 +664,34 @@ def test_clamp_property(text: str, cap: int) -> None:
     assert offload_bytes(out) <= cap
     if offload_bytes(message) <= cap:
         assert out is message
+
+
+async def test_offload_never_cuts_the_turns_own_text() -> None:
+    # Issue 15: a 79-byte turn under a 100-byte cap was indexed as its first bytes, and
+    # a word at its end could no longer be found.
+    turn = UnifiedMessage.assistant(
+        "the spare key for the blue shed is taped under the third step now near zanzibar"
+    )
+    assert payload_bytes(turn) == 79
+    prompt = [UnifiedMessage.user("where is the key?"), turn, UnifiedMessage.user("newest")]
+    texts = entry_texts(prompt, [1], context=1, date="today", max_entry_bytes=100)
+    assert texts is None  # the turn cannot hold its text twice: indexed by itself
+    with trio.fail_after(10):
+        async with memory_with(
+            Offload(turns=2),
+            max_entry_bytes=100,
+            min_similarity=0.01,
+            recall=RecallSettings(search="dense"),
+        ) as memory:
+            out = await memory.compress(prompt, date="today")
+            assert isinstance(out.report.actions[0], Offloaded)
+            report = await memory.retrieve("zanzibar")
+            assert [t.message for t in report.turns] == [turn]
+    # With room for the context, only the context is cut, never the turn.
+    short = UnifiedMessage.assistant("a key near zanzibar")
+    texts = entry_texts(
+        [UnifiedMessage.user("q " * 100), short], [1], context=1, date="today", max_entry_bytes=60
+    )
+    assert texts is not None
+    assert texts[0].startswith(projection(short))
+    assert len(texts[0].encode()) + payload_bytes(short) + len(b"offload") <= 60

@@ -139,6 +139,7 @@ PROTOCOL_EVENTS = [
     "IndexingCompleted",
     "IndexingFailed",
     "IndexingStarted",
+    "InjectedItem",
     "MemoryEvent",
     "RecallFailed",
     "RecallInjected",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -249,16 +250,17 @@ async def test_auto_store_user_input_stores_after_recall() -> None:
             assert {h.source for h in hits} == {"user"}
 
 
-async def test_auto_store_user_input_stores_each_user_message_once() -> None:
+async def test_auto_store_user_input_stores_only_the_newest_user_message_once() -> None:
     config = MemoryConfig(auto_store_user_input=True)
     first = UnifiedMessage.user("the wifi password is hunter2")
     second = UnifiedMessage.user("and the router is in the attic")
     with trio.fail_after(10):
         async with open_memory(store=STORE, memory=config) as memory:
-            # Two new user messages in one turn: both arrive, both are stored.
+            # Two user messages in one turn: only the input itself (the newest) is
+            # stored; the older one is history, Offload's to store.
             await memory.turn(UnifiedRequest(model="m", messages=[first, second]))
-            assert memory.usage().entries == 2
-            # A tool-loop turn repeats the same user messages: nothing new arrives.
+            assert memory.usage().entries == 1
+            # A tool-loop turn repeats the same request: nothing new is stored.
             loop = [
                 first,
                 second,
@@ -268,14 +270,31 @@ async def test_auto_store_user_input_stores_each_user_message_once() -> None:
                 UnifiedMessage.tool_result("c1", "nothing found"),
             ]
             await memory.turn(UnifiedRequest(model="m", messages=loop))
-            assert memory.usage().entries == 2
+            assert memory.usage().entries == 1
             third = UnifiedMessage.user("thanks")
             await memory.turn(UnifiedRequest(model="m", messages=[*loop, third]))
-            assert memory.usage().entries == 3
-            report = await memory.retrieve("wifi password router attic thanks", k=10)
-            assert sorted(t.message.text() for t in report.turns) == sorted(
-                [first.text(), second.text(), third.text()]
+            assert memory.usage().entries == 2
+            report = await memory.retrieve(
+                "wifi password router attic thanks", k=10, min_similarity=-1.0
             )
+            assert sorted(t.message.text() for t in report.turns) == sorted(
+                [second.text(), third.text()]
+            )
+            assert all(re.fullmatch("[0-9a-f]{16}", t.id) for t in report.turns)
+            assert {t.source for t in report.turns} == {"user"}
+
+
+async def test_auto_store_user_input_runs_after_recall() -> None:
+    config = MemoryConfig(auto_store_user_input=True, min_similarity=-1.0)
+    with trio.fail_after(10):
+        async with open_memory(store=STORE, memory=config) as memory:
+            turned = await memory.turn(
+                UnifiedRequest(model="m", messages=[UnifiedMessage.user("my cat is Miso")])
+            )
+            # The turn never recalls its own input: it was stored after recall.
+            assert turned.report.recall is not None
+            assert turned.report.recall.turns == []
+            assert memory.usage().entries == 1
 
 
 async def test_a_body_error_is_not_wrapped_in_a_group() -> None:
@@ -371,9 +390,11 @@ async def test_remember_ids_are_content_source_time_hashes_so_repeats_keep_two()
             assert first != second
             assert re.fullmatch(r"[0-9a-f]{16}", first)
             assert memory.usage().entries == 2
+            # Both are stored, but recall keeps one content once (context assembly).
             report = await memory.retrieve("door code", k=5)
-            assert {t.id for t in report.turns} == {first, second}
-            assert {t.source for t in report.turns} == {"explicit"}
+            assert len(report.turns) == 1
+            assert report.turns[0].id in {first, second}
+            assert report.turns[0].source == "explicit"
     blob = b"\x00".join([b"the door code is 4312", b"explicit", b"123"])
     assert (
         memory_id("the door code is 4312", "explicit", 123)
@@ -397,8 +418,11 @@ async def test_memory_config_recall_settings_reach_the_recall_actor() -> None:
             return [t.message.text() for t in got.turns], [t.message.text() for t in direct.turns]
 
     with trio.fail_after(10):
-        dense_got, dense_direct = await order(MemoryConfig(recall=RecallSettings(search="dense")))
-        hybrid_got, _ = await order(MemoryConfig())
+        # No floor: this compares rankings, and the kiwi entry scores low by cosine.
+        dense_got, dense_direct = await order(
+            MemoryConfig(recall=RecallSettings(search="dense"), min_similarity=None)
+        )
+        hybrid_got, _ = await order(MemoryConfig(min_similarity=None))
     # Dense-only recall is exactly the store's dense ranking; the default is not.
     assert dense_got == dense_direct
     assert dense_got[-1] == "kiwi a b c d e f g h"

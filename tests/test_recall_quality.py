@@ -236,7 +236,10 @@ async def test_hybrid_recall_keeps_namespaces_apart_and_filters_by_cosine() -> N
 
 async def test_hybrid_recall_over_documents_and_an_empty_namespace() -> None:
     with trio.fail_after(10):
-        async with open_memory(store=STORE, embedder=HashingEmbedder(DIM)) as memory:
+        # No floor: this compares recall's order with the store's own hybrid search.
+        async with open_memory(
+            store=STORE, memory=MemoryConfig(min_similarity=None), embedder=HashingEmbedder(DIM)
+        ) as memory:
             assert (await memory.retrieve("anything")).turns == []
             docs = [
                 Document(text=contextual_entry(t, date="May 2023"), id=f"d{i}")
@@ -328,10 +331,20 @@ async def test_bench_measures_a_tiny_conversation(tmp_path: Path) -> None:
         rq.Config(
             "ctx-bm25", "", style=rq.EntryStyle("c", previous=1), embedder="hashing", kind="bm25"
         ),
+        rq.Config("default-hashing", "", embedder="hashing", kind="default"),
     ]
     tallies: dict[str, Any] = {c.name: {} for c in configs}
+    floors: dict[str, Any] = {}
     with trio.fail_after(20):
-        await rq.run_conversation(convs[0], configs, rq.CachedEmbedder(None, 1), tallies)
+        await rq.run_conversation(convs[0], configs, rq.CachedEmbedder(None, 1), tallies, floors)
+    # The floors are measured on the default configuration's one ranking: no floor is
+    # R@k itself, and a higher floor never keeps more nor injects more.
+    rows = floors["default-hashing"].rows()
+    assert rows["none"]["R@25"] == tallies["default-hashing"][0].row()["R@25"]
+    assert rows["none"]["injected"] == 5  # 5 turns, and a turn injects top_k = 5
+    kept = [rows[key]["injected"] for key in ("none", "0.0", "0.1", "0.2", "0.3", "0.4")]
+    assert kept == sorted(kept, reverse=True)
+    assert all(r["noise"] <= r["injected"] for r in rows.values())
     for c in configs:
         row = tallies[c.name][0].row()
         assert row["questions"] == 3
