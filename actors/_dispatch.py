@@ -29,7 +29,7 @@ from protocol import (
     UnifiedRequest,
     projection,
 )
-from protocol._render import RENDERERS, is_recall_block
+from protocol._render import RENDERERS
 from protocol._surrogates import replace_surrogates_json
 
 __all__ = ["Dispatcher", "EchoDispatcher", "OpenAIChatDispatcher", "to_openai"]
@@ -62,13 +62,23 @@ class EchoDispatcher:
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
         request = _check_request(request)
         messages = request.messages
-        recall = next((m for m in messages if any(is_recall_block(m, r) for r in RENDERERS)), None)
+        # A recall block is a system message of its own or a section of one.
+        recall = next(
+            (
+                b.text
+                for m in messages
+                if m.role == "system"
+                for b in m.content
+                if isinstance(b, Text) and b.text.startswith(tuple(RENDERERS.values()))
+            ),
+            None,
+        )
         last_user = next((m for m in reversed(messages) if m.role == "user"), None)
         parts = [f"[echo] I read {len(messages)} message(s)."]
         if recall is None:
             parts.append("No recalled memory.")
         else:
-            lines = recall.text().splitlines()
+            lines = recall.splitlines()
             items = [
                 line.strip()
                 for line in lines[1:]

@@ -260,7 +260,10 @@ class Memory:
         return result
 
     async def inject(self, report: RetrievalReport, request: UnifiedRequest) -> Injected:
-        """Render ``report`` with the config's renderer and place it in ``request``.
+        """Render ``report`` with the config's renderer and place it in ``request`` at
+        the config's ``placement``, within ``RecallSettings.max_block_bytes`` (the
+        lowest-ranked items dropped first; see :func:`protocol.inject`). The
+        ``recall.injected`` event names every item that entered the prompt.
 
         Raises:
             ConfigError: ``report`` or ``request`` has the wrong type.

@@ -261,3 +261,23 @@ async def test_summaries_and_inputs_get_16_hex_ids(memory_over: MemoryFactory) -
             report = await memory.retrieve("one fact noted recall it", k=5)
             assert {t.source for t in report.turns} == {"compaction", "user"}
             assert all(re.fullmatch("[0-9a-f]{16}", t.id) for t in report.turns)
+
+
+async def test_a_turn_with_a_system_section_reaches_the_dispatcher() -> None:
+    config = MemoryConfig(placement="system_section", renderer="xml")
+    with trio.fail_after(10):
+        async with open_memory(store=STORE, memory=config) as memory:
+            await memory.remember("my cat is called Miso")
+            system = UnifiedMessage.system("be brief")
+            turned = await memory.turn(req(system, UnifiedMessage.user("my cat is called?")))
+            assert turned.report.injection is RecallInjection.INSERTED
+            assert turned.request.messages[0].text().startswith("be brief\n<recalled_memory>")
+            # The echo dispatcher read the section as the model would.
+            assert "Recalled 1 item(s)" in turned.reply.text()
+            again = await memory.turn(
+                msgspec.structs.replace(
+                    turned.request, messages=[*turned.request.messages, turned.reply]
+                )
+            )
+            assert again.report.injection is RecallInjection.REPLACED
+            assert again.request.messages[0].text().count("<recalled_memory>") == 1
