@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 import trio
 import trio.testing
-from pg_support import REQUIRED_ENV, drop_table, new_table_name, pg_dsn, pg_table  # noqa: F401
+from pg_support import (  # noqa: F401
+    REQUIRED_ENV,
+    drop_table,
+    new_table_name,
+    pg_dsn,
+    pg_table,
+    session_dsn,
+)
 
 try:
     import psycopg
@@ -33,7 +40,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from hypothesis.stateful import run_state_machine_as_test
 
 from actors import HashingEmbedder
-from actors.testing import SCORE_TOLERANCE, VectorStoreMachine, inject_crash
+from actors.testing import SCORE_TOLERANCE, VectorStoreMachine, WriteConformance, inject_crash
 from protocol import (
     ConfigError,
     EmbedderError,
@@ -724,3 +731,33 @@ def test_pg_store_passes_the_state_machine(pg_dsn: str) -> None:  # noqa: F811
         dsn = pg_dsn
 
     run_state_machine_as_test(Machine)
+
+
+# --- the write-path conformance suite --------------------------------------------------------
+
+
+class TestPgWrites(WriteConformance):
+    """``WriteConformance`` against the pg store: a fresh table per store, dropped after.
+
+    Scores are pgvector's float32 inner products, within ``SCORE_TOLERANCE`` (1e-5) of
+    the float64 cosine; rankings, ties, counters and sequences are compared exactly.
+    """
+
+    score_tolerance = SCORE_TOLERANCE
+    timeout = 60.0
+
+    def open_store_under_test(
+        self, config: VectorStoreConfig, embedder: object, **options: Any
+    ) -> Any:
+        dsn, table = session_dsn(), new_table_name()
+
+        @asynccontextmanager
+        async def open_() -> AsyncIterator[PgStoreHandle]:
+            try:
+                async with open_pg_store(dsn, config, embedder, table=table, **options) as store:
+                    yield store
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(drop_table, dsn, table)
+
+        return open_()
