@@ -23,151 +23,50 @@ assumes of a store, beyond ``StoreConformance``'s list:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from protocol import (
     ConfigError,
-    Document,
     EmbedderError,
     EmbeddingError,
     EntryTooLarge,
     JsonError,
     Poisoned,
-    RetrievalReport,
-    SearchRequest,
     ToolCall,
     UnifiedMessage,
-    VectorStoreConfig,
-    document_id,
     payload_bytes,
 )
 
-from .._embedders import HashingEmbedder
-from .._store import open_store
 from ._crash import inject_crash
+from ._document_writes import DocumentWriteCases
+from ._write_base import (
+    _DIM,
+    _cancel_when_blocked,
+    _GateEmbedder,
+    _msg,
+    _TableEmbedder,
+    _texts,
+    _unit,
+)
 
 __all__ = ["WriteConformance"]
 
-_DIM = 8
 
-
-def _msg(text: str) -> UnifiedMessage:
-    return UnifiedMessage.user(text)
-
-
-def _unit(i: int, dim: int = _DIM) -> list[float]:
-    v = [0.0] * dim
-    v[i % dim] = 1.0
-    return v
-
-
-def _texts(report: RetrievalReport) -> list[str]:
-    return [hit.message.text() for hit in report.turns]
-
-
-def _docs(*texts: str) -> list[Document]:
-    return [Document(text=t) for t in texts]
-
-
-class _TableEmbedder:
-    """Sync embedder: each text is a key into a table of vectors. Records its calls."""
-
-    def __init__(self, table: dict[str, Any]) -> None:
-        self.table = table
-        self.batches: list[list[str]] = []
-        self.single: list[str] = []
-
-    def embed(self, text: str) -> Any:
-        self.single.append(text)
-        return self.table[text]
-
-    def embed_batch(self, texts: Sequence[str]) -> list[Any]:
-        self.batches.append(list(texts))
-        return [self.table[t] for t in texts]
-
-
-class _GateEmbedder:
-    """Async embedder whose document calls wait until ``gate`` is set."""
-
-    def __init__(self, dimensions: int = _DIM) -> None:
-        self.inner = HashingEmbedder(dimensions)
-        self.gate = trio.Event()
-        self.entered = trio.Event()
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        self.entered.set()
-        await self.gate.wait()
-        return self.inner.embed_batch(texts)
-
-    async def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed(text)
-
-
-async def _cancel_when_blocked(scope: trio.CancelScope) -> None:
-    await trio.testing.wait_all_tasks_blocked()
-    scope.cancel()
-
-
-class WriteConformance:
+class WriteConformance(DocumentWriteCases):
     """Conformance tests for the turns API and the write path. See the module docs.
 
-    Attributes:
+    Attributes (from its base):
         timeout: seconds each test may take, opening and closing its stores included.
         score_tolerance: how far a store's score may be from the exact float64 cosine.
     """
-
-    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.trio]
-
-    timeout: ClassVar[float] = 30.0
-    score_tolerance: ClassVar[float] = 1e-5
-
-    # --- overridable ---------------------------------------------------------------------
-
-    def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object, **options: Any
-    ) -> AbstractAsyncContextManager[Any]:
-        """Return an async context manager that yields a new, empty store to test;
-        ``options`` are ``open_store`` keyword arguments (``inbox_size``)."""
-        return open_store(config, embedder, **options)
-
-    # --- helpers -------------------------------------------------------------------------
-
-    def config(
-        self,
-        max_entries: int = 8,
-        dimensions: int = _DIM,
-        max_entry_bytes: int = 256,
-        **kwargs: Any,
-    ) -> VectorStoreConfig:
-        return VectorStoreConfig(
-            max_entries=max_entries,
-            dimensions=dimensions,
-            max_entry_bytes=max_entry_bytes,
-            **kwargs,
-        )
-
-    @asynccontextmanager
-    async def fresh_store(
-        self, config: VectorStoreConfig | None = None, embedder: object = None, **options: Any
-    ) -> AsyncIterator[Any]:
-        """A new store from :meth:`open_store_under_test` (default: 8 entries of 8
-        floats, 256 bytes each, a :class:`HashingEmbedder`)."""
-        config = self.config() if config is None else config
-        embedder = HashingEmbedder(config.dimensions) if embedder is None else embedder
-        async with self.open_store_under_test(config, embedder, **options) as store:
-            yield store
-
-    async def contents(self, store: Any) -> tuple[list[str], list[float], list[int]]:
-        """Every entry's text, score against an all-ones query, and sequence."""
-        report = await store.retrieve_embedding(np.ones(store.config.dimensions), k=10_000)
-        return _texts(report), [h.score for h in report.turns], [h.sequence for h in report.turns]
 
     # --- writes, batches, eviction --------------------------------------------------------
 
@@ -635,162 +534,113 @@ class WriteConformance:
                 await store.store_turns([_msg("z" * 255)], source="s")
                 assert len(store) == 2
 
-    # --- the documents write path ----------------------------------------------------------
+    # --- a crash: Poisoned -----------------------------------------------------------------
 
-    def documents_config(self, max_entries: int = 32) -> VectorStoreConfig:
-        """64 floats and 512 bytes per entry: room for the documents tests' texts."""
-        return self.config(max_entries, 64, 512)
+    async def test_crash_poisons_every_call_and_the_exit(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        crash = RuntimeError("boom")
+        caplog.set_level(logging.ERROR)
+        with trio.fail_after(self.timeout), pytest.raises(Poisoned) as exit_info:
+            await self._crash_with_writes_in_flight(crash)
+        assert exit_info.value.__cause__ is crash
+        crash_logs = [r for r in caplog.records if "poisoned" in r.getMessage()]
+        assert len(crash_logs) == 1
+        assert crash_logs[0].exc_info is not None
 
-    async def test_add_generates_deterministic_ids_and_is_idempotent(self) -> None:
+    async def _crash_with_writes_in_flight(self, crash: BaseException) -> None:
+        """One write in the actor and two queued when ``crash`` happens: all three get
+        ``Poisoned``, then so does every call, and leaving the block raises it."""
+        embedder = _GateEmbedder()
+        embedder.gate.set()
+        errors: list[BaseException] = []
+        async with self.fresh_store(self.config(), embedder, inbox_size=4) as store:
+
+            async def write(text: str) -> None:
+                try:
+                    await store.store_turns([_msg(text)])
+                except Poisoned as error:
+                    errors.append(error)
+
+            await store.store_turns([_msg("committed")])
+            embedder.gate = trio.Event()
+            inject_crash(store, crash)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write, "in flight")
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(write, "queued 1")
+                nursery.start_soon(write, "queued 2")
+                await trio.testing.wait_all_tasks_blocked()
+                embedder.gate.set()
+            assert len(errors) == 3
+            assert all(e.__cause__ is crash for e in errors)
+            await self._every_call_is_poisoned(store, crash)
+
+    async def _every_call_is_poisoned(self, store: Any, crash: BaseException) -> None:
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.store_turns([_msg("later")]),
+            lambda: store.retrieve("committed", 1),
+            lambda: store.retrieve_in("memory-default", "committed", 1),
+            lambda: store.retrieve_embedding(_unit(0), 1),
+            lambda: store.delete(["turn-0"]),
+            lambda: store.clear(),
+        ]
+        for call in calls:
+            with pytest.raises(Poisoned) as info:
+                await call()
+            assert info.value.__cause__ is crash
+        for sync_call in (
+            store.usage,
+            store.is_empty,
+            lambda: len(store),
+            lambda: store.capacity,
+        ):
+            with pytest.raises(Poisoned):
+                sync_call()
+
+    async def test_crash_does_not_tear_down_the_callers_nursery(self) -> None:
+        survivor_ran = trio.Event()
+
+        async def survivor() -> None:
+            await trio.lowlevel.checkpoint()
+            survivor_ran.set()
+
         with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                first = await store.add_documents(_docs("alpha", "beta"))
-                assert first == [document_id("alpha", {}), document_id("beta", {})]
-                assert await store.add_documents(_docs("alpha", "beta")) == first
-                assert len(store) == 2
+            async with trio.open_nursery() as nursery:
+                with pytest.raises(Poisoned):
+                    await self._crash_while(nursery.start_soon, survivor, survivor_ran)
+            assert survivor_ran.is_set()
 
-    async def test_upsert_replaces_vector_text_and_metadata(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                await store.upsert([Document(id="d1", text="apples and pears", metadata={"v": 1})])
-                await store.upsert([Document(id="d2", text="unrelated words")])
-                await store.upsert([Document(id="d1", text="bicycles", metadata={"v": 2})])
-                assert len(store) == 2
-                assert store.usage().evicted_entries == 0
-                (got,) = await store.get_by_ids(["d1"])
-                assert (got.text, got.metadata) == ("bicycles", {"v": 2})
-                hits = await store.search(SearchRequest(query="bicycles", k=1))
-                assert hits[0].document.id == "d1"
-                assert hits[0].score == pytest.approx(1.0, abs=self.score_tolerance)
-                hybrid = await store.search(SearchRequest(query="apples", k=2, kind="hybrid"))
-                assert all("apples" not in h.document.text for h in hybrid)
-
-    async def test_delete_reports_missing_and_frees_the_place(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config(max_entries=3)) as store:
-                ids = await store.add_documents(_docs("a", "b", "c"))
-                result = await store.delete([ids[1], "nope", ids[1]])
-                assert (result.deleted, result.missing) == ([ids[1]], ["nope"])
-                await store.add_documents(_docs("d"))
-                assert store.usage().evicted_entries == 0
-                assert len(store) == 3
-                got = await store.get_by_ids([*ids, "zzz"])
-                assert sorted(d.text for d in got) == ["a", "c"]
-
-    async def test_turns_are_documents_in_one_id_space(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                stored = await store.store_turns([_msg("remember the milk")])
-                (doc,) = await store.get_by_ids(stored.ids)
-                assert (doc.id, doc.text) == (stored.ids[0], "remember the milk")
-                assert (await store.delete(stored.ids)).deleted == stored.ids
-                assert store.is_empty()
-
-    async def test_explicit_turn_ids_replace(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                await store.store_turns([_msg("v1")], source="explicit", ids=["m1"])
-                await store.store_turns([_msg("v2")], source="explicit", ids=["m1"])
-                (doc,) = await store.get_by_ids(["m1"])
-                assert doc.text == "v2"
-                assert len(store) == 1
-                (turn,) = (await store.retrieve("v2", 5)).turns
-                assert (turn.id, turn.source, turn.message.text()) == ("m1", "explicit", "v2")
-                with pytest.raises(ConfigError, match="2 ids for 1 turns"):
-                    await store.store_turns([_msg("x")], ids=["a", "b"])
-
-    async def test_bad_documents_change_nothing(self) -> None:
-        class Broken:
-            def embed(self, text: str) -> list[float]:
-                raise RuntimeError("provider down")
-
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                await store.add_documents(_docs("keep"))
-                with pytest.raises(EntryTooLarge) as info:
-                    await store.add_documents(_docs("ok", "x" * 600))
-                assert info.value.index == 1
-                assert info.value.bytes > 512
-                with pytest.raises(ConfigError, match="appears twice in the batch"):
-                    await store.upsert(
-                        [Document(id="same", text="a"), Document(id="same", text="b")]
-                    )
-                with pytest.raises(ConfigError, match="document 0 of the batch is a str"):
-                    await store.upsert(["text"])
-                kept = await store.get_by_ids([document_id("keep", {})])
-                assert [d.text for d in kept] == ["keep"]
-                assert len(store) == 1
-            async with self.fresh_store(self.documents_config(), Broken()) as store:
-                with pytest.raises(EmbedderError):
-                    await store.add_documents(_docs("a"))
-                assert store.is_empty()
-
-    async def test_payload_size_is_document_bytes(self) -> None:
-        # document_bytes: text, id and source id in UTF-8, plus compact JSON metadata.
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                meta = {"k": "v"}  # {"k":"v"} is 9 bytes
-                exact = Document(id="i" * 10, text="é" * 200, source_id="s" * 93, metadata=meta)
-                await store.upsert([exact])  # 10 + 400 + 93 + 9 = 512: at the cap
-                over = Document(id="i" * 11, text="é" * 200, source_id="s" * 93, metadata=meta)
-                with pytest.raises(EntryTooLarge) as info:
-                    await store.upsert([over])
-                assert (info.value.bytes, info.value.max_entry_bytes) == (513, 512)
-
-    async def test_same_content_in_two_namespaces_is_two_entries(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                (a,) = await store.add_documents(_docs("shared text"), namespace="a")
-                (b,) = await store.add_documents(_docs("shared text"), namespace="b")
-                assert a == b
-                assert len(store) == 2
-                assert (await store.delete([a], namespace="a")).deleted == [a]
-                got = await store.get_by_ids([b], namespace="b")
-                assert [d.text for d in got] == ["shared text"]
-                assert await store.get_by_ids([a], namespace="a") == []
-
-    async def test_exact_text_source_id_and_metadata_round_trip(self) -> None:
-        text = "nul \x00 here, a lone \ud800 surrogate, and 😀"
-        meta = {"big": 1e23, "neg0": -0.0, "int": 2**63 - 1, "nested": {"l": [1, 2.5, None]}}
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config()) as store:
-                (doc_id,) = await store.upsert(
-                    [Document(id="r", text=text, metadata=meta, source_id="f.md")]
-                )
-                (got,) = await store.get_by_ids([doc_id])
-                assert got == Document(text=text, id=doc_id, metadata=meta, source_id="f.md")
-                assert type(got.metadata["big"]) is float
-                assert type(got.metadata["int"]) is int
-                (hit,) = await store.search(SearchRequest(query="surrogate", k=1, kind="hybrid"))
-                assert hit.document == got
-                assert hit.ranks == {"dense": 1, "bm25": 1}
-
-    async def test_bm25_follows_deletes_evictions_and_upserts(self) -> None:
-        with trio.fail_after(self.timeout):
-            async with self.fresh_store(self.documents_config(max_entries=3)) as store:
-                ids = await store.add_documents(_docs("walrus one", "walrus two", "walrus three"))
-                await store.delete([ids[0]])
-                await store.add_documents(_docs("penguin", "seal"))  # evicts "walrus two"
-                hits = await store.search(SearchRequest(query="walrus", k=3, kind="hybrid"))
-                assert [h.document.text for h in hits if "bm25" in h.ranks] == ["walrus three"]
-                await store.upsert([Document(id=ids[2], text="no longer")])
-                hits = await store.search(SearchRequest(query="walrus", k=3, kind="hybrid"))
-                assert not [h for h in hits if "bm25" in h.ranks]
-
-    async def test_search_after_a_crash_is_poisoned(self) -> None:
-        with trio.fail_after(self.timeout), pytest.raises(Poisoned):
-            await self._use_a_crashed_store()
-
-    async def _use_a_crashed_store(self) -> None:
-        """Every documents call on a crashed store raises ``Poisoned``; so does the exit."""
-        async with self.fresh_store(self.documents_config()) as store:
+    async def _crash_while(
+        self,
+        start_soon: Callable[[Callable[[], Awaitable[None]]], None],
+        survivor: Callable[[], Awaitable[None]],
+        survivor_ran: trio.Event,
+    ) -> None:
+        async with self.fresh_store() as store:
+            start_soon(survivor)
             inject_crash(store)
             with pytest.raises(Poisoned):
-                await store.add_documents(_docs("x"))
-            for request in (SearchRequest(query="x"), SearchRequest(query="x", kind="hybrid")):
-                with pytest.raises(Poisoned):
-                    await store.search(request)
+                await store.store_turns([_msg("x")])
+            await survivor_ran.wait()
+
+    async def test_body_error_wins_and_carries_the_crash_as_a_note(self) -> None:
+        with trio.fail_after(self.timeout), pytest.raises(KeyError) as info:
+            await self._crash_then_raise(KeyError("body failed"))
+        notes = getattr(info.value, "__notes__", [])
+        assert any("poisoned" in note and "actor bug" in note for note in notes)
+
+    async def _crash_then_raise(self, error: BaseException) -> None:
+        async with self.fresh_store() as store:
+            inject_crash(store, ValueError("actor bug"))
             with pytest.raises(Poisoned):
-                await store.get_by_ids(["x"])
-            with pytest.raises(Poisoned):
-                await store.upsert(_docs("y"))
+                await store.store_turns([_msg("x")])
+            raise error
+
+    async def test_body_error_is_not_wrapped_in_a_group(self) -> None:
+        with trio.fail_after(self.timeout), pytest.raises(ZeroDivisionError):
+            await self._raise_in_the_body(ZeroDivisionError())
+
+    async def _raise_in_the_body(self, error: BaseException) -> None:
+        async with self.fresh_store():
+            raise error
