@@ -47,7 +47,7 @@ class DocumentWriteCases(WriteSuiteBase):
                 assert (got.text, got.metadata) == ("bicycles", {"v": 2})
                 hits = await store.search(SearchRequest(query="bicycles", k=1))
                 assert hits[0].document.id == "d1"
-                assert hits[0].score == pytest.approx(1.0, abs=self.score_tolerance)
+                assert hits[0].score == pytest.approx(1.0)
                 hybrid = await store.search(SearchRequest(query="apples", k=2, kind="hybrid"))
                 assert all("apples" not in h.document.text for h in hybrid)
 
