@@ -211,6 +211,7 @@ ACTORS_TESTING = [
     "StoreConformance",
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
+    "WriteConformance",
     "check_hostile_call",
     "check_report",
     "consumes",

@@ -10,8 +10,10 @@ The in-memory store is the reference. Three properties tie the pg store to it:
   which depends on ranks only);
 - SQL BM25 scores match ``actors._bm25`` on random texts.
 
-Plus the behaviour tests of ``test_store_documents.py``, hostile keys and values, the
-profile binding and the HNSW option.
+Plus hostile keys and values, the profile binding, the HNSW option, what PostgreSQL
+text cannot hold, and ``actors.testing.StoreConformance`` (the documents and search
+contract every store keeps; the write path is ``WriteConformance``, in
+``test_pg_store.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ from actors.testing import (
     SCORE_TOLERANCE,
     DeterministicFakeEmbedding,
     StoreConformance,
-    inject_crash,
 )
 from protocol import (
     ConfigError,
@@ -60,8 +61,6 @@ from protocol import (
     EmbedderError,
     EmbeddingError,
     EmbeddingProfile,
-    EntryTooLarge,
-    Poisoned,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
@@ -123,69 +122,11 @@ async def fresh_pg_store(config: VectorStoreConfig, embedder: object, **kw: Any)
             await trio.to_thread.run_sync(drop_table, dsn, table)
 
 
-# --- the documents API (ported from test_store_documents.py) ------------------------------
+# --- the documents API: what only PostgreSQL has -------------------------------------------
 
 
-async def test_add_generates_deterministic_ids_and_is_idempotent(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            first = await store.add_documents(docs("alpha", "beta"))
-            assert first == [document_id("alpha", {}), document_id("beta", {})]
-            assert await store.add_documents(docs("alpha", "beta")) == first
-            assert len(store) == 2
-
-
-async def test_upsert_replaces_vector_text_and_metadata(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            await store.upsert([Document(id="d1", text="apples and pears", metadata={"v": 1})])
-            await store.upsert([Document(id="d2", text="unrelated words")])
-            await store.upsert([Document(id="d1", text="bicycles", metadata={"v": 2})])
-            assert len(store) == 2
-            assert store.usage().evicted_entries == 0
-            (got,) = await store.get_by_ids(["d1"])
-            assert (got.text, got.metadata) == ("bicycles", {"v": 2})
-            hits = await store.search(SearchRequest(query="bicycles", k=1))
-            assert hits[0].document.id == "d1" and hits[0].score == pytest.approx(1.0)
-            hybrid = await store.search(SearchRequest(query="apples", k=2, kind="hybrid"))
-            assert all("apples" not in h.document.text for h in hybrid)
-
-
-async def test_delete_reports_missing_and_frees_the_place(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(max_entries=3), HashingEmbedder(DIM)) as store:
-            ids = await store.add_documents(docs("a", "b", "c"))
-            result = await store.delete([ids[1], "nope", ids[1]])
-            assert (result.deleted, result.missing) == ([ids[1]], ["nope"])
-            await store.add_documents(docs("d"))
-            assert store.usage().evicted_entries == 0 and len(store) == 3
-            assert sorted(d.text for d in await store.get_by_ids([*ids, "zzz"])) == ["a", "c"]
-
-
-async def test_turns_are_documents_in_one_id_space(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            stored = await store.store_turns([UnifiedMessage.user("remember the milk")])
-            (doc,) = await store.get_by_ids(stored.ids)
-            assert (doc.id, doc.text) == (stored.ids[0], "remember the milk")
-            assert (await store.delete(stored.ids)).deleted == stored.ids
-            assert store.is_empty()
-
-
-async def test_explicit_turn_ids_replace(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            await store.store_turns([UnifiedMessage.user("v1")], source="explicit", ids=["m1"])
-            await store.store_turns([UnifiedMessage.user("v2")], source="explicit", ids=["m1"])
-            (doc,) = await store.get_by_ids(["m1"])
-            assert doc.text == "v2" and len(store) == 1
-            (turn,) = (await store.retrieve("v2", 5)).turns
-            assert (turn.id, turn.source, turn.message.text()) == ("m1", "explicit", "v2")
-            with pytest.raises(ConfigError, match="2 ids for 1 turns"):
-                await store.store_turns([UnifiedMessage.user("x")], ids=["a", "b"])
-
-
-async def test_bad_documents_change_nothing(opener: Any) -> None:
+async def test_what_postgresql_cannot_hold_changes_nothing(opener: Any) -> None:
+    # Bad documents in general: WriteConformance.test_bad_documents_change_nothing.
     class Broken:
         def embed(self, text: str) -> list[float]:
             raise RuntimeError("provider down")
@@ -193,13 +134,6 @@ async def test_bad_documents_change_nothing(opener: Any) -> None:
     with trio.fail_after(TIMEOUT):
         async with opener(cfg(), HashingEmbedder(DIM)) as store:
             await store.add_documents(docs("keep"))
-            with pytest.raises(EntryTooLarge) as info:
-                await store.add_documents(docs("ok", "x" * 600))
-            assert info.value.index == 1 and info.value.bytes > 512
-            with pytest.raises(ConfigError, match="appears twice in the batch"):
-                await store.upsert([Document(id="same", text="a"), Document(id="same", text="b")])
-            with pytest.raises(ConfigError, match="document 0 of the batch is a str"):
-                await store.upsert(["text"])  # type: ignore[list-item]
             # What PostgreSQL cannot hold is refused before anything is written.
             with pytest.raises(ConfigError, match="NUL"):
                 await store.upsert([Document(id="a\x00b", text="t")])
@@ -209,114 +143,6 @@ async def test_bad_documents_change_nothing(opener: Any) -> None:
             with pytest.raises(EmbedderError):
                 await store.add_documents(docs("a"))
             assert len(store) == 1  # the same table: still only "keep"
-
-
-async def test_payload_size_is_document_bytes(opener: Any) -> None:
-    # document_bytes: text, id and source id in UTF-8, plus compact JSON metadata.
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            meta = {"k": "v"}  # {"k":"v"} is 9 bytes
-            exact = Document(id="i" * 10, text="é" * 200, source_id="s" * 93, metadata=meta)
-            await store.upsert([exact])  # 10 + 400 + 93 + 9 = 512: at the cap
-            over = Document(id="i" * 11, text="é" * 200, source_id="s" * 93, metadata=meta)
-            with pytest.raises(EntryTooLarge) as info:
-                await store.upsert([over])
-            assert (info.value.bytes, info.value.max_entry_bytes) == (513, 512)
-
-
-async def test_same_content_in_two_namespaces_is_two_entries(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            (a,) = await store.add_documents(docs("shared text"), namespace="a")
-            (b,) = await store.add_documents(docs("shared text"), namespace="b")
-            assert a == b and len(store) == 2
-            assert (await store.delete([a], namespace="a")).deleted == [a]
-            assert [d.text for d in await store.get_by_ids([b], namespace="b")] == ["shared text"]
-            assert await store.get_by_ids([a], namespace="a") == []
-
-
-async def test_exact_text_source_id_and_metadata_round_trip(opener: Any) -> None:
-    text = "nul \x00 here, a lone \ud800 surrogate, and 😀"
-    meta = {"big": 1e23, "neg0": -0.0, "int": 2**63 - 1, "nested": {"l": [1, 2.5, None]}}
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            (doc_id,) = await store.upsert(
-                [Document(id="r", text=text, metadata=meta, source_id="f.md")]
-            )
-            (got,) = await store.get_by_ids([doc_id])
-            assert got == Document(text=text, id=doc_id, metadata=meta, source_id="f.md")
-            assert type(got.metadata["big"]) is float and type(got.metadata["int"]) is int
-            (hit,) = await store.search(SearchRequest(query="surrogate", k=1, kind="hybrid"))
-            assert hit.document == got and hit.ranks == {"dense": 1, "bm25": 1}
-
-
-async def test_similarity_scores_and_threshold(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            await store.add_documents(docs("red apple", "green apple", "blue car"))
-            hits = await store.search(SearchRequest(query="red apple", k=3))
-            assert [h.document.text for h in hits][:1] == ["red apple"]
-            assert [h.ranks["dense"] for h in hits] == [1, 2, 3]
-            assert all(-1.0 <= h.score <= 1.0 for h in hits)
-            cut = await store.search(SearchRequest(query="red apple", k=3, score_threshold=0.4))
-            assert cut and all(h.score >= 0.4 for h in cut)
-            assert len(cut) < len(hits)
-            by_vector = await store.search(
-                SearchRequest(vector=HashingEmbedder(DIM).embed("blue car").tolist(), k=1)
-            )
-            assert by_vector[0].document.text == "blue car"
-
-
-async def test_filter_applies_before_top_k(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            await store.add_documents(
-                [
-                    Document(text=f"report {i} quarterly report", metadata={"tag": "public"})
-                    for i in range(10)
-                ]
-            )
-            await store.add_documents(
-                [Document(text=f"misc {i}", metadata={"tag": "private", "n": i}) for i in range(2)]
-            )
-            for kind in ("similarity", "mmr", "hybrid"):
-                request = SearchRequest(
-                    query="quarterly report", k=2, kind=kind, fetch_k=2, filter={"tag": "private"}
-                )
-                hits = await store.search(request)
-                assert sorted(h.document.metadata["n"] for h in hits) == [0, 1]
-            ranged = await store.search(
-                SearchRequest(query="misc", k=5, filter={"n": {"$gte": 1}})
-            )
-            assert [h.document.metadata["n"] for h in ranged] == [1]
-
-
-async def test_bm25_follows_deletes_evictions_and_upserts(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with opener(cfg(max_entries=3), HashingEmbedder(DIM)) as store:
-            ids = await store.add_documents(docs("walrus one", "walrus two", "walrus three"))
-            await store.delete([ids[0]])
-            await store.add_documents(docs("penguin", "seal"))  # evicts "walrus two"
-            hits = await store.search(SearchRequest(query="walrus", k=3, kind="hybrid"))
-            assert [h.document.text for h in hits if "bm25" in h.ranks] == ["walrus three"]
-            await store.upsert([Document(id=ids[2], text="no longer")])
-            hits = await store.search(SearchRequest(query="walrus", k=3, kind="hybrid"))
-            assert not [h for h in hits if "bm25" in h.ranks]
-
-
-async def test_search_after_a_crash_is_poisoned(opener: Any) -> None:
-    with trio.fail_after(TIMEOUT), pytest.raises(Poisoned):
-        async with opener(cfg(), HashingEmbedder(DIM)) as store:
-            inject_crash(store)
-            with pytest.raises(Poisoned):
-                await store.add_documents(docs("x"))
-            for request in (SearchRequest(query="x"), SearchRequest(query="x", kind="hybrid")):
-                with pytest.raises(Poisoned):
-                    await store.search(request)
-            with pytest.raises(Poisoned):
-                await store.get_by_ids(["x"])
-            with pytest.raises(Poisoned):
-                await store.upsert(docs("y"))
 
 
 async def test_a_batch_is_one_transaction(opener: Any, pg_dsn: str, pg_table: str) -> None:  # noqa: F811
@@ -663,53 +489,6 @@ async def test_sql_bm25_scores_match_the_in_memory_index(texts: list[str], query
     assert set(got) == set(expected)
     for slot, score in expected.items():
         assert got[slot] == pytest.approx(score, rel=1e-12, abs=0.0)
-
-
-# --- namespaces -----------------------------------------------------------------------------
-
-_NS_OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["add", "delete", "clear", "upsert"]),
-        st.sampled_from(["a", "b"]),
-        st.integers(0, 5),
-    ),
-    min_size=1,
-    max_size=20,
-)
-
-
-@settings(max_examples=25)
-@given(ops=_NS_OPS, query=st.sampled_from(["apple", "secret", "doc 3", "zzz"]))
-async def test_no_sequence_of_operations_leaks_across_namespaces(
-    ops: list[tuple[str, str, int]], query: str
-) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with fresh_pg_store(cfg(max_entries=6), HashingEmbedder(DIM)) as store:
-            for op, space, i in ops:
-                doc = Document(
-                    id=f"doc-{i}", text=f"doc {i} apple secret", metadata={"owner": space}
-                )
-                if op in ("add", "upsert"):
-                    await store.upsert([doc], namespace=space)
-                elif op == "delete":
-                    await store.delete([f"doc-{i}"], namespace=space)
-                else:
-                    await store.clear(space)
-            for space in ("a", "b"):
-                seen = [
-                    d.metadata["owner"]
-                    for d in await store.get_by_ids(
-                        [f"doc-{i}" for i in range(6)], namespace=space
-                    )
-                ]
-                for kind in ("similarity", "mmr", "hybrid"):
-                    hits = await store.search(
-                        SearchRequest(query=query, k=6, kind=kind, fetch_k=6, namespace=space)
-                    )
-                    seen += [h.document.metadata["owner"] for h in hits]
-                report = await store.retrieve_in(space, query, 6)
-                seen += [t.metadata["owner"] for t in report.turns]
-                assert set(seen) <= {space}
 
 
 # --- profile binding and the HNSW option ----------------------------------------------------

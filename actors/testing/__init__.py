@@ -7,6 +7,8 @@
   it and override ``open_store_under_test`` to check your own store.
 - :class:`StoreConformance`: the documents and search contract (issue 6) as pytest
   tests; subclass it (as ``Test...``) and override ``open_store_under_test``.
+- :class:`WriteConformance`: its companion for the turns API and the write path
+  (design §3): batches, eviction, the inbox, cancellation, errors, document writes.
 - The hostile-input layer: strategies (:func:`hostile_text`, :func:`hostile_numbers`,
   :func:`hostile_metadata`, :func:`hostile_filters`, :func:`hostile_vectors`,
   :func:`embed_faults`, :func:`hostile_store_calls`, :func:`hostile_memory_calls`), the
@@ -56,6 +58,7 @@ from ._model import ModelEntry as ModelEntry
 from ._model import ModelState as ModelState
 from ._model import check_report as check_report
 from ._store_machine import VectorStoreMachine as VectorStoreMachine
+from ._write_conformance import WriteConformance as WriteConformance
 
 __all__ = [
     "SCORE_TOLERANCE",
@@ -78,6 +81,7 @@ __all__ = [
     "StoreConformance",
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
+    "WriteConformance",
     "check_hostile_call",
     "check_report",
     "consumes",

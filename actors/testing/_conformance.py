@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -54,8 +55,10 @@ from protocol import (
     document_id,
 )
 
+from .._bm25 import tokenize
 from .._embedders import HashingEmbedder
 from .._store import open_store
+from ._conformance_checks import check_namespace_walk, mmr_reference
 
 __all__ = ["StoreConformance"]
 
@@ -82,6 +85,7 @@ class StoreConformance:
         max_entry_bytes: the store's per-entry cap.
         timeout: seconds each test may take, opening and closing the store included.
         score_tolerance: how far a store's score may be from the exact float64 cosine.
+        namespace_rounds: how many random walks the namespace-isolation property takes.
     """
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.trio]
@@ -91,6 +95,7 @@ class StoreConformance:
     max_entry_bytes: ClassVar[int] = 4096
     timeout: ClassVar[float] = 30.0
     score_tolerance: ClassVar[float] = 1e-5
+    namespace_rounds: ClassVar[int] = 24
 
     # --- overridable ---------------------------------------------------------------------
 
@@ -378,6 +383,25 @@ class StoreConformance:
                 with pytest.raises(ConfigError):
                     SearchRequest(query=query, kind="hybrid", score_threshold=0.5)
 
+    async def test_similarity_ranks_and_threshold(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [Document(text=t) for t in ("red apple", "green apple", "blue car")]
+                )
+                hits = await self.search(store, query="red apple", k=3)
+                assert [h.document.text for h in hits][:1] == ["red apple"]
+                assert [h.ranks["dense"] for h in hits] == [1, 2, 3]
+                assert all(-1.0 <= h.score <= 1.0 for h in hits)
+                cut = await self.search(store, query="red apple", k=3, score_threshold=0.4)
+                assert cut
+                assert all(h.score >= 0.4 for h in cut)
+                assert len(cut) < len(hits)
+                by_vector = await self.search(
+                    store, vector=self.embed("blue car"), k=1, profile=self.profile_of(store)
+                )
+                assert by_vector[0].document.text == "blue car"
+
     # --- filters ------------------------------------------------------------------------
 
     async def _catalog(self, store: Any) -> None:
@@ -442,6 +466,35 @@ class StoreConformance:
                     store, query="gold coin", k=2, kind="mmr", fetch_k=2, filter={"keep": True}
                 )
                 assert sorted(_ids(mmr)) == ["far1", "far2"]  # type: ignore[type-var]
+
+    async def test_filter_applies_before_top_k_on_every_kind(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                # The best matches for the query are all "public"; only two are "private".
+                await store.add_documents(
+                    [
+                        Document(text=f"report {i} quarterly report", metadata={"tag": "public"})
+                        for i in range(10)
+                    ]
+                )
+                await store.add_documents(
+                    [
+                        Document(text=f"misc {i}", metadata={"tag": "private", "n": i})
+                        for i in range(2)
+                    ]
+                )
+                for kind in ("similarity", "mmr", "hybrid"):
+                    hits = await self.search(
+                        store,
+                        query="quarterly report",
+                        k=2,
+                        kind=kind,
+                        fetch_k=2,
+                        filter={"tag": "private"},
+                    )
+                    assert sorted(h.document.metadata["n"] for h in hits) == [0, 1], kind
+                ranged = await self.search(store, query="misc", k=5, filter={"n": {"$gte": 1}})
+                assert [h.document.metadata["n"] for h in ranged] == [1]
 
     async def test_bad_filters_raise(self) -> None:
         bad: list[Any] = [
@@ -524,6 +577,21 @@ class StoreConformance:
                         h.score, fifth, abs_tol=self.score_tolerance
                     )
 
+    async def test_mmr_matches_a_brute_force_reference(self) -> None:
+        rng = np.random.default_rng(5)
+        words = ["cat", "dog", "fish", "bird", "tree", "rock"]
+        texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(20)]
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents([Document(text=t) for t in texts])
+                hits = await self.search(
+                    store, query="cat dog", k=4, kind="mmr", fetch_k=10, lambda_mult=0.5
+                )
+        chosen = mmr_reference(
+            [self.embed(t) for t in texts], self.embed("cat dog"), k=4, fetch_k=10, lambda_mult=0.5
+        )
+        assert [h.document.text for h in hits] == [texts[i] for i in chosen]
+
     # --- hybrid ------------------------------------------------------------------------
 
     async def test_hybrid_fuses_dense_and_bm25(self) -> None:
@@ -553,6 +621,25 @@ class StoreConformance:
                 for h in hits:
                     if "bm25" in h.ranks:
                         assert h.document.id == "physics"
+
+    async def test_hybrid_ranks_are_the_dense_and_bm25_ranks(self) -> None:
+        texts = ["the zebra grazes", "zebra zebra stripes", "a quiet river", "stripes on a shirt"]
+        query = "zebra stripes"
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents([Document(text=t) for t in texts])
+                hits = await self.search(store, query=query, k=3, kind="hybrid", fetch_k=4)
+                dense = await self.search(store, query=query, k=4)
+        dense_rank = {h.document.text: h.ranks["dense"] for h in dense}
+        for h in hits:
+            assert h.ranks["dense"] == dense_rank[h.document.text]
+            expected = sum(1.0 / (60 + r) for r in h.ranks.values())
+            assert h.score == pytest.approx(expected)
+            # Only the documents holding a query term are in the BM25 list.
+            has_term = set(tokenize(query)) & set(tokenize(h.document.text))
+            assert ("bm25" in h.ranks) == bool(has_term)
+        assert hits[0].document.text == "zebra zebra stripes"
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
     async def test_hybrid_weights_and_rrf_k(self) -> None:
         with trio.fail_after(self.timeout):
@@ -656,34 +743,23 @@ class StoreConformance:
                     deleted=["p"], missing=[]
                 )
 
-    async def test_random_operations_never_cross_namespaces(self) -> None:
-        spaces = ["ns-a", "ns-b", "ns-c"]
-        words = ["kiwi", "lime", "plum", "fig"]
+    async def test_no_sequence_of_operations_leaks_across_namespaces(self) -> None:
+        """The namespace-isolation property: random upserts, deletes and clears over
+        namespaces sharing ids and texts, reads checked after every step. Half the walks
+        run on a 6-entry store, so that eviction is in them too; each walk starts from
+        a store emptied with ``clear()``."""
         with trio.fail_after(self.timeout):
-            for seed in range(3):
-                rng = random.Random(seed)
-                model: dict[str, dict[str, str]] = {s: {} for s in spaces}
-                async with self.fresh_store() as store:
-                    for _ in range(25):
-                        space = rng.choice(spaces)
-                        op = rng.random()
-                        if op < 0.5:
-                            doc_id = f"id{rng.randrange(6)}"
-                            text = f"{space} " + " ".join(rng.sample(words, 2))
-                            await store.upsert([Document(text=text, id=doc_id)], namespace=space)
-                            model[space][doc_id] = text
-                        elif op < 0.7:
-                            doc_id = f"id{rng.randrange(6)}"
-                            result = await store.delete([doc_id], namespace=space)
-                            assert (doc_id in result.deleted) == (doc_id in model[space])
-                            model[space].pop(doc_id, None)
-                        else:
-                            query = " ".join(rng.sample(words, 2))
-                            hits = await self.search(store, query=query, k=10, namespace=space)
-                            assert {h.document.id: h.document.text for h in hits} == model[space]
-                        for s in spaces:
-                            got = await store.get_by_ids([f"id{i}" for i in range(6)], namespace=s)
-                            assert {d.id: d.text for d in got} == model[s]
+            for evicting in (False, True):
+                config = self.make_config()
+                if evicting:
+                    config = msgspec.structs.replace(config, max_entries=6)
+                async with self.open_store_under_test(config, self.make_embedder()) as store:
+                    for seed in range(evicting, self.namespace_rounds, 2):
+                        rng = random.Random(seed)
+                        await store.clear()
+                        await check_namespace_walk(
+                            store, rng, steps=rng.randint(1, 25), evicting=evicting
+                        )
 
     # --- validation ----------------------------------------------------------------------
 
