@@ -160,8 +160,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         k = clamp_k(check_k(k), self._actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
-        query = self._actor.query_vector(vector)
-        self._actor.check_query_profile(query, profile)
+        query = self._actor.checked_query(vector, profile)
         return await self._actor.scan(vector_literal(query), k, namespace)
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
