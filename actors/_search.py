@@ -2,10 +2,11 @@
 
 ``similarity`` ranks the dense top-k; ``mmr`` re-ranks the dense top ``fetch_k`` for
 diversity; ``hybrid`` fuses the dense top ``fetch_k`` with BM25's top ``fetch_k`` by
-reciprocal rank fusion. :func:`rank` is the one place these rules live (the score
-threshold, rank numbering, MMR's candidates, the fusion); a backend only answers the
-questions of :class:`SearchBackend`: the dense list, the BM25 list, the vectors of some
-candidates, and the documents of the hits. The in-memory store answers them here
+reciprocal rank fusion; ``bm25`` ranks by keywords alone (the query is not embedded).
+:func:`rank` is the one place these rules live (the score threshold, rank numbering,
+MMR's candidates, the fusion); a backend only answers the questions of
+:class:`SearchBackend`: the dense list, the BM25 list, the vectors of some candidates,
+and the documents of the hits. The in-memory store answers them here
 (:class:`_MemoryBackend`), the PostgreSQL store in ``actors/_pg/search.py``.
 
 A backend is made for one search: the query vector, the namespace and the filter are
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import numpy as np
 import numpy.typing as npt
+import trio
 
 from protocol import ScoredDocument, SearchRequest
 
@@ -102,6 +104,13 @@ def rank(
             kept = [kept[i] for i in mmr(q, rows, k, request.lambda_mult)]
         return backend.hits([(c.key, c.score, c.raw, {"dense": place}) for place, c in kept])
     assert request.query is not None
+    if request.kind == "bm25":
+        sparse = backend.bm25(request.query, k)
+        # BM25 scores are unbounded: the documented score is the best hit's share.
+        best = sparse[0].score if sparse else 1.0
+        return backend.hits(
+            [(c.key, c.score / best, c.raw, {"bm25": place}) for place, c in enumerate(sparse, 1)]
+        )
     dense = backend.dense(fetch_k)
     sparse = backend.bm25(request.query, fetch_k)
     fused = rrf(
@@ -119,10 +128,11 @@ class _MemoryBackend:
 
     actor: _StoreActor
     namespace: str
-    result: ScanResult
+    result: ScanResult | None
     mask: npt.NDArray[np.bool_] | None
 
     def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
+        assert self.result is not None, "a bm25 search has no dense list"
         pairs = zip(
             self.result.slots[:depth].tolist(), self.result.scores[:depth].tolist(), strict=True
         )
@@ -154,8 +164,9 @@ class _MemoryBackend:
                 score=score + 0.0,
                 ranks=ranks,
                 sequence=int(seqs[slot]),
+                raw_score=raw + 0.0,
             )
-            for slot, score, _raw, ranks in picks
+            for slot, score, raw, ranks in picks
         ]
 
 
@@ -167,7 +178,8 @@ async def run_search(
 ) -> list[ScoredDocument]:
     """Run ``request`` in ``namespace`` on the in-memory store, with the normalized
     dense ``query``: the scan engine scores it, then :func:`rank` runs on the trio
-    thread while the scanned rows are pinned."""
+    thread while the scanned rows are pinned. A ``bm25`` search scans nothing: it
+    runs on the trio thread after a checkpoint, against the last commit."""
     arena = actor.arena
     compiled = None if request.filter is None else compile_filter(request.filter)
     # The filter mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
@@ -183,6 +195,12 @@ async def run_search(
         backend = _MemoryBackend(actor, namespace, result, masks[-1] if masks else None)
         return rank(request, backend, request.k, request.fetch_k, query)
 
+    if request.kind == "bm25":
+        await trio.lowlevel.checkpoint()
+        actor.check_usable()
+        high = actor.snapshot.high
+        mask = None if compiled is None else arena.meta.mask(compiled, high)
+        return rank(request, _MemoryBackend(actor, namespace, None, mask), request.k, 0, None)
     depth = request.k if request.kind == "similarity" else request.fetch_k
     reply: list[ScoredDocument] = await actor.scans.scan(
         query,

@@ -572,7 +572,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             assert request.query is not None
             if request.profile is not None:
                 check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
-            query = actor.query_vector(await actor.embedder.query(request.query))
+            # A bm25 search reads keywords alone: its query is never embedded.
+            query = (
+                None
+                if request.kind == "bm25"
+                else actor.query_vector(await actor.embedder.query(request.query))
+            )
         hits = await run_search(actor, request, namespace, query)
         if actor.on_event is not None:
             actor.emit_read(

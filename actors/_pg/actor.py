@@ -342,7 +342,13 @@ class _PgStoreActor(CrashableActor):
         else:
             assert request.query is not None
             check_query_profile(self.profile, self.config.dimensions, None, request.profile)
-            vector = self.query_vector(await self.embedder.query(request.query))
+            # A bm25 search reads keywords alone: its query is never embedded.
+            raw = (
+                np.zeros(self.config.dimensions, dtype=np.float32)
+                if request.kind == "bm25"
+                else await self.embedder.query(request.query)
+            )
+            vector = self.query_vector(raw)
         if not _representable(namespace):
             return []
         query, reads, cap = vector_literal(vector), self.reads, self.config.max_entries

@@ -68,7 +68,7 @@ class _PgBackend:
         missing = [key for key, _, _, _ in picks if key not in self.rows]
         if missing:
             self.rows.update(self.reads.by_seqs(self.conn, missing))
-        return [self.rows[key].scored(score, ranks) for key, score, _raw, ranks in picks]
+        return [self.rows[key].scored(score, ranks, raw) for key, score, raw, ranks in picks]
 
 
 def run_search(
@@ -87,7 +87,7 @@ def run_search(
     may ask for any number, and a LIMIT is a ``bigint``."""
     where = translate(request.filter, _METADATA)
     k, fetch_k = clamp_k(request.k, max_entries), clamp_k(request.fetch_k, max_entries)
-    if request.kind == "hybrid":
+    if request.kind in ("hybrid", "bm25"):  # bm25 reads its hits' rows in a second statement
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
     backend = _PgBackend(conn, reads, query, namespace, where)
     return rank(request, backend, k, fetch_k, vector)
