@@ -264,7 +264,7 @@ class _StoreActor(CrashableActor):
     def emit_read(self, operation: SearchOperation, **fields: Any) -> None:
         """Send ``vector_store.searched`` (see :func:`read_event`) when there is a sink."""
         if self.on_event is not None:
-            self.on_event(read_event(operation, **fields))
+            self.on_event(read_event(operation, backend="memory", profile=self.profile, **fields))
 
     def checked_query(
         self, vector: object, profile: EmbeddingProfile | None

@@ -100,6 +100,8 @@ def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
 def read_event(
     operation: SearchOperation,
     *,
+    backend: str,
+    profile: EmbeddingProfile | None,
     namespace: str | None,
     kind: str,
     query: str | None,
@@ -110,12 +112,15 @@ def read_event(
     started: float,
 ) -> StoreSearched:
     """``vector_store.searched`` for a read whose hits scored ``scores`` (best first),
-    started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one."""
+    started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one.
+    ``backend`` is ``"memory"`` or ``"pg"``; ``profile`` the store's bound profile."""
     return StoreSearched(
         at=trio.current_time(),
         namespace=namespace or "",
         operation=operation,
         kind=kind,
+        backend=backend,
+        profile=None if profile is None else profile.name,
         query_fingerprint=None if query is None else fingerprint(query),
         by_vector=by_vector,
         filtered=filtered,

@@ -15,7 +15,15 @@ import trio
 from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_store
-from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig
+from protocol import (
+    ConfigError,
+    Document,
+    EmbeddingProfile,
+    Event,
+    SearchRequest,
+    VectorStoreConfig,
+)
+from protocol.events import StoreSearched
 
 DIM = 16
 TIMEOUT = 20
@@ -42,19 +50,25 @@ class CountingEmbedder:
         return self.inner.embed_batch(texts)
 
 
+class ProfiledEmbedder(HashingEmbedder):
+    """A HashingEmbedder bound to a profile, so a store reports its name."""
+
+    profile = EmbeddingProfile(provider="test", model="hashing", dimensions=DIM)
+
+
 @pytest.fixture(params=["memory", "pg"])
 def opener(request: pytest.FixtureRequest) -> Any:
-    """``opener(embedder)``: a fresh store of the parametrized backend."""
+    """``opener(embedder, **kw)``: a fresh store of the parametrized backend."""
     if request.param == "memory":
-        return lambda embedder: open_store(CONFIG, embedder)
+        return lambda embedder, **kw: open_store(CONFIG, embedder, **kw)
     pytest.importorskip("psycopg")
     from actors._pg.store import open_pg_store
 
     dsn, table = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table")
 
     @asynccontextmanager
-    async def open_(embedder: object) -> AsyncIterator[Any]:
-        async with open_pg_store(dsn, CONFIG, embedder, table=table) as store:
+    async def open_(embedder: object, **kw: Any) -> AsyncIterator[Any]:
+        async with open_pg_store(dsn, CONFIG, embedder, table=table, **kw) as store:
             yield store
 
     return open_
@@ -93,6 +107,34 @@ async def test_raw_score_is_the_backends_own(opener: Any, request: pytest.Fixtur
             assert raws == sorted(raws, reverse=True)
             # The documented score stays normalized: the best hit's share, in (0, 1].
             assert [h.score for h in keyword] == [r / raws[0] for r in raws]  # type: ignore[operator]
+
+
+async def test_search_events_name_the_backend_the_profile_and_the_kind(
+    opener: Any, request: pytest.FixtureRequest
+) -> None:
+    backend = request.node.callspec.params["opener"]
+    events: list[Event] = []
+    embedder = ProfiledEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with opener(embedder, on_event=events.append) as store:
+            await store.add_documents(DOCS)
+            for kind in ("similarity", "mmr", "hybrid", "bm25"):
+                await store.search(SearchRequest(query="river bank", kind=kind, k=2))
+            await store.retrieve("river", 2)
+            await store.retrieve_embedding(
+                embedder.embed("river"), 2, profile=ProfiledEmbedder.profile
+            )
+    searched = [e for e in events if isinstance(e, StoreSearched)]
+    assert [(e.operation, e.kind) for e in searched] == [
+        ("search", "similarity"),
+        ("search", "mmr"),
+        ("search", "hybrid"),
+        ("search", "bm25"),
+        ("retrieve", "similarity"),
+        ("retrieve_embedding", "similarity"),
+    ]
+    assert {(e.backend, e.profile) for e in searched} == {(backend, "test/hashing")}
+    assert [e.hits for e in searched] == [2] * 6
 
 
 def test_bm25_request_validation() -> None:

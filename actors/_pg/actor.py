@@ -24,6 +24,7 @@ from protocol import (
     DeleteResult,
     Document,
     EmbeddingProfile,
+    Event,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
@@ -101,6 +102,8 @@ class _PgStoreActor(CrashableActor):
     ) -> None:
         self.config = config
         self.crash: BaseException | None = None
+        # Set by open_pg_store: the sink of the read events (``vector_store.searched``).
+        self.on_event: Callable[[Event], None] | None = None
         self.embedder = EmbedderAdapter(
             embedder, dimensions=config.dimensions, timeout=embed_timeout, on_crash=self.crashed
         )
