@@ -42,7 +42,6 @@ from protocol import (
     VectorStoreError,
     VectorStoreUsage,
 )
-from protocol._events import SearchOperation
 from protocol._filters import check_filter
 from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
@@ -82,7 +81,8 @@ from ._store_hooks import (
     check_query_profile,
     checked_query,
     normalize_query,
-    read_event,
+    retrieve_event,
+    search_event,
     write_event,
 )
 
@@ -260,11 +260,6 @@ class _StoreActor(CrashableActor):
         event = write_event(request, result)
         if event is not None and self.on_event is not None:
             self.on_event(event)
-
-    def emit_read(self, operation: SearchOperation, **fields: Any) -> None:
-        """Send ``vector_store.searched`` (see :func:`read_event`) when there is a sink."""
-        if self.on_event is not None:
-            self.on_event(read_event(operation, backend="memory", profile=self.profile, **fields))
 
     def checked_query(
         self, vector: object, profile: EmbeddingProfile | None
@@ -580,16 +575,9 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             )
         hits = await run_search(actor, request, namespace, query)
         if actor.on_event is not None:
-            actor.emit_read(
-                "search",
-                namespace=namespace,
-                kind=request.kind,
-                query=request.query,
-                by_vector=request.vector is not None,
-                filtered=request.filter is not None,
-                k=clamp_k(request.k, actor.config.max_entries),
-                scores=[h.score for h in hits],
-                started=started,
+            k = clamp_k(request.k, actor.config.max_entries)
+            actor.on_event(
+                search_event("memory", actor.profile, request, namespace, k, hits, started)
             )
         return hits
 
@@ -632,16 +620,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         query = actor.checked_query(vector, profile)
         report = await actor.scan(query, k, namespace)
         if actor.on_event is not None:
-            actor.emit_read(
-                "retrieve_embedding",
-                namespace=namespace,
-                kind="similarity",
-                query=None,
-                by_vector=True,
-                filtered=False,
-                k=k,
-                scores=[t.score for t in report.turns],
-                started=started,
+            actor.on_event(
+                retrieve_event("memory", actor.profile, namespace, None, k, report, started)
             )
         return report
 
@@ -657,16 +637,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         raw = await actor.embedder.query(query)
         report = await actor.scan(actor.query_vector(raw), k, namespace)
         if actor.on_event is not None:
-            actor.emit_read(
-                "retrieve",
-                namespace=namespace,
-                kind="similarity",
-                query=query,
-                by_vector=False,
-                filtered=False,
-                k=k,
-                scores=[t.score for t in report.turns],
-                started=started,
+            actor.on_event(
+                retrieve_event("memory", actor.profile, namespace, query, k, report, started)
             )
         return report
 

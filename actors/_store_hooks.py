@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,9 @@ from protocol import (
     EmbeddingError,
     EmbeddingProfile,
     Event,
+    RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     TurnsStored,
     VectorStoreConfig,
 )
@@ -49,6 +53,8 @@ __all__ = [
     "checked_query",
     "normalize_query",
     "read_event",
+    "retrieve_event",
+    "search_event",
     "write_event",
 ]
 
@@ -95,6 +101,58 @@ def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
                 cleared=True,
             )
     return None
+
+
+def search_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    request: SearchRequest,
+    namespace: str,
+    k: int,
+    hits: Sequence[ScoredDocument],
+    started: float,
+) -> StoreSearched:
+    """``vector_store.searched`` for a ``search`` that returned ``hits``; ``k`` is the
+    request's, cut to the store's capacity (see :func:`read_event`)."""
+    return read_event(
+        "search",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind=request.kind,
+        query=request.query,
+        by_vector=request.vector is not None,
+        filtered=request.filter is not None,
+        k=k,
+        scores=[h.score for h in hits],
+        started=started,
+    )
+
+
+def retrieve_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    namespace: str | None,
+    query: str | None,
+    k: int,
+    report: RetrievalReport,
+    started: float,
+) -> StoreSearched:
+    """``vector_store.searched`` for ``retrieve`` (``query`` is its text) or, with
+    ``query`` None, ``retrieve_embedding`` (see :func:`read_event`)."""
+    return read_event(
+        "retrieve_embedding" if query is None else "retrieve",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind="similarity",
+        query=query,
+        by_vector=query is None,
+        filtered=False,
+        k=k,
+        scores=[t.score for t in report.turns],
+        started=started,
+    )
 
 
 def read_event(

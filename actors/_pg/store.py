@@ -79,14 +79,13 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
-from protocol._events import SearchOperation
 
 from .._embedders import EmbedderAdapter, check_timeout
 from .._handle import OPENED, StoreHandleBase
 from .._lifecycle import run_store
 from .._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
 from .._store import StoreStatistics
-from .._store_hooks import read_event
+from .._store_hooks import retrieve_event, search_event
 from .actor import _PgStoreActor
 from .schema import (
     MAX_DIMENSIONS,
@@ -147,18 +146,11 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         if not isinstance(request, SearchRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
         namespace = self._namespace(request.namespace)
-        hits = await self._actor.search(request, namespace)
-        self._searched(
-            "search",
-            started,
-            namespace=namespace,
-            kind=request.kind,
-            query=request.query,
-            by_vector=request.vector is not None,
-            filtered=request.filter is not None,
-            k=clamp_k(request.k, self._actor.config.max_entries),
-            scores=[h.score for h in hits],
-        )
+        actor = self._actor
+        hits = await actor.search(request, namespace)
+        if actor.on_event is not None:
+            k = clamp_k(request.k, actor.config.max_entries)
+            actor.on_event(search_event("pg", actor.profile, request, namespace, k, hits, started))
         return hits
 
     async def retrieve_embedding(
@@ -181,17 +173,7 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         started = time.perf_counter()
         query = self._actor.checked_query(vector, profile)
         report = await self._actor.scan(vector_literal(query), k, namespace)
-        self._searched(
-            "retrieve_embedding",
-            started,
-            namespace=namespace,
-            kind="similarity",
-            query=None,
-            by_vector=True,
-            filtered=False,
-            k=k,
-            scores=[t.score for t in report.turns],
-        )
+        self._retrieved(namespace, None, k, report, started)
         return report
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
@@ -202,27 +184,22 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         started = time.perf_counter()
         raw = await self._actor.embedder.query(query)
         report = await self._actor.scan(self._actor.query_literal(raw), k, namespace)
-        self._searched(
-            "retrieve",
-            started,
-            namespace=namespace,
-            kind="similarity",
-            query=query,
-            by_vector=False,
-            filtered=False,
-            k=k,
-            scores=[t.score for t in report.turns],
-        )
+        self._retrieved(namespace, query, k, report, started)
         return report
 
-    def _searched(self, operation: SearchOperation, started: float, **fields: Any) -> None:
+    def _retrieved(
+        self,
+        namespace: str | None,
+        query: str | None,
+        k: int,
+        report: RetrievalReport,
+        started: float,
+    ) -> None:
         """Send ``vector_store.searched`` to ``on_event``, as the in-memory store does."""
-        on_event = self._actor.on_event
-        if on_event is not None:
-            on_event(
-                read_event(
-                    operation, backend="pg", profile=self._actor.profile, started=started, **fields
-                )
+        actor = self._actor
+        if actor.on_event is not None:
+            actor.on_event(
+                retrieve_event("pg", actor.profile, namespace, query, k, report, started)
             )
 
     # --- state -------------------------------------------------------------------------
