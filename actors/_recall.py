@@ -6,10 +6,9 @@ slow write.
 
 Hybrid recall (the default, :class:`~protocol.RecallSettings`) fuses two ranked lists
 by reciprocal rank fusion: the dense list from ``retrieve_in`` (full turns with their
-cosine scores) and the BM25 list from a ``hybrid`` search whose dense side weighs
-nothing and is given a zero vector, so the query is embedded once. Every hit keeps its
-cosine similarity as ``score``, which is what ``min_similarity`` filters and what the
-renderers print; the order is the fused one.
+cosine scores) and the BM25 list from a ``bm25`` (keyword-only) search, so the query
+is embedded once. Every hit keeps its cosine similarity as ``score``, which is what
+``min_similarity`` filters and what the renderers print; the order is the fused one.
 
 Context assembly: hits with the same content (the same projection, by sha256) are
 kept once, at the best rank, so a memory stored twice is injected once; the block
@@ -112,21 +111,12 @@ class RecallActor:
         store, namespace, query = self.store, request.namespace, request.query
         depth = max(request.k, settings.fetch_k)
         dense = await store.retrieve_in(namespace, query, depth)
-        # The dense side of this search is a zero vector that weighs nothing: only its
-        # BM25 list counts, and the query is not embedded a second time.
+        # A keyword-only search: the query is not embedded a second time.
         sparse = await store.search(
-            SearchRequest(
-                query=query,
-                vector=[0.0] * store.config.dimensions,
-                k=depth,
-                kind="hybrid",
-                fetch_k=depth,
-                weights={"dense": 0.0},
-                namespace=namespace,
-            )
+            SearchRequest(query=query, k=depth, kind="bm25", namespace=namespace)
         )
         # Every entry of a store has an id (a turn's is ``turn-<sequence>``).
-        keyword = [(h.document.id or "", h.sequence) for h in sparse if "bm25" in h.ranks]
+        keyword = [(h.document.id or "", h.sequence) for h in sparse]
         fused: list[FusedHit[str]] = rrf(
             {"dense": [t.id for t in dense.turns], "bm25": [key for key, _ in keyword]},
             k=settings.rrf_k,

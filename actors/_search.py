@@ -1,20 +1,31 @@
-"""The store's search kinds (SPEC §9) over the one exact scan.
+"""Every search kind, written once over a small backend interface (design §9).
 
-``similarity`` ranks the scan's top-k; ``mmr`` re-ranks the exact top ``fetch_k`` for
+``similarity`` ranks the dense top-k; ``mmr`` re-ranks the dense top ``fetch_k`` for
 diversity; ``hybrid`` fuses the dense top ``fetch_k`` with BM25's top ``fetch_k`` by
-reciprocal rank fusion. A metadata filter becomes a per-slot mask inside the scan, so
-it narrows the candidates before top-k and ``k`` hits come back whenever ``k`` entries
-match. Every reply is built on the trio thread while the scanned rows are pinned, so
-the dense scores, the BM25 list, the vectors MMR reads and the documents returned all
-come from one snapshot.
+reciprocal rank fusion; ``bm25`` ranks by keywords alone (the query is not embedded).
+:func:`rank` is the one place these rules live (the score threshold, rank numbering,
+MMR's candidates, the fusion); a backend only answers the questions of
+:class:`SearchBackend`: the dense list, the BM25 list, the vectors of some candidates,
+and the documents of the hits. The in-memory store answers them here
+(:class:`_MemoryBackend`), the PostgreSQL store in ``actors/_pg/search.py``.
+
+A backend is made for one search: the query vector, the namespace and the filter are
+bound when it is built, because the in-memory dense list comes from the scan engine
+(scored before :func:`rank` runs, on the rows it pins) and the pg lists from one
+transaction. So every list, every vector and every document of one search come from
+one snapshot on both backends. A metadata filter narrows the candidates before top-k,
+so ``k`` hits come back whenever ``k`` entries match.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import numpy as np
 import numpy.typing as npt
+import trio
 
 from protocol import ScoredDocument, SearchRequest
 
@@ -26,7 +37,137 @@ from ._scan import ScanResult
 if TYPE_CHECKING:
     from ._store import _StoreActor
 
-__all__ = ["run_search"]
+__all__ = ["Candidate", "Pick", "SearchBackend", "rank", "run_search"]
+
+
+@attrs.frozen(slots=True)
+class Candidate:
+    """One entry of a ranked list.
+
+    Attributes:
+        key: how the backend finds the entry again (a slot, a sequence number).
+        score: cosine similarity (dense) or the BM25 score (bm25).
+        raw: the backend's own number for the ranking: the cosine in memory,
+            pgvector's distance on pg, the BM25 score for BM25.
+    """
+
+    key: int
+    score: float
+    raw: float
+
+
+# One hit to build: (key, score, raw score, ranks by list name).
+Pick = tuple[int, float, float, dict[str, int]]
+
+
+class SearchBackend(Protocol):
+    """What a backend answers for one search (query, namespace and filter bound)."""
+
+    def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
+        """The dense top ``depth``, best first, ties to the newest entry. ``vectors``:
+        :meth:`vectors` will be asked about these candidates."""
+        ...
+
+    def bm25(self, text: str, depth: int) -> list[Candidate]:
+        """BM25's top ``depth`` for ``text``, best first, ties to the newest entry."""
+        ...
+
+    def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
+        """The stored (normalized) vectors of dense candidates, one row per key."""
+        ...
+
+    def hits(self, picks: Sequence[Pick]) -> list[ScoredDocument]:
+        """The documents of ``picks``, in their order."""
+        ...
+
+
+def rank(
+    request: SearchRequest,
+    backend: SearchBackend,
+    k: int,
+    fetch_k: int,
+    query: npt.NDArray[np.float32] | None,
+) -> list[ScoredDocument]:
+    """``request``'s hits from ``backend``; ``k`` and ``fetch_k`` are the request's, cut
+    to the store's capacity, and ``query`` the normalized query vector (None: zero)."""
+    threshold = request.score_threshold
+    if request.kind in ("similarity", "mmr"):
+        depth = k if request.kind == "similarity" else fetch_k
+        kept = [
+            (place, c)
+            for place, c in enumerate(backend.dense(depth, vectors=request.kind == "mmr"), 1)
+            if threshold is None or c.score >= threshold
+        ]
+        if request.kind == "mmr" and kept:
+            rows = backend.vectors([c.key for _, c in kept])
+            q = np.zeros(rows.shape[1], dtype=np.float32) if query is None else query
+            kept = [kept[i] for i in mmr(q, rows, k, request.lambda_mult)]
+        return backend.hits([(c.key, c.score, c.raw, {"dense": place}) for place, c in kept])
+    assert request.query is not None
+    if request.kind == "bm25":
+        sparse = backend.bm25(request.query, k)
+        # BM25 scores are unbounded: the documented score is the best hit's share.
+        best = sparse[0].score if sparse else 1.0
+        return backend.hits(
+            [(c.key, c.score / best, c.raw, {"bm25": place}) for place, c in enumerate(sparse, 1)]
+        )
+    dense = backend.dense(fetch_k)
+    sparse = backend.bm25(request.query, fetch_k)
+    fused = rrf(
+        {"dense": [c.key for c in dense], "bm25": [c.key for c in sparse]},
+        k=request.rrf_k,
+        weights=request.weights,
+        limit=k,
+    )
+    return backend.hits([(h.key, h.score, h.score, dict(h.ranks)) for h in fused])
+
+
+@attrs.define
+class _MemoryBackend:
+    """The in-memory store's answers, read from the scan's pinned snapshot."""
+
+    actor: _StoreActor
+    namespace: str
+    result: ScanResult | None
+    mask: npt.NDArray[np.bool_] | None
+
+    def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
+        assert self.result is not None, "a bm25 search has no dense list"
+        pairs = zip(
+            self.result.slots[:depth].tolist(), self.result.scores[:depth].tolist(), strict=True
+        )
+        return [Candidate(slot, score, score) for slot, score in pairs]
+
+    def bm25(self, text: str, depth: int) -> list[Candidate]:
+        arena = self.actor.arena
+        group = arena.namespace_id(self.namespace)
+        if group is None:
+            return []
+        found, scores = arena.bm25().top(
+            text, depth, mask=self.mask, seqs=self.actor.seqs, group=group
+        )
+        return [
+            Candidate(slot, score, score)
+            for slot, score in zip(found.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
+        rows: npt.NDArray[np.float32] = self.actor.vectors[list(keys)]
+        return rows
+
+    def hits(self, picks: Sequence[Pick]) -> list[ScoredDocument]:
+        actor, seqs = self.actor, self.actor.arena.seqs
+        # + 0.0 turns -0.0 into 0.0, as in retrieve.
+        return [
+            ScoredDocument(
+                document=actor.document_of(slot),
+                score=score + 0.0,
+                ranks=ranks,
+                sequence=int(seqs[slot]),
+                raw_score=raw + 0.0,
+            )
+            for slot, score, raw, ranks in picks
+        ]
 
 
 async def run_search(
@@ -35,9 +176,11 @@ async def run_search(
     namespace: str,
     query: npt.NDArray[np.float32] | None,
 ) -> list[ScoredDocument]:
-    """Run ``request`` in ``namespace`` with the (normalized) dense ``query``."""
+    """Run ``request`` in ``namespace`` on the in-memory store, with the normalized
+    dense ``query``: the scan engine scores it, then :func:`rank` runs on the trio
+    thread while the scanned rows are pinned. A ``bm25`` search scans nothing: it
+    runs on the trio thread after a checkpoint, against the last commit."""
     arena = actor.arena
-    threshold = request.score_threshold
     compiled = None if request.filter is None else compile_filter(request.filter)
     # The filter mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
     masks: list[npt.NDArray[np.bool_]] = []
@@ -48,68 +191,22 @@ async def run_search(
         masks.append(mask)
         return mask
 
-    def hit(slot: int, score: float, ranks: dict[str, int]) -> ScoredDocument:
-        # + 0.0 turns -0.0 into 0.0, as in retrieve.
-        return ScoredDocument(
-            document=actor.document_of(slot),
-            score=score + 0.0,
-            ranks=ranks,
-            sequence=int(arena.seqs[slot]),
-        )
+    def build(result: ScanResult) -> list[ScoredDocument]:
+        backend = _MemoryBackend(actor, namespace, result, masks[-1] if masks else None)
+        return rank(request, backend, request.k, request.fetch_k, query)
 
-    def similarity(result: ScanResult) -> list[ScoredDocument]:
-        pairs = zip(result.slots.tolist(), result.scores.tolist(), strict=True)
-        return [
-            hit(slot, score, {"dense": rank})
-            for rank, (slot, score) in enumerate(pairs, start=1)
-            if threshold is None or score >= threshold
-        ]
-
-    def diverse(result: ScanResult) -> list[ScoredDocument]:
-        candidates = [
-            (rank, slot, score)
-            for rank, (slot, score) in enumerate(
-                zip(result.slots.tolist(), result.scores.tolist(), strict=True), start=1
-            )
-            if threshold is None or score >= threshold
-        ]
-        if not candidates:
-            return []
-        rows = actor.vectors[[slot for _, slot, _ in candidates]]
-        q: Any = np.zeros(rows.shape[1], dtype=np.float32) if query is None else query
-        chosen = mmr(q, rows, request.k, request.lambda_mult)
-        return [
-            hit(candidates[i][1], candidates[i][2], {"dense": candidates[i][0]}) for i in chosen
-        ]
-
-    def hybrid(result: ScanResult) -> list[ScoredDocument]:
-        dense = result.slots.tolist()
-        group = arena.namespace_id(namespace)
-        sparse: list[int] = []
-        if group is not None and request.query is not None:
-            found, _ = arena.bm25().top(
-                request.query,
-                request.fetch_k,
-                mask=masks[-1] if masks else None,
-                seqs=actor.seqs,
-                group=group,
-            )
-            sparse = found.tolist()
-        fused = rrf(
-            {"dense": dense, "bm25": sparse},
-            k=request.rrf_k,
-            weights=request.weights,
-            limit=request.k,
-        )
-        return [hit(h.key, h.score, dict(h.ranks)) for h in fused]
-
-    builders = {"similarity": similarity, "mmr": diverse, "hybrid": hybrid}
+    if request.kind == "bm25":
+        await trio.lowlevel.checkpoint()
+        actor.check_usable()
+        high = actor.snapshot.high
+        mask = None if compiled is None else arena.meta.mask(compiled, high)
+        return rank(request, _MemoryBackend(actor, namespace, None, mask), request.k, 0, None)
     depth = request.k if request.kind == "similarity" else request.fetch_k
     reply: list[ScoredDocument] = await actor.scans.scan(
         query,
         depth,
         namespace,
         mask=None if compiled is None else mask_of,
-        build=builders[request.kind],
+        build=build,
     )
     return reply

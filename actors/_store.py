@@ -12,7 +12,6 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -43,7 +42,6 @@ from protocol import (
     VectorStoreError,
     VectorStoreUsage,
 )
-from protocol._events import SearchOperation
 from protocol._filters import check_filter
 from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
@@ -58,7 +56,7 @@ from protocol.messages import (
 )
 
 from ._arena import Arena, Entries, Snapshot, kept_text
-from ._embedders import EmbedderAdapter, as_vector, normalize_rows
+from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
@@ -78,7 +76,15 @@ from ._prepare import (
 )
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
-from ._store_hooks import bound_profile, check_query_profile, read_event, write_event
+from ._store_hooks import (
+    bound_profile,
+    check_query_profile,
+    checked_query,
+    normalize_query,
+    retrieve_event,
+    search_event,
+    write_event,
+)
 
 __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
 
@@ -87,7 +93,6 @@ logger = logging.getLogger("trio_recall.store")
 _ENCODER = msgspec.msgpack.Encoder()
 _EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
-_FAST_NORM_LIMIT = 1e38
 
 
 _Envelope = Envelope[StoreRequest]
@@ -256,24 +261,12 @@ class _StoreActor(CrashableActor):
         if event is not None and self.on_event is not None:
             self.on_event(event)
 
-    def emit_read(self, operation: SearchOperation, **fields: Any) -> None:
-        """Send ``vector_store.searched`` (see :func:`read_event`) when there is a sink."""
-        if self.on_event is not None:
-            self.on_event(read_event(operation, **fields))
-
     def checked_query(
         self, vector: object, profile: EmbeddingProfile | None
     ) -> npt.NDArray[np.float32] | None:
-        """``vector`` normalized (see :meth:`query_vector`), once its ``profile`` is
-        checked against the store's (see :func:`check_query_profile`)."""
-        dimensions = self.config.dimensions
-        if profile is not None:
-            # First, so that a vector of another model's width says so.
-            check_query_profile(self.profile, dimensions, None, profile)
-        query = self.query_vector(vector)
-        if profile is None:
-            check_query_profile(self.profile, dimensions, query, None)
-        return query
+        """``vector`` normalized once its ``profile`` is checked against the store's
+        (:func:`~actors._store_hooks.checked_query`, shared with the pg store)."""
+        return checked_query(self.profile, self.config.dimensions, vector, profile)
 
     async def _prepare(self, request: StoreRequest) -> object:
         match request:
@@ -434,36 +427,9 @@ class _StoreActor(CrashableActor):
     # --- reads -------------------------------------------------------------------------
 
     def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None:
-        """A normalized float32 copy of ``vector``, or None for a zero query."""
-        d = self.config.dimensions
-        if (
-            # An exact ndarray: a masked array (a subclass) must reach as_vector's refusal.
-            type(vector) is np.ndarray
-            and vector.shape == (d,)
-            and vector.dtype in (np.float32, np.float64)
-        ):
-            # The common case, checked by its square: a non-finite component makes it
-            # non-finite, and then as_vector below names the culprit.
-            arr = vector.astype(np.float64)
-            # vdot, not dot: the same BLAS ddot, but an overflowing square (components
-            # near 1e300) gives inf without a RuntimeWarning, and normalize_rows then
-            # refuses it with an EmbeddingError.
-            squared = float(np.vdot(arr, arr))
-            if not math.isfinite(squared):
-                arr = as_vector(vector, d, what="query embedding")
-        else:
-            arr = as_vector(vector, d, what="query embedding")
-            squared = float(np.vdot(arr, arr))
-        if squared == 0.0:
-            return None
-        if squared < _FAST_NORM_LIMIT:
-            # The common case, without normalize_rows' per-call overhead (about 50 µs,
-            # which is most of a small read): this square cannot overflow float32.
-            arr /= math.sqrt(squared)
-            normalized: npt.NDArray[np.float32] = arr.astype(np.float32)
-            return normalized
-        rows, zero = normalize_rows(arr[None, :], what="query embedding")
-        return None if zero[0] else rows[0]
+        """A normalized float32 copy of ``vector``, or None for a zero query
+        (:func:`~actors._store_hooks.normalize_query`, shared with the pg store)."""
+        return normalize_query(vector, self.config.dimensions)
 
     async def scan(
         self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
@@ -601,19 +567,17 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
             assert request.query is not None
             if request.profile is not None:
                 check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
-            query = actor.query_vector(await actor.embedder.query(request.query))
+            # A bm25 search reads keywords alone: its query is never embedded.
+            query = (
+                None
+                if request.kind == "bm25"
+                else actor.query_vector(await actor.embedder.query(request.query))
+            )
         hits = await run_search(actor, request, namespace, query)
         if actor.on_event is not None:
-            actor.emit_read(
-                "search",
-                namespace=namespace,
-                kind=request.kind,
-                query=request.query,
-                by_vector=request.vector is not None,
-                filtered=request.filter is not None,
-                k=clamp_k(request.k, actor.config.max_entries),
-                scores=[h.score for h in hits],
-                started=started,
+            k = clamp_k(request.k, actor.config.max_entries)
+            actor.on_event(
+                search_event("memory", actor.profile, request, namespace, k, hits, started)
             )
         return hits
 
@@ -656,16 +620,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         query = actor.checked_query(vector, profile)
         report = await actor.scan(query, k, namespace)
         if actor.on_event is not None:
-            actor.emit_read(
-                "retrieve_embedding",
-                namespace=namespace,
-                kind="similarity",
-                query=None,
-                by_vector=True,
-                filtered=False,
-                k=k,
-                scores=[t.score for t in report.turns],
-                started=started,
+            actor.on_event(
+                retrieve_event("memory", actor.profile, namespace, None, k, report, started)
             )
         return report
 
@@ -681,16 +637,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         raw = await actor.embedder.query(query)
         report = await actor.scan(actor.query_vector(raw), k, namespace)
         if actor.on_event is not None:
-            actor.emit_read(
-                "retrieve",
-                namespace=namespace,
-                kind="similarity",
-                query=query,
-                by_vector=False,
-                filtered=False,
-                k=k,
-                scores=[t.score for t in report.turns],
-                started=started,
+            actor.on_event(
+                retrieve_event("memory", actor.profile, namespace, query, k, report, started)
             )
         return report
 

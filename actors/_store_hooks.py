@@ -11,7 +11,9 @@ by another provider, model, width or options is refused with
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +26,9 @@ from protocol import (
     EmbeddingError,
     EmbeddingProfile,
     Event,
+    RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     TurnsStored,
     VectorStoreConfig,
 )
@@ -39,9 +44,19 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
+from ._embedders import as_vector, normalize_rows
 from ._embedding_cache import check_profile
 
-__all__ = ["bound_profile", "check_query_profile", "read_event", "write_event"]
+__all__ = [
+    "bound_profile",
+    "check_query_profile",
+    "checked_query",
+    "normalize_query",
+    "read_event",
+    "retrieve_event",
+    "search_event",
+    "write_event",
+]
 
 
 def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
@@ -88,9 +103,63 @@ def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
     return None
 
 
+def search_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    request: SearchRequest,
+    namespace: str,
+    k: int,
+    hits: Sequence[ScoredDocument],
+    started: float,
+) -> StoreSearched:
+    """``vector_store.searched`` for a ``search`` that returned ``hits``; ``k`` is the
+    request's, cut to the store's capacity (see :func:`read_event`)."""
+    return read_event(
+        "search",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind=request.kind,
+        query=request.query,
+        by_vector=request.vector is not None,
+        filtered=request.filter is not None,
+        k=k,
+        scores=[h.score for h in hits],
+        started=started,
+    )
+
+
+def retrieve_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    namespace: str | None,
+    query: str | None,
+    k: int,
+    report: RetrievalReport,
+    started: float,
+) -> StoreSearched:
+    """``vector_store.searched`` for ``retrieve`` (``query`` is its text) or, with
+    ``query`` None, ``retrieve_embedding`` (see :func:`read_event`)."""
+    return read_event(
+        "retrieve_embedding" if query is None else "retrieve",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind="similarity",
+        query=query,
+        by_vector=query is None,
+        filtered=False,
+        k=k,
+        scores=[t.score for t in report.turns],
+        started=started,
+    )
+
+
 def read_event(
     operation: SearchOperation,
     *,
+    backend: str,
+    profile: EmbeddingProfile | None,
     namespace: str | None,
     kind: str,
     query: str | None,
@@ -101,12 +170,15 @@ def read_event(
     started: float,
 ) -> StoreSearched:
     """``vector_store.searched`` for a read whose hits scored ``scores`` (best first),
-    started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one."""
+    started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one.
+    ``backend`` is ``"memory"`` or ``"pg"``; ``profile`` the store's bound profile."""
     return StoreSearched(
         at=trio.current_time(),
         namespace=namespace or "",
         operation=operation,
         kind=kind,
+        backend=backend,
+        profile=None if profile is None else profile.name,
         query_fingerprint=None if query is None else fingerprint(query),
         by_vector=by_vector,
         filtered=filtered,
@@ -176,3 +248,68 @@ def check_query_profile(
         "vector must name the profile that made it (profile=...), so that a vector from "
         "another model is never compared with these"
     )
+
+
+# Below this squared norm a query cannot overflow float32 once normalized.
+_FAST_NORM_LIMIT = 1e38
+
+
+def normalize_query(vector: object, dimensions: int) -> npt.NDArray[np.float32] | None:
+    """A normalized float32 copy of a query ``vector``, or None for a zero query.
+
+    Both backends normalize every query vector here. The common case (an exact float32
+    or float64 ndarray of the store's width, with a modest norm) takes a fast path that
+    skips ``normalize_rows``' per-call overhead; every other value goes through
+    :func:`~actors._embedders.as_vector`, which names what is wrong with it.
+
+    Raises:
+        EmbeddingError: the vector is not one (see ``as_vector``), or its squared norm
+            overflows float32.
+    """
+    if (
+        # An exact ndarray: a masked array (a subclass) must reach as_vector's refusal.
+        type(vector) is np.ndarray
+        and vector.shape == (dimensions,)
+        and vector.dtype in (np.float32, np.float64)
+    ):
+        # The common case, checked by its square: a non-finite component makes it
+        # non-finite, and then as_vector below names the culprit.
+        arr = vector.astype(np.float64)
+        # vdot, not dot: the same BLAS ddot, but an overflowing square (components
+        # near 1e300) gives inf without a RuntimeWarning, and normalize_rows then
+        # refuses it with an EmbeddingError.
+        squared = float(np.vdot(arr, arr))
+        if not math.isfinite(squared):
+            arr = as_vector(vector, dimensions, what="query embedding")
+    else:
+        arr = as_vector(vector, dimensions, what="query embedding")
+        squared = float(np.vdot(arr, arr))
+    if squared == 0.0:
+        return None
+    if squared < _FAST_NORM_LIMIT:
+        # The common case, without normalize_rows' per-call overhead (about 50 µs,
+        # which is most of a small read): this square cannot overflow float32.
+        arr /= math.sqrt(squared)
+        normalized: npt.NDArray[np.float32] = arr.astype(np.float32)
+        return normalized
+    rows, zero = normalize_rows(arr[None, :], what="query embedding")
+    return None if zero[0] else rows[0]
+
+
+def checked_query(
+    bound: EmbeddingProfile | None,
+    dimensions: int,
+    vector: object,
+    profile: EmbeddingProfile | None,
+) -> npt.NDArray[np.float32] | None:
+    """``vector`` normalized (:func:`normalize_query`) once its ``profile`` is checked
+    against the store's ``bound`` one (:func:`check_query_profile`); None for zero.
+
+    A given profile is checked first, so that a vector of another model's width says
+    so rather than naming its width alone."""
+    if profile is not None:
+        check_query_profile(bound, dimensions, None, profile)
+    query = normalize_query(vector, dimensions)
+    if profile is None:
+        check_query_profile(bound, dimensions, query, None)
+    return query

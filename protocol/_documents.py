@@ -38,10 +38,10 @@ __all__ = [
     "document_id",
 ]
 
-SearchKind = Literal["similarity", "mmr", "hybrid"]
+SearchKind = Literal["similarity", "mmr", "hybrid", "bm25"]
 # The ranked lists a hybrid search fuses, by the names ScoredDocument.ranks uses.
 HYBRID_LISTS = ("dense", "bm25")
-_KINDS = ("similarity", "mmr", "hybrid")
+_KINDS = ("similarity", "mmr", "hybrid", "bm25")
 
 
 def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
@@ -121,20 +121,22 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     Args:
         query: the query text. ``similarity`` and ``mmr`` take exactly one of ``query``
             and ``vector``; ``hybrid`` needs ``query`` (BM25 reads it) and may also take
-            ``vector``, which then replaces the query's embedding for the dense list.
+            ``vector``, which then replaces the query's embedding for the dense list;
+            ``bm25`` (keyword-only) needs ``query`` and takes no ``vector``: the query
+            is never embedded.
         vector: a query embedding: a 1-D float or int array, or a sequence of finite
             real numbers (not bools); it is stored as a list of floats. These are the
             store's rules for every vector (``actors._embedders.as_vector``). The store
             checks its width and normalizes a copy.
         k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
             fewer entries match, all are returned.
-        kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
+        kind: ``"similarity"``, ``"mmr"``, ``"hybrid"`` or ``"bm25"``.
         score_threshold: keep hits whose cosine similarity is ``>=`` this, in [-1, 1].
             For ``mmr`` it filters the candidates before selection. Refused for
-            ``hybrid``.
+            ``hybrid`` and ``bm25``.
         fetch_k: for ``mmr``, how many exact nearest candidates MMR chooses from; for
             ``hybrid``, how deep each list (dense and BM25) is before fusion. Must be
-            ``>= k`` for those kinds; ignored by ``similarity``.
+            ``>= k`` for those kinds; ignored by ``similarity`` and ``bm25``.
         lambda_mult: MMR's trade-off in [0, 1]: 1 is pure relevance, 0 pure diversity.
         filter: a metadata filter, as a dict (parsed here) or a :data:`Filter` tree.
             It is applied inside the scan, before top-k.
@@ -180,9 +182,16 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         if self.vector is not None:
             msgspec.structs.force_setattr(self, "vector", self._vector_list(self.vector))
         has_query, has_vector = self.query is not None, self.vector is not None
-        if self.kind == "hybrid":
+        if self.kind in ("hybrid", "bm25"):
             if not has_query:
-                raise ConfigError("hybrid search needs query text (BM25 reads it); got query=None")
+                raise ConfigError(
+                    f"{self.kind} search needs query text (BM25 reads it); got query=None"
+                )
+            if self.kind == "bm25" and has_vector:
+                raise ConfigError(
+                    "bm25 search ranks by keywords alone and takes no vector; use hybrid "
+                    "search to combine the two"
+                )
         elif has_query == has_vector:
             raise ConfigError(
                 f"{self.kind} search takes exactly one of query and vector; got "
@@ -191,7 +200,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         # Any size: a k past what a store holds means "every match" (each backend clamps).
         msgspec.structs.force_setattr(self, "k", check_int("k", self.k))
         msgspec.structs.force_setattr(self, "fetch_k", check_int("fetch_k", self.fetch_k))
-        if self.kind != "similarity" and self.fetch_k < self.k:
+        if self.kind in ("mmr", "hybrid") and self.fetch_k < self.k:
             raise ConfigError(
                 f"fetch_k is {self.fetch_k} and k is {self.k}; {self.kind} search needs "
                 "fetch_k >= k"
@@ -205,6 +214,11 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(
                     "score_threshold is cosine similarity, but hybrid scores are fused "
                     "ranks; filter hybrid hits by rank or use similarity search"
+                )
+            if self.kind == "bm25":
+                raise ConfigError(
+                    "score_threshold is cosine similarity, but bm25 search computes no "
+                    "cosine; filter bm25 hits by score or use similarity search"
                 )
             t = _check_real("score_threshold", self.score_threshold)
             if not -1.0 <= t <= 1.0:
@@ -321,18 +335,25 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         document: the stored document, id and metadata included.
         score: cosine similarity for ``similarity``/``mmr``; the fused reciprocal rank
-            score for ``hybrid``.
+            score for ``hybrid``; for ``bm25``, the BM25 score over the best hit's, in
+            (0, 1] (the first hit scores 1.0).
         ranks: the hit's 1-based rank in each list it appeared in, by list name
             (``"dense"``, ``"bm25"``); a list the hit was not in is absent.
         sequence: the entry's sequence number in its store (the order entries were
             written in: a conversation's turns are neighbours); None for a hit that no
             store made.
+        raw_score: the backend's own score for the ranking, kept for auditing:
+            the cosine similarity for ``similarity``/``mmr`` on the in-memory store and
+            pgvector's distance (``<#>``, the negative inner product: lower is nearer)
+            on PostgreSQL; the fused score for ``hybrid``; the BM25 score for ``bm25``.
+            None for a hit that no store made.
     """
 
     document: Document
     score: float
     ranks: dict[str, int] = msgspec.field(default_factory=dict)
     sequence: int | None = None
+    raw_score: float | None = None
 
 
 class DeleteResult(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", tag_field="kind"):

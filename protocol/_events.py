@@ -214,7 +214,11 @@ class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched
     Attributes:
         operation: ``"search"`` (a ``SearchRequest``), ``"retrieve"`` (text, one
             namespace or all) or ``"retrieve_embedding"`` (a vector).
-        kind: ``"similarity"``, ``"mmr"`` or ``"hybrid"``.
+        kind: ``"similarity"``, ``"mmr"``, ``"hybrid"`` or ``"bm25"``.
+        backend: the store that answered: ``"memory"`` (``open_store``) or ``"pg"``
+            (``open_pg_store``).
+        profile: the name of the embedding profile the store is bound to (see
+            :class:`~protocol.EmbeddingProfile`), or ``None`` for an unbound store.
         query_fingerprint: the query text's fingerprint, or ``None`` for a read by vector
             alone.
         by_vector: the caller gave the dense query vector.
@@ -226,6 +230,8 @@ class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched
 
     operation: SearchOperation
     kind: str
+    backend: str
+    profile: str | None
     query_fingerprint: str | None
     by_vector: bool
     filtered: bool

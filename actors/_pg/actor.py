@@ -23,8 +23,8 @@ from protocol import (
     ConfigError,
     DeleteResult,
     Document,
-    EmbeddingError,
     EmbeddingProfile,
+    Event,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
@@ -43,10 +43,10 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedders import EmbedderAdapter, as_vector, normalize_rows
-from .._embedding_cache import check_profile
+from .._embedders import EmbedderAdapter
 from .._mailbox import CrashableActor, Envelope
 from .._prepare import clamp_k
+from .._store_hooks import check_query_profile, checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
 from .reads import Reads
 from .schema import (
@@ -102,6 +102,8 @@ class _PgStoreActor(CrashableActor):
     ) -> None:
         self.config = config
         self.crash: BaseException | None = None
+        # Set by open_pg_store: the sink of the read events (``vector_store.searched``).
+        self.on_event: Callable[[Event], None] | None = None
         self.embedder = EmbedderAdapter(
             embedder, dimensions=config.dimensions, timeout=embed_timeout, on_crash=self.crashed
         )
@@ -287,45 +289,22 @@ class _PgStoreActor(CrashableActor):
     # --- reads -------------------------------------------------------------------------
 
     def query_vector(self, vector: object) -> npt.NDArray[np.float32]:
-        """A normalized float32 copy of ``vector`` (zeros stay zeros)."""
-        arr = as_vector(vector, self.config.dimensions, what="query embedding")
-        normalized, _ = normalize_rows(arr[None, :], what="query embedding")
-        row: npt.NDArray[np.float32] = normalized[0]
-        return row
+        """A normalized float32 copy of ``vector`` (zeros stay zeros), by the in-memory
+        store's :func:`~actors._store_hooks.normalize_query`."""
+        return self._or_zeros(normalize_query(vector, self.config.dimensions))
 
-    def check_query_profile(
-        self, query: npt.NDArray[np.float32] | None, profile: EmbeddingProfile | None
-    ) -> None:
-        """Refuse a query vector that a model other than the bound one may have made,
-        exactly as the in-memory store does (``_StoreActor.check_query_profile``); a
-        zero vector (it scores 0.0 everywhere) needs no profile.
+    def checked_query(
+        self, vector: object, profile: EmbeddingProfile | None
+    ) -> npt.NDArray[np.float32]:
+        """:meth:`query_vector`, once ``profile`` is checked against the store's, as on
+        the in-memory store (:func:`~actors._store_hooks.checked_query`)."""
+        return self._or_zeros(checked_query(self.profile, self.config.dimensions, vector, profile))
 
-        Raises:
-            EmbeddingError: the store is bound and ``profile`` is missing (for a
-                non-zero vector) or differs from the binding.
-            ConfigError: ``profile`` is not an ``EmbeddingProfile``.
-        """
-        bound = self.profile
-        if profile is not None:
-            if not isinstance(profile, EmbeddingProfile):
-                raise ConfigError(
-                    f"profile is a {type(profile).__name__}; expected an EmbeddingProfile"
-                )
-            if bound is not None:
-                check_profile(bound, profile)
-            elif profile.dimensions != self.config.dimensions:
-                raise EmbeddingError(
-                    f"query embedded with {profile.name} ({profile.dimensions} dimensions); "
-                    f"this store takes {self.config.dimensions}"
-                )
-            return
-        if bound is None or query is None or not np.any(query):
-            return
-        raise EmbeddingError(
-            f"this store is bound to {bound.name} ({bound.dimensions} dimensions); a query "
-            "vector must name the profile that made it (profile=...), so that a vector "
-            "from another model is never compared with these"
-        )
+    def _or_zeros(self, query: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32]:
+        # pgvector needs a vector literal, so a zero query stays zeros here.
+        if query is None:
+            return np.zeros(self.config.dimensions, dtype=np.float32)
+        return query
 
     def query_literal(self, vector: object) -> str:
         """pgvector text of a normalized float32 copy of ``vector`` (zeros stay zeros)."""
@@ -362,12 +341,17 @@ class _PgStoreActor(CrashableActor):
         if request.filter is not None:
             check_filter(request.filter)  # before any SQL: a FilterError, never a retry
         if request.vector is not None:
-            vector = self.query_vector(request.vector)
-            self.check_query_profile(vector, request.profile)
+            vector = self.checked_query(request.vector, request.profile)
         else:
             assert request.query is not None
-            self.check_query_profile(None, request.profile)
-            vector = self.query_vector(await self.embedder.query(request.query))
+            check_query_profile(self.profile, self.config.dimensions, None, request.profile)
+            # A bm25 search reads keywords alone: its query is never embedded.
+            raw = (
+                np.zeros(self.config.dimensions, dtype=np.float32)
+                if request.kind == "bm25"
+                else await self.embedder.query(request.query)
+            )
+            vector = self.query_vector(raw)
         if not _representable(namespace):
             return []
         query, reads, cap = vector_literal(vector), self.reads, self.config.max_entries

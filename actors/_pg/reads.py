@@ -75,10 +75,14 @@ class DocRow:
             text=self.text, id=self.id, metadata=self.metadata(), source_id=self.source_id
         )
 
-    def scored(self, score: float, ranks: dict[str, int]) -> ScoredDocument:
+    def scored(self, score: float, ranks: dict[str, int], raw: float) -> ScoredDocument:
         # + 0.0 turns -0.0 into 0.0.
         return ScoredDocument(
-            document=self.document(), score=score + 0.0, ranks=ranks, sequence=self.seq
+            document=self.document(),
+            score=score + 0.0,
+            ranks=ranks,
+            sequence=self.seq,
+            raw_score=raw + 0.0,
         )
 
     def turn(self, score: float) -> RetrievedTurn:

@@ -1,18 +1,20 @@
-"""The pg store's search kinds, with the in-memory store's semantics (``_search.py``).
+"""The pg store's answers to the search kinds of ``actors/_search.py``.
 
-``similarity`` ranks the exact top-k; ``mmr`` reads the exact top ``fetch_k`` with their
-vectors and re-ranks them with :func:`actors._fusion.mmr`; ``hybrid`` fuses the dense top
-``fetch_k`` with BM25's top ``fetch_k`` (computed in SQL, see ``reads.py``) by
-:func:`actors._fusion.rrf`. The metadata filter is part of each statement's WHERE
-clause, so it narrows the candidates before top-k, and ``k`` hits come back whenever
-``k`` entries match. A search is one transaction, ``REPEATABLE READ`` when it runs more
-than one statement, so every list and every document come from one snapshot.
+:func:`actors._search.rank` holds every rule (threshold, rank numbering, MMR, fusion);
+this module reads the lists it asks for: the exact dense top-k (``reads.py``), BM25's
+top-k (computed in SQL, see ``reads.py``), the candidates' vectors and the hits' rows.
+The metadata filter is part of each statement's WHERE clause, so it narrows the
+candidates before top-k, and ``k`` hits come back whenever ``k`` entries match. A
+search is one transaction, ``REPEATABLE READ`` when it runs more than one statement, so
+every list and every document come from one snapshot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import psycopg
@@ -20,14 +22,53 @@ from psycopg import sql
 
 from protocol import ScoredDocument, SearchRequest
 
-from .._fusion import mmr, rrf
 from .._prepare import clamp_k
-from .filters import translate
-from .reads import Reads
+from .._search import Candidate, Pick, rank
+from .filters import FilterSql, translate
+from .reads import DocRow, Reads
 
 __all__ = ["run_search"]
 
 _METADATA = sql.Identifier("metadata")
+
+
+@attrs.define
+class _PgBackend:
+    """One search's statements, on one connection (one transaction)."""
+
+    conn: psycopg.Connection[Any]
+    reads: Reads
+    query: str
+    namespace: str
+    where: FilterSql
+    rows: dict[int, DocRow] = attrs.field(factory=dict)
+    vecs: dict[int, npt.NDArray[np.float32]] = attrs.field(factory=dict)
+
+    def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
+        hits = self.reads.dense(
+            self.conn, self.query, depth, self.namespace, self.where, vectors=vectors
+        )
+        out = []
+        for row, score, vec in hits:
+            self.rows[row.seq] = row
+            if vec is not None:
+                self.vecs[row.seq] = vec
+            # The raw score is pgvector's distance (<#>, the negative inner product).
+            out.append(Candidate(row.seq, score, 0.0 - score))
+        return out
+
+    def bm25(self, text: str, depth: int) -> list[Candidate]:
+        sparse = self.reads.bm25(self.conn, text, depth, self.namespace, self.where)
+        return [Candidate(seq, score, score) for seq, score in sparse]
+
+    def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
+        return np.stack([self.vecs[key] for key in keys])
+
+    def hits(self, picks: Sequence[Pick]) -> list[ScoredDocument]:
+        missing = [key for key, _, _, _ in picks if key not in self.rows]
+        if missing:
+            self.rows.update(self.reads.by_seqs(self.conn, missing))
+        return [self.rows[key].scored(score, ranks, raw) for key, score, raw, ranks in picks]
 
 
 def run_search(
@@ -45,41 +86,8 @@ def run_search(
     ``k`` and ``fetch_k`` are cut to ``max_entries`` (the table's cap) first: a request
     may ask for any number, and a LIMIT is a ``bigint``."""
     where = translate(request.filter, _METADATA)
-    threshold = request.score_threshold
     k, fetch_k = clamp_k(request.k, max_entries), clamp_k(request.fetch_k, max_entries)
-    if request.kind == "similarity":
-        hits = reads.dense(conn, query, k, namespace, where)
-        return [
-            row.scored(score, {"dense": rank})
-            for rank, (row, score, _) in enumerate(hits, start=1)
-            if threshold is None or score >= threshold
-        ]
-    if request.kind == "mmr":
-        hits = reads.dense(conn, query, fetch_k, namespace, where, vectors=True)
-        candidates = [
-            (rank, row, score, vec)
-            for rank, (row, score, vec) in enumerate(hits, start=1)
-            if threshold is None or score >= threshold
-        ]
-        if not candidates:
-            return []
-        matrix = np.stack([c[3] for c in candidates if c[3] is not None])
-        chosen = mmr(vector, matrix, k, request.lambda_mult)
-        return [
-            candidates[i][1].scored(candidates[i][2], {"dense": candidates[i][0]}) for i in chosen
-        ]
-    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    dense = reads.dense(conn, query, fetch_k, namespace, where)
-    assert request.query is not None
-    sparse = reads.bm25(conn, request.query, fetch_k, namespace, where)
-    rows = {row.seq: row for row, _, _ in dense}
-    fused = rrf(
-        {"dense": [row.seq for row, _, _ in dense], "bm25": [seq for seq, _ in sparse]},
-        k=request.rrf_k,
-        weights=request.weights,
-        limit=k,
-    )
-    missing = [hit.key for hit in fused if hit.key not in rows]
-    if missing:
-        rows.update(reads.by_seqs(conn, missing))
-    return [rows[hit.key].scored(hit.score, dict(hit.ranks)) for hit in fused]
+    if request.kind in ("hybrid", "bm25"):  # bm25 reads its hits' rows in a second statement
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    backend = _PgBackend(conn, reads, query, namespace, where)
+    return rank(request, backend, k, fetch_k, vector)

@@ -58,7 +58,8 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -70,6 +71,7 @@ from protocol import (
     ConfigError,
     Document,
     EmbeddingProfile,
+    Event,
     RetrievalReport,
     ScoredDocument,
     SearchRequest,
@@ -83,6 +85,7 @@ from .._handle import OPENED, StoreHandleBase
 from .._lifecycle import run_store
 from .._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
 from .._store import StoreStatistics
+from .._store_hooks import retrieve_event, search_event
 from .actor import _PgStoreActor
 from .schema import (
     MAX_DIMENSIONS,
@@ -139,9 +142,16 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
             Poisoned: the actor has crashed.
         """
         self._check()
+        started = time.perf_counter()
         if not isinstance(request, SearchRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
-        return await self._actor.search(request, self._namespace(request.namespace))
+        namespace = self._namespace(request.namespace)
+        actor = self._actor
+        hits = await actor.search(request, namespace)
+        if actor.on_event is not None:
+            k = clamp_k(request.k, actor.config.max_entries)
+            actor.on_event(search_event("pg", actor.profile, request, namespace, k, hits, started))
+        return hits
 
     async def retrieve_embedding(
         self,
@@ -160,17 +170,37 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         k = clamp_k(check_k(k), self._actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
-        query = self._actor.query_vector(vector)
-        self._actor.check_query_profile(query, profile)
-        return await self._actor.scan(vector_literal(query), k, namespace)
+        started = time.perf_counter()
+        query = self._actor.checked_query(vector, profile)
+        report = await self._actor.scan(vector_literal(query), k, namespace)
+        self._retrieved(namespace, None, k, report, started)
+        return report
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
         k = clamp_k(check_k(k), self._actor.config.max_entries)
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
+        started = time.perf_counter()
         raw = await self._actor.embedder.query(query)
-        return await self._actor.scan(self._actor.query_literal(raw), k, namespace)
+        report = await self._actor.scan(self._actor.query_literal(raw), k, namespace)
+        self._retrieved(namespace, query, k, report, started)
+        return report
+
+    def _retrieved(
+        self,
+        namespace: str | None,
+        query: str | None,
+        k: int,
+        report: RetrievalReport,
+        started: float,
+    ) -> None:
+        """Send ``vector_store.searched`` to ``on_event``, as the in-memory store does."""
+        actor = self._actor
+        if actor.on_event is not None:
+            actor.on_event(
+                retrieve_event("pg", actor.profile, namespace, query, k, report, started)
+            )
 
     # --- state -------------------------------------------------------------------------
 
@@ -259,6 +289,7 @@ async def open_pg_store(
     statement_timeout: float = 60.0,
     index: str | None = None,
     embed_timeout: float | None = None,
+    on_event: Callable[[Event], None] | None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
@@ -292,6 +323,9 @@ async def open_pg_store(
             opened without ``index`` stays exact even on a table that has the index.
         embed_timeout: seconds each embedder call may take, or None (no limit); as in
             :func:`~actors.open_store`.
+        on_event: called on the trio thread with a ``vector_store.searched`` event
+            (:class:`~protocol.events.StoreSearched`, ``backend="pg"``) after every
+            read; writes emit no events on this backend yet.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
     store's: ``actors._lifecycle``. Cancellation: a cancelled open closes the pool and
@@ -352,6 +386,7 @@ async def open_pg_store(
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
             embed_timeout=embed_timeout,
         )
+        actor.on_event = on_event
         # Leaving: a batch still being embedded, or queued, is not applied; a commit
         # already in its worker thread is shielded and finishes first.
         async with run_store(actor, PgStoreHandle(actor, _opened=OPENED)) as handle:

@@ -691,6 +691,48 @@ class StoreConformance:
                 )
                 assert _ids(hits) == ["p3"]
 
+    # --- bm25 (keyword-only) ------------------------------------------------------------
+
+    async def test_bm25_ranks_by_keywords_alone(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                await store.add_documents(
+                    [
+                        Document(text="river bank loan", id="a", metadata={"ok": True}),
+                        Document(text="river stream water", id="b", metadata={"ok": True}),
+                        Document(text="bank account money", id="c", metadata={"ok": False}),
+                        Document(text="mountain air", id="d", metadata={"ok": True}),
+                    ]
+                )
+                hits = await self.search(store, query="river bank", kind="bm25", k=4)
+                # Only the documents holding a query word, the one holding both first.
+                assert set(_ids(hits)) == {"a", "b", "c"}
+                assert hits[0].document.id == "a"
+                assert [h.ranks for h in hits] == [{"bm25": r} for r in range(1, 4)]
+                # score: the BM25 score over the best hit's; raw_score: the BM25 score.
+                assert hits[0].score == 1.0
+                best = hits[0].raw_score
+                assert best is not None
+                for h in hits:
+                    assert h.raw_score is not None
+                    assert h.raw_score > 0
+                    assert math.isclose(h.score, h.raw_score / best, rel_tol=1e-9)
+                scores = [h.score for h in hits]
+                assert scores == sorted(scores, reverse=True)
+                # The same list hybrid search fuses as its BM25 side.
+                fused = await self.search(store, query="river bank", kind="hybrid", k=4, fetch_k=4)
+                by_rank = sorted(
+                    (h for h in fused if "bm25" in h.ranks), key=lambda h: h.ranks["bm25"]
+                )
+                assert _ids(by_rank) == _ids(hits)
+                assert _ids(await self.search(store, query="river", kind="bm25", k=1)) == ["b"]
+                filtered = await self.search(
+                    store, query="river bank", kind="bm25", k=4, filter={"ok": True}
+                )
+                assert set(_ids(filtered)) == {"a", "b"}
+                assert await self.search(store, query="unrelated words", kind="bm25") == []
+                assert await self.search(store, query="river", kind="bm25", namespace="x") == []
+
     # --- namespaces ----------------------------------------------------------------------
 
     async def test_namespaces_are_isolated(self) -> None:
