@@ -112,8 +112,11 @@ class _TeeUsageLog(EmbeddingUsageLog):
         super().__init__(listener=listener)
         self._inner = inner
 
-    def price_for(self, profile: EmbeddingProfile) -> EmbeddingPrice | None:
-        return self._inner.price_for(profile)
+    def price_named(self, provider: str, model: str) -> EmbeddingPrice | None:
+        return self._inner.price_named(provider, model)
+
+    def set_price(self, name: str, price: EmbeddingPrice | None) -> None:
+        self._inner.set_price(name, price)
 
     def record(self, call: EmbeddingCall) -> None:
         self._inner.record(call)

@@ -8,13 +8,32 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import trio
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
-from actors import HashingEmbedder, InMemoryRecordManager, index, open_store
-from protocol import ConfigError, Document, EmbeddingError, IndexResult, VectorStoreConfig
+from actors import (
+    CachedEmbedder,
+    EmbeddingCache,
+    EmbeddingResult,
+    EmbeddingUsageLog,
+    HashingEmbedder,
+    InMemoryRecordManager,
+    index,
+    open_store,
+)
+from protocol import (
+    ConfigError,
+    Document,
+    EmbeddingCall,
+    EmbeddingError,
+    EmbeddingPrice,
+    EmbeddingProfile,
+    IndexResult,
+    VectorStoreConfig,
+)
 
 DIM = 16
 CONFIG = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=2048)
@@ -159,3 +178,119 @@ async def test_a_changed_embedding_is_an_update() -> None:
             await index([Document(text="a", id="a", embedding=[1.0] * DIM)], store, records)
             changed = Document(text="a", id="a", embedding=[2.0] + [1.0] * (DIM - 1))
             assert await index([changed], store, records) == IndexResult(num_updated=1)
+
+
+# --- EmbeddingPrice and EmbeddingUsageLog.set_price -----------------------------------------
+
+
+def test_price_per_vector_and_per_request() -> None:
+    price = EmbeddingPrice(per_vector=0.5, per_request=2.0, per_million_characters=1e6)
+    assert price.cost(tokens=None, characters=3, vectors=4, requests=1) == 3 + 2 + 2
+    assert EmbeddingPrice().cost(tokens=10, characters=10, vectors=10, requests=10) == 0.0
+    assert EmbeddingPrice(per_million_tokens=1.0).cost(tokens=None, characters=1) is None
+    for field in ("per_vector", "per_request"):
+        with pytest.raises(ConfigError, match=f"{field} is -1"):
+            EmbeddingPrice(**{field: -1})
+        with pytest.raises(ConfigError, match=f"{field} is True"):
+            EmbeddingPrice(**{field: True})
+
+
+class TokenModel:
+    """An async EmbeddingModel that reports one token per character."""
+
+    profile = EmbeddingProfile(provider="test", model="tok", dimensions=4)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        return (await self.embed_with_report(texts, "document")).vectors
+
+    async def embed_query(self, text: str) -> Any:
+        return (await self.embed_with_report([text], "query")).vectors[0]
+
+    async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
+        await trio.lowlevel.checkpoint()
+        vectors = np.ones((len(texts), 4), dtype=np.float32)
+        return EmbeddingResult(
+            vectors=vectors, tokens=sum(len(t) for t in texts), truncated=0, batches=1
+        )
+
+
+async def test_set_price_reprices_the_totals_without_rebuilding_the_log() -> None:
+    usage = EmbeddingUsageLog(pricing={"test/tok": EmbeddingPrice(per_request=1.0)})
+    embedder = CachedEmbedder(TokenModel(), cache=EmbeddingCache(), usage=usage)
+    with trio.fail_after(5):
+        await embedder.embed_documents(["ab", "cd"])  # 1 request, 2 vectors, 4 tokens
+        await embedder.embed_documents(["ab"])  # a cache hit: free
+        await embedder.embed_query("xyz")  # 1 request, 1 vector, 3 tokens
+    assert [r.cost for r in usage.records()] == [1.0, 0.0, 1.0]
+    assert usage.totals().cost == 2.0
+    usage.set_price("tok", EmbeddingPrice(per_vector=10.0))  # a bare model name
+    usage.set_price("test/tok", None)  # removed: the bare name now applies
+    assert usage.totals().cost == 30.0
+    assert usage.totals_by_model()["test/tok"].cost == 30.0
+    usage.set_price("test/tok", EmbeddingPrice(per_million_tokens=1e6))
+    assert usage.totals().cost == 7.0
+    assert usage.totals().unpriced_calls == 0
+    # The records keep what each call cost when it was made.
+    assert [r.cost for r in usage.records()] == [1.0, 0.0, 1.0]
+    with trio.fail_after(5):
+        await embedder.embed_query("new text")
+    assert usage.records()[-1].cost == 8.0
+    with pytest.raises(ConfigError, match="expected an EmbeddingPrice"):
+        usage.set_price("tok", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="price name is ''"):
+        usage.set_price("", EmbeddingPrice())
+
+
+def test_a_per_token_price_leaves_calls_without_tokens_unpriced() -> None:
+    usage = EmbeddingUsageLog()
+    call = EmbeddingCall(
+        provider="p", model="m", input_type="document", texts=1, cache_hits=0,
+        texts_embedded=1, characters=5, tokens=None, truncated=0, batches=1,
+        dimensions=4, seconds=0.1, cost=None,
+    )  # fmt: skip
+    usage.record(call)
+    assert (usage.totals().cost, usage.totals().unpriced_calls) == (0.0, 1)
+    usage.set_price("p/m", EmbeddingPrice(per_million_characters=1e6))
+    assert (usage.totals().cost, usage.totals().unpriced_calls) == (5.0, 0)
+    usage.set_price("p/m", EmbeddingPrice(per_million_tokens=1.0))
+    assert (usage.totals().cost, usage.totals().unpriced_calls) == (0.0, 1)
+
+
+# --- EmbeddingProfile's new fields ----------------------------------------------------------
+
+
+def test_profile_fields_default_validate_and_round_trip() -> None:
+    plain = EmbeddingProfile(provider="p", model="m", dimensions=8)
+    assert plain.allowed_dimensions is None
+    assert (plain.supports_documents, plain.supports_queries, plain.supports_sparse) == (
+        True,
+        True,
+        False,
+    )
+    assert plain.distance_metrics == ["cosine"]
+    assert plain.accepts_dimensions(8) and not plain.accepts_dimensions(4)
+    full = EmbeddingProfile(
+        provider="p",
+        model="m",
+        dimensions=8,
+        allowed_dimensions=[4, 8, 16],
+        supports_queries=False,
+        supports_sparse=True,
+        distance_metrics=["dot", "cosine"],
+    )
+    assert full.accepts_dimensions(4)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(full), type=EmbeddingProfile) == full
+    assert msgspec.json.decode(msgspec.json.encode(full), type=EmbeddingProfile) == full
+    for kwargs, needle in [
+        ({"allowed_dimensions": [4, 16]}, "expected dimensions among the allowed widths"),
+        ({"allowed_dimensions": []}, "expected None or a non-empty list"),
+        ({"allowed_dimensions": [8, 8]}, "each width once"),
+        ({"allowed_dimensions": [8, 0]}, r"allowed_dimensions\[1\]"),
+        ({"distance_metrics": []}, "non-empty list"),
+        ({"distance_metrics": ["manhattan"]}, "holds 'manhattan'"),
+        ({"distance_metrics": ["dot", "dot"]}, "each metric once"),
+        ({"supports_documents": False, "supports_queries": False}, "both False"),
+        ({"supports_sparse": 1}, "supports_sparse is 1; expected a bool"),
+    ]:
+        with pytest.raises(ConfigError, match=needle):
+            EmbeddingProfile(provider="p", model="m", dimensions=8, **kwargs)
