@@ -22,11 +22,13 @@ from actors import (
     HashingEmbedder,
     InMemoryRecordManager,
     index,
+    open_memory,
     open_store,
 )
 from protocol import (
     ConfigError,
     Document,
+    EmbedderError,
     EmbeddingCall,
     EmbeddingError,
     EmbeddingPrice,
@@ -294,3 +296,95 @@ def test_profile_fields_default_validate_and_round_trip() -> None:
     ]:
         with pytest.raises(ConfigError, match=needle):
             EmbeddingProfile(provider="p", model="m", dimensions=8, **kwargs)
+
+
+# --- embedding.started ----------------------------------------------------------------------
+
+
+class SlowModel:
+    """An EmbeddingModel whose calls can fail or hang."""
+
+    profile = EmbeddingProfile(provider="test", model="slow", dimensions=DIM)
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        if self.mode == "hang":
+            await trio.sleep_forever()
+        if self.mode == "fail":
+            raise OSError("offline")
+        await trio.lowlevel.checkpoint()
+        return HashingEmbedder(DIM).embed_batch(list(texts))
+
+    async def embed_query(self, text: str) -> Any:
+        return (await self.embed_documents([text]))[0]
+
+
+def drain(subscription: Any) -> list[Any]:
+    out: list[Any] = []
+    while True:
+        try:
+            out.append(subscription.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+def tag(event: Any) -> str:
+    return str(type(event).__struct_config__.tag)
+
+
+def assert_started_first(events: list[Any], expected: list[tuple[str, str]]) -> None:
+    """Every embedding.* event pair is started → embedded/failed, naming the same model;
+    ``expected`` lists the (tag of the end event, error or "") in order."""
+    pairs = [e for e in events if tag(e).startswith("embedding.")]
+    assert [tag(e) for e in pairs[0::2]] == ["embedding.started"] * len(expected)
+    ends = pairs[1::2]
+    assert [(tag(e), e.usage.error or "") for e in ends] == expected
+    for start, end in zip(pairs[0::2], ends, strict=True):
+        assert (start.provider, start.model) == (end.usage.provider, end.usage.model)
+        assert (start.input_type, start.texts) == (end.usage.input_type, end.usage.texts)
+        assert start.at <= end.at
+
+
+@pytest.mark.parametrize("plain", [True, False])
+async def test_embedding_started_comes_before_every_embedded_and_failed(plain: bool) -> None:
+    model = SlowModel()
+    embedder: object = FailingHash(DIM) if plain else model
+    with trio.fail_after(20):
+        async with (
+            open_memory(store=CONFIG, embedder=embedder, embed_timeout=0.5) as memory,
+            memory.events() as events,
+        ):
+            await memory.store.add_texts(["one", "two"])
+            await memory.retrieve("one")
+            if plain:
+                FailingHash.fail = True
+            else:
+                model.mode = "fail"
+            with pytest.raises(EmbedderError):
+                await memory.store.add_texts(["three"])
+            if not plain:
+                model.mode = "hang"
+                with pytest.raises(EmbedderError) as timed_out:
+                    await memory.store.add_texts(["four"])
+                assert isinstance(timed_out.value.error, TimeoutError)
+            got = drain(events)
+    FailingHash.fail = False
+    expected = [
+        ("embedding.embedded", ""),
+        ("embedding.embedded", ""),
+        ("embedding.failed", "OSError"),
+    ]
+    if not plain:
+        expected.append(("embedding.failed", "TimeoutError"))
+    assert_started_first(got, expected)
+
+
+class FailingHash(HashingEmbedder):
+    fail = False
+
+    def embed_batch(self, texts: Sequence[str]) -> Any:
+        if FailingHash.fail:
+            raise OSError("offline")
+        return super().embed_batch(texts)

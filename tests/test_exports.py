@@ -132,6 +132,7 @@ PROTOCOL_EVENTS = [
     "DocumentsDeleted",
     "EmbeddingEmbedded",
     "EmbeddingFailed",
+    "EmbeddingStarted",
     "Event",
     "EventSink",
     "Evicted",
