@@ -22,6 +22,7 @@ __all__ = [
     "EmbeddingProfile",
     "EmbeddingUsageTotals",
     "InputType",
+    "SparseVector",
 ]
 
 InputType = Literal["document", "query"]
@@ -290,3 +291,73 @@ class EmbeddingUsageTotals(msgspec.Struct, frozen=True, kw_only=True):
             cost=self.cost + (call.cost or 0.0),
             unpriced_calls=self.unpriced_calls + (provider_call and call.cost is None),
         )
+
+
+class SparseVector(msgspec.Struct, frozen=True, kw_only=True):
+    """A sparse embedding: the non-zero components, by index.
+
+    Args:
+        indices: the components' indices, ints >= 0 in strictly increasing order (so
+            each once).
+        values: the components' values, finite real numbers, one per index.
+
+    Raises:
+        ConfigError: the lists differ in length, an index is not an int >= 0 (bools
+            refused) or is out of order or repeated, or a value is not a finite number.
+    """
+
+    indices: list[int]
+    values: list[float]
+
+    def __post_init__(self) -> None:
+        indices, values = self.indices, self.values
+        if not isinstance(indices, list | tuple) or not isinstance(values, list | tuple):
+            raise ConfigError(
+                f"a SparseVector takes lists; got indices {type(indices).__name__} and "
+                f"values {type(values).__name__}"
+            )
+        if len(indices) != len(values):
+            raise ConfigError(
+                f"SparseVector has {len(indices)} indices and {len(values)} values; "
+                "expected one value per index"
+            )
+        clean: list[int] = []
+        for i, index in enumerate(indices):
+            n = int(check_int(f"indices[{i}]", index, minimum=0))
+            if clean and n <= clean[-1]:
+                raise ConfigError(
+                    f"indices[{i}] is {n} after {clean[-1]}; expected strictly increasing "
+                    "indices (sorted, each once)"
+                )
+            clean.append(n)
+        numbers: list[float] = []
+        for i, value in enumerate(values):
+            if getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"):
+                value = value.item()  # type: ignore[attr-defined]  # a numpy scalar of a real dtype
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(
+                    f"values[{i}] is {value!r:.60} ({type(value).__name__}); expected a number"
+                )
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                raise ConfigError(f"values[{i}] is {value!r:.60}; expected a finite number")
+            numbers.append(number)
+        msgspec.structs.force_setattr(self, "indices", clean)
+        msgspec.structs.force_setattr(self, "values", numbers)
+
+    def dot(self, other: SparseVector) -> float:
+        """The dot product with ``other`` (a merge over the two sorted index lists)."""
+        total, i, j = 0.0, 0, 0
+        a, b = self.indices, other.indices
+        while i < len(a) and j < len(b):
+            if a[i] == b[j]:
+                total += self.values[i] * other.values[j]
+                i, j = i + 1, j + 1
+            elif a[i] < b[j]:
+                i += 1
+            else:
+                j += 1
+        return total

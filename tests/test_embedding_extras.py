@@ -21,6 +21,7 @@ from actors import (
     EmbeddingUsageLog,
     HashingEmbedder,
     InMemoryRecordManager,
+    SparseEmbeddingModel,
     index,
     open_memory,
     open_store,
@@ -34,6 +35,7 @@ from protocol import (
     EmbeddingPrice,
     EmbeddingProfile,
     IndexResult,
+    SparseVector,
     VectorStoreConfig,
 )
 
@@ -388,3 +390,45 @@ class FailingHash(HashingEmbedder):
         if FailingHash.fail:
             raise OSError("offline")
         return super().embed_batch(texts)
+
+
+# --- SparseVector and SparseEmbeddingModel ----------------------------------------------------
+
+
+def test_sparse_vector_validates_and_round_trips() -> None:
+    v = SparseVector(indices=[0, 3, np.int64(9)], values=[1, 0.5, np.float32(2.0)])  # type: ignore[list-item]
+    assert (v.indices, v.values) == ([0, 3, 9], [1.0, 0.5, 2.0])
+    assert type(v.indices[2]) is int and type(v.values[2]) is float
+    w = SparseVector(indices=[3, 9, 12], values=[2.0, 1.0, 5.0])
+    assert v.dot(w) == 0.5 * 2.0 + 2.0 * 1.0 == w.dot(v)
+    assert SparseVector(indices=[], values=[]).dot(w) == 0.0
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(v), type=SparseVector) == v
+    assert msgspec.json.decode(msgspec.json.encode(v), type=SparseVector) == v
+    for kwargs, needle in [
+        ({"indices": [1, 2], "values": [1.0]}, "2 indices and 1 values"),
+        ({"indices": [2, 1], "values": [1.0, 1.0]}, "strictly increasing"),
+        ({"indices": [1, 1], "values": [1.0, 1.0]}, "strictly increasing"),
+        ({"indices": [-1], "values": [1.0]}, r"indices\[0\]"),
+        ({"indices": [True], "values": [1.0]}, r"indices\[0\]"),
+        ({"indices": [0], "values": [float("inf")]}, "finite"),
+        ({"indices": [0], "values": [True]}, "expected a number"),
+        ({"indices": (0,), "values": "1"}, "takes lists"),
+    ]:
+        with pytest.raises(ConfigError, match=needle):
+            SparseVector(**kwargs)
+
+
+def test_a_sparse_model_satisfies_the_protocol() -> None:
+    class Splade:
+        profile = EmbeddingProfile(
+            provider="local", model="splade", dimensions=30522, supports_sparse=True
+        )
+
+        async def embed_sparse_documents(self, texts: Sequence[str]) -> list[SparseVector]:
+            return [SparseVector(indices=[len(t)], values=[1.0]) for t in texts]
+
+        async def embed_sparse_query(self, text: str) -> SparseVector:
+            return SparseVector(indices=[len(text)], values=[1.0])
+
+    assert isinstance(Splade(), SparseEmbeddingModel)
+    assert not isinstance(HashingEmbedder(4), SparseEmbeddingModel)
