@@ -29,6 +29,7 @@ from ._memory import open_memory as open_memory
 from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import MiniLMStatistics as MiniLMStatistics
 from ._openai_embeddings import OpenAIEmbeddings as OpenAIEmbeddings
+from ._sparse import SparseEmbeddingModel as SparseEmbeddingModel
 from ._st_adapter import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from ._store import StoreHandle as StoreHandle
 from ._store import StoreStatistics as StoreStatistics
@@ -58,6 +59,7 @@ __all__ = [
     "Record",
     "RecordManager",
     "SentenceTransformerEmbedder",
+    "SparseEmbeddingModel",
     "Store",
     "StoreHandle",
     "StoreStatistics",

@@ -112,8 +112,11 @@ class _TeeUsageLog(EmbeddingUsageLog):
         super().__init__(listener=listener)
         self._inner = inner
 
-    def price_for(self, profile: EmbeddingProfile) -> EmbeddingPrice | None:
-        return self._inner.price_for(profile)
+    def price_named(self, provider: str, model: str) -> EmbeddingPrice | None:
+        return self._inner.price_named(provider, model)
+
+    def set_price(self, name: str, price: EmbeddingPrice | None) -> None:
+        self._inner.set_price(name, price)
 
     def record(self, call: EmbeddingCall) -> None:
         self._inner.record(call)
@@ -155,6 +158,9 @@ class EmbedderAdapter:
         self.timeout = check_timeout("embed_timeout", timeout)
         self._on_crash = on_crash
         self.listeners: list[Callable[[EmbeddingCall], None]] = []
+        # Told (provider, model, input_type, texts) as each call begins, before its
+        # record reaches ``listeners`` (the memory's ``embedding.started``).
+        self.start_listeners: list[Callable[[str, str, str, int], None]] = []
         docs = getattr(embedder, "embed_documents", None)
         self._async = docs is not None and inspect.iscoroutinefunction(docs)
         if self._async:
@@ -185,6 +191,13 @@ class EmbedderAdapter:
         else:
             self.usage = EmbeddingUsageLog(listener=self._fan_out)
             self._meter = True
+
+    def identity(self) -> tuple[str, str]:
+        """``(provider, model)`` as this adapter's usage records name them."""
+        profile = getattr(self.embedder, "profile", None)
+        if not self._meter and isinstance(profile, EmbeddingProfile):
+            return profile.provider, profile.model
+        return "local", type(self.original).__name__
 
     def _fan_out(self, call: EmbeddingCall) -> None:
         for listener in list(self.listeners):
@@ -222,6 +235,10 @@ class EmbedderAdapter:
         start: Callable[[], Awaitable[object]],
     ) -> object:
         began = time.perf_counter()
+        if self.start_listeners:
+            provider, model = self.identity()
+            for listener in list(self.start_listeners):
+                listener(provider, model, input_type, len(texts))
         try:
             if self.timeout is None:
                 result = await start()
@@ -236,8 +253,11 @@ class EmbedderAdapter:
         except trio.Cancelled:
             raise
         except Exception as error:
-            cause = TimeoutError(str(error)) if isinstance(error, _Timeout) else error
-            self._record(input_type, texts, 0, began, type(cause).__name__)
+            timed_out = isinstance(error, _Timeout)
+            cause = TimeoutError(str(error)) if timed_out else error
+            # A CachedEmbedder records its own calls, but one cancelled by the timeout
+            # records nothing: the failure is recorded here, so it is never silent.
+            self._record(input_type, texts, 0, began, type(cause).__name__, always=timed_out)
             raise EmbedderError(cause) from cause
         except BaseException as error:
             if isinstance(error, PROPAGATE) or self._on_crash is None:
@@ -247,15 +267,23 @@ class EmbedderAdapter:
         return result
 
     def _record(
-        self, input_type: str, texts: list[str], batches: int, began: float, error: str | None
+        self,
+        input_type: str,
+        texts: list[str],
+        batches: int,
+        began: float,
+        error: str | None,
+        *,
+        always: bool = False,
     ) -> None:
-        if not self._meter or not self.listeners:
+        if not (self._meter or always) or not self.listeners:
             return  # nobody reads these records: keep the hot path free of them
         sent = texts if error is None else []
+        provider, model = self.identity()
         self.usage.record(
             EmbeddingCall(
-                provider="local",
-                model=type(self.original).__name__,
+                provider=provider,
+                model=model,
                 input_type=input_type,  # type: ignore[arg-type]
                 texts=len(texts),
                 cache_hits=0,

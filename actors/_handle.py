@@ -113,6 +113,46 @@ class StoreHandleBase(Generic[ActorT]):
         """
         return await self.upsert(documents, namespace)
 
+    async def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        namespace: str | None = None,
+    ) -> list[str]:
+        """Store plain texts as documents (:meth:`add_documents`), all or nothing.
+
+        ``metadatas`` and ``ids``, when given, are lists as long as ``texts``: text i
+        gets metadata i and id i. Without ids each document's id is its content hash
+        (``document_id``). Blocks and behaves on cancellation like :meth:`store_turns`.
+
+        Raises:
+            ConfigError: ``texts``, ``metadatas`` or ``ids`` is not a list (a lone str is
+                refused), or their lengths differ; anything :meth:`add_documents`
+                raises.
+        """
+        texts = _as_list("texts", texts)
+        columns: dict[str, list[Any]] = {}
+        for name, column in (("metadatas", metadatas), ("ids", ids)):
+            if column is None:
+                continue
+            values = _as_list(name, column)
+            if len(values) != len(texts):
+                raise ConfigError(
+                    f"{name} has {len(values)} items and texts has {len(texts)}; expected "
+                    "one per text"
+                )
+            columns[name] = values
+        documents = [
+            Document(
+                text=text,
+                metadata={} if "metadatas" not in columns else columns["metadatas"][i],
+                id=None if "ids" not in columns else columns["ids"][i],
+            )
+            for i, text in enumerate(texts)
+        ]
+        return await self.add_documents(documents, namespace)
+
     async def upsert(
         self, documents: Sequence[Document], namespace: str | None = None
     ) -> list[str]:
@@ -243,6 +283,14 @@ class Store(Protocol):
         self, documents: Sequence[Document], namespace: str | None = ...
     ) -> list[str]: ...
 
+    async def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = ...,
+        ids: Sequence[str] | None = ...,
+        namespace: str | None = ...,
+    ) -> list[str]: ...
+
     async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...
 
     async def clear(self, namespace: str | None = ...) -> Cleared: ...
@@ -280,3 +328,9 @@ class Store(Protocol):
 
     @property
     def profile(self) -> EmbeddingProfile | None: ...
+
+
+def _as_list(name: str, values: object) -> list[Any]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError(f"{name} is a {type(values).__name__}; expected a list")
+    return list(values)

@@ -1,8 +1,9 @@
 """Incremental indexing: write only what changed, and clean up what went stale.
 
 :func:`index` reads documents in batches. For each document it computes a key (its id,
-or :func:`~protocol.document_id` when it has none) and a sha256 hash over its text,
-metadata and source id, and asks the record manager what it knew:
+or :func:`~protocol.document_id` when it has none) and a hash over its text, metadata
+and source id (sha256 unless ``key_encoder`` says otherwise), and asks the record
+manager what it knew:
 
 - a key it does not know is **added**; a key it knows with another hash is **updated**;
   both are written to the store in one ``upsert`` per batch;
@@ -66,6 +67,7 @@ __all__ = [
     "Cleanup",
     "DocumentStore",
     "InMemoryRecordManager",
+    "KeyEncoder",
     "Record",
     "RecordManager",
     "hash_document",
@@ -99,7 +101,7 @@ class Record:
 
     Attributes:
         key: the document id.
-        hash: sha256 hex of the text, metadata and source id (:func:`hash_document`).
+        hash: the document's hash (:func:`hash_document`, sha256 hex by default).
         source_id: the document's source id, or None.
         run: the run that last saw the document.
         updated_at: wall-clock time of that run's update, for people; cleanup uses
@@ -197,10 +199,46 @@ class InMemoryRecordManager:
         return len(self._records)
 
 
-def hash_document(doc: Document, source_id: str | None) -> str:
-    """sha256 hex over the document's text, metadata and source id, as sorted JSON."""
-    blob = canonical_json({"text": doc.text, "metadata": doc.metadata, "source_id": source_id})
-    return hashlib.sha256(blob).hexdigest()
+KeyEncoder = Literal["sha256", "sha512", "blake2b"] | Callable[[Document, str | None], str]
+"""How :func:`index` hashes a document: a named hash over :func:`hash_document`'s JSON,
+or the caller's callable ``(document, source_id) -> str``."""
+
+_ENCODERS: dict[str, Callable[[bytes], Any]] = {
+    "sha256": hashlib.sha256,
+    "sha512": hashlib.sha512,
+    "blake2b": hashlib.blake2b,
+}
+
+
+def hash_document(doc: Document, source_id: str | None, key_encoder: KeyEncoder = "sha256") -> str:
+    """The hex hash of the document's text, metadata, source id and (when it has one)
+    its precomputed embedding, as sorted JSON; or ``key_encoder(doc, source_id)``.
+
+    sha256 is the default; ``"sha512"`` and ``"blake2b"`` give longer digests.
+
+    Raises:
+        ConfigError: an unknown encoder name, or a callable that did not return a
+            non-empty str.
+    """
+    if callable(key_encoder):
+        digest = key_encoder(doc, source_id)
+        if not isinstance(digest, str) or not digest:
+            raise ConfigError(
+                f"key_encoder returned {digest!r:.60} for document {doc.id!r}; expected a "
+                "non-empty str"
+            )
+        return digest
+    encoder = _ENCODERS.get(key_encoder) if isinstance(key_encoder, str) else None
+    if encoder is None:
+        raise ConfigError(
+            f"key_encoder is {key_encoder!r:.60}; expected one of {', '.join(_ENCODERS)} "
+            "or a callable (document, source_id) -> str"
+        )
+    content: dict[str, Any] = {"text": doc.text, "metadata": doc.metadata, "source_id": source_id}
+    if doc.embedding is not None:
+        # Only when present, so the hash of a document without one is what it was.
+        content["embedding"] = doc.embedding
+    return str(encoder(canonical_json(content)).hexdigest())
 
 
 @attrs.define(eq=False)
@@ -272,6 +310,8 @@ class _Run:
     sources: set[str] = attrs.field(factory=set)
     pending: set[str] = attrs.field(factory=set)
     on_event: Callable[[Event], None] | None = None
+    force_update: bool = False
+    key_encoder: KeyEncoder = "sha256"
     started: float = attrs.field(factory=time.perf_counter)
 
     def elapsed(self) -> float:
@@ -323,7 +363,7 @@ class _Run:
                 )
             if source is not None:
                 batch_sources.add(source)
-            digest = hash_document(doc, source)
+            digest = hash_document(doc, source, self.key_encoder)
             known = self.hashes.get(doc.id)
             if known is not None:
                 if known != digest:
@@ -360,7 +400,7 @@ class _Run:
             if record is None:
                 writes.append(doc)
                 added += 1
-            elif record.hash != digest:
+            elif record.hash != digest or self.force_update:
                 writes.append(doc)
                 updated += 1
             else:
@@ -409,6 +449,8 @@ async def index(
     *,
     progress: bool | TextIO | None = None,
     on_event: Callable[[Event], None] | None = None,
+    force_update: bool = False,
+    key_encoder: KeyEncoder = "sha256",
 ) -> IndexResult:
     """Index ``docs`` into ``store``, writing only what changed (see the module docs).
 
@@ -426,6 +468,13 @@ async def index(
         on_event: an event sink for the ``indexing.*`` events (see the module docs),
             called synchronously: it must not block (``Memory.publish`` does not). An
             exception from it propagates and stops the run.
+        force_update: rewrite (and re-embed) documents the record manager holds
+            unchanged, counting them as updated: for a new embedding model, say.
+            Duplicates within the run are still skipped.
+        key_encoder: the document hash (:data:`KeyEncoder`): ``"sha256"`` (the
+            default), ``"sha512"``, ``"blake2b"``, or a callable ``(document,
+            source_id) -> str``. Switching encoders between runs makes every known
+            document look changed, so the next run rewrites them all once.
 
     Returns:
         The counts of added, updated, skipped and deleted documents.
@@ -443,6 +492,13 @@ async def index(
     _check_index_args(docs, store, record_manager, cleanup, source_id_key, batch_size)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
+    if not isinstance(force_update, bool):
+        raise ConfigError(f"force_update is {force_update!r:.60}; expected a bool")
+    if not callable(key_encoder) and key_encoder not in _ENCODERS:
+        raise ConfigError(
+            f"key_encoder is {key_encoder!r:.60}; expected one of {', '.join(_ENCODERS)} "
+            "or a callable (document, source_id) -> str"
+        )
     namespace = record_manager.namespace
     run = _Run(
         store=store,
@@ -454,6 +510,8 @@ async def index(
         progress=_Progress(_progress_stream(progress), namespace),
         batch_size=batch_size,
         on_event=on_event,
+        force_update=force_update,
+        key_encoder=key_encoder,
     )
     run.emit(IndexingStarted, cleanup=cleanup, batch_size=batch_size, totals=False)
     try:

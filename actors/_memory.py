@@ -46,6 +46,7 @@ from protocol._surrogates import pack
 from protocol.events import (
     EmbeddingEmbedded,
     EmbeddingFailed,
+    EmbeddingStarted,
     RetrieverCompleted,
     RetrieverFailed,
     RetrieverStarted,
@@ -648,10 +649,23 @@ async def _run_memory(
         kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
         hub.publish(kind(at=now(), namespace=namespace, usage=call))
 
+    def on_embedding_started(provider: str, model: str, input_type: str, texts: int) -> None:
+        hub.publish(
+            EmbeddingStarted(
+                at=now(),
+                namespace=namespace,
+                provider=provider,
+                model=model,
+                input_type=input_type,  # type: ignore[arg-type]
+                texts=texts,
+            )
+        )
+
     # Taps on the store for as long as the memory is open: its embedder's usage records
     # and (in-memory stores) its vector_store.* events, both into this memory's hub.
-    taps: list[tuple[list[Any], Callable[[Any], None]]] = [
-        (store_actor.embedder.listeners, on_embedding)
+    taps: list[tuple[list[Any], Callable[..., None]]] = [
+        (store_actor.embedder.listeners, on_embedding),
+        (store_actor.embedder.start_listeners, on_embedding_started),
     ]
     sinks = getattr(store_actor, "event_sinks", None)
     if sinks is not None:

@@ -61,6 +61,7 @@ from ._filtering import PackedMetadata
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._mailbox import CrashableActor, Envelope
+from ._precomputed import document_vectors
 from ._prepare import (
     check_documents,
     check_ids,
@@ -351,7 +352,8 @@ class _StoreActor(CrashableActor):
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
-        vectors, scale, zero = await self._embed(texts)
+        raw = await document_vectors(self.embedder, survivors, self.config.dimensions)
+        vectors, scale, zero = checked_rows(raw, keep, self.config.dimensions)
         return _Prepared(
             entries=Entries(
                 vectors=vectors,

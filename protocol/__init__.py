@@ -32,6 +32,7 @@ from ._embedding import EmbeddingPrice as EmbeddingPrice
 from ._embedding import EmbeddingProfile as EmbeddingProfile
 from ._embedding import EmbeddingUsageTotals as EmbeddingUsageTotals
 from ._embedding import InputType as InputType
+from ._embedding import SparseVector as SparseVector
 from ._errors import ConfigError as ConfigError
 from ._errors import DispatchError as DispatchError
 from ._errors import DispatchTimeout as DispatchTimeout
@@ -141,6 +142,7 @@ __all__ = [
     "SearchRequest",
     "Skipped",
     "SlidingWindow",
+    "SparseVector",
     "StoreUnavailable",
     "Strategy",
     "Summarize",

@@ -77,17 +77,24 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         metadata: a JSON object (str keys, JSON values, finite numbers).
         source_id: where the document came from (a file, a URL); the record manager's
             scoped cleanup groups by it.
+        embedding: a precomputed embedding of ``text``: the store keeps it (normalized,
+            like an embedder's vector) and does not call its embedder for this
+            document. The rules are every vector's (see ``SearchRequest.vector``); the
+            store also checks its width. Stored documents come back without it (the
+            store keeps the normalized vector, not the caller's list).
 
     Raises:
         ConfigError: ``text`` is not a str, or ``id``/``source_id`` is not ``None`` or a
             non-empty str.
         JsonError: ``metadata`` is not a JSON object.
+        EmbeddingError: ``embedding`` is not a flat vector of finite real numbers.
     """
 
     text: str
     id: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     source_id: str | None = None
+    embedding: list[float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -95,6 +102,9 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         _check_optional_str("document id", self.id)
         _check_optional_str("document source_id", self.source_id)
         check_json_object(self.metadata, what="document metadata")
+        if self.embedding is not None:
+            vector = SearchRequest._vector_list(self.embedding, what="document embedding")
+            msgspec.structs.force_setattr(self, "embedding", vector)
 
     def with_id(self) -> Document:
         """This document with its id filled in from :func:`document_id` when missing."""
@@ -269,29 +279,29 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 )
 
     @staticmethod
-    def _vector_list(vector: object) -> list[float]:
+    def _vector_list(vector: object, *, what: str = "vector") -> list[float]:
         # numpy arrays (and anything array-like) become plain floats here, so the
         # request never carries a mutable array another task may still hold. The rules
         # are the store's (``actors._embedders.as_vector``): real numbers, flat, finite;
         # protocol does not import numpy, so arrays are recognised by their dtype.
         if any(c.__name__ == "MaskedArray" for c in type(vector).__mro__):
             raise EmbeddingError(
-                "vector is a masked array; expected a plain array: fill the masked "
+                f"{what} is a masked array; expected a plain array: fill the masked "
                 "components first (.filled())"
             )
         dtype = getattr(vector, "dtype", None)
         shape = getattr(vector, "shape", None)
         if dtype is not None and getattr(dtype, "kind", None) not in _REAL_KINDS:
-            raise EmbeddingError(f"vector has dtype {dtype} and shape {shape}; {_REAL_VECTOR}")
+            raise EmbeddingError(f"{what} has dtype {dtype} and shape {shape}; {_REAL_VECTOR}")
         if shape is not None and len(shape) != 1:
-            raise EmbeddingError(f"vector has shape {shape}; expected a flat vector (1-D)")
+            raise EmbeddingError(f"{what} has shape {shape}; expected a flat vector (1-D)")
         tolist = getattr(vector, "tolist", None)
         items = tolist() if callable(tolist) else vector
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
-            raise EmbeddingError(f"vector is a {type(vector).__name__}; {_REAL_VECTOR}")
-        out = [_component(i, x) for i, x in enumerate(items)]
+            raise EmbeddingError(f"{what} is a {type(vector).__name__}; {_REAL_VECTOR}")
+        out = [_component(i, x, what) for i, x in enumerate(items)]
         if not out:
-            raise EmbeddingError("vector is empty; expected at least one number")
+            raise EmbeddingError(f"{what} is empty; expected at least one number")
         return out
 
 
@@ -299,7 +309,7 @@ _REAL_KINDS = ("f", "i", "u")
 _REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
 
 
-def _component(i: int, x: object) -> float:
+def _component(i: int, x: object, what: str = "vector") -> float:
     """One component of a ``SearchRequest.vector``, as a finite float."""
     dtype = getattr(x, "dtype", None)
     if dtype is not None and callable(getattr(x, "item", None)):
@@ -308,24 +318,24 @@ def _component(i: int, x: object) -> float:
         kind = getattr(dtype, "kind", None)
         if kind not in _REAL_KINDS:
             raise EmbeddingError(
-                f"vector[{i}] is {shown(x)} (dtype {dtype}); expected a real number"
+                f"{what}[{i}] is {shown(x)} (dtype {dtype}); expected a real number"
             )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning
             x = float(x) if kind == "f" else int(x)  # type: ignore[arg-type, call-overload]
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise EmbeddingError(
-            f"vector[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "
+            f"{what}[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "
             "(int or float, not bool)"
         )
     try:
         value = float(x)
     except OverflowError:
         raise EmbeddingError(
-            f"vector[{i}] is {shown(x)}, an int too large for float64; expected a finite number"
+            f"{what}[{i}] is {shown(x)}, an int too large for float64; expected a finite number"
         ) from None
     if not math.isfinite(value):
-        raise EmbeddingError(f"vector[{i}] is {value!r}; expected a finite number")
+        raise EmbeddingError(f"{what}[{i}] is {value!r}; expected a finite number")
     return value
 
 

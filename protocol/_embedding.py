@@ -15,11 +15,14 @@ from ._checks import check_int
 from ._errors import ConfigError
 
 __all__ = [
+    "DISTANCE_METRICS",
+    "DistanceMetric",
     "EmbeddingCall",
     "EmbeddingPrice",
     "EmbeddingProfile",
     "EmbeddingUsageTotals",
     "InputType",
+    "SparseVector",
 ]
 
 InputType = Literal["document", "query"]
@@ -27,6 +30,9 @@ InputType = Literal["document", "query"]
 differently, and the cache never mixes the two."""
 
 OptionValue = str | int | float | bool | None
+
+DistanceMetric = Literal["cosine", "dot", "euclidean"]
+DISTANCE_METRICS: tuple[str, ...] = ("cosine", "dot", "euclidean")
 
 
 def _non_empty_str(name: str, value: object) -> None:
@@ -50,9 +56,20 @@ class EmbeddingProfile(msgspec.Struct, frozen=True, kw_only=True):
         normalized: the model returns unit vectors.
         options: anything else that changes the vectors (a prompt prefix, a precision).
             It is part of every cache key.
+        allowed_dimensions: the widths the model can be asked for (a Matryoshka model
+            truncates); ``None`` means only ``dimensions``. When given, it holds
+            ``dimensions``, each width once, each an int > 0.
+        supports_documents: the model embeds documents (``embed_documents``).
+        supports_queries: the model embeds queries (``embed_query``).
+        supports_sparse: the model also makes sparse vectors.
+        distance_metrics: the metrics its vectors are meant for, best first, each
+            once, among ``"cosine"``, ``"dot"`` and ``"euclidean"``. The stores rank by
+            cosine similarity.
 
     Raises:
-        ConfigError: an empty name, or a bound that is not an int > 0.
+        ConfigError: an empty name, a bound that is not an int > 0, a flag that is not
+            a bool, both ``supports_*`` input flags false, or a bad
+            ``allowed_dimensions`` or ``distance_metrics``.
     """
 
     provider: str
@@ -62,6 +79,11 @@ class EmbeddingProfile(msgspec.Struct, frozen=True, kw_only=True):
     max_input_tokens: int = 512
     normalized: bool = False
     options: dict[str, OptionValue] = msgspec.field(default_factory=dict)
+    allowed_dimensions: list[int] | None = None
+    supports_documents: bool = True
+    supports_queries: bool = True
+    supports_sparse: bool = False
+    distance_metrics: list[DistanceMetric] = msgspec.field(default_factory=lambda: ["cosine"])
 
     def __post_init__(self) -> None:
         _non_empty_str("provider", self.provider)
@@ -71,6 +93,58 @@ class EmbeddingProfile(msgspec.Struct, frozen=True, kw_only=True):
         check_int("max_input_tokens", self.max_input_tokens, python=True)
         if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
             raise ConfigError(f"options is {self.options!r}; expected a dict with str keys")
+        for flag in ("normalized", "supports_documents", "supports_queries", "supports_sparse"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag} is {getattr(self, flag)!r:.60}; expected a bool")
+        if not (self.supports_documents or self.supports_queries):
+            raise ConfigError(
+                "supports_documents and supports_queries are both False; a model embeds "
+                "documents, queries, or both"
+            )
+        self._check_allowed_dimensions()
+        self._check_metrics()
+
+    def _check_allowed_dimensions(self) -> None:
+        allowed = self.allowed_dimensions
+        if allowed is None:
+            return
+        if not isinstance(allowed, list | tuple) or not allowed:
+            raise ConfigError(
+                f"allowed_dimensions is {allowed!r:.60}; expected None or a non-empty list "
+                "of ints > 0"
+            )
+        widths = [
+            check_int(f"allowed_dimensions[{i}]", w, python=True) for i, w in enumerate(allowed)
+        ]
+        if len(set(widths)) != len(widths):
+            raise ConfigError(f"allowed_dimensions is {widths!r:.60}; expected each width once")
+        if self.dimensions not in widths:
+            raise ConfigError(
+                f"allowed_dimensions is {widths!r:.60} and dimensions is {self.dimensions}; "
+                "expected dimensions among the allowed widths"
+            )
+        msgspec.structs.force_setattr(self, "allowed_dimensions", widths)
+
+    def _check_metrics(self) -> None:
+        metrics = self.distance_metrics
+        if not isinstance(metrics, list | tuple) or not metrics:
+            raise ConfigError(
+                f"distance_metrics is {metrics!r:.60}; expected a non-empty list among "
+                f"{', '.join(DISTANCE_METRICS)}"
+            )
+        for metric in metrics:
+            if metric not in DISTANCE_METRICS:
+                raise ConfigError(
+                    f"distance_metrics holds {metric!r:.60}; expected one of "
+                    f"{', '.join(DISTANCE_METRICS)}"
+                )
+        if len(set(metrics)) != len(metrics):
+            raise ConfigError(f"distance_metrics is {metrics!r}; expected each metric once")
+        msgspec.structs.force_setattr(self, "distance_metrics", list(metrics))
+
+    def accepts_dimensions(self, width: int) -> bool:
+        """Whether the model can make vectors ``width`` wide."""
+        return width in (self.allowed_dimensions or [self.dimensions])
 
     @property
     def name(self) -> str:
@@ -89,28 +163,38 @@ class EmbeddingPrice(msgspec.Struct, frozen=True, kw_only=True):
         per_million_tokens: charged on the tokens the provider reports.
         per_million_characters: charged on the characters sent (for providers that bill
             by character, or when tokens are not reported).
+        per_vector: charged on each vector the provider returned (each text embedded;
+            cache hits are free).
+        per_request: charged on each provider request (batch, or forward pass).
+
+    Raises:
+        ConfigError: a price that is not a finite number >= 0 (bools refused).
     """
 
     per_million_tokens: float = 0.0
     per_million_characters: float = 0.0
+    per_vector: float = 0.0
+    per_request: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_million_tokens", "per_million_characters"):
+        for name in ("per_million_tokens", "per_million_characters", "per_vector", "per_request"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{name} is {value!r}; expected a number >= 0")
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"{name} is {value!r}; expected a finite number >= 0")
 
-    def cost(self, *, tokens: int | None, characters: int) -> float | None:
-        """The cost of one call, or ``None`` when it is priced per token and the
+    def cost(
+        self, *, tokens: int | None, characters: int, vectors: int = 0, requests: int = 0
+    ) -> float | None:
+        """The cost of some usage, or ``None`` when it is priced per token and the
         provider reported no tokens (an estimate would be a guess)."""
         if self.per_million_tokens and tokens is None:
             return None
         total = self.per_million_characters * characters / 1e6
         if tokens is not None:
             total += self.per_million_tokens * tokens / 1e6
-        return total
+        return total + self.per_vector * vectors + self.per_request * requests
 
 
 class EmbeddingCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,8 +216,9 @@ class EmbeddingCall(msgspec.Struct, frozen=True, kw_only=True):
         batches: how many provider requests (or forward passes) the call took.
         dimensions: the width of the vectors.
         seconds: wall time of the whole call.
-        cost: from the caller's pricing table; ``None`` when there is no price or it
-            cannot be computed.
+        cost: from the caller's pricing table at the time of the call; ``None`` when
+            there is no price or it cannot be computed. (The log's totals are priced
+            again, at the current prices, whenever they are read.)
         error: the exception type's name when the call failed, else ``None``.
     """
 
@@ -168,7 +253,8 @@ class EmbeddingUsageTotals(msgspec.Struct, frozen=True, kw_only=True):
         truncated: texts that a model truncated.
         batches: provider requests or forward passes.
         seconds: wall time, summed.
-        cost: summed cost of the priced calls.
+        cost: summed cost of the priced calls (from ``EmbeddingUsageLog``: at the
+            prices current when the totals are read).
         unpriced_calls: successful provider calls that have no cost.
     """
 
@@ -205,3 +291,73 @@ class EmbeddingUsageTotals(msgspec.Struct, frozen=True, kw_only=True):
             cost=self.cost + (call.cost or 0.0),
             unpriced_calls=self.unpriced_calls + (provider_call and call.cost is None),
         )
+
+
+class SparseVector(msgspec.Struct, frozen=True, kw_only=True):
+    """A sparse embedding: the non-zero components, by index.
+
+    Args:
+        indices: the components' indices, ints >= 0 in strictly increasing order (so
+            each once).
+        values: the components' values, finite real numbers, one per index.
+
+    Raises:
+        ConfigError: the lists differ in length, an index is not an int >= 0 (bools
+            refused) or is out of order or repeated, or a value is not a finite number.
+    """
+
+    indices: list[int]
+    values: list[float]
+
+    def __post_init__(self) -> None:
+        indices, values = self.indices, self.values
+        if not isinstance(indices, list | tuple) or not isinstance(values, list | tuple):
+            raise ConfigError(
+                f"a SparseVector takes lists; got indices {type(indices).__name__} and "
+                f"values {type(values).__name__}"
+            )
+        if len(indices) != len(values):
+            raise ConfigError(
+                f"SparseVector has {len(indices)} indices and {len(values)} values; "
+                "expected one value per index"
+            )
+        clean: list[int] = []
+        for i, index in enumerate(indices):
+            n = int(check_int(f"indices[{i}]", index, minimum=0))
+            if clean and n <= clean[-1]:
+                raise ConfigError(
+                    f"indices[{i}] is {n} after {clean[-1]}; expected strictly increasing "
+                    "indices (sorted, each once)"
+                )
+            clean.append(n)
+        numbers: list[float] = []
+        for i, value in enumerate(values):
+            if getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"):
+                value = value.item()  # type: ignore[attr-defined]  # a numpy scalar of a real dtype
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(
+                    f"values[{i}] is {value!r:.60} ({type(value).__name__}); expected a number"
+                )
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                raise ConfigError(f"values[{i}] is {value!r:.60}; expected a finite number")
+            numbers.append(number)
+        msgspec.structs.force_setattr(self, "indices", clean)
+        msgspec.structs.force_setattr(self, "values", numbers)
+
+    def dot(self, other: SparseVector) -> float:
+        """The dot product with ``other`` (a merge over the two sorted index lists)."""
+        total, i, j = 0.0, 0, 0
+        a, b = self.indices, other.indices
+        while i < len(a) and j < len(b):
+            if a[i] == b[j]:
+                total += self.values[i] * other.values[j]
+                i, j = i + 1, j + 1
+            elif a[i] < b[j]:
+                i += 1
+            else:
+                j += 1
+        return total

@@ -7,7 +7,8 @@ for a read or a clear that is not scoped. Tags are dotted, ``<area>.<what>``:
 - ``compaction.offloaded``, ``compaction.summarized``;
 - ``recall.recalled``, ``recall.failed``, ``recall.injected``;
 - ``retriever.started``, ``retriever.completed``, ``retriever.failed`` (``Memory.retrieve``);
-- ``embedding.embedded``, ``embedding.failed`` (every embedder call, with its usage record);
+- ``embedding.started``, then ``embedding.embedded`` or ``embedding.failed`` (every
+  embedder call, with its usage record; a cancelled call sends nothing more);
 - ``vector_store.added``, ``vector_store.deleted``, ``vector_store.searched``,
   ``vector_store.near_cap``, ``vector_store.evicted``;
 - ``indexing.started``, ``indexing.batch_completed``, ``indexing.completed``,
@@ -25,7 +26,7 @@ from typing import Literal
 
 import msgspec
 
-from ._embedding import EmbeddingCall
+from ._embedding import EmbeddingCall, InputType
 
 __all__ = [
     "InjectedItem",
@@ -33,6 +34,7 @@ __all__ = [
     "DocumentsDeleted",
     "EmbeddingEmbedded",
     "EmbeddingFailed",
+    "EmbeddingStarted",
     "Event",
     "EventSink",
     "Evicted",
@@ -160,6 +162,23 @@ class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
     k: int
     error: str
     seconds: float
+
+
+class EmbeddingStarted(Event, frozen=True, kw_only=True, tag="embedding.started"):
+    """An embedder call began. ``embedding.embedded`` or ``embedding.failed`` follows it
+    (with the same provider and model), unless the call is cancelled.
+
+    Attributes:
+        provider: the model's provider (``"local"`` for a plain embedder).
+        model: the model's name (a plain embedder's class name).
+        input_type: ``"document"`` or ``"query"``.
+        texts: how many texts the call embeds (cache hits included).
+    """
+
+    provider: str
+    model: str
+    input_type: InputType
+    texts: int
 
 
 class EmbeddingEmbedded(Event, frozen=True, kw_only=True, tag="embedding.embedded"):
@@ -300,6 +319,7 @@ MemoryEvent = (
     | RetrieverStarted
     | RetrieverCompleted
     | RetrieverFailed
+    | EmbeddingStarted
     | EmbeddingEmbedded
     | EmbeddingFailed
     | DocumentsAdded

@@ -6,6 +6,7 @@ from ._events import DocumentsAdded as DocumentsAdded
 from ._events import DocumentsDeleted as DocumentsDeleted
 from ._events import EmbeddingEmbedded as EmbeddingEmbedded
 from ._events import EmbeddingFailed as EmbeddingFailed
+from ._events import EmbeddingStarted as EmbeddingStarted
 from ._events import Event as Event
 from ._events import EventSink as EventSink
 from ._events import Evicted as Evicted
@@ -32,6 +33,7 @@ __all__ = [
     "DocumentsDeleted",
     "EmbeddingEmbedded",
     "EmbeddingFailed",
+    "EmbeddingStarted",
     "Event",
     "EventSink",
     "Evicted",

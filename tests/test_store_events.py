@@ -40,6 +40,7 @@ from protocol.events import (
     DocumentsDeleted,
     EmbeddingEmbedded,
     EmbeddingFailed,
+    EmbeddingStarted,
     IndexingBatchCompleted,
     IndexingCompleted,
     IndexingFailed,
@@ -333,7 +334,8 @@ async def test_failed_embedder_calls_are_events_and_totals() -> None:
                 await memory.store.add_documents([Document(text="x")])
             got = drain(events)
             totals = memory.embedding_usage()
-    (failed,) = got
+    started, failed = got
+    assert isinstance(started, EmbeddingStarted)
     assert isinstance(failed, EmbeddingFailed)
     assert failed.usage.error == "RuntimeError"
     assert (totals.calls, totals.failed_calls, totals.texts_embedded) == (1, 1, 0)

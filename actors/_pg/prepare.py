@@ -19,6 +19,7 @@ from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import tokenize
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
     check_pg_text,
@@ -41,8 +42,11 @@ def _metadata(metadata: dict[str, Any]) -> tuple[str, bytes | None]:
 async def _embed(
     embedder: EmbedderAdapter, texts: list[str], dimensions: int
 ) -> tuple[list[str], list[bool]]:
-    raw = await embedder.documents(texts)
-    vectors, zero = normalize_rows(as_matrix(raw, len(texts), dimensions))
+    return _literals(await embedder.documents(texts), len(texts), dimensions)
+
+
+def _literals(raw: object, count: int, dimensions: int) -> tuple[list[str], list[bool]]:
+    vectors, zero = normalize_rows(as_matrix(raw, count, dimensions))
     return [vector_literal(row) for row in vectors], [bool(z) for z in zero]
 
 
@@ -105,7 +109,8 @@ async def prepare_documents(
     keep = len(survivors)
     metadata = [_metadata(d.metadata) for d in survivors]
     texts = [d.text for d in survivors]
-    vectors, zero = await _embed(embedder, texts, config.dimensions)
+    raw = await document_vectors(embedder, survivors, config.dimensions)
+    vectors, zero = _literals(raw, keep, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts)
     return PreparedEntries(
         vectors=vectors,

@@ -9,12 +9,16 @@
   tests; subclass it (as ``Test...``) and override ``open_store_under_test``.
 - :class:`WriteConformance`: its companion for the turns API and the write path
   (design §3): batches, eviction, the inbox, cancellation, errors, document writes.
+- :class:`EmbedderConformance` (define ``make_embedder()``) and
+  :class:`RecordManagerConformance` (define ``make_record_manager(namespace)``): the
+  embedding-provider and record-manager contracts (design §9) as pytest tests.
 - The hostile-input layer: strategies (:func:`hostile_text`, :func:`hostile_numbers`,
   :func:`hostile_metadata`, :func:`hostile_filters`, :func:`hostile_vectors`,
   :func:`embed_faults`, :func:`hostile_store_calls`, :func:`hostile_memory_calls`), the
   fault-injecting :class:`HostileEmbedder`, and the invariant every call must keep
   (:func:`check_hostile_call`, :func:`run_hostile_calls`).
-- The fakes: :class:`HashingEmbedder`, :class:`DeterministicFakeEmbedding` and
+- The fakes: :class:`HashingEmbedder`, :class:`DeterministicFakeEmbedding`,
+  :class:`RandomFakeEmbedding` (fresh random vectors, for shape tests) and
   :class:`FaultyEmbedder`, plus :func:`inject_crash`.
 """
 
@@ -22,11 +26,13 @@ from .._embedders import HashingEmbedder as HashingEmbedder
 from ._conformance import StoreConformance as StoreConformance
 from ._crash import InjectedCrash as InjectedCrash
 from ._crash import inject_crash as inject_crash
+from ._embedder_conformance import EmbedderConformance as EmbedderConformance
 from ._fakes import DeterministicFakeEmbedding as DeterministicFakeEmbedding
 from ._fakes import EmbedCall as EmbedCall
 from ._fakes import EmbedderFailure as EmbedderFailure
 from ._fakes import Fault as Fault
 from ._fakes import FaultyEmbedder as FaultyEmbedder
+from ._fakes import RandomFakeEmbedding as RandomFakeEmbedding
 from ._hostile import EmbedFault as EmbedFault
 from ._hostile import HostileBaseException as HostileBaseException
 from ._hostile import HostileEmbedder as HostileEmbedder
@@ -57,6 +63,7 @@ from ._model import SCORE_TOLERANCE as SCORE_TOLERANCE
 from ._model import ModelEntry as ModelEntry
 from ._model import ModelState as ModelState
 from ._model import check_report as check_report
+from ._record_manager_conformance import RecordManagerConformance as RecordManagerConformance
 from ._store_machine import VectorStoreMachine as VectorStoreMachine
 from ._write_conformance import WriteConformance as WriteConformance
 
@@ -66,6 +73,7 @@ __all__ = [
     "DeterministicFakeEmbedding",
     "EmbedCall",
     "EmbedFault",
+    "EmbedderConformance",
     "EmbedderFailure",
     "Fault",
     "FaultyEmbedder",
@@ -78,6 +86,8 @@ __all__ = [
     "LoopStopTimeout",
     "ModelEntry",
     "ModelState",
+    "RandomFakeEmbedding",
+    "RecordManagerConformance",
     "StoreConformance",
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",

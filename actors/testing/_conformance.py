@@ -44,6 +44,7 @@ from protocol import (
     ConfigError,
     DeleteResult,
     Document,
+    EmbeddingError,
     EmbeddingProfile,
     EntryTooLarge,
     FilterError,
@@ -869,3 +870,43 @@ class StoreConformance:
                 with pytest.raises(ConfigError, match="wrong type"):
                     await store.store_turns([odd])
                 assert store.is_empty()
+
+    # --- issue 15: precomputed embeddings and add_texts -------------------------------------
+
+    async def test_precomputed_embedding(self) -> None:
+        # "alpha" is stored with the vector of "omega words": a query for "omega words"
+        # finds it with cosine 1.0, which it could not if the store had embedded its text.
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                given = Document(text="alpha", id="given", embedding=self.embed("omega words"))
+                plain = Document(text="omega words beta", id="plain")
+                assert await store.add_documents([given, plain]) == ["given", "plain"]
+                hits = await self.search(store, query="omega words", k=2)
+                assert [h.document.id for h in hits] == ["given", "plain"]
+                assert math.isclose(hits[0].score, 1.0, abs_tol=self.score_tolerance)
+                self.assert_scores_are_cosine("omega words", hits[1:])
+                [back] = await store.get_by_ids(["given"])
+                assert back.text == "alpha"
+                assert back.embedding is None
+                wide = Document(text="x", embedding=[1.0] * (self.dimensions + 1))
+                with pytest.raises(EmbeddingError, match=str(self.dimensions)):
+                    await store.add_documents([Document(text="y"), wide])
+                assert len(store) == 2
+
+    async def test_add_texts(self) -> None:
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                ids = await store.add_texts(
+                    ["red apple", "green pear"], metadatas=[{"n": 1}, {"n": 2}], ids=["a", "p"]
+                )
+                assert ids == ["a", "p"]
+                docs = {d.id: d for d in await store.get_by_ids(ids)}
+                assert (docs["a"].text, docs["a"].metadata) == ("red apple", {"n": 1})
+                assert (docs["p"].text, docs["p"].metadata) == ("green pear", {"n": 2})
+                [derived] = await store.add_texts(["plain text"])
+                assert derived == document_id("plain text")
+                with pytest.raises(ConfigError, match="metadatas has 1 items"):
+                    await store.add_texts(["one", "two"], metadatas=[{}])
+                with pytest.raises(ConfigError, match="expected a list"):
+                    await store.add_texts("not a list")
+                assert len(store) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import inspect
+import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from protocol._checks import check_int
 
 __all__ = [
     "DeterministicFakeEmbedding",
+    "RandomFakeEmbedding",
     "EmbedCall",
     "EmbedderFailure",
     "Fault",
@@ -71,6 +73,52 @@ class DeterministicFakeEmbedding:
 
     def __repr__(self) -> str:
         return f"DeterministicFakeEmbedding(dimensions={self.dimensions}, seed={self.seed})"
+
+
+class RandomFakeEmbedding:
+    """A sync embedder that returns a fresh random vector on every call, for tests of
+    shapes and plumbing only: the same text gives a different vector each time, so
+    nothing about similarity can be tested with it.
+
+    Vectors are standard normal float32 draws from one ``numpy`` generator. With a
+    ``seed`` the sequence of draws is reproducible (one embedder, the same calls in the
+    same order); without one it comes from fresh OS entropy. Calls from several threads
+    draw under a lock.
+
+    Args:
+        dimensions: the width of every vector, an int > 0.
+        seed: None, or an int >= 0 that fixes the sequence of draws.
+
+    Raises:
+        ConfigError: ``dimensions`` is not an int > 0, or ``seed`` is not None or an
+            int >= 0.
+    """
+
+    def __init__(self, dimensions: int, seed: int | None = None) -> None:
+        self.dimensions = _check_dimensions(dimensions)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ConfigError(f"seed is {seed!r:.60}; expected None or an int >= 0")
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def embed(self, text: str) -> npt.NDArray[np.float32]:
+        if not isinstance(text, str):
+            raise TypeError(f"text is a {type(text).__name__}; expected str")
+        row: npt.NDArray[np.float32] = self.embed_batch([text])[0]
+        return row
+
+    def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text {i} is a {type(text).__name__}; expected str")
+        with self._lock:
+            rows = self._rng.standard_normal((len(texts), self.dimensions))
+        out: npt.NDArray[np.float32] = rows.astype(np.float32)
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomFakeEmbedding(dimensions={self.dimensions}, seed={self.seed})"
 
 
 class EmbedderFailure(RuntimeError):
