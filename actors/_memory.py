@@ -27,6 +27,7 @@ from protocol import (
     EmbeddingUsageTotals,
     Event,
     Injected,
+    JsonError,
     MemoryConfig,
     Poisoned,
     RetrievalReport,
@@ -39,6 +40,7 @@ from protocol import (
     digest_request,
     projection,
 )
+from protocol._checks import shown
 from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error, memory_id
@@ -433,6 +435,11 @@ class Memory:
                 f"content is a {type(content).__name__}; expected str or UnifiedMessage"
             )
         check_name("source", source)
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise JsonError(
+                f"metadata is a {type(metadata).__name__} ({shown(metadata)}); expected a "
+                "JSON object (a dict with str keys)"
+            )
         meta = check_json_object({} if metadata is None else dict(metadata))
         self._check_open()
         stored = await self._store.store_turns(

@@ -458,3 +458,15 @@ async def test_compress_raises_poisoned_instead_of_reporting_it() -> None:
             # On the old main, compress returned with Poisoned as an Internal last_error.
             with pytest.raises(Poisoned):
                 await memory.compress(list(CHAT))
+
+
+async def test_remember_refuses_metadata_that_is_not_a_mapping() -> None:
+    # The hostile layer found it: dict("meta") raised a raw ValueError from remember.
+    from protocol import JsonError
+
+    with trio.fail_after(10):
+        async with open_memory(store=CONFIG) as memory:
+            for bad in ("meta", [("a", 1)], 3):
+                with pytest.raises(JsonError, match="expected a JSON object"):
+                    await memory.remember("text", metadata=bad)  # type: ignore[arg-type]
+            assert len(memory.store) == 0
