@@ -1,4 +1,4 @@
-"""Dispatchers: send a ``UnifiedRequest`` to a model and return its reply (SPEC §6).
+"""Dispatchers: send a ``UnifiedRequest`` to a model and return its reply (design §6).
 
 - :class:`OpenAIChatDispatcher` speaks OpenAI's ``/v1/chat/completions`` over
   ``httpx.AsyncClient`` (which runs under trio through anyio). It works with

@@ -294,7 +294,7 @@ def check_timeout(name: str, value: object) -> float | None:
     return float(value)
 
 
-# What a vector may hold (SPEC §2 and issue 14): real numbers. A numpy float or int
+# What a vector may hold (design §2 and §3): real numbers. A numpy float or int
 # dtype of any width (float16 to longdouble, int8 to uint64), or Python ints and floats;
 # never bool (a flag), complex (its imaginary part would be dropped), str (numpy would
 # parse "1.5"), object, or a masked array (its mask would be ignored).

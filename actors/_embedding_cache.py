@@ -1,4 +1,4 @@
-"""The embedding layer (SPEC §9, issue 6): the ``EmbeddingModel`` protocol, a registry
+"""The embedding layer (design §9): the ``EmbeddingModel`` protocol, a registry
 of named models, an LRU embedding cache, usage records, and ``CachedEmbedder``, which
 puts the three together in front of any model.
 

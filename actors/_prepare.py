@@ -5,7 +5,7 @@ same order, with the same errors; this module is the one place those rules live.
 backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
 
 What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
-SPEC §2's payload bytes (a document's payload is its text), plus
+design §2's payload bytes (a document's payload is its text), plus
 
 - :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
   an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
@@ -126,7 +126,7 @@ _FAST_SQUARED = (1e-30, 1e30)
 def checked_rows(
     vectors: object, count: int, dimensions: int
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[np.bool_]]:
-    """An embedder's batch checked (SPEC §3, step 3), and how to normalize it (step 4).
+    """An embedder's batch checked (design §3, step 3), and how to normalize it (step 4).
 
     Returns ``(rows, scale, zero)``. When ``scale`` is None, ``rows`` are the normalized
     rows, in an array of their own. Otherwise ``rows`` is the embedder's own array,
@@ -157,7 +157,7 @@ def checked_rows(
             return vectors, scale[:, None], np.zeros(count, dtype=np.bool_)
         # The float64 path checks the batch and names a bad vector; then each row that
         # qualifies for float32 still gets its float32 result, so a vector's stored form
-        # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
+        # never depends on the rest of its batch (equal vectors must tie, design §3).
         rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
         # NaN fails both comparisons here too: its row is not fast.
         fast = (squared > low) & (squared < high)
@@ -172,7 +172,7 @@ def checked_rows(
 def unit_rows(
     vectors: object, count: int, dimensions: int
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-    """An embedder's batch checked and normalized once (SPEC §3, steps 3 and 4).
+    """An embedder's batch checked and normalized once (design §3, steps 3 and 4).
 
     The same result, errors and zero-norm flags as ``normalize_rows(as_matrix(...))``,
     which takes norms in float64. In a float32 batch of the right shape, each row whose
@@ -251,7 +251,7 @@ def entry_bytes(
     """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
 
     Args:
-        payload: SPEC §2's payload bytes (with tool-call arguments at the longer of
+        payload: design §2's payload bytes (with tool-call arguments at the longer of
             JSON and msgpack), or a document's text length.
         blocks: the turn's content blocks (a document is one).
         metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
@@ -333,7 +333,7 @@ def turn_bytes(
 
 def _arguments_surplus(message: UnifiedMessage) -> int:
     """How much longer the message's tool-call arguments are as msgpack (how they are
-    stored) than as the compact JSON that SPEC §2 counts."""
+    stored) than as the compact JSON that design §2 counts."""
     surplus = 0
     for block in message.content:
         if type(block) is ToolCall and block.arguments is not None:
@@ -453,7 +453,7 @@ class TurnBatch:
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
-    """Check a batch of turns (SPEC §3, steps 1 and 2), changing nothing.
+    """Check a batch of turns (design §3, steps 1 and 2), changing nothing.
 
     Every turn is size-checked, the dropped head included: :func:`entry_bytes` of its
     payload, blocks, index text, id and the batch's source and metadata, against

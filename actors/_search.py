@@ -1,4 +1,4 @@
-"""The store's search kinds (SPEC §9) over the one exact scan.
+"""The store's search kinds (design §9) over the one exact scan.
 
 ``similarity`` ranks the scan's top-k; ``mmr`` re-ranks the exact top ``fetch_k`` for
 diversity; ``hybrid`` fuses the dense top ``fetch_k`` with BM25's top ``fetch_k`` by

@@ -1,4 +1,4 @@
-"""The error family of trio-recall (SPEC §2).
+"""The error family of trio-recall (design §2).
 
 Every error the store raises is a :class:`VectorStoreError`. Where it helps, an error
 also subclasses a builtin (``ConfigError`` is a ``ValueError``), so callers that only
@@ -162,7 +162,7 @@ def _rebuild_dispatch_error(
 
 
 class PluginError(Exception):
-    """The error seam between compaction and the store (SPEC §2)."""
+    """The error seam between compaction and the store (design §2)."""
 
 
 class PluginValidationError(PluginError):
@@ -186,7 +186,7 @@ class PluginInternalError(PluginError):
 
 
 def to_plugin_error(error: VectorStoreError) -> BaseException:
-    """Convert a store error into what compaction reports (SPEC §2).
+    """Convert a store error into what compaction reports (design §2).
 
     ``EntryTooLarge`` and ``EmbeddingError`` become ``PluginValidationError`` with schema
     ``"vector-store"``; ``EmbedderError(e)`` becomes ``e``, unchanged; anything else

@@ -1,4 +1,4 @@
-"""The PostgreSQL + pgvector store: SPEC §3's rules, ported from test_store.py, plus what
+"""The PostgreSQL + pgvector store: design §3's rules, ported from test_store.py, plus what
 only a server has (schema checks, shared counters, lost connections, hostile input).
 
 Scores come from pgvector's float32 ``<#>``, so they are compared with a tolerance of

@@ -1,4 +1,4 @@
-"""The store actor, one test (or more) per rule of SPEC §3."""
+"""The store actor, one test (or more) per rule of design §3."""
 
 from __future__ import annotations
 

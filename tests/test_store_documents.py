@@ -1,4 +1,4 @@
-"""The store's documents API and search kinds (issue 6), on the in-memory store."""
+"""The store's documents API and search kinds (design §9), on the in-memory store."""
 
 from __future__ import annotations
 

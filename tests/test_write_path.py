@@ -191,9 +191,9 @@ def _check_turns_reference(
     metadata: dict[str, object] | None = None,
     ids: list[str] | None = None,
 ) -> object:
-    """SPEC §3 steps 1 and 2, one turn at a time, with §11's size: the payload, 64 bytes
-    per block after the first, arguments at the longer of JSON and msgpack, the index
-    text, the source, the id and the metadata."""
+    """Design §3 steps 1 and 2, one turn at a time, with the memory bound's size: the
+    payload, 64 bytes per block after the first, arguments at the longer of JSON and
+    msgpack, the index text, the source, the id and the metadata."""
     for i, turn in enumerate(turns):
         size = payload_bytes(turn) + 64 * max(len(turn.content) - 1, 0)
         for block in turn.content:

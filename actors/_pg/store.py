@@ -26,7 +26,7 @@ the in-memory store's; the documented bound, which the conformance machine check
 give the same scores and ranking, and ties still go to the newest sequence, but scores
 are not bit-identical to the in-memory store's.
 
-**Documents and search** (issue 6's API, with the in-memory store's semantics, which the
+**Documents and search** (design §9's API, with the in-memory store's semantics, which the
 tests compare operation by operation). Turns and documents share one id space, and
 ``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
 inserts the new ones with new sequence numbers and evicts past the cap, all in its one

@@ -128,7 +128,7 @@ def entry_bytes(
     entry_id: object = None,
     index_text: object = None,
 ) -> int:
-    """A lower bound of what an entry must count against ``max_entry_bytes`` (SPEC §11):
+    """A lower bound of what an entry must count against ``max_entry_bytes`` (design §3):
     the message's payload (every string of every block, tool arguments as compact
     JSON, the name and tool call id), a document's text, the metadata as compact JSON,
     the source, the id and the index text. The per-block overhead the store adds is not

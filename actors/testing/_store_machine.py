@@ -1,4 +1,4 @@
-"""``VectorStoreMachine``: the store's contract (SPEC §3) as a Hypothesis state machine.
+"""``VectorStoreMachine``: the store's contract (design §3) as a Hypothesis state machine.
 
 The machine drives a store with concurrent writers and readers and compares it, after
 every step, with :class:`~actors.testing.ModelState`, a float64 brute-force model.
@@ -104,7 +104,7 @@ class _Op:
 
 
 class VectorStoreMachine(TrioRuleBasedStateMachine):
-    """Checks a store against SPEC §3, with concurrent readers and writers.
+    """Checks a store against design §3, with concurrent readers and writers.
 
     By default it tests :func:`actors.open_store`. To check another store, subclass it
     and override :meth:`open_store_under_test` (and :meth:`inject_crash`, or set
@@ -178,7 +178,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     @asynccontextmanager
     async def _tolerate_poison(self, cm: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
-        # A poisoned store raises Poisoned when it closes (SPEC §3); that is expected
+        # A poisoned store raises Poisoned when it closes (design §3); that is expected
         # once this machine crashed it, and a bug otherwise.
         try:
             async with cm as store:
@@ -616,7 +616,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @rule()
     async def cancel_last_write(self) -> None:
         """Cancel the newest pending writer while it waits; its batch must then be either
-        fully applied or not at all (SPEC §3)."""
+        fully applied or not at all (design §3)."""
         target = self.pending[-1]
         assert target.kind == "write"
         target.scope.cancel()
