@@ -78,7 +78,6 @@ __all__ = [
     "exact_msgpack_many",
     "private_json",
     "turns_request",
-    "unit_rows",
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -135,10 +134,19 @@ def checked_rows(
     saves writing the batch once more. That array belongs to the caller's embedder, so
     it must be used before anything else may run (before the next await), or copied.
 
-    The rules are :func:`unit_rows`'.
+    The normalized result, errors and zero-norm flags are those of
+    ``normalize_rows(as_matrix(...))``, which takes norms in float64. In a float32 batch
+    of the right shape, each row whose squared norm is comfortably finite and nonzero
+    (the common case) skips the float64 round trip: its finite squared norm proves every
+    component finite, and it is scaled in float32 (within 3 ulp of the float64 result).
+    The choice is made per row, so a vector is stored the same way whatever else its
+    batch holds. Anything else (another dtype or shape, a non-finite component, an
+    overflowing, tiny or zero norm) takes the float64 path, which names the offending
+    vector.
 
     Raises:
-        EmbeddingError: as :func:`unit_rows`.
+        EmbeddingError: the wrong number of vectors, a wrong width, something that is
+            not numbers, a non-finite component, or a squared norm past float32.
     """
     if (
         # An exact ndarray: a subclass (np.matrix) may redefine ``*`` and take the
@@ -167,30 +175,6 @@ def checked_rows(
         return rows, None, zero
     rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
     return rows, None, zero
-
-
-def unit_rows(
-    vectors: object, count: int, dimensions: int
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-    """An embedder's batch checked and normalized once (design §3, steps 3 and 4).
-
-    The same result, errors and zero-norm flags as ``normalize_rows(as_matrix(...))``,
-    which takes norms in float64. In a float32 batch of the right shape, each row whose
-    squared norm is comfortably finite and nonzero (the common case) skips the float64
-    round trip: its finite squared norm proves every component finite, and it is scaled
-    in float32 (within 3 ulp of the float64 result). The choice is made per row, so a
-    vector is stored the same way whatever else its batch holds. Anything else (another
-    dtype or shape, a non-finite component, an overflowing, tiny or zero norm) takes
-    the float64 path, which names the offending vector.
-
-    Raises:
-        EmbeddingError: the wrong number of vectors, a wrong width, something that is
-            not numbers, a non-finite component, or a squared norm past float32.
-    """
-    rows, scale, zero = checked_rows(vectors, count, dimensions)
-    if scale is not None:
-        rows = rows * scale
-    return rows, zero
 
 
 def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:

@@ -74,10 +74,13 @@ def _rebuild_provider_error(
 
 
 class EntryTooLarge(VectorStoreError, ValueError):
-    """A turn's payload is over ``max_entry_bytes``.
+    """An entry counts more than ``max_entry_bytes``.
+
+    What an entry counts is its payload (design §2) plus its metadata, source, id, index
+    text and a fixed overhead per content block (design §3, "Memory bound").
 
     Attributes:
-        bytes: the payload size of the offending turn.
+        bytes: what the offending entry counts.
         max_entry_bytes: the store's cap.
         index: the offending turn's index in its batch, when known.
     """

@@ -7,6 +7,7 @@ from collections import Counter
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pytest
 import trio
 from hypothesis import given, settings
@@ -22,7 +23,6 @@ from actors._prepare import (
     checked_rows,
     exact_msgpack,
     exact_msgpack_many,
-    unit_rows,
 )
 from protocol import (
     ConfigError,
@@ -43,6 +43,16 @@ DIM = 8
 
 _floats32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
 _batches = hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.just(DIM)), elements=_floats32)
+
+
+def unit_rows(
+    vectors: object, count: int, dimensions: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """``checked_rows``' batch, normalized: what the store commits into its arena."""
+    rows, scale, zero = checked_rows(vectors, count, dimensions)
+    if scale is not None:
+        rows = rows * scale
+    return rows, zero
 
 
 def _reference(vectors: object, count: int) -> tuple[object, object] | type[BaseException]:

@@ -1,4 +1,8 @@
-"""The PostgreSQL side of the pg store: names, schema, and every SQL statement it runs.
+"""The pg store's names, schema and value encodings: its tables' DDL, the schema check
+and the text, jsonb and vector forms values take in SQL.
+
+The statements live where they run: writes in ``sql.py``, reads in ``reads.py``, search
+in ``search.py``, filters in ``filters.py``, and the connection set-up in ``store.py``.
 
 Each store is four objects named after its table ``T``:
 
