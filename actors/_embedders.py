@@ -45,7 +45,11 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class AsyncEmbedder(Protocol):
-    """An async embedder, with separate document and query paths."""
+    """An async embedder, with separate document and query paths.
+
+    The store awaits these in the task that asked (a read's caller, or the store actor
+    for a write), so a cancel reaches them directly; ``embed_timeout`` bounds them.
+    """
 
     async def embed_documents(self, texts: Sequence[str]) -> Sequence[VectorLike] | Matrix: ...
 

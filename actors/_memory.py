@@ -102,7 +102,15 @@ def memory_id(content: str, source: str, timestamp_ns: int) -> str:
 
 @attrs.frozen
 class MemoryStatistics:
-    """Inbox sizes and fill levels, per actor, and the event hub's state."""
+    """Inbox sizes and fill levels, per actor, and the event hub's state.
+
+    Attributes:
+        inbox_size: the capacity of each of the three inboxes (``open_memory``'s
+            ``inbox_size``).
+        compaction_used, recall_used, injection_used: requests queued in each inbox.
+        subscribers: open event subscriptions.
+        events_published: events published since the memory opened.
+    """
 
     inbox_size: int
     compaction_used: int
@@ -184,9 +192,10 @@ class Memory:
         runs; ``Poisoned`` is the exception: a crashed store is a bug, so ``compress``
         raises it rather than report it (design §3, "only bugs poison").
 
-        Cancellation: if the caller is cancelled while it waits, the compaction actor
-        still finishes the request (an ``Offload`` may still commit) and the reply is
-        dropped.
+        A full inbox makes the caller wait for room; cancelled then, it has sent nothing.
+        Cancellation: if the caller is cancelled while it waits for the reply, the
+        compaction actor still finishes the request (an ``Offload`` may still commit)
+        and the reply is dropped.
 
         Raises:
             ConfigError: ``messages`` is not a list of ``UnifiedMessage``, or ``date`` is
@@ -211,6 +220,8 @@ class Memory:
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
+        Blocks while the recall actor's inbox is full, then until it replies; a cancelled
+        caller's request is still answered and the reply dropped (a read changes nothing).
 
         Raises:
             ConfigError: a bad query, ``k``, namespace or ``min_similarity``.
@@ -272,6 +283,9 @@ class Memory:
     async def inject(self, report: RetrievalReport, request: UnifiedRequest) -> Injected:
         """Render ``report`` with the config's renderer and place it in ``request``.
 
+        Blocks while the injection actor's inbox is full, then until it replies; a
+        cancelled caller's reply is dropped (injection changes nothing).
+
         Raises:
             ConfigError: ``report`` or ``request`` has the wrong type.
         """
@@ -285,6 +299,9 @@ class Memory:
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
         """Send ``request`` to the dispatcher and return the assistant's message.
+
+        There is no inbox: the dispatcher runs in the caller's task, so a cancel reaches
+        it directly (``OpenAIChatDispatcher`` drops its connection).
 
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
@@ -307,8 +324,9 @@ class Memory:
         block. Storing the user's input (``auto_store_user_input``) is best-effort too:
         a failure is logged as a warning. ``Poisoned`` is never best-effort.
 
-        Cancellation: a cancelled turn may have offloaded (each batch all or nothing);
-        nothing is dispatched after the cancel.
+        Each stage blocks as its method does (a full inbox makes it wait). Cancellation:
+        a cancelled turn may have offloaded (each batch all or nothing); nothing is
+        dispatched after the cancel.
 
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
@@ -423,7 +441,8 @@ class Memory:
 
         A str becomes a user message. The id is the first 16 hex characters of
         sha256(content ‖ source ‖ timestamp), so remembering the same content twice
-        keeps two entries. Blocks like ``StoreHandle.store_turns``.
+        keeps two entries. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: empty content, a bad source, or content of the wrong type.
@@ -490,6 +509,9 @@ class Memory:
         return self._hub.subscribe(buffer_size)
 
     def statistics(self) -> MemoryStatistics:
+        """The actors' inboxes and the event hub now: ``inbox_size``,
+        ``compaction_used``, ``recall_used``, ``injection_used``, ``subscribers`` and
+        ``events_published`` (see :class:`MemoryStatistics`)."""
         return MemoryStatistics(
             inbox_size=self._inbox_size,
             compaction_used=self._compaction.used(),
@@ -597,6 +619,13 @@ async def open_memory(
             actors.
         store_inbox_size, thread_scan_threshold, embed_timeout: passed to
             ``open_store`` for an owned store (see there).
+
+    Cancellation: entering only checks arguments and starts tasks; a cancelled open or
+    body leaves as above, and its ``Cancelled`` propagates. A full inbox makes callers
+    wait (see :class:`Memory`).
+
+    (Long only for this docstring, which documents every argument; the body checks the
+    arguments and enters two context managers.)
 
     Faults: a summarizer's ``KeyboardInterrupt`` or ``SystemExit`` reaches the caller as
     itself; any other ``BaseException`` from it (not ``Cancelled``) is a crash, and the
