@@ -452,69 +452,19 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     """
     turns = request.turns
     count = len(turns)
-    ids = request.ids
-    if ids is not None:
-        ids = check_ids(ids)
-        if len(ids) != count:
-            raise ConfigError(f"{len(ids)} ids for {count} turns; expected one per turn")
-        if len(set(ids)) != count:
-            raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
-        for entry_id in ids:
-            check_not_reserved(entry_id)
+    ids = None if request.ids is None else _check_turn_ids(request.ids, count)
     texts = request.texts
     if texts is not None:
-        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-            raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
-        if len(texts) != count:
-            raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+        _check_turn_texts(texts, count)
     meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
     shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
     plain, roles = _plain_turns(turns)
     all_ascii = False
     if plain is None:
-        for i, turn in enumerate(turns):
-            if not isinstance(turn, UnifiedMessage):
-                raise ConfigError(
-                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-                )
-            try:
-                # turn_bytes, inlined (a call with keywords per turn cost a fifth of
-                # a batch's checks) with the shared part added once.
-                size = payload_bytes(turn) + _arguments_surplus(turn) + shared
-                if len(turn.content) > 1:
-                    size += BLOCK_OVERHEAD * (len(turn.content) - 1)
-                if texts is not None:
-                    size += _utf8_len(texts[i])
-                if ids is not None:
-                    size += name_bytes(ids[i])
-            except VectorStoreError:
-                raise  # a JsonError names the bad tool-call arguments itself
-            except (AttributeError, TypeError) as error:
-                # msgspec does not check field types at construction: a Text whose text
-                # is an int, say. That is the caller's bad input, not a store crash.
-                raise ConfigError(
-                    f"turn {i} of the batch has a field of the wrong type ({error}); "
-                    "expected the str fields of UnifiedMessage and its blocks to hold str"
-                ) from error
-            if size > max_entry_bytes:
-                raise EntryTooLarge(size, max_entry_bytes, i)
+        _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
     else:
-        # entry_bytes for one Text block: its text, the caller's text and id, and the
-        # shared part, summed as lists.
-        sizes, all_ascii = _utf8_lens(plain)
-        if texts is not None:
-            sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
-        if ids is not None:
-            sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
-        if shared:
-            sizes = [size + shared for size in sizes]
-        if sizes and max(sizes) > max_entry_bytes:
-            i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
-            raise EntryTooLarge(sizes[i], max_entry_bytes, i)
+        all_ascii = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
     keep = min(count, max_entries)
     head = count - keep
     survivors = list(turns[head:])
@@ -534,6 +484,89 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         all_ascii=all_ascii,
         metadata_json=meta,
     )
+
+
+def _check_turn_ids(ids: object, count: int) -> list[str]:
+    """``ids``: one non-empty str per turn, none repeated, none of the store's form."""
+    checked = check_ids(ids)
+    if len(checked) != count:
+        raise ConfigError(f"{len(checked)} ids for {count} turns; expected one per turn")
+    if len(set(checked)) != count:
+        raise ConfigError(f"ids {checked!r:.80} repeat an id; each turn needs its own")
+    for entry_id in checked:
+        check_not_reserved(entry_id)
+    return checked
+
+
+def _check_turn_texts(texts: object, count: int) -> None:
+    """``texts``: one str per turn."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    if len(texts) != count:
+        raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+
+
+def _check_turn_sizes(
+    turns: Sequence[object],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> None:
+    """Each turn's :func:`entry_bytes` against the cap, for a batch of any turns."""
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, UnifiedMessage):
+            raise ConfigError(
+                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+            )
+        try:
+            # turn_bytes, inlined (a call with keywords per turn cost a fifth of
+            # a batch's checks) with the shared part added once.
+            size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+            if len(turn.content) > 1:
+                size += BLOCK_OVERHEAD * (len(turn.content) - 1)
+            if texts is not None:
+                size += _utf8_len(texts[i])
+            if ids is not None:
+                size += name_bytes(ids[i])
+        except VectorStoreError:
+            raise  # a JsonError names the bad tool-call arguments itself
+        except (AttributeError, TypeError) as error:
+            # msgspec does not check field types at construction: a Text whose text
+            # is an int, say. That is the caller's bad input, not a store crash.
+            raise ConfigError(
+                f"turn {i} of the batch has a field of the wrong type ({error}); "
+                "expected the str fields of UnifiedMessage and its blocks to hold str"
+            ) from error
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+
+
+def _check_plain_sizes(
+    plain: list[str],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> bool:
+    """The same sizes for a batch of plain turns (one Text block each, their texts in
+    ``plain``), in one light pass. Returns whether every text is ASCII."""
+    # entry_bytes for one Text block: its text, the caller's text and id, and the
+    # shared part, summed as lists.
+    sizes, all_ascii = _utf8_lens(plain)
+    if texts is not None:
+        sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
+    if ids is not None:
+        sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
+    if shared:
+        sizes = [size + shared for size in sizes]
+    if sizes and max(sizes) > max_entry_bytes:
+        i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
+        raise EntryTooLarge(sizes[i], max_entry_bytes, i)
+    return all_ascii
 
 
 @attrs.frozen
