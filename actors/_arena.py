@@ -4,7 +4,7 @@ Only the store actor writes to an arena, and only between two snapshots. Readers
 read-only views of its arrays (``view_*``) and a :class:`Snapshot` that says which rows
 were committed.
 
-The memory bound (SPEC §3, §11). An open in-memory store holds at most
+The memory bound (design §3). An open in-memory store holds at most
 
     STORE_CONSTANT + max_entries × (max_entry_bytes + dimensions × 4 + namespace
                                     + ENTRY_CONSTANT)

@@ -1,4 +1,4 @@
-"""The compaction actor: applies ``MemoryConfig.strategies`` to a prompt (SPEC §4).
+"""The compaction actor: applies ``MemoryConfig.strategies`` to a prompt (design §4).
 
 Rules every strategy follows:
 

@@ -1,4 +1,4 @@
-"""Dispatchers: send a ``UnifiedRequest`` to a model and return its reply (SPEC §6).
+"""Dispatchers: send a ``UnifiedRequest`` to a model and return its reply (design §6).
 
 - :class:`OpenAIChatDispatcher` speaks OpenAI's ``/v1/chat/completions`` over
   ``httpx.AsyncClient`` (which runs under trio through anyio). It works with
@@ -37,7 +37,11 @@ __all__ = ["Dispatcher", "EchoDispatcher", "OpenAIChatDispatcher", "to_openai"]
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """Sends a request to a model and returns the assistant's message."""
+    """Sends a request to a model and returns the assistant's message.
+
+    ``dispatch`` runs in the caller's task (there is no inbox), so a cancel reaches it
+    directly.
+    """
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage: ...
 
@@ -60,6 +64,11 @@ class EchoDispatcher:
     """
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
+        """The echo reply. It does no I/O and never blocks; there is no inbox.
+
+        Raises:
+            ConfigError: ``request`` is not a ``UnifiedRequest``.
+        """
         request = _check_request(request)
         messages = request.messages
         # A recall block is a system message of its own or a section of one.

@@ -45,7 +45,11 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class AsyncEmbedder(Protocol):
-    """An async embedder, with separate document and query paths."""
+    """An async embedder, with separate document and query paths.
+
+    The store awaits these in the task that asked (a read's caller, or the store actor
+    for a write), so a cancel reaches them directly; ``embed_timeout`` bounds them.
+    """
 
     async def embed_documents(self, texts: Sequence[str]) -> Sequence[VectorLike] | Matrix: ...
 
@@ -322,7 +326,7 @@ def check_timeout(name: str, value: object) -> float | None:
     return float(value)
 
 
-# What a vector may hold (SPEC §2 and issue 14): real numbers. A numpy float or int
+# What a vector may hold (design §2 and §3): real numbers. A numpy float or int
 # dtype of any width (float16 to longdouble, int8 to uint64), or Python ints and floats;
 # never bool (a flag), complex (its imaginary part would be dropped), str (numpy would
 # parse "1.5"), object, or a masked array (its mask would be ignored).

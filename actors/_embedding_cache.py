@@ -1,4 +1,4 @@
-"""The embedding layer (SPEC §9, issue 6): the ``EmbeddingModel`` protocol, a registry
+"""The embedding layer (design §9): the ``EmbeddingModel`` protocol, a registry
 of named models, an LRU embedding cache, usage records, and ``CachedEmbedder``, which
 puts the three together in front of any model.
 
@@ -107,6 +107,9 @@ class EmbeddingResult:
 @runtime_checkable
 class EmbeddingModel(Protocol):
     """An embedding model: documents and queries are embedded separately.
+
+    Its async methods are awaited in the task that asked, so a cancel reaches them
+    directly.
 
     A model may also define ``async embed_with_report(texts, input_type) ->
     EmbeddingResult``; :class:`CachedEmbedder` then records the tokens, truncations and
@@ -335,7 +338,8 @@ class EmbeddingCache:
             self._bytes = 0
 
     def statistics(self) -> CacheStatistics:
-        """Entries, bytes, bounds, hits, misses and evictions."""
+        """Now (see :class:`CacheStatistics`): ``entries``, ``bytes``, ``max_entries``,
+        ``max_bytes``, ``hits``, ``misses``, ``evictions`` and ``enabled``."""
         with self._lock:
             return CacheStatistics(
                 entries=len(self._data),
@@ -621,6 +625,9 @@ class CachedEmbedder:
         Returns:
             a new float32 ``[len(texts), dimensions]`` array.
 
+        Cancellation reaches the model's call; a cancelled call caches and records
+        nothing. There is no inbox.
+
         Raises:
             TypeError: ``texts`` is not a sequence of str.
             ConfigError: ``input_type`` is not ``"document"`` or ``"query"``.
@@ -714,11 +721,11 @@ class CachedEmbedder:
         )
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        """Embed documents through the cache; see :meth:`embed`."""
+        """Embed documents through the cache; see :meth:`embed` (cancellation too)."""
         return await self.embed(texts, "document")
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query through the cache; see :meth:`embed`.
+        """Embed one query through the cache; see :meth:`embed` (cancellation too).
 
         Raises:
             TypeError: ``text`` is not a str.

@@ -45,7 +45,14 @@ class StoreHandleBase(Generic[ActorT]):
     """The writes and the lifecycle checks every store handle shares.
 
     Once the actor has crashed every method raises :class:`~protocol.Poisoned`; once the
-    store has closed, ``trio.ClosedResourceError``.
+    store has closed, ``trio.ClosedResourceError``; if the actor stopped while the store
+    is open, ``trio.BrokenResourceError``.
+
+    Every write (``store_turns``, ``add_documents``, ``upsert``, ``delete``, ``clear``)
+    is one message through the actor's bounded inbox. A full inbox makes the caller wait
+    for room (waiting callers go in the order they came). Cancelled while it waits for
+    room, the call has sent nothing and nothing changes; cancelled once the request is
+    queued, the actor still applies it, all or nothing, and drops the reply.
     """
 
     def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
@@ -66,7 +73,7 @@ class StoreHandleBase(Generic[ActorT]):
         ids: Sequence[str] | None = None,
         texts: Sequence[str] | None = None,
     ) -> TurnsStored:
-        """Store a batch of turns, all or nothing (SPEC §3).
+        """Store a batch of turns, all or nothing (design §3).
 
         Every turn is size-checked (the dropped head too); a batch longer than the
         capacity keeps its newest turns; the survivors are embedded in one call, checked,
@@ -80,9 +87,10 @@ class StoreHandleBase(Generic[ActorT]):
         first, the metadata as compact JSON (once per turn), the source, its id and its
         text (``actors._prepare.entry_bytes``).
 
-        Blocks while the inbox is full, then until the actor has applied the batch. If
-        the caller is cancelled while it waits, the batch is either fully committed or
-        not at all; if the store closes first, it is not applied.
+        Blocks while the inbox is full, then until the actor has applied the batch.
+        Cancelled while it waits for room in the inbox, it has sent nothing and nothing
+        changes; cancelled once the batch is queued, the actor still applies it, fully
+        or not at all, and drops the reply. If the store closes first, it is not applied.
 
         Raises:
             EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
@@ -159,7 +167,8 @@ class StoreHandleBase(Generic[ActorT]):
         """Store documents; the same id replaces the vector, text and metadata.
 
         A replaced document gets a new sequence number, so it counts as the newest entry
-        for FIFO eviction and for ties. Returns the ids in input order.
+        for FIFO eviction and for ties. Returns the ids in input order. Blocks, and
+        behaves on cancellation, like :meth:`store_turns`.
         """
         if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
             raise ConfigError(
@@ -176,7 +185,8 @@ class StoreHandleBase(Generic[ActorT]):
 
         Ids are unique within a namespace, so a delete never reaches another namespace.
         Returns which ids were deleted and which were missing, deduplicated, in input
-        order. Blocks like :meth:`store_turns`; a delete is all or nothing too.
+        order. Blocks, and behaves on cancellation, like :meth:`store_turns`; a delete
+        is all or nothing too.
         """
         wanted = check_ids(ids)
         result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
@@ -184,7 +194,10 @@ class StoreHandleBase(Generic[ActorT]):
         return result
 
     async def clear(self, namespace: str | None = None) -> Cleared:
-        """Remove every entry of ``namespace``, or every entry when it is None."""
+        """Remove every entry of ``namespace``, or every entry when it is None.
+
+        Blocks, and behaves on cancellation, like :meth:`store_turns`.
+        """
         if namespace is not None:
             check_name("namespace", namespace)
         result = await self._request(Clear(namespace=namespace))
@@ -196,8 +209,14 @@ class StoreHandleBase(Generic[ActorT]):
     async def retrieve(self, query: str, k: int) -> RetrievalReport:
         """Embed ``query`` and return the ``k`` best entries across every namespace.
 
-        Does not use the inbox, so a slow write never delays it: it sees one committed
-        state (the in-memory store's last snapshot; one SQL statement for pg).
+        Does not use the inbox, so a full inbox or a slow write never delays it: it sees
+        one committed state (the in-memory store's last snapshot; one SQL statement for
+        pg). A read changes nothing, so cancellation leaves nothing behind. A cancel
+        reaches the query's embedder call (a sync embedder's worker thread is abandoned
+        and its result dropped; an async embedder gets the cancel itself). In memory, a
+        scan waiting for the scan runner then drops its answer without affecting other
+        reads; on pg, once the statement runs in its worker thread it finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
 
         Raises:
             ConfigError: ``k ≤ 0``.
@@ -208,7 +227,8 @@ class StoreHandleBase(Generic[ActorT]):
         return await self._retrieve(query, k, None)
 
     async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
-        """Like :meth:`retrieve`, scoped to one namespace; never returns another's entries."""
+        """Like :meth:`retrieve` (the inbox and cancellation too), scoped to one
+        namespace; never returns another's entries."""
         return await self._retrieve(query, k, check_name("namespace", namespace))
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:

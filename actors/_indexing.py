@@ -486,8 +486,10 @@ async def index(
         Whatever the store or record manager raised: the run stops there, with no
             further cleanup; the next run repairs what is missing.
 
-    If the caller is cancelled, the batch in flight is written or not, as the store
-    decides, and the next run brings the records and the store back in step.
+    Each batch is one store write, so a full store inbox makes the run wait (as
+    ``upsert`` does). If the caller is cancelled, the batch in flight is written or
+    not, as the store decides, and the next run brings the records and the store back
+    in step.
     """
     _check_index_args(docs, store, record_manager, cleanup, source_id_key, batch_size)
     if on_event is not None and not callable(on_event):

@@ -1,4 +1,4 @@
-"""The injection actor: renders a recall and places it in the request (SPEC §5).
+"""The injection actor: renders a recall and places it in the request (design §5).
 
 The work is the pure :func:`protocol.inject`; the actor adds the configured renderer,
 placement and block budget (``RecallSettings.max_block_bytes``), and the

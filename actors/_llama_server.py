@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible model server: llama.cpp's, serving SmolLM2-135M (SPEC §6).
+"""A local OpenAI-compatible model server: llama.cpp's, serving SmolLM2-135M (design §6).
 
 :func:`open_llama_server` starts ``python -m llama_cpp.server`` as a child process on a
 free loopback port, waits until it answers ``GET /v1/models``, yields its base URL (for

@@ -1,5 +1,5 @@
 """``open_memory``: the store, compaction, recall and injection actors in one nursery,
-and :class:`Memory`, the caller's side of them (SPEC §7).
+and :class:`Memory`, the caller's side of them (design §7).
 
 Every agent turn runs compress → retrieve → inject → dispatch; :meth:`Memory.turn` runs
 all four and reports each stage.
@@ -95,7 +95,15 @@ _USER_DIGESTS = 4096
 
 @attrs.frozen
 class MemoryStatistics:
-    """Inbox sizes and fill levels, per actor, and the event hub's state."""
+    """Inbox sizes and fill levels, per actor, and the event hub's state.
+
+    Attributes:
+        inbox_size: the capacity of each of the three inboxes (``open_memory``'s
+            ``inbox_size``).
+        compaction_used, recall_used, injection_used: requests queued in each inbox.
+        subscribers: open event subscriptions.
+        events_published: events published since the memory opened.
+    """
 
     inbox_size: int
     compaction_used: int
@@ -161,7 +169,7 @@ class Memory:
     async def compress(
         self, messages: list[UnifiedMessage], *, date: str | None = None
     ) -> Compressed:
-        """Apply ``MemoryConfig.strategies`` in order; see SPEC §4.
+        """Apply ``MemoryConfig.strategies`` in order; see design §4.
 
         Args:
             messages: the prompt.
@@ -177,9 +185,10 @@ class Memory:
         runs; ``Poisoned`` is the exception: a crashed store is a bug, so ``compress``
         raises it rather than report it (design §3, "only bugs poison").
 
-        Cancellation: if the caller is cancelled while it waits, the compaction actor
-        still finishes the request (an ``Offload`` may still commit) and the reply is
-        dropped.
+        A full inbox makes the caller wait for room; cancelled then, it has sent nothing.
+        Cancellation: if the caller is cancelled while it waits for the reply, the
+        compaction actor still finishes the request (an ``Offload`` may still commit)
+        and the reply is dropped.
 
         Raises:
             ConfigError: ``messages`` is not a list of ``UnifiedMessage``, or ``date`` is
@@ -204,6 +213,8 @@ class Memory:
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
+        Blocks while the recall actor's inbox is full, then until it replies; a cancelled
+        caller's request is still answered and the reply dropped (a read changes nothing).
 
         Raises:
             ConfigError: a bad query, ``k``, namespace or ``min_similarity``.
@@ -212,7 +223,7 @@ class Memory:
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected str")
         # Any k means "at most that many": cut to the capacity, so the Recall message
-        # and the events carry a k that msgpack can log (SPEC §7).
+        # and the events carry a k that msgpack can log (design §7).
         k = clamp_k(self._config.top_k if k is None else check_k(k), self._store.capacity)
         namespace = self._config.namespace if namespace is None else namespace
         check_name("namespace", namespace)
@@ -268,6 +279,9 @@ class Memory:
         lowest-ranked items dropped first; see :func:`protocol.inject`). The
         ``recall.injected`` event names every item that entered the prompt.
 
+        Blocks while the injection actor's inbox is full, then until it replies; a
+        cancelled caller's reply is dropped (injection changes nothing).
+
         Raises:
             ConfigError: ``report`` or ``request`` has the wrong type.
         """
@@ -281,6 +295,9 @@ class Memory:
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
         """Send ``request`` to the dispatcher and return the assistant's message.
+
+        There is no inbox: the dispatcher runs in the caller's task, so a cancel reaches
+        it directly (``OpenAIChatDispatcher`` drops its connection).
 
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
@@ -303,8 +320,9 @@ class Memory:
         block. Storing the user's input (``auto_store_user_input``) is best-effort too:
         a failure is logged as a warning. ``Poisoned`` is never best-effort.
 
-        Cancellation: a cancelled turn may have offloaded (each batch all or nothing);
-        nothing is dispatched after the cancel.
+        Each stage blocks as its method does (a full inbox makes it wait). Cancellation:
+        a cancelled turn may have offloaded (each batch all or nothing); nothing is
+        dispatched after the cancel.
 
         Raises:
             ConfigError: ``request`` is not a ``UnifiedRequest``.
@@ -417,7 +435,8 @@ class Memory:
 
         A str becomes a user message. The id is the first 16 hex characters of
         sha256(content ‖ source ‖ timestamp), so remembering the same content twice
-        keeps two entries. Blocks like ``StoreHandle.store_turns``.
+        keeps two entries. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: empty content, a bad source, or content of the wrong type.
@@ -489,6 +508,9 @@ class Memory:
         return self._hub.subscribe(buffer_size)
 
     def statistics(self) -> MemoryStatistics:
+        """The actors' inboxes and the event hub now: ``inbox_size``,
+        ``compaction_used``, ``recall_used``, ``injection_used``, ``subscribers`` and
+        ``events_published`` (see :class:`MemoryStatistics`)."""
         return MemoryStatistics(
             inbox_size=self._inbox_size,
             compaction_used=self._compaction.used(),
@@ -596,6 +618,13 @@ async def open_memory(
             actors.
         store_inbox_size, thread_scan_threshold, embed_timeout: passed to
             ``open_store`` for an owned store (see there).
+
+    Cancellation: entering only checks arguments and starts tasks; a cancelled open or
+    body leaves as above, and its ``Cancelled`` propagates. A full inbox makes callers
+    wait (see :class:`Memory`).
+
+    (Long only for this docstring, which documents every argument; the body checks the
+    arguments and enters two context managers.)
 
     Faults: a summarizer's ``KeyboardInterrupt`` or ``SystemExit`` reaches the caller as
     itself; any other ``BaseException`` from it (not ``Cancelled``) is a crash, and the

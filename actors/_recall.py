@@ -1,4 +1,4 @@
-"""The recall actor: answers ``Recall`` requests from the store's snapshots (SPEC §5).
+"""The recall actor: answers ``Recall`` requests from the store's snapshots (design §5).
 
 It serves one request at a time, so recall load never piles up concurrent embedder
 calls; the store's reads do not use the store's inbox, so recall never waits behind a

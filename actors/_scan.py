@@ -483,7 +483,7 @@ class ScanEngine:
 
         Products of two float32 values are exact in float64, and a reduction along a
         row sums it the same way wherever the row sits, so identical vectors score
-        identically and the tie goes to the sequence, as SPEC §3 says. Ranking on the
+        identically and the tie goes to the sequence, as design §3 says. Ranking on the
         rounded score keeps that true for scores that differ only below float32's
         precision. It costs ``len(slots) × dimensions`` multiply-adds: about k of them,
         in blocks of bounded scratch when there are many ties.

@@ -123,18 +123,22 @@ class SentenceTransformerEmbedder:
         return EmbeddingResult(vectors=np.asarray(vectors, dtype=np.float32), batches=batches)
 
     async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
-        """Embed in a worker thread; cancellation waits for the call in flight."""
+        """Embed in a worker thread, one call at a time.
+
+        Cancelled while it waits for its turn, it leaves at once; once its thread runs,
+        the call finishes first, then ``Cancelled`` is raised and the vectors are dropped.
+        """
         items = check_texts(texts)
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(1)
         return await trio.to_thread.run_sync(self.encode, items, input_type, limiter=self._limiter)
 
     async def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embed documents in a worker thread."""
+        """Embed documents in a worker thread; cancellation as :meth:`embed_with_report`."""
         return (await self.embed_with_report(texts, "document")).vectors
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query in a worker thread."""
+        """Embed one query in a worker thread; cancellation as :meth:`embed_with_report`."""
         if not isinstance(text, str):
             raise TypeError(f"query is a {type(text).__name__}; expected a str")
         row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]

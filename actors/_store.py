@@ -525,7 +525,8 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         """The live documents with these ids in one namespace (``None``: the default).
 
         Missing ids are left out; the order is not promised. Reads the last snapshot
-        without using the inbox.
+        without using the inbox, so a full inbox never delays it; it changes nothing,
+        and a cancelled caller leaves at its one checkpoint.
         """
         self._check()
         wanted = check_ids(ids)
@@ -547,6 +548,10 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
 
         A store bound to an embedding profile (see :attr:`profile`) refuses a non-zero
         ``request.vector`` that does not name the same profile in ``request.profile``.
+
+        Does not use the inbox, and changes nothing; on cancellation it behaves like
+        :meth:`retrieve` (the cancel reaches the query's embedder call, and a scan
+        waiting for the scan runner drops its answer).
 
         Raises:
             ConfigError: not a SearchRequest.
@@ -600,8 +605,9 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         floats that starts together with other reads (or while a batch runs), waits for
         the store's scan runner, which may be scoring earlier reads; it then shares one
         matrix product with every read that waited with it. A smaller lone read runs
-        inline, at once. If the caller is cancelled while it waits, its answer is
-        dropped and the other reads are not affected.
+        inline, at once. It does not use the inbox, so a full inbox never delays it. If
+        the caller is cancelled while it waits, its answer is dropped and the other reads
+        are not affected; a read changes nothing.
 
         A store bound to an embedding profile refuses a non-zero vector unless
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
@@ -674,6 +680,9 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         return self._actor.profile
 
     def statistics(self) -> StoreStatistics:
+        """The inbox and the actor now (see :class:`StoreStatistics`): ``inbox_size``
+        (its capacity), ``inbox_used`` (writes queued), ``tasks_waiting_send`` (callers
+        waiting for room), ``version`` (commits so far) and ``poisoned``."""
         stats = self._send.statistics()
         return StoreStatistics(
             inbox_size=self._actor.inbox_size,
@@ -707,7 +716,8 @@ async def open_store(
     (``actors._lifecycle``, the lifecycle every store shares).
 
     Cancellation: entering only allocates and starts tasks; a cancelled body leaves as
-    above, and its ``Cancelled`` propagates.
+    above, and its ``Cancelled`` propagates. A full inbox makes writers wait (see
+    ``inbox_size``); reads never use it.
 
     Args:
         config: the store's bounds; validated again here.
@@ -749,6 +759,9 @@ async def open_store(
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
             on_event or embed_timeout, or a profile whose dimensions differ from the
             config's.
+
+    (Long only for this docstring, which documents every argument; the body checks the
+    arguments and runs the actor through the one lifecycle.)
     """
     config = check_store_config(config, embedder)
     check_int("inbox_size", inbox_size)

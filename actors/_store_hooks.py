@@ -1,4 +1,4 @@
-"""The store's event hook and profile binding (issue 6), shared by its actor and handle.
+"""The store's event hook and profile binding (design §9), shared by its actor and handle.
 
 Events: a write that commits becomes ``vector_store.added`` or ``vector_store.deleted``;
 a read becomes ``vector_store.searched``, whose query appears only as a fingerprint.

@@ -1,4 +1,4 @@
-"""Recall quality on LoCoMo: evidence recall@k per retriever configuration (issue 7).
+"""Recall quality on LoCoMo: evidence recall@k per retriever configuration.
 
 Run from the repository root::
 
@@ -12,7 +12,7 @@ question with evidence (category 5, adversarial, excluded) is retrieved, and the
 measure is the fraction of its evidence turns among the top k (k = 1, 5, 10, 25),
 averaged over questions. One entry is one turn, so a hit names exactly one turn.
 
-Storage follows the issue: the plain and the ``default`` configurations offload the
+Storage: the plain and the ``default`` configurations offload the
 turns through compaction (``Offload``, the way an agent's old turns reach the store),
 one ``compress`` per session, dated with the session's date; the ``ctx-*`` steps store
 hand-made context entries through the documents API (``StoreHandle.add_documents``),

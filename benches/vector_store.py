@@ -1,4 +1,4 @@
-"""trio-recall's read and write benches (issue 5, SPEC §10).
+"""trio-recall's read and write benches (design §10).
 
 Run from the repository root::
 
@@ -346,7 +346,7 @@ async def bench_store_turns(quick: bool) -> dict[str, Any]:
     cursor = {"at": 0}
 
     def raw() -> None:
-        # What SPEC §3 asks of a batch, done the plain numpy way: the width, finite
+        # What design §3 asks of a batch, done the plain numpy way: the width, finite
         # components, a squared norm finite in float32, and zero rows kept as zeros
         # (not NaN), normalized once and copied into the arena.
         start = cursor["at"]

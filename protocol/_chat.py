@@ -171,7 +171,7 @@ class UnifiedRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def projection(message: UnifiedMessage) -> str:
-    """The text that is embedded and rendered (SPEC §2).
+    """The text that is embedded and rendered (design §2).
 
     Text blocks give their text, tool calls their name, tool results their output,
     joined by single spaces. Thinking and images give nothing.
@@ -192,7 +192,7 @@ def _utf8(s: str) -> int:
 
 
 def payload_bytes(message: UnifiedMessage) -> int:
-    """The size checked against ``max_entry_bytes`` (SPEC §2).
+    """The size checked against ``max_entry_bytes`` (design §2).
 
     The UTF-8 length of every string in every block (text, thinking, image media type
     and data, tool call id and name, arguments as compact JSON, tool result id and

@@ -26,7 +26,9 @@ class VectorStoreConfig(msgspec.Struct, frozen=True, kw_only=True):
     Args:
         max_entries: slots in the arena; the oldest entry is evicted past it.
         dimensions: the width of every vector.
-        max_entry_bytes: the largest payload a turn may have (see ``payload_bytes``).
+        max_entry_bytes: the most an entry may count: its payload (``payload_bytes``)
+            plus its metadata, source, id, index text and a fixed overhead per block
+            (design §3, "Memory bound").
         warn_fraction: ``usage().near_cap`` turns true at this fill fraction, in (0, 1].
         max_arena_bytes: the ceiling for ``max_entries × dimensions × 4``; ``None`` means
             the machine's physical memory.

@@ -1,4 +1,4 @@
-"""Documents, search requests and their results (SPEC §9, the retrieval toolkit).
+"""Documents, search requests and their results (the retrieval toolkit, design §9).
 
 Every Struct here validates itself when built, so a bad request fails in the caller's
 task with an error that names the field, the value seen and what was expected, and

@@ -1,4 +1,4 @@
-"""Embedding data: model profiles, usage records and prices (SPEC §9, issue 6).
+"""Embedding data: model profiles, usage records and prices (the retrieval toolkit, design §9).
 
 These are plain msgspec Structs; the running parts (the cache, the registry, the
 wrapper that records usage) live in ``actors._embedding_cache``.

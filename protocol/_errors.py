@@ -1,4 +1,4 @@
-"""The error family of trio-recall (SPEC §2).
+"""The error family of trio-recall (design §2).
 
 Every error the store raises is a :class:`VectorStoreError`. Where it helps, an error
 also subclasses a builtin (``ConfigError`` is a ``ValueError``), so callers that only
@@ -74,10 +74,13 @@ def _rebuild_provider_error(
 
 
 class EntryTooLarge(VectorStoreError, ValueError):
-    """A turn's payload is over ``max_entry_bytes``.
+    """An entry counts more than ``max_entry_bytes``.
+
+    What an entry counts is its payload (design §2) plus its metadata, source, id, index
+    text and a fixed overhead per content block (design §3, "Memory bound").
 
     Attributes:
-        bytes: the payload size of the offending turn.
+        bytes: what the offending entry counts.
         max_entry_bytes: the store's cap.
         index: the offending turn's index in its batch, when known.
     """
@@ -162,7 +165,7 @@ def _rebuild_dispatch_error(
 
 
 class PluginError(Exception):
-    """The error seam between compaction and the store (SPEC §2)."""
+    """The error seam between compaction and the store (design §2)."""
 
 
 class PluginValidationError(PluginError):
@@ -186,7 +189,7 @@ class PluginInternalError(PluginError):
 
 
 def to_plugin_error(error: VectorStoreError) -> BaseException:
-    """Convert a store error into what compaction reports (SPEC §2).
+    """Convert a store error into what compaction reports (design §2).
 
     ``EntryTooLarge`` and ``EmbeddingError`` become ``PluginValidationError`` with schema
     ``"vector-store"``; ``EmbedderError(e)`` becomes ``e``, unchanged; anything else

@@ -42,7 +42,7 @@ class Msg(msgspec.Struct, frozen=True, tag_field="kind"):
 
 
 class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
-    """Store a batch of turns, all or nothing (SPEC §3).
+    """Store a batch of turns, all or nothing (design §3).
 
     ``ids``, when given, names each turn (an explicit memory's id); an id already live
     in the namespace is replaced. Without ids, each turn's id is ``turn-<sequence>``.

@@ -1,4 +1,4 @@
-"""Recall rendering, injection and the request digest (SPEC §5). Pure functions.
+"""Recall rendering, injection and the request digest (design §5). Pure functions.
 
 Two renderers:
 

@@ -1,4 +1,4 @@
-"""VectorStoreMachine against every way a user reaches a store (issue 14).
+"""VectorStoreMachine against every way a user reaches a store (one lifecycle, design §1).
 
 ``open_store`` (both scan paths) runs in ``test_harness_store.py`` and ``open_pg_store``
 in ``test_pg_store.py``; this file adds the composed paths:
@@ -8,7 +8,7 @@ in ``test_pg_store.py``; this file adds the composed paths:
 - a borrowed store (``open_store(...)`` then ``open_memory(store=handle)``), both paths;
 - a memory over pg (``open_pg_store(...)`` then ``open_memory(store=pg_handle)``).
 
-``open_memory``'s store is how the scan-runner hang of issue 14 shipped: it built its
+``open_memory``'s store is how the scan-runner hang shipped: it built its
 own store actor and never started the scan runner. With every scan sent to the runner
 (``thread_scan_threshold=0``) the machine's first read on such a store blocks, and the
 step deadline reports it as ``trio.TooSlowError``: on e07348a, with that threshold

@@ -8,7 +8,6 @@ spent.
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from contextlib import AbstractAsyncContextManager
@@ -22,8 +21,6 @@ from actors import open_store
 from actors.testing import VectorStoreMachine
 from protocol import VectorStoreConfig
 
-HAS_THREAD_THRESHOLD = "thread_scan_threshold" in inspect.signature(open_store).parameters
-
 
 class ThreadScanStoreMachine(VectorStoreMachine):
     """Every scan takes the worker-thread path, and writers wait for pinned scans."""
@@ -31,16 +28,12 @@ class ThreadScanStoreMachine(VectorStoreMachine):
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: object
     ) -> AbstractAsyncContextManager[Any]:
-        return open_store(config, embedder, thread_scan_threshold=0)  # type: ignore[call-arg]
+        return open_store(config, embedder, thread_scan_threshold=0)  # type: ignore[arg-type]
 
 
 TestStore = VectorStoreMachine.TestCase
 
 
-@pytest.mark.skipif(
-    not HAS_THREAD_THRESHOLD,
-    reason="actors.open_store has no thread_scan_threshold keyword yet (issue 5)",
-)
 def test_store_machine_with_every_scan_in_a_thread() -> None:
     run_state_machine_as_test(ThreadScanStoreMachine)
 

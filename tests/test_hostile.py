@@ -187,7 +187,8 @@ def _oversized() -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize(("field", "kwargs"), _oversized(), ids=[f for f, _ in _oversized()])
 async def test_an_oversized_caller_field_is_refused(field: str, kwargs: dict[str, Any]) -> None:
-    """50 entries of a 200-byte cap held 5 MB through these fields (issue 14, item 5)."""
+    """50 entries of a 200-byte cap held 5 MB through these fields before they counted
+    against the cap (design §3)."""
     embedder = HostileEmbedder(HashingEmbedder(DIM))
     with trio.fail_after(20):
         async with open_store(config(max_entry_bytes=200), embedder) as store:
@@ -209,7 +210,7 @@ async def test_many_empty_blocks_are_refused() -> None:
 
 #: The harness's ceiling for what one entry may hold beyond ``max_entry_bytes``, the
 #: vector and the namespace: generous on purpose (the library documents its own,
-#: smaller constant); the 5 MB and 85 MB of issue 14 item 5 are far above it.
+#: smaller constant); the 5 MB and 85 MB seen before those fields counted are far above it.
 PER_ENTRY_CEILING = 16 * 1024
 
 

@@ -1,4 +1,5 @@
-"""Hostile read arguments (issue 14, items 3, 4 and 9) through the public entry points.
+"""Hostile read arguments (design §3: any k, filter depth, only bugs poison) through
+the public entry points.
 
 Every case runs on the in-memory store (inline scans, and every scan in threads), on
 PostgreSQL, and where it applies through ``open_memory``'s ``retrieve``. Each rejected

@@ -1,9 +1,10 @@
 """The one store lifecycle, tested through every way a user opens a store.
 
-Issue 14's composition bugs, each tested where a user meets it: ``open_memory`` over its
-own store and over a borrowed handle (in memory and on pg), embedder timeouts, stuck
-embedders when a store closes, ``BaseException`` from an embedder or a summarizer, and
-``Memory.turn``'s best effort. Every backend-neutral test runs on both backends.
+The composition bugs the one lifecycle fixed (design §1), each tested where a user meets
+it: ``open_memory`` over its own store and over a borrowed handle (in memory and on pg),
+embedder timeouts, stuck embedders when a store closes, ``BaseException`` from an
+embedder or a summarizer, and ``Memory.turn``'s best effort. Every backend-neutral test
+runs on both backends.
 """
 
 from __future__ import annotations

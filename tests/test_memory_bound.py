@@ -1,4 +1,4 @@
-"""The memory bound (SPEC §3, §11; issue 14 item 5), measured with tracemalloc.
+"""The memory bound (design §3, exactly in the README's "The store"), by tracemalloc.
 
 A store of 50 entries at a small cap is filled, for many rounds (so that eviction runs),
 with entries of hostile shapes, each as large as the cap allows: max-size metadata

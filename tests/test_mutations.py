@@ -1,7 +1,7 @@
 """Mutation tests: the harness must catch deliberately broken stores.
 
 Each broken store is a thin wrapper around the real ``open_store`` (or, for the
-composed path, the store's own parts) that breaks one promise of SPEC §3 or issue 14.
+composed path, the store's own parts) that breaks one promise of design §3.
 For each one, Hypothesis must find a failure and shrink it to a few steps; the steps
 come back as ``__notes__`` on the exception (``state.<rule>(...)`` lines), which we
 count. A harness that only ever passes proves nothing.
@@ -282,7 +282,7 @@ def test_unbroken_wrapper_passes() -> None:
     run_state_machine_as_test(mutant(Wrapper), settings=MUTANT_SETTINGS)
 
 
-# --- issue 14: a composed path that never starts a task ----------------------------------
+# --- one lifecycle: a composed path that never starts a task ---------------------------
 
 
 @asynccontextmanager
@@ -290,7 +290,7 @@ async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: obj
     """``open_store`` with one task missing: the actor lists no services, so the store's
     one lifecycle (``actors._lifecycle.run_store``) never starts its scan runner, and
     every read is sent to it (``thread_scan_threshold=0``). This is how ``open_memory``
-    built its own store before issue 14: its big reads waited forever."""
+    built its own store before ``actors/_lifecycle.py``: its big reads waited forever."""
     from actors._handle import OPENED
     from actors._lifecycle import run_store
     from actors._store import StoreHandle, _StoreActor
@@ -324,7 +324,7 @@ def test_machine_catches_a_scan_runner_that_never_started() -> None:
     assert any(step.startswith("state.read(") for step in steps), "\n".join(steps)
 
 
-# --- issue 14: an input that crashes the actor, a field left out of the size count -------
+# --- only bugs poison: an input that crashes the actor, a field left out of the size count -------
 
 
 TEXT = hostile_text(max_size=12)

@@ -1,4 +1,4 @@
-"""The pg store's documents API, filters and search kinds (issue 8, phase 2).
+"""The pg store's documents API, filters and search kinds (the pg backend, design §9).
 
 The in-memory store is the reference. Three properties tie the pg store to it:
 

@@ -1,4 +1,4 @@
-"""render, inject and digest_request (SPEC §5), and the actor messages' wire form."""
+"""render, inject and digest_request (design §5), and the actor messages' wire form."""
 
 from __future__ import annotations
 
@@ -386,7 +386,7 @@ def test_strategies_validate(build: object, match: str) -> None:
         build()  # type: ignore[operator]
 
 
-# --- the XML block is well-formed for any text (issue 14) -------------------------------------
+# --- the XML block is well-formed for any text (design §5) -------------------------------------
 
 # XML 1.0's Char production; anything else must come out as U+FFFD.
 _XML_CHAR = set(range(0x20, 0xD800)) | {0x9, 0xA, 0xD}

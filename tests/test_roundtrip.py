@@ -1,4 +1,4 @@
-"""Every msgspec Struct in ``protocol`` round-trips through msgpack and JSON (SPEC §7).
+"""Every msgspec Struct in ``protocol`` round-trips through msgpack and JSON (design §7).
 
 The types are discovered by walking the ``protocol`` package, so a message type added
 anywhere in it is covered without touching this file. Each type's strategy is built from
@@ -182,7 +182,7 @@ def struct_strategy(cls: type[msgspec.Struct]) -> st.SearchStrategy[Any]:
 
 def test_exception_fields_are_known() -> None:
     """A field that holds a live exception cannot round-trip; each one is a deliberate,
-    documented choice (SPEC §7 asks every message to round-trip), listed here."""
+    documented choice (design §7 asks every message to round-trip), listed here."""
     found = {
         (cls.__name__, f.name)
         for cls in STRUCTS

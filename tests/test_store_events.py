@@ -1,5 +1,5 @@
 """Events from the store, the embedding layer, the retriever and index(); profile
-binding; Memory.embedding_usage(); auto_store_user_input (issue 6)."""
+binding; Memory.embedding_usage(); auto_store_user_input (design §9)."""
 
 from __future__ import annotations
 

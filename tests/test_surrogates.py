@@ -1,4 +1,4 @@
-"""Lone UTF-16 surrogates (issue 14, item 2): stored and returned exactly, on both
+"""Lone UTF-16 surrogates (design §3): stored and returned exactly, on both
 backends and through ``open_memory``; replaced by U+FFFD only where text leaves the
 process. ``json.loads('"\\ud83d"')`` (a cut-off emoji) is how a tool result gets one.
 """

@@ -7,6 +7,7 @@ from collections import Counter
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pytest
 import trio
 from hypothesis import given, settings
@@ -22,7 +23,6 @@ from actors._prepare import (
     checked_rows,
     exact_msgpack,
     exact_msgpack_many,
-    unit_rows,
 )
 from protocol import (
     ConfigError,
@@ -43,6 +43,16 @@ DIM = 8
 
 _floats32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
 _batches = hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.just(DIM)), elements=_floats32)
+
+
+def unit_rows(
+    vectors: object, count: int, dimensions: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """``checked_rows``' batch, normalized: what the store commits into its arena."""
+    rows, scale, zero = checked_rows(vectors, count, dimensions)
+    if scale is not None:
+        rows = rows * scale
+    return rows, zero
 
 
 def _reference(vectors: object, count: int) -> tuple[object, object] | type[BaseException]:
@@ -191,9 +201,9 @@ def _check_turns_reference(
     metadata: dict[str, object] | None = None,
     ids: list[str] | None = None,
 ) -> object:
-    """SPEC §3 steps 1 and 2, one turn at a time, with §11's size: the payload, 64 bytes
-    per block after the first, arguments at the longer of JSON and msgpack, the index
-    text, the source, the id and the metadata."""
+    """Design §3 steps 1 and 2, one turn at a time, with the memory bound's size: the
+    payload, 64 bytes per block after the first, arguments at the longer of JSON and
+    msgpack, the index text, the source, the id and the metadata."""
     for i, turn in enumerate(turns):
         size = payload_bytes(turn) + 64 * max(len(turn.content) - 1, 0)
         for block in turn.content:

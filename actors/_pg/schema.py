@@ -1,4 +1,8 @@
-"""The PostgreSQL side of the pg store: names, schema, and every SQL statement it runs.
+"""The pg store's names, schema and value encodings: its tables' DDL, the schema check
+and the text, jsonb and vector forms values take in SQL.
+
+The statements live where they run: writes in ``sql.py``, reads in ``reads.py``, search
+in ``search.py``, filters in ``filters.py``, and the connection set-up in ``store.py``.
 
 Each store is four objects named after its table ``T``:
 
@@ -268,52 +272,9 @@ def ensure_schema(
             "SELECT pg_advisory_xact_lock(hashtext('trio_recall:schema:' || %s))",
             (names.table_name,),
         )
-        have_vector = conn.execute(
-            "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
-        ).fetchone()
-        if have_vector is None:
-            try:
-                with conn.transaction():
-                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            except psycopg.Error as error:
-                raise ConfigError(
-                    "the pgvector extension is not installed in this database and could "
-                    f"not be created ({type(error).__name__}: {error}); run CREATE EXTENSION "
-                    "vector as a superuser, or use a server that ships pgvector"
-                ) from None
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-            (names.table_regclass, names.meta_regclass),
-        ).fetchone()
-        assert row is not None
-        table_exists, meta_exists = bool(row[0]), bool(row[1])
-        if table_exists and not meta_exists:
-            raise ConfigError(
-                f"table {names.table_name!r} exists but has no {names.table_name}_meta "
-                "table: it is not a trio-recall store; pick another table name"
-            )
-        if not meta_exists:
-            for statement in _ddl(names, dimensions):
-                conn.execute(statement)
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {meta} (schema_version, dimensions, max_entries, profile) "
-                    "VALUES (%s, %s, %s, %s)"
-                ).format(meta=names.meta),
-                (SCHEMA_VERSION, dimensions, max_entries, profile),
-            )
-        meta = conn.execute(
-            sql.SQL(
-                "SELECT schema_version, dimensions, max_entries, entries, evicted_entries, "
-                "zero_norm_entries, version, profile FROM {meta}"
-            ).format(meta=names.meta)
-        ).fetchone()
-        if meta is None:
-            raise ConfigError(
-                f"table {names.table_name}_meta is empty: it is not a trio-recall store"
-            )
-        version, dims, cap, entries, evicted, zero, commits = (int(v) for v in meta[:7])
-        bound: str | None = meta[7]
+        _ensure_pgvector(conn)
+        _create_if_missing(conn, names, dimensions, max_entries, profile)
+        version, dims, cap, entries, evicted, zero, commits, bound = _read_meta(conn, names)
         _check_meta(names, version, dims, cap, bound, dimensions, max_entries, profile)
         if bound is None and profile is not None:
             conn.execute(
@@ -327,6 +288,71 @@ def ensure_schema(
                 ).format(index=names.hnsw, table=names.table)
             )
     return (entries, evicted, zero, commits), profile if bound is None else bound
+
+
+def _ensure_pgvector(conn: psycopg.Connection[Any]) -> None:
+    """Create the pgvector extension if it is missing and the role may."""
+    have_vector = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if have_vector is None:
+        try:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.Error as error:
+            raise ConfigError(
+                "the pgvector extension is not installed in this database and could "
+                f"not be created ({type(error).__name__}: {error}); run CREATE EXTENSION "
+                "vector as a superuser, or use a server that ships pgvector"
+            ) from None
+
+
+def _create_if_missing(
+    conn: psycopg.Connection[Any],
+    names: Names,
+    dimensions: int,
+    max_entries: int,
+    profile: str | None,
+) -> None:
+    """Create the four objects and the meta row when the table has no meta table; refuse
+    a table of that name that is not a trio-recall store."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+        (names.table_regclass, names.meta_regclass),
+    ).fetchone()
+    assert row is not None
+    table_exists, meta_exists = bool(row[0]), bool(row[1])
+    if table_exists and not meta_exists:
+        raise ConfigError(
+            f"table {names.table_name!r} exists but has no {names.table_name}_meta "
+            "table: it is not a trio-recall store; pick another table name"
+        )
+    if not meta_exists:
+        for statement in _ddl(names, dimensions):
+            conn.execute(statement)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {meta} (schema_version, dimensions, max_entries, profile) "
+                "VALUES (%s, %s, %s, %s)"
+            ).format(meta=names.meta),
+            (SCHEMA_VERSION, dimensions, max_entries, profile),
+        )
+
+
+def _read_meta(
+    conn: psycopg.Connection[Any], names: Names
+) -> tuple[int, int, int, int, int, int, int, str | None]:
+    """The meta row: schema version, dimensions, capacity, the usage counters (entries,
+    evicted, zero-norm), the commit version, and the bound profile."""
+    meta = conn.execute(
+        sql.SQL(
+            "SELECT schema_version, dimensions, max_entries, entries, evicted_entries, "
+            "zero_norm_entries, version, profile FROM {meta}"
+        ).format(meta=names.meta)
+    ).fetchone()
+    if meta is None:
+        raise ConfigError(f"table {names.table_name}_meta is empty: it is not a trio-recall store")
+    version, dims, cap, entries, evicted, zero, commits = (int(v) for v in meta[:7])
+    bound: str | None = meta[7]
+    return version, dims, cap, entries, evicted, zero, commits, bound
 
 
 def bound_profile(text: str | None) -> EmbeddingProfile | None:

@@ -26,7 +26,7 @@ the in-memory store's; the documented bound, which the conformance machine check
 give the same scores and ranking, and ties still go to the newest sequence, but scores
 are not bit-identical to the in-memory store's.
 
-**Documents and search** (issue 6's API, with the in-memory store's semantics, which the
+**Documents and search** (design §9's API, with the in-memory store's semantics, which the
 tests compare operation by operation). Turns and documents share one id space, and
 ``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
 inserts the new ones with new sequence numbers and evicts past the cap, all in its one
@@ -119,8 +119,12 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
     async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
         """The live documents with these ids in one namespace (``None``: the default).
 
-        Missing ids are left out; the order is not promised. One statement; does not use
-        the inbox.
+        Missing ids are left out; the order is not promised. One statement.
+
+        Does not use the inbox, so a full inbox never delays it, and it changes nothing.
+        Cancelled while it waits for a read slot or between retries, it leaves at once;
+        once its statement runs in a worker thread, that statement finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
         """
         self._check()
         wanted = check_ids(ids)
@@ -134,6 +138,12 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         the statement's WHERE clause, before top-k. Dense scores are cosine similarity
         in [-1, 1]; a hybrid hit's score is its fused RRF score, and ``ranks`` gives its
         1-based rank in each list. BM25 runs in SQL (``reads.py``).
+
+        Does not use the inbox, so a full inbox never delays it, and it changes nothing;
+        a cancel reaches the query's embedder call, as :meth:`retrieve` says.
+        Cancelled while it waits for a read slot or between retries, it leaves at once;
+        once its statement runs in a worker thread, that statement finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
 
         Raises:
             ConfigError: not a SearchRequest.
@@ -165,6 +175,11 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
 
         A store bound to an embedding profile refuses a non-zero vector unless
         ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
+
+        Does not use the inbox, so a full inbox never delays it, and it changes nothing.
+        Cancelled while it waits for a read slot or between retries, it leaves at once;
+        once its statement runs in a worker thread, that statement finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
         """
         self._check()
         k = clamp_k(check_k(k), self._actor.config.max_entries)
@@ -206,7 +221,13 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
 
     async def refresh(self) -> VectorStoreUsage:
         """Read the table's counters now, so :meth:`usage` and ``len()`` include every
-        process's commits, and return the usage."""
+        process's commits, and return the usage.
+
+        One statement, a read: it does not use the inbox, so a full inbox never delays
+        it. Cancelled while it waits for a read slot or between retries, it leaves at once;
+        once its statement runs in a worker thread, that statement finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
+        """
         self._check()
         await self._actor.refresh()
         return self.usage()
@@ -248,7 +269,10 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         return self._actor.names.table_name
 
     def statistics(self) -> StoreStatistics:
-        """The inbox's fill and the table's commit count as last seen (every process)."""
+        """The inbox and the actor now (see :class:`~actors.StoreStatistics`):
+        ``inbox_size`` (its capacity), ``inbox_used`` (writes queued),
+        ``tasks_waiting_send`` (callers waiting for room), ``version`` (the table's
+        commit count, every process's, as last seen) and ``poisoned``."""
         stats = self._send.statistics()
         return StoreStatistics(
             inbox_size=self._actor.inbox_size,
@@ -329,7 +353,8 @@ async def open_pg_store(
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
     store's: ``actors._lifecycle``. Cancellation: a cancelled open closes the pool and
-    leaves nothing running; a cancelled body leaves as above.
+    leaves nothing running; a cancelled body leaves as above. A full inbox makes writers
+    wait (see ``inbox_size``); reads never use it.
 
     (Long only for this docstring, which documents every argument; the body is the
     checks, the schema and the lifecycle.)

@@ -3,9 +3,9 @@
 - :class:`TrioRuleBasedStateMachine`, with :func:`rule`, :func:`initialize` and
   :func:`invariant` that accept ``async def``: a Hypothesis state machine whose example
   runs on one trio loop.
-- :class:`VectorStoreMachine`: the store contract (SPEC §3) as a state machine; subclass
+- :class:`VectorStoreMachine`: the store contract (design §3) as a state machine; subclass
   it and override ``open_store_under_test`` to check your own store.
-- :class:`StoreConformance`: the documents and search contract (issue 6) as pytest
+- :class:`StoreConformance`: the documents and search contract (design §9) as pytest
   tests; subclass it (as ``Test...``) and override ``open_store_under_test``.
 - :class:`WriteConformance`: its companion for the turns API and the write path
   (design §3): batches, eviction, the inbox, cancellation, errors, document writes.

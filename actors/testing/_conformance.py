@@ -1,4 +1,4 @@
-"""``StoreConformance``: the documents-and-search contract (issue 6) as pytest tests.
+"""``StoreConformance``: the documents-and-search contract (design §9) as pytest tests.
 
 Subclass it in a test module, under a name pytest collects (``Test...``), and override
 :meth:`StoreConformance.open_store_under_test` to check your own store::

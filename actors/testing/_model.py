@@ -1,4 +1,4 @@
-"""The reference model of a store: plain Python and float64 brute force (SPEC §3)."""
+"""The reference model of a store: plain Python and float64 brute force (design §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``VectorStoreMachine``: the store's contract (SPEC §3) as a Hypothesis state machine.
+"""``VectorStoreMachine``: the store's contract (design §3) as a Hypothesis state machine.
 
 The machine drives a store with concurrent writers and readers and compares it, after
 every step, with :class:`~actors.testing.ModelState`, a float64 brute-force model.
@@ -103,8 +103,23 @@ class _Op:
         return f"<op {self.number}: {self.label}>"
 
 
+@attrs.frozen
+class _ReadPlan:
+    """One read the machine is about to start, and what the model needs to judge it."""
+
+    label: str
+    call: Callable[[], Awaitable[object]]
+    expect: tuple[type[BaseException], ...]
+    gate: trio.Event | None
+    qvec: Any  # the normalized float64 query, or None when the vector must be refused
+    k: int
+    ns: str | None
+    vector: Any  # retrieve_embedding's vector, and a copy of it as given
+    before: Any
+
+
 class VectorStoreMachine(TrioRuleBasedStateMachine):
-    """Checks a store against SPEC §3, with concurrent readers and writers.
+    """Checks a store against design §3, with concurrent readers and writers.
 
     By default it tests :func:`actors.open_store`. To check another store, subclass it
     and override :meth:`open_store_under_test` (and :meth:`inject_crash`, or set
@@ -178,7 +193,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     @asynccontextmanager
     async def _tolerate_poison(self, cm: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
-        # A poisoned store raises Poisoned when it closes (SPEC §3); that is expected
+        # A poisoned store raises Poisoned when it closes (design §3); that is expected
         # once this machine crashed it, and a bug otherwise.
         try:
             async with cm as store:
@@ -349,6 +364,41 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(lambda: store.store_turns(turns, namespace), "store_turns")
             return
+        expect, new_state, evicted, seqs, zero, reaches = self._model_write(
+            turns, namespace, source, metadata, fault
+        )
+        gate = trio.Event() if park and reaches else None
+        if reaches:
+            self.embedder.script_documents(
+                Fault(fault, gate=gate),  # type: ignore[arg-type]
+                [projection(t) for t in turns[-self.config.max_entries :]],
+            )
+        self.history.append(new_state)
+        version = len(self.history) - 1
+        op = self._new_op(
+            "write",
+            f"store_turns#{version}({len(turns)} turns, {namespace!r}, fault={fault})",
+            version,
+            expect_errors=expect,
+            check=lambda op: self._check_turns_stored(op, seqs, evicted, zero),
+            gate=gate,
+            reaches_embedder=reaches,
+        )
+        self._start(op, lambda: store.store_turns(turns, namespace, source, metadata))
+        await self._quiesce()
+
+    def _model_write(
+        self,
+        turns: list[UnifiedMessage],
+        namespace: str,
+        source: str,
+        metadata: dict[str, Any],
+        fault: str,
+    ) -> tuple[tuple[type[BaseException], ...], ModelState, int, list[int], int, bool]:
+        """What a ``store_turns`` call should do to the model: ``(errors it may raise,
+        the state after it, evictions, sequences, zero-norm entries, whether it reaches
+        the embedder)``."""
+        assert self.config is not None
         state = self.state
         cap = self.config.max_entries
         # What max_entry_bytes counts: the payload, the blocks, the source, the metadata.
@@ -357,69 +407,46 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         too_large = any(turn_bytes(t, source=source, metadata=meta) > limit for t in turns)
         survivors = turns[-cap:]
         reaches = bool(survivors) and not too_large
-        expect: tuple[type[BaseException], ...] = ()
-        new_state, evicted, seqs = state, 0, []
-        zero = 0
         if too_large:
-            expect = (EntryTooLarge,)
-        elif reaches and fault == "raise":
-            expect = (EmbedderError,)
-        elif reaches and fault != "pass":
-            expect = (EmbeddingError,)
-        else:
-            entries = [
-                ModelEntry.build(
-                    state.next_seq + i,
-                    namespace,
-                    t,
-                    source,
-                    metadata,
-                    self._inner_embed(projection(t)),
-                )
-                for i, t in enumerate(survivors)
-            ]
-            new_state, evicted = state.add(entries, len(turns) - len(survivors))
-            seqs = [e.seq for e in entries]
-            zero = sum(1 for e in entries if e.vector is None)
-        gate = trio.Event() if park and reaches else None
-        if reaches:
-            self.embedder.script_documents(
-                Fault(fault, gate=gate),  # type: ignore[arg-type]
-                [projection(t) for t in survivors],
+            return (EntryTooLarge,), state, 0, [], 0, reaches
+        if reaches and fault == "raise":
+            return (EmbedderError,), state, 0, [], 0, reaches
+        if reaches and fault != "pass":
+            return (EmbeddingError,), state, 0, [], 0, reaches
+        entries = [
+            ModelEntry.build(
+                state.next_seq + i,
+                namespace,
+                t,
+                source,
+                metadata,
+                self._inner_embed(projection(t)),
             )
-        self.history.append(new_state)
-        version = len(self.history) - 1
+            for i, t in enumerate(survivors)
+        ]
+        new_state, evicted = state.add(entries, len(turns) - len(survivors))
+        zero = sum(1 for e in entries if e.vector is None)
+        return (), new_state, evicted, [e.seq for e in entries], zero, reaches
 
-        def check(op: _Op) -> str | None:
-            reply = op.value
-            if not isinstance(reply, TurnsStored):
-                return f"replied {reply!r}; expected TurnsStored"
-            if reply.sequences != seqs:
-                return f"sequences {reply.sequences}; the model expects {seqs}"
-            if (reply.evicted, reply.zero_norm) != (evicted, zero):
-                return (
-                    f"evicted={reply.evicted} zero_norm={reply.zero_norm}; the model "
-                    f"expects evicted={evicted} zero_norm={zero}"
-                )
-            if len(reply.ids) != len(seqs) or len(set(reply.ids)) != len(seqs):
-                return f"ids {reply.ids} are not one distinct id per entry"
-            for seq, entry_id in zip(seqs, reply.ids, strict=True):
-                if entry_id in self.ids.values() and self.ids.get(seq) != entry_id:
-                    return f"id {entry_id!r} was reused"
-                self.ids[seq] = entry_id
-            return None
-
-        op = self._new_op(
-            "write",
-            f"store_turns#{version}({len(turns)} turns, {namespace!r}, fault={fault})",
-            version,
-            expect_errors=expect,
-            check=check,
-            gate=gate,
-            reaches_embedder=reaches,
-        )
-        self._start(op, lambda: store.store_turns(turns, namespace, source, metadata))
-        await self._quiesce()
+    def _check_turns_stored(self, op: _Op, seqs: list[int], evicted: int, zero: int) -> str | None:
+        """Why a ``store_turns`` reply differs from the model's, or None; learns its ids."""
+        reply = op.value
+        if not isinstance(reply, TurnsStored):
+            return f"replied {reply!r}; expected TurnsStored"
+        if reply.sequences != seqs:
+            return f"sequences {reply.sequences}; the model expects {seqs}"
+        if (reply.evicted, reply.zero_norm) != (evicted, zero):
+            return (
+                f"evicted={reply.evicted} zero_norm={reply.zero_norm}; the model "
+                f"expects evicted={evicted} zero_norm={zero}"
+            )
+        if len(reply.ids) != len(seqs) or len(set(reply.ids)) != len(seqs):
+            return f"ids {reply.ids} are not one distinct id per entry"
+        for seq, entry_id in zip(seqs, reply.ids, strict=True):
+            if entry_id in self.ids.values() and self.ids.get(seq) != entry_id:
+                return f"id {entry_id!r} was reused"
+            self.ids[seq] = entry_id
+        return None
 
     @precondition(lambda self: len(self.pending) < self.max_pending)
     @rule(
@@ -504,19 +531,51 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         vector_kind: str,
         park: bool,
     ) -> None:
-        assert self.config is not None
-        assert self.embedder is not None
-        store = self.store
         ns: str | None = (
             namespace
             if kind == "retrieve_in" or (kind == "retrieve_embedding" and scoped)
             else None
         )
+        plan = self._plan_read(kind, query, k, namespace, ns, fault, vector_kind, park)
+        assert self.embedder is not None
+        if self.poisoned:
+            if k > 0 and kind != "retrieve_embedding":
+                self.embedder._scripts["query"].clear()
+            try:
+                await plan.call()
+            except (Poisoned, *plan.expect):  # type: ignore[misc]
+                return
+            raise AssertionError(f"{plan.label} on a poisoned store did not raise Poisoned")
+        lo = self.lo
+        op = self._new_op(
+            "read", plan.label, lo, plan.expect, lambda op: self._check_read(op, plan, lo),
+            gate=plan.gate,
+        )  # fmt: skip
+        self._start(op, plan.call)
+        await self._quiesce()
+
+    def _plan_read(
+        self,
+        kind: str,
+        query: str,
+        k: int,
+        namespace: str,
+        ns: str | None,
+        fault: str,
+        vector_kind: str,
+        park: bool,
+    ) -> _ReadPlan:
+        """What the read will call, what it may raise, and the query the model ranks by;
+        arms the embedder's query fault."""
+        assert self.config is not None
+        assert self.embedder is not None
+        store = self.store
         expect: tuple[type[BaseException], ...] = ()
         gate: trio.Event | None = None
         raw = np.asarray(self._inner_embed(query), dtype=np.float64)
         call: Callable[[], Awaitable[object]]
         vector: Any = None
+        before: Any = None
         if kind == "retrieve_embedding":
             vector = {
                 "text": raw.astype(np.float32),
@@ -553,41 +612,33 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             else:
                 label = f"retrieve_in({ns!r}, {query!r}, k={k}, fault={fault})"
                 call = lambda: store.retrieve_in(namespace, query, k)  # noqa: E731
-        if self.poisoned:
-            if k > 0 and kind != "retrieve_embedding":
-                self.embedder._scripts["query"].clear()
-            try:
-                await call()
-            except (Poisoned, *expect):  # type: ignore[misc]
-                return
-            raise AssertionError(f"{label} on a poisoned store did not raise Poisoned")
-        lo = self.lo
+        return _ReadPlan(label, call, expect, gate, qvec, k, ns, vector, before)
 
-        def check(op: _Op) -> str | None:
-            report = op.value
-            if not isinstance(report, RetrievalReport):
-                return f"returned {report!r}; expected RetrievalReport"
-            if vector is not None and not np.array_equal(np.array(vector), before, equal_nan=True):
-                return "changed the caller's query array"
-            problem = self._learn_ids(report)
-            if problem is not None:
-                return problem
-            reasons = []
-            hi = self._hi()
-            for j in range(lo, hi + 1):
-                reason = check_report(report, self.history[j], qvec, k, ns)
-                if reason is None:
-                    return None
-                reasons.append(f"  after write {j}: {reason}")
-            hits = [(h.sequence, round(h.score, 6)) for h in report.turns]
-            return (
-                f"matches no state between write {lo} and write {hi} "
-                f"(scanned={report.scanned}, hits={hits}):\n" + "\n".join(reasons)
-            )
-
-        op = self._new_op("read", label, lo, expect, check, gate=gate)
-        self._start(op, call)
-        await self._quiesce()
+    def _check_read(self, op: _Op, plan: _ReadPlan, lo: int) -> str | None:
+        """Why a read's report matches no state it may have seen, or None."""
+        report = op.value
+        if not isinstance(report, RetrievalReport):
+            return f"returned {report!r}; expected RetrievalReport"
+        vector = plan.vector
+        if vector is not None and not np.array_equal(
+            np.array(vector), plan.before, equal_nan=True
+        ):
+            return "changed the caller's query array"
+        problem = self._learn_ids(report)
+        if problem is not None:
+            return problem
+        reasons = []
+        hi = self._hi()
+        for j in range(lo, hi + 1):
+            reason = check_report(report, self.history[j], plan.qvec, plan.k, plan.ns)
+            if reason is None:
+                return None
+            reasons.append(f"  after write {j}: {reason}")
+        hits = [(h.sequence, round(h.score, 6)) for h in report.turns]
+        return (
+            f"matches no state between write {lo} and write {hi} "
+            f"(scanned={report.scanned}, hits={hits}):\n" + "\n".join(reasons)
+        )
 
     # --- interleaving ------------------------------------------------------------------
 
@@ -616,7 +667,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @rule()
     async def cancel_last_write(self) -> None:
         """Cancel the newest pending writer while it waits; its batch must then be either
-        fully applied or not at all (SPEC §3)."""
+        fully applied or not at all (design §3)."""
         target = self.pending[-1]
         assert target.kind == "write"
         target.scope.cancel()
