@@ -1,4 +1,4 @@
-"""Documents that carry their own embedding (``Document(embedding=[...])``, issue 15).
+"""Documents that carry their own embedding (``Document(embedding=[...])``, design §9).
 
 Both backends build a batch's vectors here: the precomputed ones are checked like any
 vector (``as_vector``: real numbers, flat, finite, the store's width) before anything is

@@ -1,4 +1,4 @@
-"""Sparse embedding models (issue 15): the protocol only.
+"""Sparse embedding models (the retrieval toolkit, design §9): the protocol only.
 
 A sparse model (SPLADE, a learned BM25) gives each text a :class:`~protocol.SparseVector`.
 Using one in hybrid search is the store's business; this module only says what such a

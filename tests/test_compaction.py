@@ -667,7 +667,7 @@ def test_clamp_property(text: str, cap: int) -> None:
 
 
 async def test_offload_never_cuts_the_turns_own_text() -> None:
-    # Issue 15: a 79-byte turn under a 100-byte cap was indexed as its first bytes, and
+    # A 79-byte turn under a 100-byte cap was indexed as its first bytes, and
     # a word at its end could no longer be found.
     turn = UnifiedMessage.assistant(
         "the spare key for the blue shed is taped under the third step now near zanzibar"

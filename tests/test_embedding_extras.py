@@ -1,4 +1,4 @@
-"""Issue 15's embeddings-layer additions: precomputed document embeddings, indexing's
+"""The embeddings layer's newer parts (design §9): precomputed document embeddings, indexing's
 ``force_update`` and ``key_encoder``, prices, profile fields, ``embedding.started``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15 through ``open_memory``: placement, instance ids, the relevance floor, and
+"""The recall layer through ``open_memory``: placement, instance ids, the relevance floor, and
 retrieval context assembly (dedupe by content, the block budget, provenance), on the
 in-memory store and over an ``open_pg_store`` handle."""
 

@@ -79,7 +79,7 @@ def test_render_of_an_empty_report_is_none() -> None:
     assert render(EMPTY, "xml") is None
 
 
-# The block exactly as the Nexus recall layer documents it (issue 15), byte for byte.
+# The block exactly as the Nexus recall layer documents it (design §5), byte for byte.
 NEXUS_SAMPLE = """\
 <recalled_memory>
 These items were recalled from your vector memory based on the current user message.

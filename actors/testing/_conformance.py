@@ -871,7 +871,7 @@ class StoreConformance:
                     await store.store_turns([odd])
                 assert store.is_empty()
 
-    # --- issue 15: precomputed embeddings and add_texts -------------------------------------
+    # --- precomputed embeddings and add_texts (design §9) -----------------------------------
 
     async def test_precomputed_embedding(self) -> None:
         # "alpha" is stored with the vector of "omega words": a query for "omega words"

@@ -1,4 +1,4 @@
-"""A reusable conformance suite for embedding providers (issue 15).
+"""A reusable conformance suite for embedding providers (design §8 and §9).
 
 Subclass :class:`EmbedderConformance` as a pytest test class and define
 ``make_embedder()``::
@@ -48,7 +48,7 @@ from .._store import open_store
 __all__ = ["EmbedderConformance"]
 
 #: Texts every Unicode test embeds: accents, CJK, an emoji, a NUL, a lone surrogate
-#: (the store keeps such text exactly, SPEC §11), and a long run of one character.
+#: (the store keeps such text exactly, design §3), and a long run of one character.
 UNICODE_TEXTS = (
     "naïve café",
     "日本語のテキスト",

@@ -1,4 +1,4 @@
-"""A reusable conformance suite for record managers (issue 15).
+"""A reusable conformance suite for record managers (design §8 and §9).
 
 Subclass :class:`RecordManagerConformance` as a pytest test class and define
 ``make_record_manager(namespace)``::
