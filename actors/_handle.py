@@ -347,6 +347,9 @@ class Store(Protocol):
     def config(self) -> VectorStoreConfig: ...
 
     @property
+    def backend(self) -> str: ...
+
+    @property
     def profile(self) -> EmbeddingProfile | None: ...
 
 

@@ -240,9 +240,17 @@ class Memory:
             settings=self._config.recall,
         )
         query_print = fingerprint(query)
+        bound = self._store.profile
+        answered_by = {
+            "backend": self._store.backend,
+            "profile": None if bound is None else bound.name,
+            "kind": self._config.recall.search,
+        }
         started = time.perf_counter()
         self._hub.publish(
-            RetrieverStarted(at=now(), namespace=namespace, query_fingerprint=query_print, k=k)
+            RetrieverStarted(
+                at=now(), namespace=namespace, query_fingerprint=query_print, k=k, **answered_by
+            )
         )
         try:
             result = await self._recall.ask(request)
@@ -255,6 +263,7 @@ class Memory:
                     k=k,
                     error=describe_error(error),
                     seconds=time.perf_counter() - started,
+                    **answered_by,
                 )
             )
             raise
@@ -269,6 +278,7 @@ class Memory:
                 scanned=result.scanned,
                 best=result.turns[0].score if result.turns else None,
                 seconds=time.perf_counter() - started,
+                **answered_by,
             )
         )
         return result

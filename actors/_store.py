@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 import attrs
 import msgspec
@@ -518,6 +518,9 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
     actor has crashed, every method raises :class:`~protocol.Poisoned`; once the store
     has closed, every method raises ``trio.ClosedResourceError``.
     """
+
+    #: Which backend this is (``"memory"``), as events and ``Memory`` report it.
+    backend: ClassVar[str] = "memory"
 
     # --- reads -------------------------------------------------------------------------
 

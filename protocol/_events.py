@@ -141,6 +141,11 @@ class RetrieverStarted(Event, frozen=True, kw_only=True, tag="retriever.started"
 
     query_fingerprint: str
     k: int
+    #: Which store answered (``"memory"`` or ``"pg"``), with which bound embedding
+    #: profile (its name, or None), and the recall's search kind (``"hybrid"``/``"dense"``).
+    backend: str | None = None
+    profile: str | None = None
+    kind: str | None = None
 
 
 class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.completed"):
@@ -153,6 +158,11 @@ class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.comple
     scanned: int
     best: float | None
     seconds: float
+    #: Which store answered (``"memory"`` or ``"pg"``), with which bound embedding
+    #: profile (its name, or None), and the recall's search kind (``"hybrid"``/``"dense"``).
+    backend: str | None = None
+    profile: str | None = None
+    kind: str | None = None
 
 
 class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
@@ -162,6 +172,11 @@ class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
     k: int
     error: str
     seconds: float
+    #: Which store answered (``"memory"`` or ``"pg"``), with which bound embedding
+    #: profile (its name, or None), and the recall's search kind (``"hybrid"``/``"dense"``).
+    backend: str | None = None
+    profile: str | None = None
+    kind: str | None = None
 
 
 class EmbeddingStarted(Event, frozen=True, kw_only=True, tag="embedding.started"):

@@ -471,3 +471,26 @@ async def test_remember_refuses_metadata_that_is_not_a_mapping() -> None:
                 with pytest.raises(JsonError, match="expected a JSON object"):
                     await memory.remember("text", metadata=bad)  # type: ignore[arg-type]
             assert len(memory.store) == 0
+
+
+async def test_retriever_events_name_the_backend_profile_and_kind(open_any: StoreFactory) -> None:
+    from protocol import EmbeddingProfile, RecallSettings
+    from protocol.events import RetrieverCompleted, RetrieverStarted
+
+    class Profiled(HashingEmbedder):
+        profile = EmbeddingProfile(provider="local", model="hashing", dimensions=DIMS)
+
+    config = MemoryConfig(recall=RecallSettings(search="dense"))
+    with trio.fail_after(30):
+        async with open_any(CONFIG, Profiled(DIMS)) as store:
+            async with open_memory(store=store, memory=config) as memory, memory.events() as ev:
+                await memory.remember("alpha beta")
+                await memory.retrieve("alpha")
+                seen: list[object] = []
+                while not any(isinstance(e, RetrieverCompleted) for e in seen):
+                    seen.append(await ev.__anext__())
+    expected = {"backend": store.backend, "profile": "local/hashing", "kind": "dense"}
+    assert store.backend in ("memory", "pg")
+    for event in seen:
+        if isinstance(event, RetrieverStarted | RetrieverCompleted):
+            assert {k: getattr(event, k) for k in expected} == expected

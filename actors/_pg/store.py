@@ -61,7 +61,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 import psycopg
 import psycopg_pool
@@ -113,6 +113,9 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
     crashed every method raises :class:`~protocol.Poisoned`; once the store has closed,
     ``trio.ClosedResourceError``.
     """
+
+    #: Which backend this is (``"pg"``), as events and ``Memory`` report it.
+    backend: ClassVar[str] = "pg"
 
     # --- reads -------------------------------------------------------------------------
 
