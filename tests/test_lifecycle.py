@@ -482,13 +482,16 @@ async def test_retriever_events_name_the_backend_profile_and_kind(open_any: Stor
 
     config = MemoryConfig(recall=RecallSettings(search="dense"))
     with trio.fail_after(30):
-        async with open_any(CONFIG, Profiled(DIMS)) as store:
-            async with open_memory(store=store, memory=config) as memory, memory.events() as ev:
-                await memory.remember("alpha beta")
-                await memory.retrieve("alpha")
-                seen: list[object] = []
-                while not any(isinstance(e, RetrieverCompleted) for e in seen):
-                    seen.append(await ev.__anext__())
+        async with (
+            open_any(CONFIG, Profiled(DIMS)) as store,
+            open_memory(store=store, memory=config) as memory,
+            memory.events() as ev,
+        ):
+            await memory.remember("alpha beta")
+            await memory.retrieve("alpha")
+            seen: list[object] = []
+            while not any(isinstance(e, RetrieverCompleted) for e in seen):
+                seen.append(await ev.__anext__())
     expected = {"backend": store.backend, "profile": "local/hashing", "kind": "dense"}
     assert store.backend in ("memory", "pg")
     for event in seen:

@@ -241,32 +241,25 @@ class _PgStoreActor(CrashableActor):
         s = self._statements
         cap = self.config.max_entries
         match request:
-            case StoreTurns():
+            case StoreTurns() | UpsertDocuments():
                 assert prepared is not None
                 p = prepared
+                turns = isinstance(request, StoreTurns)
                 done, counts = await self.call(
-                    lambda conn: s.store(conn, p, cap), write=True, what="store_turns"
+                    lambda conn: s.store(conn, p, cap),
+                    write=True,
+                    what="store_turns" if turns else "upsert",
                 )
-                stored = TurnsStored(
-                    ids=done.ids,
-                    sequences=done.sequences,
-                    evicted=done.evicted,
-                    zero_norm=done.zero_norm,
-                )
-                return stored, counts
-            case UpsertDocuments():
-                assert prepared is not None
-                d = prepared
-                done, counts = await self.call(
-                    lambda conn: s.store(conn, d, cap), write=True, what="upsert"
-                )
-                upserted = DocumentsUpserted(
-                    ids=done.ids,
-                    sequences=done.sequences,
-                    evicted=done.evicted,
-                    replaced=done.replaced,
-                )
-                return upserted, counts
+                ids, seqs, evicted = done.ids, done.sequences, done.evicted
+                if turns:
+                    reply: TurnsStored | DocumentsUpserted = TurnsStored(
+                        ids=ids, sequences=seqs, evicted=evicted, zero_norm=done.zero_norm
+                    )
+                else:
+                    reply = DocumentsUpserted(
+                        ids=ids, sequences=seqs, evicted=evicted, replaced=done.replaced
+                    )
+                return reply, counts
             case Delete(ids=ids, namespace=namespace):
                 wanted = list(dict.fromkeys(ids))
                 # An id or namespace that PostgreSQL text cannot hold matches nothing.
