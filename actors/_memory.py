@@ -689,34 +689,7 @@ async def _run_memory(
     # and event sinks are tapped, and a crash in a memory actor poisons it.
     store_actor: Any = cast(Any, handle)._actor
     embedding_log = EmbeddingUsageLog()
-
-    def on_embedding(call: EmbeddingCall) -> None:
-        embedding_log.record(call)
-        kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
-        hub.publish(kind(at=now(), namespace=namespace, usage=call))
-
-    def on_embedding_started(provider: str, model: str, input_type: str, texts: int) -> None:
-        hub.publish(
-            EmbeddingStarted(
-                at=now(),
-                namespace=namespace,
-                provider=provider,
-                model=model,
-                input_type=input_type,  # type: ignore[arg-type]
-                texts=texts,
-            )
-        )
-
-    # Taps on the store for as long as the memory is open: its embedder's usage records
-    # and (in-memory stores) its vector_store.* events, both into this memory's hub.
-    taps: list[tuple[list[Any], Callable[..., None]]] = [
-        (store_actor.embedder.listeners, on_embedding),
-        (store_actor.embedder.start_listeners, on_embedding_started),
-    ]
-    sinks = getattr(store_actor, "event_sinks", None)
-    if sinks is not None:
-        taps.append((sinks, hub.publish))
-
+    taps = _store_taps(store_actor, hub, namespace, embedding_log)
     watch = StoreWatch(hub, handle, namespace)
     compaction = CompactionActor(config, handle, hub, watch, summarizer, inbox_size)
     recall = RecallActor(handle, hub, inbox_size)
@@ -762,3 +735,37 @@ async def _run_memory(
 
     async with supervise(start, stop, store_actor.crashed) as running:
         yield running
+
+
+def _store_taps(
+    store_actor: Any, hub: EventHub, namespace: str, embedding_log: EmbeddingUsageLog
+) -> list[tuple[list[Any], Callable[..., None]]]:
+    """What a memory hooks onto its store while it is open, as (list, hook) pairs: the
+X
+    ``vector_store.*`` events, all into the memory's hub and its own usage log."""
+
+    def on_embedding(call: EmbeddingCall) -> None:
+        embedding_log.record(call)
+        kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
+        hub.publish(kind(at=now(), namespace=namespace, usage=call))
+
+    def on_embedding_started(provider: str, model: str, input_type: str, texts: int) -> None:
+        hub.publish(
+            EmbeddingStarted(
+                at=now(),
+                namespace=namespace,
+                provider=provider,
+                model=model,
+                input_type=input_type,  # type: ignore[arg-type]
+                texts=texts,
+            )
+        )
+
+    taps: list[tuple[list[Any], Callable[..., None]]] = [
+        (store_actor.embedder.listeners, on_embedding),
+        (store_actor.embedder.start_listeners, on_embedding_started),
+    ]
+    sinks = getattr(store_actor, "event_sinks", None)
+    if sinks is not None:
+        taps.append((sinks, hub.publish))
+    return taps
