@@ -185,6 +185,13 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     profile: EmbeddingProfile | None = None
 
     def __post_init__(self) -> None:
+        self._check_query()
+        self._check_scores()
+        self._check_scope()
+        self._check_fusion()
+
+    def _check_query(self) -> None:
+        """The kind, what it searches with (text, vector or both), and k/fetch_k."""
         if self.kind not in _KINDS:
             raise ConfigError(f"kind is {self.kind!r}; expected one of {', '.join(_KINDS)}")
         if self.query is not None and not isinstance(self.query, str):
@@ -215,6 +222,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 f"fetch_k is {self.fetch_k} and k is {self.k}; {self.kind} search needs "
                 "fetch_k >= k"
             )
+
+    def _check_scores(self) -> None:
+        """MMR's lambda and the cosine threshold (which only dense kinds have)."""
         lam = _check_real("lambda_mult", self.lambda_mult)
         if not 0.0 <= lam <= 1.0:
             raise ConfigError(f"lambda_mult is {lam}; expected a number in [0, 1]")
@@ -236,6 +246,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                     f"score_threshold is {t}; expected a cosine similarity in [-1, 1]"
                 )
             msgspec.structs.force_setattr(self, "score_threshold", t)
+
+    def _check_scope(self) -> None:
+        """The filter (checked against the depth and size limits) and the namespace."""
         if self.filter is not None:
             if not isinstance(self.filter, dict | FilterNode):
                 raise FilterError(
@@ -245,6 +258,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             # depth and size limits like a dict, so no backend ever recurses past them.
             msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
         _check_optional_str("namespace", self.namespace)
+
+    def _check_fusion(self) -> None:
+        """RRF's k, the hybrid lists' weights, and the profile a vector names."""
         rrf_k = _check_real("rrf_k", self.rrf_k)
         if rrf_k <= 0:
             raise ConfigError(f"rrf_k is {self.rrf_k!r}; expected a number > 0")
