@@ -3,6 +3,9 @@
 ``similarity`` ranks the dense top-k; ``mmr`` re-ranks the dense top ``fetch_k`` for
 diversity; ``hybrid`` fuses the dense top ``fetch_k`` with BM25's top ``fetch_k`` by
 reciprocal rank fusion; ``bm25`` ranks by keywords alone (the query is not embedded).
+An in-memory store opened with a sparse model fuses its sparse ranking
+(``actors/_sparse_index.py``, list ``"sparse"``, weighed by ``weights["bm25"]``) in
+place of BM25's in ``hybrid``; ``bm25`` still means BM25.
 :func:`rank` is the one place these rules live (the score threshold, rank numbering,
 MMR's candidates, the fusion); a backend only answers the questions of
 :class:`SearchBackend`: the dense list, the BM25 list, the vectors of some candidates,
@@ -19,7 +22,7 @@ so ``k`` hits come back whenever ``k`` entries match.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -27,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from protocol import ScoredDocument, SearchRequest
+from protocol import ScoredDocument, SearchRequest, SparseVector
 
 from ._arena import Snapshot
 from ._filtering import compile_filter
@@ -87,9 +90,12 @@ def rank(
     k: int,
     fetch_k: int,
     query: npt.NDArray[np.float32] | None,
+    sparse_list: Callable[[int], list[Candidate]] | None = None,
 ) -> list[ScoredDocument]:
     """``request``'s hits from ``backend``; ``k`` and ``fetch_k`` are the request's, cut
-    to the store's capacity, and ``query`` the normalized query vector (None: zero)."""
+    to the store's capacity, and ``query`` the normalized query vector (None: zero).
+    ``sparse_list`` (depth → the sparse top ``depth``), when given, is hybrid's keyword list
+    instead of BM25's, named ``"sparse"`` and weighed by ``weights["bm25"]``."""
     threshold = request.score_threshold
     if request.kind in ("similarity", "mmr"):
         depth = k if request.kind == "similarity" else fetch_k
@@ -112,11 +118,18 @@ def rank(
             [(c.key, c.score / best, c.raw, {"bm25": place}) for place, c in enumerate(sparse, 1)]
         )
     dense = backend.dense(fetch_k)
-    sparse = backend.bm25(request.query, fetch_k)
+    weights = request.weights
+    if sparse_list is None:
+        keyword = ("bm25", backend.bm25(request.query, fetch_k))
+    else:
+        keyword = ("sparse", sparse_list(fetch_k))
+        if weights is not None and "bm25" in weights:
+            weights = {**weights, "sparse": weights["bm25"]}
+            del weights["bm25"]
     fused = rrf(
-        {"dense": [c.key for c in dense], "bm25": [c.key for c in sparse]},
+        {"dense": [c.key for c in dense], keyword[0]: [c.key for c in keyword[1]]},
         k=request.rrf_k,
-        weights=request.weights,
+        weights=weights,
         limit=k,
     )
     return backend.hits([(h.key, h.score, h.score, dict(h.ranks)) for h in fused])
@@ -130,6 +143,7 @@ class _MemoryBackend:
     namespace: str
     result: ScanResult | None
     mask: npt.NDArray[np.bool_] | None
+    sparse_query: SparseVector | None = None
 
     def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
         assert self.result is not None, "a bm25 search has no dense list"
@@ -150,6 +164,18 @@ class _MemoryBackend:
             Candidate(slot, score, score)
             for slot, score in zip(found.tolist(), scores.tolist(), strict=True)
         ]
+
+    def sparse(self, depth: int) -> list[Candidate]:
+        """The sparse index's top ``depth`` for the bound sparse query."""
+        actor, query = self.actor, self.sparse_query
+        assert query is not None
+        group = actor.arena.namespace_id(self.namespace)
+        if group is None:
+            return []
+        found = actor.sparse.top(
+            query, depth, ns_ids=actor.ns_ids, group=group, seqs=actor.seqs, mask=self.mask
+        )
+        return [Candidate(slot, score, score) for slot, score in found]
 
     def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
         rows: npt.NDArray[np.float32] = self.actor.vectors[list(keys)]
@@ -175,9 +201,11 @@ async def run_search(
     request: SearchRequest,
     namespace: str,
     query: npt.NDArray[np.float32] | None,
+    sparse: SparseVector | None = None,
 ) -> list[ScoredDocument]:
     """Run ``request`` in ``namespace`` on the in-memory store, with the normalized
-    dense ``query``: the scan engine scores it, then :func:`rank` runs on the trio
+    dense ``query`` (and, for a hybrid search on a store with a sparse model, the
+    query's ``sparse`` vector): the scan engine scores it, then :func:`rank` runs on the trio
     thread while the scanned rows are pinned. A ``bm25`` search scans nothing: it
     runs on the trio thread after a checkpoint, against the last commit."""
     arena = actor.arena
@@ -192,8 +220,11 @@ async def run_search(
         return mask
 
     def build(result: ScanResult) -> list[ScoredDocument]:
-        backend = _MemoryBackend(actor, namespace, result, masks[-1] if masks else None)
-        return rank(request, backend, request.k, request.fetch_k, query)
+        backend = _MemoryBackend(
+            actor, namespace, result, masks[-1] if masks else None, sparse_query=sparse
+        )
+        keyword = None if sparse is None else backend.sparse
+        return rank(request, backend, request.k, request.fetch_k, query, keyword)
 
     if request.kind == "bm25":
         await trio.lowlevel.checkpoint()

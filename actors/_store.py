@@ -28,6 +28,7 @@ from protocol import (
     ConfigError,
     DeleteResult,
     Document,
+    EmbeddingError,
     EmbeddingProfile,
     Event,
     RetrievalReport,
@@ -35,6 +36,7 @@ from protocol import (
     Role,
     ScoredDocument,
     SearchRequest,
+    SparseVector,
     Text,
     TurnsStored,
     UnifiedMessage,
@@ -77,6 +79,8 @@ from ._prepare import (
 )
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._search import run_search
+from ._sparse import SparseEmbeddingModel
+from ._sparse_index import SparseIndex, SparsePair, checked_sparse
 from ._store_hooks import (
     bound_profile,
     check_query_profile,
@@ -124,13 +128,14 @@ class _Prepared:
 
     entries: Entries
     dropped: int  # the head of an over-long batch, counted as evicted
+    sparse: list[SparsePair] | None = None  # one per entry, with a sparse model
 
     def detached(self) -> _Prepared:
         """The same write, holding no array of the embedder's (see ``checked_rows``)."""
         if self.entries.scale is None:
             return self
         entries = attrs.evolve(self.entries, vectors=self.entries.normalized(), scale=None)
-        return _Prepared(entries=entries, dropped=self.dropped)
+        return _Prepared(entries=entries, dropped=self.dropped, sparse=self.sparse)
 
 
 def packed_metadata(json: bytes) -> Mapping[str, Any]:
@@ -165,8 +170,12 @@ class _StoreActor(CrashableActor):
         profile: EmbeddingProfile | None = None,
         on_event: Callable[[Event], None] | None = None,
         embed_timeout: float | None = None,
+        sparse: SparseEmbeddingModel | None = None,
     ) -> None:
         self.config = config
+        # With a sparse model, each entry's sparse vector (by slot) for hybrid search.
+        self.sparse_model = sparse
+        self.sparse = SparseIndex()
         self.crash: BaseException | None = None
         self.embedder = EmbedderAdapter(
             embedder, dimensions=config.dimensions, timeout=embed_timeout, on_crash=self.crashed
@@ -315,6 +324,7 @@ class _StoreActor(CrashableActor):
         # that the caller's later mutations cannot reach.
         metadata = packed_metadata(batch.metadata_json)
         vectors, scale, zero = await self._embed(batch.texts)
+        sparse = await self._embed_sparse(batch.texts)
         keep = len(batch.survivors)
         # A plain turn (one Text block and nothing else) is kept as its role and text,
         # which rebuild it exactly, instead of its msgpack (a third of a batch's
@@ -340,6 +350,7 @@ class _StoreActor(CrashableActor):
                 scale=scale,
             ),
             dropped=batch.dropped,
+            sparse=sparse,
         )
 
     async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
@@ -354,6 +365,7 @@ class _StoreActor(CrashableActor):
         texts = [d.text for d in survivors]
         raw = await document_vectors(self.embedder, survivors, self.config.dimensions)
         vectors, scale, zero = checked_rows(raw, keep, self.config.dimensions)
+        sparse = await self._embed_sparse(texts)
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
@@ -368,6 +380,7 @@ class _StoreActor(CrashableActor):
                 scale=scale,
             ),
             dropped=batch.dropped,
+            sparse=sparse,
         )
 
     async def _embed(
@@ -378,6 +391,33 @@ class _StoreActor(CrashableActor):
         before its next await, or takes a copy (see :meth:`_Prepared.detached`)."""
         raw = await self.embedder.documents(texts)
         return checked_rows(raw, len(texts), self.config.dimensions)
+
+    async def _embed_sparse(self, texts: list[str]) -> list[SparsePair] | None:
+        """The batch's sparse vectors, checked, or None without a sparse model. The
+        call goes through the embedder adapter's timeout and fault handling: an
+        Exception from the model is an ``EmbedderError``."""
+        model = self.sparse_model
+        if model is None:
+            return None
+        if not texts:
+            return []
+        raw = await self.embedder._call(
+            "document", texts, 1, lambda: model.embed_sparse_documents(texts)
+        )
+        return checked_sparse(raw, len(texts), self.config.max_entry_bytes)
+
+    async def sparse_query(self, text: str) -> SparseVector | None:
+        """The query's sparse vector, or None without a sparse model."""
+        model = self.sparse_model
+        if model is None:
+            return None
+        raw = await self.embedder._call("query", [text], 1, lambda: model.embed_sparse_query(text))
+        if not isinstance(raw, SparseVector):
+            raise EmbeddingError(
+                f"the sparse model's query vector is a {type(raw).__name__}; expected a "
+                "SparseVector"
+            )
+        return raw
 
     def _commit_entries(self, p: _Prepared) -> tuple[list[str], list[int], int, int]:
         """Commit a prepared batch: replace live ids, take slots, write, publish.
@@ -394,10 +434,15 @@ class _StoreActor(CrashableActor):
                 slot = arena.slot_of(entries.namespace, entry_id)
                 if slot is not None:
                     arena.remove(slot)
+                    self.sparse.drop(slot)
                     replaced += 1
         slots, evicted = arena.take_slots(len(entries))
         arena.evicted_total += p.dropped
         ids, seqs = arena.write(slots, entries)
+        # An evicted slot is refilled here, so put replaces its old vector.
+        if p.sparse is not None:
+            for slot, pair in zip(slots, p.sparse, strict=True):
+                self.sparse.put(slot, pair)
         self._publish()
         return ids, seqs, evicted + p.dropped, replaced
 
@@ -410,6 +455,7 @@ class _StoreActor(CrashableActor):
                 missing.append(entry_id)
                 continue
             self.arena.remove(slot)
+            self.sparse.drop(slot)
             deleted.append(entry_id)
         if deleted:
             self._publish()
@@ -419,6 +465,7 @@ class _StoreActor(CrashableActor):
         slots = self.arena.live_slots(namespace)
         for slot in slots:
             self.arena.remove(slot)
+            self.sparse.drop(slot)
         if slots:
             self._publish()
         return Cleared(removed=len(slots))
@@ -583,7 +630,11 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
                 if request.kind == "bm25"
                 else actor.query_vector(await actor.embedder.query(request.query))
             )
-        hits = await run_search(actor, request, namespace, query)
+        sparse = None
+        if request.kind == "hybrid":
+            assert request.query is not None
+            sparse = await actor.sparse_query(request.query)
+        hits = await run_search(actor, request, namespace, query, sparse)
         if actor.on_event is not None:
             k = clamp_k(request.k, actor.config.max_entries)
             actor.on_event(
@@ -705,6 +756,7 @@ async def open_store(
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
     on_event: Callable[[Event], None] | None = None,
     embed_timeout: float | None = None,
+    sparse: SparseEmbeddingModel | None = None,
 ) -> AsyncIterator[StoreHandle]:
     """Open an in-memory store and run its actor for the duration of the block.
 
@@ -745,6 +797,19 @@ async def open_store(
             limit. A call over it raises :class:`~protocol.EmbedderError` whose
             ``.error`` is a ``TimeoutError``, and changes nothing; a sync embedder's
             thread is abandoned and its late result dropped.
+        sparse: a :class:`~actors.SparseEmbeddingModel`, or None (the default). With
+            one, each write's texts are also embedded by it (in the same prepare phase,
+            under ``embed_timeout``, all or nothing), every entry keeps its sparse
+            vector, and the keyword list of a ``hybrid`` search (``ranks["sparse"]``,
+            weighed by ``weights["bm25"]``) ranks by the dot product of the query's
+            sparse vector with each entry's, in the namespace and filter, ties to the
+            newest; an entry sharing no index with the query is not a candidate.
+            ``kind="bm25"`` (and so recall's keyword list) still means BM25. A sparse
+            vector counts 12 bytes per non-zero and must itself fit in
+            ``max_entry_bytes`` (else :class:`~protocol.EntryTooLarge`), so an entry
+            may hold up to twice ``max_entry_bytes``. A model that raises is an
+            ``EmbedderError``; a wrong count or a non-``SparseVector`` is an
+            ``EmbeddingError``; either changes nothing.
 
     Faults in the embedder: an ``Exception`` is an ``EmbedderError`` (a reply, not a
     crash); ``KeyboardInterrupt`` and ``SystemExit`` reach the caller as themselves and
@@ -760,8 +825,8 @@ async def open_store(
 
     Raises:
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
-            on_event or embed_timeout, or a profile whose dimensions differ from the
-            config's.
+            on_event, embed_timeout or sparse, or a profile whose dimensions differ from
+            the config's.
 
     (Long only for this docstring, which documents every argument; the body checks the
     arguments and runs the actor through the one lifecycle.)
@@ -771,6 +836,11 @@ async def open_store(
     check_int("thread_scan_threshold", thread_scan_threshold, minimum=0)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
+    if sparse is not None and not isinstance(sparse, SparseEmbeddingModel):
+        raise ConfigError(
+            f"sparse is {sparse!r:.60} ({type(sparse).__name__}); expected None or a "
+            "SparseEmbeddingModel (profile, embed_sparse_documents, embed_sparse_query)"
+        )
     actor = _StoreActor(
         config,
         embedder,
@@ -779,6 +849,7 @@ async def open_store(
         profile=bound_profile(embedder, config),
         on_event=on_event,
         embed_timeout=embed_timeout,
+        sparse=sparse,
     )
     async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
         yield handle

@@ -317,6 +317,7 @@ async def open_pg_store(
     index: str | None = None,
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
+    sparse: object = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
@@ -353,6 +354,8 @@ async def open_pg_store(
         on_event: called on the trio thread with a ``vector_store.searched`` event
             (:class:`~protocol.events.StoreSearched`, ``backend="pg"``) after every
             read; writes emit no events on this backend yet.
+        sparse: must be None: the pg backend has no sparse index (hybrid search ranks
+            its keyword list by BM25); a sparse model raises ConfigError.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
     store's: ``actors._lifecycle``. Cancellation: a cancelled open closes the pool and
@@ -375,6 +378,12 @@ async def open_pg_store(
     """
     if not isinstance(dsn, str):
         raise ConfigError(f"dsn is a {type(dsn).__name__}; expected a connection string")
+    if sparse is not None:
+        raise ConfigError(
+            f"sparse is {sparse!r:.60} ({type(sparse).__name__}); the pg backend has no "
+            "sparse index, so it takes no sparse model (expected None; hybrid search "
+            "uses BM25 there)"
+        )
     where = _where(dsn)
     config = check_store_config(config, embedder)
     if config.dimensions > MAX_DIMENSIONS:
