@@ -741,8 +741,8 @@ def _store_taps(
     store_actor: Any, hub: EventHub, namespace: str, embedding_log: EmbeddingUsageLog
 ) -> list[tuple[list[Any], Callable[..., None]]]:
     """What a memory hooks onto its store while it is open, as (list, hook) pairs: the
-X
-    ``vector_store.*`` events, all into the memory's hub and its own usage log."""
+    X
+        ``vector_store.*`` events, all into the memory's hub and its own usage log."""
 
     def on_embedding(call: EmbeddingCall) -> None:
         embedding_log.record(call)
