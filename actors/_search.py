@@ -38,7 +38,7 @@ from ._fusion import mmr, rrf
 from ._scan import ScanResult
 
 if TYPE_CHECKING:
-    from ._store import _StoreActor
+    from ._store_actor import _StoreActor
 
 __all__ = ["Candidate", "Pick", "SearchBackend", "rank", "run_search"]
 

@@ -293,7 +293,8 @@ async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: obj
     built its own store before ``actors/_lifecycle.py``: its big reads waited forever."""
     from actors._handle import OPENED
     from actors._lifecycle import run_store
-    from actors._store import StoreHandle, _StoreActor
+    from actors._store import StoreHandle
+    from actors._store_actor import _StoreActor
 
     class ActorWithoutServices(_StoreActor):
         def services(self) -> list[Any]:

@@ -17,7 +17,8 @@ import trio.testing
 from actors import open_store
 from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
 from actors._scan import COALESCE_FLOATS, ScanEngine
-from actors._store import StoreHandle, _Prepared
+from actors._store import StoreHandle
+from actors._store_actor import _Prepared
 from protocol import DEFAULT_NAMESPACE, ConfigError, Poisoned, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 30
