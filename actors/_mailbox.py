@@ -11,10 +11,11 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
-from protocol import Poisoned, VectorStoreConfig
+from protocol import Poisoned, VectorStoreConfig, VectorStoreError
 
 __all__ = [
     "PROPAGATE",
+    "REPLIED",
     "CrashableActor",
     "Envelope",
     "Mailbox",
@@ -126,6 +127,27 @@ class CrashableActor:
     async def _handle(self, envelope: Envelope[Any]) -> None:
         raise NotImplementedError
 
+    async def _prepare(self, request: Any) -> object:
+        raise NotImplementedError
+
+    async def _prepared_or_replied(self, envelope: Envelope[Any]) -> object:
+        """Phase 1 of a write, the same on every backend: validate and embed (it may
+        await and fail, and changes nothing). Returns the prepared write, or
+        :data:`REPLIED` once the caller has its answer: ``Poisoned`` on a crashed store,
+        the ``VectorStoreError`` itself (a reply, not a crash), or ``Poisoned`` after any
+        other exception, which is a crash."""
+        if self.crash is not None:
+            envelope.reply.fail(self.poisoned())
+            return REPLIED
+        try:
+            return await self._prepare(envelope.request)
+        except VectorStoreError as error:
+            envelope.reply.fail(error)
+        except Exception as crash:
+            self._poison(crash)
+            envelope.reply.fail(self.poisoned())
+        return REPLIED
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the inbox until it closes or the actor is cancelled.
 
@@ -185,6 +207,9 @@ class CrashableActor:
         self._poison(crash)
         return self.poisoned()
 
+
+#: What :meth:`CrashableActor._prepared_or_replied` returns once the caller has its answer.
+REPLIED = object()
 
 #: Exceptions that are a request to stop the program, not a bug: they reach the caller
 #: as themselves and never poison a store.

@@ -1,15 +1,5 @@
 """The in-memory store: :class:`StoreHandle`, the caller's side, and :func:`open_store`,
-which runs the actor (``_store_actor.py``), one writer that owns the arena, fed by one
-bounded channel.
-
-Writes (``store_turns``, ``delete``, ``clear``) are msgspec messages sent through the
-actor's inbox and applied one at a time, in arrival order. Each is validated and embedded
-first (awaiting, with nothing changed) and then committed in one synchronous step, which
-publishes a new snapshot. Reads never touch the inbox: they scan the arena as of the
-last published snapshot, so no read can see part of a commit. A small scan runs inline;
-a big one runs in worker threads, coalesced with concurrent reads, while the arena is
-pinned against commits (``_scan.py``).
-"""
+which runs the actor (``_store_actor.py`` says how writes and reads work)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,6 @@ from protocol import (
     TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
-    VectorStoreError,
 )
 from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
@@ -54,7 +53,7 @@ from protocol.messages import (
 from ._arena import Arena, Entries, Snapshot, kept_text
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
-from ._mailbox import CrashableActor, Envelope
+from ._mailbox import REPLIED, CrashableActor, Envelope
 from ._precomputed import document_vectors
 from ._prepare import (
     check_documents,
@@ -208,20 +207,10 @@ class _StoreActor(CrashableActor):
     # --- writes ------------------------------------------------------------------------
 
     async def _handle(self, envelope: _Envelope) -> None:
-        if self.crash is not None:
-            envelope.reply.fail(self.poisoned())
-            return
         request = envelope.request
-        # Phase 1 validates and embeds. It may await and may fail, and it changes nothing:
-        # a failure here is a reply, not a crash.
-        try:
-            prepared = await self._prepare(request)
-        except VectorStoreError as error:
-            envelope.reply.fail(error)
-            return
-        except Exception as crash:
-            self._poison(crash)
-            envelope.reply.fail(self.poisoned())
+        # Phase 1 validates and embeds, changing nothing; a failure there is a reply.
+        prepared = await self._prepared_or_replied(envelope)
+        if prepared is REPLIED:
             return
         # Phase 2 commits in one synchronous step; any exception here is a crash.
         try:

@@ -44,7 +44,7 @@ from protocol.messages import (
 )
 
 from .._embedders import EmbedderAdapter
-from .._mailbox import CrashableActor, Envelope
+from .._mailbox import REPLIED, CrashableActor, Envelope
 from .._prepare import clamp_k
 from .._store_hooks import check_query_profile, checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
@@ -196,19 +196,12 @@ class _PgStoreActor(CrashableActor):
     # --- writes ------------------------------------------------------------------------
 
     async def _handle(self, envelope: _Envelope) -> None:
-        if self.crash is not None:
-            envelope.reply.fail(self.poisoned())
-            return
         request = envelope.request
-        try:
-            prepared = await self._prepare(request)
-        except VectorStoreError as error:
-            envelope.reply.fail(error)
+        # Phase 1 validates and embeds, changing nothing; a failure there is a reply.
+        prepared = await self._prepared_or_replied(envelope)
+        if prepared is REPLIED:
             return
-        except Exception as crash:
-            self._poison(crash)
-            envelope.reply.fail(self.poisoned())
-            return
+        assert prepared is None or isinstance(prepared, PreparedEntries)
         try:
             if self.armed_crash is not None:
                 armed, self.armed_crash = self.armed_crash, None
