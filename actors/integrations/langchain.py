@@ -67,6 +67,9 @@ class TrioRecallVectorStore(VectorStore):
         dimensions: the embedding width; None asks ``embedding`` once, with a probe
             query.
         embed_timeout: seconds one embedding call may take, or None (no limit).
+        pg_options: more keyword arguments for ``open_pg_store`` (``pool_size``,
+            ``connect_timeout``, ``statement_timeout``, ``index="hnsw"``...); only with
+            ``dsn``.
 
     Raises:
         ConfigError: a bad bound, an object that is not an ``Embeddings``, or ``dsn``
@@ -85,7 +88,10 @@ class TrioRecallVectorStore(VectorStore):
         table: str = "trio_recall_langchain",
         dimensions: int | None = None,
         embed_timeout: float | None = None,
+        pg_options: dict[str, Any] | None = None,
     ) -> None:
+        if pg_options is not None and dsn is None:
+            raise ConfigError("pg_options is set but dsn is None; pg_options are for pg only")
         embedder = LangChainEmbedder(embedding)
         width = embedding_width(embedding) if dimensions is None else dimensions
         config = VectorStoreConfig(
@@ -109,7 +115,14 @@ class TrioRecallVectorStore(VectorStore):
                 ) from None
 
             def opener() -> Any:
-                return open_pg_store(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+                return open_pg_store(
+                    dsn,
+                    config,
+                    embedder,
+                    table=table,
+                    embed_timeout=embed_timeout,
+                    **(pg_options or {}),
+                )
 
         self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
 
@@ -183,7 +196,9 @@ class TrioRecallVectorStore(VectorStore):
         return store
 
     @classmethod
-    def from_documents(cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any) -> Any:
+    def from_documents(
+        cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any
+    ) -> Any:
         """A new store (``kwargs`` are the constructor's, plus ``ids``) holding
         ``documents``; their ids are kept."""
         ids = kwargs.pop("ids", None)
@@ -297,9 +312,7 @@ class TrioRecallVectorStore(VectorStore):
         before top-k."""
         return _docs(self._search(self._request(query=query, k=k, **kwargs)))
 
-    async def asimilarity_search(
-        self, query: str, k: int = 4, **kwargs: Any
-    ) -> list[LCDocument]:
+    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
         """:meth:`similarity_search`, awaited."""
         return _docs(await self._asearch(self._request(query=query, k=k, **kwargs)))
 
@@ -484,7 +497,7 @@ def _no_extra(method: str, kwargs: dict[str, Any]) -> None:
 def _text_documents(
     texts: Iterable[str],
     metadatas: list[dict[str, Any]] | None,
-    ids: list[str] | None,
+    ids: Sequence[str | None] | None,
     kwargs: dict[str, Any],
 ) -> list[Document]:
     _no_extra("add_texts", kwargs)
@@ -494,8 +507,7 @@ def _text_documents(
     for name, column in (("metadatas", metadatas), ("ids", ids)):
         if column is not None and len(column) != len(texts):
             raise ConfigError(
-                f"{name} has {len(column)} items and texts has {len(texts)}; expected one "
-                "per text"
+                f"{name} has {len(column)} items and texts has {len(texts)}; expected one per text"
             )
     return [
         Document(
