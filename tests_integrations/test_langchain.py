@@ -81,7 +81,7 @@ def test_import_actors_imports_no_langchain() -> None:
 
 
 def test_public_names_are_pinned() -> None:
-    assert module.__all__ == ["TrioRecallVectorStore"]
+    assert module.__all__ == ["TrioRecallEmbeddings", "TrioRecallVectorStore"]
 
 
 def test_filters_use_trio_recalls_language(pets: TrioRecallVectorStore) -> None:
@@ -332,3 +332,23 @@ def test_numpy_vectors_and_threads(backend: dict[str, Any]) -> None:
         vector = np.asarray(Words().embed_query("writer0 entry3"), dtype=np.float32)
         assert len(vs.similarity_search_by_vector(vector.tolist(), k=2)) == 2
         assert threading.current_thread() is threading.main_thread()
+
+
+def test_trio_recall_embedders_as_langchain_embeddings() -> None:
+    hashing = HashingEmbedder(16)
+    batched = module.TrioRecallEmbeddings(hashing)
+
+    class OneAtATime:
+        def embed(self, text: str) -> Any:
+            return hashing.embed(text)
+
+    single = module.TrioRecallEmbeddings(OneAtATime())
+    expected = [hashing.embed(t).tolist() for t in ["a b", "c"]]
+    assert batched.embed_documents(["a b", "c"]) == expected
+    assert single.embed_documents(["a b", "c"]) == expected
+    assert batched.embed_query("a b") == expected[0]
+    assert all(type(x) is float for x in batched.embed_query("a"))
+    with pytest.raises(ConfigError, match="no embed"):
+        module.TrioRecallEmbeddings(object())
+    with TrioRecallVectorStore.from_texts(["a b", "c"], batched, ids=["ab", "c"]) as vs:
+        assert [d.id for d in vs.similarity_search("c", k=1)] == ["c"]
