@@ -1,0 +1,539 @@
+"""trio-recall as a LangChain ``VectorStore`` (README "LangChain"; needs the ``langchain``
+extra).
+
+:class:`TrioRecallVectorStore` runs an in-memory store (or, with ``dsn``, a PostgreSQL +
+pgvector store) in a trio loop on a thread of its own (``_bridge``); its sync methods
+block on that loop and its async twins await it without blocking the asyncio loop, so
+it serves sync code, threads and any number of concurrent coroutines. What the store
+promises holds here too: a fixed memory bound (FIFO eviction past ``max_entries``),
+exact ranking with ties to the newest, all-or-nothing writes, and metadata filters in
+trio-recall's own language (``protocol.filters``), which refuses an unknown operator
+instead of ignoring it.
+
+Choices where LangChain leaves it open:
+
+- ``similarity_search_with_score`` returns cosine similarity in [-1, 1] (higher is
+  nearer, on both backends), as LangChain's ``InMemoryVectorStore`` does; relevance
+  scores are the same similarity clipped to [0, 1] (an opposite vector is "not
+  relevant", 0), so a relevance ``score_threshold`` means a cosine similarity.
+- A document without an id gets a content hash (``protocol.document_id``), not a random
+  uuid: adding the same text and metadata twice keeps one entry.
+- ``delete(None)`` removes every document of this store's namespace, and returns True
+  (missing ids are not an error, as LangChain's standard tests require).
+- ``max_marginal_relevance_search`` raises ``fetch_k`` to ``k`` when it is smaller.
+- An unknown keyword argument is a ``ConfigError`` naming it, not silently ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from langchain_core.documents import Document as LCDocument
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from protocol import DEFAULT_NAMESPACE, ConfigError, Document, SearchRequest, VectorStoreConfig
+from protocol._checks import check_int
+
+from .._store import open_store
+from ._bridge import TrioBridge
+from ._embeddings import LangChainEmbedder, embedding_width
+
+__all__ = ["TrioRecallVectorStore"]
+
+_WHAT = "TrioRecallVectorStore"
+
+
+class TrioRecallVectorStore(VectorStore):
+    """A LangChain vector store backed by a trio-recall store.
+
+    Args:
+        embedding: any LangChain ``Embeddings``. Stored texts go through its
+            ``embed_documents`` and queries through its ``embed_query``, never the
+            other way; both run in worker threads of the store's trio loop.
+        max_entries: the store's capacity; past it the oldest entry is evicted. The
+            in-memory store allocates ``max_entries × dimensions`` float32 at once.
+        max_entry_bytes: the most one document may count: its text, id and metadata
+            as JSON (``EntryTooLarge`` past it; nothing of the batch is stored).
+        namespace: the trio-recall namespace this store reads and writes (None: the
+            default namespace). Two vector stores over one pg table with different
+            namespaces never see each other's documents.
+        dsn: a PostgreSQL connection string: the documents then live in ``table``
+            (PostgreSQL + pgvector, the ``pg`` extra), shared by every process that
+            opens it; None keeps them in memory.
+        table: the pg table (ignored in memory).
+        dimensions: the embedding width; None asks ``embedding`` once, with a probe
+            query.
+        embed_timeout: seconds one embedding call may take, or None (no limit).
+
+    Raises:
+        ConfigError: a bad bound, an object that is not an ``Embeddings``, or ``dsn``
+            without the ``pg`` extra.
+        StoreUnavailable: (pg) the database could not be reached.
+    """
+
+    def __init__(
+        self,
+        embedding: Embeddings,
+        *,
+        max_entries: int = 10_000,
+        max_entry_bytes: int = 65_536,
+        namespace: str | None = None,
+        dsn: str | None = None,
+        table: str = "trio_recall_langchain",
+        dimensions: int | None = None,
+        embed_timeout: float | None = None,
+    ) -> None:
+        embedder = LangChainEmbedder(embedding)
+        width = embedding_width(embedding) if dimensions is None else dimensions
+        config = VectorStoreConfig(
+            max_entries=max_entries,
+            dimensions=check_int("dimensions", width),
+            max_entry_bytes=max_entry_bytes,
+        )
+        opener: Callable[[], Any]
+        if dsn is None:
+
+            def opener() -> Any:
+                return open_store(config, embedder, embed_timeout=embed_timeout)
+
+        else:
+            try:
+                from .._pg.store import open_pg_store
+            except ImportError as error:
+                raise ConfigError(
+                    f"dsn is set but the pg extra is not installed ({error}); install "
+                    "trio-recall[pg] or leave dsn=None for an in-memory store"
+                ) from None
+
+            def opener() -> Any:
+                return open_pg_store(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+
+        self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
+
+    def _setup(
+        self, embedding: Embeddings | None, namespace: str | None, bridge: TrioBridge[Any]
+    ) -> None:
+        self._embedding = embedding
+        self._space = DEFAULT_NAMESPACE if namespace is None else namespace
+        self._bridge = bridge
+
+    @classmethod
+    def from_store(
+        cls,
+        store: Any,
+        *,
+        embedding: Embeddings | None = None,
+        namespace: str | None = None,
+    ) -> TrioRecallVectorStore:
+        """A vector store over a trio-recall store already open in this trio run.
+
+        Call it inside that run (a trio task); use the vector store from other threads
+        (``trio.to_thread.run_sync``) or from an asyncio loop in another thread. Queries
+        are embedded by the store's own embedder; ``embedding`` is only what
+        :attr:`embeddings` reports. :meth:`close` ends the vector store, not the
+        store, which stays the caller's to close.
+
+        Raises:
+            RuntimeError: called outside a trio run.
+        """
+        self = cls.__new__(cls)
+        self._setup(embedding, namespace, TrioBridge.borrow(store, what=_WHAT))
+        return self
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> TrioRecallVectorStore:
+        """A new store (``kwargs`` are the constructor's) holding ``texts``."""
+        store = cls(embedding, **kwargs)
+        try:
+            store.add_texts(texts, metadatas, ids=ids)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @classmethod
+    async def afrom_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> TrioRecallVectorStore:
+        """:meth:`from_texts` for asyncio: the store opens in a worker thread (opening
+        a pg store connects), then the texts are added natively."""
+        store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
+        try:
+            await store.aadd_texts(texts, metadatas, ids=ids)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    @classmethod
+    def from_documents(cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any) -> Any:
+        """A new store (``kwargs`` are the constructor's, plus ``ids``) holding
+        ``documents``; their ids are kept."""
+        ids = kwargs.pop("ids", None)
+        store = cls(embedding, **kwargs)
+        try:
+            store.add_documents(documents, ids=ids)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @classmethod
+    async def afrom_documents(
+        cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any
+    ) -> Any:
+        """:meth:`from_documents` for asyncio (opening as in :meth:`afrom_texts`)."""
+        ids = kwargs.pop("ids", None)
+        store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
+        try:
+            await store.aadd_documents(documents, ids=ids)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        return self._embedding
+
+    @property
+    def namespace(self) -> str:
+        """The trio-recall namespace this store reads and writes."""
+        return self._space
+
+    # --- writes ------------------------------------------------------------------------
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and store ``texts``, all or nothing; return their ids in order.
+
+        ``ids[i]`` names text i (an id already stored is replaced); without it the id
+        is the content hash. Blocks until stored.
+
+        Raises:
+            ConfigError: lengths differ, or an unknown keyword argument.
+            EntryTooLarge, JsonError, EmbedderError, EmbeddingError: nothing stored.
+        """
+        return self._write(_text_documents(texts, metadatas, ids, kwargs))
+
+    async def aadd_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """:meth:`add_texts`, awaited. Cancelled after the write was queued, the write
+        is still applied, all or nothing."""
+        return await self._awrite(_text_documents(texts, metadatas, ids, kwargs))
+
+    def add_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+        """Store documents, all or nothing. An id in ``ids=`` wins over the document's
+        own ``id``; a document with neither gets its content hash. Re-adding an id
+        replaces that document. The documents passed are not modified."""
+        return self._write(_documents(documents, kwargs))
+
+    async def aadd_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+        """:meth:`add_documents`, awaited (cancellation as :meth:`aadd_texts`)."""
+        return await self._awrite(_documents(documents, kwargs))
+
+    def _write(self, documents: list[Document]) -> list[str]:
+        return list(self._bridge.call(_upsert, documents, self._space))
+
+    async def _awrite(self, documents: list[Document]) -> list[str]:
+        return list(await self._bridge.acall(_upsert, documents, self._space))
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Delete these ids (missing ones are skipped), or with ``ids=None`` every
+        document of this store's namespace. Returns True."""
+        _no_extra("delete", kwargs)
+        self._bridge.call(_delete, None if ids is None else list(ids), self._space)
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """:meth:`delete`, awaited."""
+        _no_extra("adelete", kwargs)
+        await self._bridge.acall(_delete, None if ids is None else list(ids), self._space)
+        return True
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        """The stored documents with these ids; missing ids are skipped, and the order
+        is not promised."""
+        return [_lc(d) for d in self._bridge.call(_get, list(ids), self._space)]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        """:meth:`get_by_ids`, awaited."""
+        return [_lc(d) for d in await self._bridge.acall(_get, list(ids), self._space)]
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        """The ``k`` nearest documents to ``query`` (exact, ties to the newest).
+        ``filter=`` is a trio-recall metadata filter (``protocol.filters``), applied
+        before top-k."""
+        return _docs(self._search(self._request(query=query, k=k, **kwargs)))
+
+    async def asimilarity_search(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[LCDocument]:
+        """:meth:`similarity_search`, awaited."""
+        return _docs(await self._asearch(self._request(query=query, k=k, **kwargs)))
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[LCDocument, float]]:
+        """:meth:`similarity_search` with each hit's cosine similarity, in [-1, 1]."""
+        return _scored(self._search(self._request(query=query, k=k, **kwargs)))
+
+    async def asimilarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[LCDocument, float]]:
+        """:meth:`similarity_search_with_score`, awaited."""
+        return _scored(await self._asearch(self._request(query=query, k=k, **kwargs)))
+
+    def similarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, **kwargs: Any
+    ) -> list[LCDocument]:
+        """The ``k`` nearest documents to a query vector (as wide as the store's)."""
+        return _docs(self._search(self._request(vector=embedding, k=k, **kwargs)))
+
+    async def asimilarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, **kwargs: Any
+    ) -> list[LCDocument]:
+        """:meth:`similarity_search_by_vector`, awaited."""
+        return _docs(await self._asearch(self._request(vector=embedding, k=k, **kwargs)))
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return _relevance
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """``k`` documents chosen by maximal marginal relevance among the ``fetch_k``
+        nearest (``lambda_mult`` 1 is pure relevance, 0 pure diversity)."""
+        request = self._mmr(query, None, k, fetch_k, lambda_mult, kwargs)
+        return _docs(self._search(request))
+
+    async def amax_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """:meth:`max_marginal_relevance_search`, awaited."""
+        request = self._mmr(query, None, k, fetch_k, lambda_mult, kwargs)
+        return _docs(await self._asearch(request))
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """:meth:`max_marginal_relevance_search` from a query vector."""
+        request = self._mmr(None, embedding, k, fetch_k, lambda_mult, kwargs)
+        return _docs(self._search(request))
+
+    async def amax_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """:meth:`max_marginal_relevance_search_by_vector`, awaited."""
+        request = self._mmr(None, embedding, k, fetch_k, lambda_mult, kwargs)
+        return _docs(await self._asearch(request))
+
+    def _mmr(
+        self,
+        query: str | None,
+        vector: list[float] | None,
+        k: int,
+        fetch_k: int,
+        lambda_mult: float,
+        kwargs: dict[str, Any],
+    ) -> SearchRequest:
+        if isinstance(k, int) and isinstance(fetch_k, int) and fetch_k < k:
+            fetch_k = k
+        return self._request(
+            query=query,
+            vector=vector,
+            k=k,
+            kind="mmr",
+            fetch_k=fetch_k,
+            lambda_mult=lambda_mult,
+            **kwargs,
+        )
+
+    def _request(self, *, filter: Any = None, **fields: Any) -> SearchRequest:
+        extra = {name for name in fields if name not in _REQUEST_FIELDS}
+        if extra:
+            raise ConfigError(
+                f"unknown search arguments {sorted(extra)}; {_WHAT} takes k, filter "
+                "(and fetch_k, lambda_mult for MMR)"
+            )
+        fields = {name: value for name, value in fields.items() if value is not None}
+        return SearchRequest(filter=filter, namespace=self._space, **fields)
+
+    def _search(self, request: SearchRequest) -> list[Any]:
+        return list(self._bridge.call(_search, request))
+
+    async def _asearch(self, request: SearchRequest) -> list[Any]:
+        return list(await self._bridge.acall(_search, request))
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store (see ``TrioBridge.close``): calls in flight raise
+        ``trio.ClosedResourceError``, and so does every call afterwards. A store made by
+        :meth:`from_store` stays open. Calling it again does nothing."""
+        self._bridge.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the asyncio loop."""
+        await self._bridge.aclose()
+
+    def __enter__(self) -> TrioRecallVectorStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> TrioRecallVectorStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._bridge.closed else "open"
+        return f"<{_WHAT} namespace={self._space!r} {state}>"
+
+
+_REQUEST_FIELDS = frozenset({"query", "vector", "k", "kind", "fetch_k", "lambda_mult"})
+
+
+# --- run in the store's trio loop: plain data in, plain data out ------------------------
+
+
+async def _upsert(store: Any, documents: list[Document], namespace: str) -> list[str]:
+    ids: list[str] = await store.upsert(documents, namespace)
+    return ids
+
+
+async def _delete(store: Any, ids: list[str] | None, namespace: str) -> None:
+    if ids is None:
+        await store.clear(namespace)
+    elif ids:
+        await store.delete(ids, namespace)
+
+
+async def _get(store: Any, ids: list[str], namespace: str) -> list[Document]:
+    documents: list[Document] = await store.get_by_ids(ids, namespace)
+    return documents
+
+
+async def _search(store: Any, request: SearchRequest) -> list[Any]:
+    hits: list[Any] = await store.search(request)
+    return hits
+
+
+# --- conversions, in the caller's thread ------------------------------------------------
+
+
+def _no_extra(method: str, kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        raise ConfigError(f"{_WHAT}.{method} got unknown arguments {sorted(kwargs)}")
+
+
+def _text_documents(
+    texts: Iterable[str],
+    metadatas: list[dict[str, Any]] | None,
+    ids: list[str] | None,
+    kwargs: dict[str, Any],
+) -> list[Document]:
+    _no_extra("add_texts", kwargs)
+    if isinstance(texts, str):
+        raise ConfigError("texts is a str; expected a list of str")
+    texts = list(texts)
+    for name, column in (("metadatas", metadatas), ("ids", ids)):
+        if column is not None and len(column) != len(texts):
+            raise ConfigError(
+                f"{name} has {len(column)} items and texts has {len(texts)}; expected one "
+                "per text"
+            )
+    return [
+        Document(
+            text=text,
+            metadata={} if metadatas is None else dict(metadatas[i]),
+            id=None if ids is None else ids[i],
+        ).with_id()
+        for i, text in enumerate(texts)
+    ]
+
+
+def _documents(documents: list[LCDocument], kwargs: dict[str, Any]) -> list[Document]:
+    ids = kwargs.pop("ids", None)
+    _no_extra("add_documents", kwargs)
+    if ids is not None and len(ids) != len(documents):
+        raise ConfigError(
+            f"ids has {len(ids)} items and documents has {len(documents)}; expected one "
+            "per document"
+        )
+    return _text_documents(
+        [d.page_content for d in documents],
+        [d.metadata for d in documents],
+        [d.id if ids is None or ids[i] is None else ids[i] for i, d in enumerate(documents)],
+        {},
+    )
+
+
+def _lc(document: Document) -> LCDocument:
+    return LCDocument(page_content=document.text, metadata=document.metadata, id=document.id)
+
+
+def _docs(hits: list[Any]) -> list[LCDocument]:
+    return [_lc(hit.document) for hit in hits]
+
+
+def _scored(hits: list[Any]) -> list[tuple[LCDocument, float]]:
+    return [(_lc(hit.document), float(hit.score)) for hit in hits]
+
+
+def _relevance(similarity: float) -> float:
+    return min(1.0, max(0.0, similarity))
