@@ -109,7 +109,9 @@ class TrioRecallVectorStore(VectorStore):
                 ) from None
 
             def opener() -> Any:
-                return open_pg_store(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+                return open_pg_store(
+                    dsn, config, embedder, table=table, embed_timeout=embed_timeout
+                )
 
         self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
 
@@ -183,7 +185,9 @@ class TrioRecallVectorStore(VectorStore):
         return store
 
     @classmethod
-    def from_documents(cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any) -> Any:
+    def from_documents(
+        cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any
+    ) -> Any:
         """A new store (``kwargs`` are the constructor's, plus ``ids``) holding
         ``documents``; their ids are kept."""
         ids = kwargs.pop("ids", None)
@@ -297,9 +301,7 @@ class TrioRecallVectorStore(VectorStore):
         before top-k."""
         return _docs(self._search(self._request(query=query, k=k, **kwargs)))
 
-    async def asimilarity_search(
-        self, query: str, k: int = 4, **kwargs: Any
-    ) -> list[LCDocument]:
+    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
         """:meth:`similarity_search`, awaited."""
         return _docs(await self._asearch(self._request(query=query, k=k, **kwargs)))
 
@@ -494,8 +496,7 @@ def _text_documents(
     for name, column in (("metadatas", metadatas), ("ids", ids)):
         if column is not None and len(column) != len(texts):
             raise ConfigError(
-                f"{name} has {len(column)} items and texts has {len(texts)}; expected one "
-                "per text"
+                f"{name} has {len(column)} items and texts has {len(texts)}; expected one per text"
             )
     return [
         Document(
