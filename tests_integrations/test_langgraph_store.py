@@ -24,31 +24,23 @@ from langgraph.store.base import (
     PutOp,
     SearchOp,
 )
+from langgraph_support import DIMS, backend, hashing_index
 
 from actors import HashingEmbedder
 from actors.integrations.langgraph import TrioRecallStore
 from protocol import EntryTooLarge, FilterError, JsonError
 
-DIMS = 64
+__all__ = ["backend"]  # the fixture
 Caller = Callable[..., Any]
 
 
-def hashing_index(fields: list[str] | None = None) -> dict[str, Any]:
-    """A lexical, deterministic index: texts sharing words score high."""
-    return {"embed": HashingEmbedder(DIMS).embed_batch, "dims": DIMS, "fields": fields or ["text"]}
-
-
-@pytest.fixture(params=["memory", "pg"])
-def make_store(request: pytest.FixtureRequest) -> Iterator[Callable[..., TrioRecallStore]]:
+@pytest.fixture
+def make_store(backend: dict[str, Any]) -> Iterator[Callable[..., TrioRecallStore]]:
     """A factory of open stores on the backend under test, all closed afterwards."""
     opened: list[TrioRecallStore] = []
-    options: dict[str, Any] = {}
-    if request.param == "pg":
-        options = {"dsn": request.getfixturevalue("pg_dsn")}
-        options["table"] = request.getfixturevalue("pg_table")
 
     def make(**kw: Any) -> TrioRecallStore:
-        store = TrioRecallStore(**{"max_entries": 256, **options, **kw})
+        store = TrioRecallStore(**{"max_entries": 256, **backend, **kw})
         opened.append(store)
         return store
 
