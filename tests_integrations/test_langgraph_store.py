@@ -264,6 +264,15 @@ def test_bad_ops_are_refused_and_change_nothing(
     assert store.supports_ttl is False
 
 
+def test_an_item_takes_what_the_readme_says(make_store: Callable[..., TrioRecallStore]) -> None:
+    # Value JSON {"t":"x..."} is n + 8 bytes, the id "s/k" 3, the bookkeeping 134 + 2: 1,000 in all.
+    store = make_store(max_entry_bytes=1_000)
+    store.put(("s",), "k", {"t": "x" * 853})
+    with pytest.raises(EntryTooLarge):
+        store.put(("s",), "k", {"t": "x" * 854})
+    assert store.get(("s",), "k").value == {"t": "x" * 853}
+
+
 def test_the_index_config_is_checked() -> None:
     with pytest.raises(ValueError, match="no 'dims'"):
         TrioRecallStore(index={"embed": HashingEmbedder(4).embed_batch})  # type: ignore[typeddict-item]

@@ -237,8 +237,9 @@ def item_document(
             )
         metadata[VALUE_PREFIX + name] = field
     metadata[NS_KEY] = encode_namespace(namespace)
-    metadata[CREATED_KEY] = created_at.isoformat()
-    metadata[UPDATED_KEY] = updated_at.isoformat()
+    # Always with microseconds, so the bookkeeping has one size (README "LangGraph").
+    metadata[CREATED_KEY] = created_at.isoformat(timespec="microseconds")
+    metadata[UPDATED_KEY] = updated_at.isoformat(timespec="microseconds")
     metadata[INDEXED_KEY] = text is not None
     return Document(
         text="" if text is None else text,

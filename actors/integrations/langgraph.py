@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,17 +46,19 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import EmbeddingsLambda
 
-from actors import HashingEmbedder, Store, open_store
+from actors import HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._checks import check_int, shown
 
 from . import _langgraph_ops as ops
+from ._backends import store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder
 
 __all__ = ["TrioRecallStore"]
 
 DEFAULT_NAMESPACE = "langgraph"
+_WHAT = "TrioRecallStore"
 _INDEX_KEYS = ("dims", "embed", "fields")
 
 
@@ -73,8 +75,8 @@ class TrioRecallStore(BaseStore):
         max_entries: the most items the store holds; past it the oldest-written item
             is evicted (trio-recall's FIFO cap).
         max_entry_bytes: the most bytes one item takes: its value as compact JSON, its
-            index text, key, namespace and about 100 bytes of bookkeeping
-            (``EntryTooLarge`` past it).
+            index text, its id (encoded namespace and key) and 134 bytes of bookkeeping,
+            plus 2 per top-level key (``EntryTooLarge`` past it).
         namespace: the trio-recall namespace every item lives in.
         dsn: a PostgreSQL DSN: the store is ``open_pg_store`` on that database (the
             ``pg`` extra), so items survive restarts and processes share them.
@@ -103,11 +105,9 @@ class TrioRecallStore(BaseStore):
             max_entries=max_entries, dimensions=dims, max_entry_bytes=max_entry_bytes
         )
         space = _check_space(namespace)
-
-        def opener() -> Any:
-            return _open_core(dsn, config, embedder, table, space, fields, embed_timeout)
-
-        self._setup(TrioBridge.start(opener, what="TrioRecallStore"), space, fields, dims)
+        opener = store_opener(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+        bridge = TrioBridge.start(lambda: _open_core(opener, space, fields), what=_WHAT)
+        self._setup(bridge, space, fields, dims)
 
     @classmethod
     def from_store(
@@ -145,7 +145,7 @@ class TrioRecallStore(BaseStore):
         space = _check_space(namespace)
         core = _Core(store=store, namespace=space, fields=fields)
         self = cls.__new__(cls)
-        self._setup(TrioBridge.borrow(core, what="TrioRecallStore"), space, fields, dims)
+        self._setup(TrioBridge.borrow(core, what=_WHAT), space, fields, dims)
         return self
 
     def _setup(
@@ -470,24 +470,12 @@ async def _execute(core: _Core, plan: _Plan) -> list[Result]:
 
 @asynccontextmanager
 async def _open_core(
-    dsn: str | None,
-    config: VectorStoreConfig,
-    embedder: object,
-    table: str,
+    opener: Callable[[], AbstractAsyncContextManager[Any]],
     namespace: str,
     fields: list[tuple[str, str | list[str]]] | None,
-    embed_timeout: float | None,
 ) -> AsyncIterator[_Core]:
-    if dsn is None:
-        async with open_store(config, embedder, embed_timeout=embed_timeout) as store:
-            yield _Core(store=store, namespace=namespace, fields=fields)
-        return
-    from actors._pg.store import open_pg_store  # psycopg: only with a dsn
-
-    async with open_pg_store(
-        dsn, config, embedder, table=table, embed_timeout=embed_timeout
-    ) as pg_store:
-        yield _Core(store=pg_store, namespace=namespace, fields=fields)
+    async with opener() as store:
+        yield _Core(store=store, namespace=namespace, fields=fields)
 
 
 # --- the index config ------------------------------------------------------------------
