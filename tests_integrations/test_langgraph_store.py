@@ -256,6 +256,8 @@ def test_bad_ops_are_refused_and_change_nothing(
         store.batch([good, PutOp(ns, "ttl", {"text": "x"}, ttl=1.0)])
     with pytest.raises(ValueError, match="non-empty tuple"):
         store.batch([good, PutOp((), "k", {"text": "x"})])
+    with pytest.raises(ValueError, match="expected None, False or a list"):
+        store.batch([good, PutOp(ns, "k", {"text": "x"}, index=True)])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit"):
         call(store, "search", ns, limit=-1)
     with pytest.raises(ValueError, match="expected a GetOp"):

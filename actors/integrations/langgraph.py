@@ -258,6 +258,13 @@ class TrioRecallStore(BaseStore):
             )
         if op.value is None:
             return entry_id, None
+        if op.index is not None and op.index is not False and not (
+            isinstance(op.index, list) and all(isinstance(p, str) and p for p in op.index)
+        ):
+            raise ConfigError(
+                f"PutOp for {op.key!r} has index={shown(op.index)}; expected None, False "
+                "or a list of JSON paths"
+            )
         text = ops.index_text(op.value, op.index, self._fields)
         document = ops.item_document(
             namespace,
