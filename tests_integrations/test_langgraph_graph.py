@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any, TypedDict
 
 import pytest
+import trio
 
 pytest.importorskip("langgraph.graph")
 
@@ -157,71 +158,66 @@ class Gate(Embeddings):
         return self.inner.embed(text).tolist()
 
 
-def test_cancelling_an_asyncio_caller_mid_search(backend: dict[str, Any]) -> None:
+@pytest.fixture
+def gated(backend: dict[str, Any]) -> Iterator[tuple[Gate, TrioRecallStore]]:
+    """A store whose embedder waits at "block" until the gate is released (at the end)."""
     gate = Gate()
-    with TrioRecallStore(
-        index={"embed": gate, "dims": DIMS, "fields": ["text"]}, **backend
-    ) as store:
+    store = TrioRecallStore(index={"embed": gate, "dims": DIMS, "fields": ["text"]}, **backend)
+    try:
+        yield gate, store
+    finally:
+        gate.release.set()
+        store.close()
 
-        async def main() -> None:
-            async with asyncio.timeout(60):
-                await store.aput(("c",), "k", {"text": "stored before"})
-                task = asyncio.create_task(store.asearch(("c",), query="block this query"))
-                await asyncio.to_thread(gate.entered.wait, 30)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                # The store serves at once: the abandoned embedding does not hold it.
-                assert (await store.aget(("c",), "k")).value == {"text": "stored before"}
-                assert [h.key for h in await store.asearch(("c",), query="stored")] == ["k"]
 
-        try:
-            asyncio.run(main())
-        finally:
+def test_cancelling_an_asyncio_caller_mid_search(gated: tuple[Gate, TrioRecallStore]) -> None:
+    gate, store = gated
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            await store.aput(("c",), "k", {"text": "stored before"})
+            task = asyncio.create_task(store.asearch(("c",), query="block this query"))
+            await asyncio.to_thread(gate.entered.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The store serves at once: the abandoned embedding does not hold it.
+            assert (await store.aget(("c",), "k")).value == {"text": "stored before"}
+            assert [h.key for h in await store.asearch(("c",), query="stored")] == ["k"]
+
+    asyncio.run(main())
+
+
+def test_cancelling_an_asyncio_caller_mid_put(gated: tuple[Gate, TrioRecallStore]) -> None:
+    gate, store = gated
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            task = asyncio.create_task(store.aput(("c",), "slow", {"text": "block me"}))
+            await asyncio.to_thread(gate.entered.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task  # returns while the store is still embedding the put
+            assert await store.aget(("c",), "slow") is None  # reads do not wait
             gate.release.set()
+            # The put was queued: the store applies it, all or nothing (design §3).
+            await store.aput(("c",), "after", {"text": "queued behind it"})
+            slow = await store.aget(("c",), "slow")
+            assert slow is not None
+            assert slow.value == {"text": "block me"}
+
+    asyncio.run(main())
 
 
-def test_cancelling_an_asyncio_caller_mid_put(backend: dict[str, Any]) -> None:
-    gate = Gate()
-    with TrioRecallStore(
-        index={"embed": gate, "dims": DIMS, "fields": ["text"]}, **backend
-    ) as store:
-
-        async def main() -> None:
-            async with asyncio.timeout(60):
-                task = asyncio.create_task(store.aput(("c",), "slow", {"text": "block me"}))
-                await asyncio.to_thread(gate.entered.wait, 30)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task  # returns while the store is still embedding the put
-                assert await store.aget(("c",), "slow") is None  # reads do not wait
-                gate.release.set()
-                # The put was queued: the store applies it, all or nothing (design §3).
-                await store.aput(("c",), "after", {"text": "queued behind it"})
-                slow = await store.aget(("c",), "slow")
-                assert slow is not None
-                assert slow.value == {"text": "block me"}
-
-        try:
-            asyncio.run(main())
-        finally:
-            gate.release.set()
-
-
-def test_closing_with_a_call_in_flight_ends_it(backend: dict[str, Any]) -> None:
-    gate = Gate()
-    store = TrioRecallStore(index={"embed": gate, "dims": DIMS}, **backend)
+def test_closing_with_a_call_in_flight_ends_it(gated: tuple[Gate, TrioRecallStore]) -> None:
+    gate, store = gated
 
     async def main() -> None:
         async with asyncio.timeout(60):
             task = asyncio.create_task(store.asearch(("c",), query="block"))
             await asyncio.to_thread(gate.entered.wait, 30)
             await store.aclose()
-            with pytest.raises(Exception, match="closed"):
+            with pytest.raises(trio.ClosedResourceError, match="closed"):
                 await task
 
-    try:
-        asyncio.run(main())
-    finally:
-        gate.release.set()
-        store.close()
+    asyncio.run(main())

@@ -267,7 +267,7 @@ def test_bad_ops_are_refused_and_change_nothing(
 
 
 def test_an_item_takes_what_the_readme_says(make_store: Callable[..., TrioRecallStore]) -> None:
-    # Value JSON {"t":"x..."} is n + 8 bytes, the id "s/k" 3, the bookkeeping 134 + 2: 1,000 in all.
+    # The value JSON {"t":"x..."} is n + 8 bytes, the id "s/k" 3, the bookkeeping 134 + 2.
     store = make_store(max_entry_bytes=1_000)
     store.put(("s",), "k", {"t": "x" * 853})
     with pytest.raises(EntryTooLarge):

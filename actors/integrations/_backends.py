@@ -4,12 +4,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Self
 
 from actors import open_store
 from protocol import ConfigError, VectorStoreConfig
 
-__all__ = ["store_opener"]
+from ._bridge import TrioBridge
+
+__all__ = ["BridgedStore", "store_opener"]
+
+
+class BridgedStore:
+    """The lifecycle every adapter shares: its store behind ``self._bridge``."""
+
+    _bridge: TrioBridge[Any]
+
+    def close(self) -> None:
+        """Close the store (see ``TrioBridge.close``): calls in flight raise
+        ``trio.ClosedResourceError``, and so does every call afterwards. A store made by
+        ``from_store`` stays open. Calling it again does nothing."""
+        self._bridge.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the asyncio loop."""
+        await self._bridge.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._bridge.closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 def store_opener(

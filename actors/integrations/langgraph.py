@@ -51,7 +51,7 @@ from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, pa
 from protocol._checks import check_int, shown
 
 from . import _langgraph_ops as ops
-from ._backends import store_opener
+from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder
 
@@ -62,7 +62,7 @@ _WHAT = "TrioRecallStore"
 _INDEX_KEYS = ("dims", "embed", "fields")
 
 
-class TrioRecallStore(BaseStore):
+class TrioRecallStore(BridgedStore, BaseStore):
     """A LangGraph store over a trio-recall store, in memory or on PostgreSQL.
 
     Args:
@@ -82,6 +82,10 @@ class TrioRecallStore(BaseStore):
             ``pg`` extra), so items survive restarts and processes share them.
         table: the pg table (with ``dsn`` only).
         embed_timeout: seconds each embedding call may take (None: no limit).
+
+    ``close()``/``aclose()`` close the store (one made by :meth:`from_store` stays
+    open) and stop its thread; calls in flight raise ``trio.ClosedResourceError``. It is
+    a context manager, sync and async.
 
     Raises:
         ConfigError: a bad bound or index config; anything opening the store raises.
@@ -189,33 +193,6 @@ class TrioRecallStore(BaseStore):
         """
         return await self._bridge.acall(_execute, self._plan(ops))
 
-    # --- lifecycle ------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store (a borrowed one stays open) and stop its thread; calls in
-        flight raise ``trio.ClosedResourceError``. Idempotent."""
-        self._bridge.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` without blocking the asyncio loop."""
-        await self._bridge.aclose()
-
-    def __enter__(self) -> TrioRecallStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> TrioRecallStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    @property
-    def closed(self) -> bool:
-        return self._bridge.closed
-
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"TrioRecallStore(namespace={self._namespace!r}, {state})"
@@ -258,8 +235,12 @@ class TrioRecallStore(BaseStore):
             )
         if op.value is None:
             return entry_id, None
-        if op.index is not None and op.index is not False and not (
-            isinstance(op.index, list) and all(isinstance(p, str) and p for p in op.index)
+        if (
+            op.index is not None
+            and op.index is not False
+            and not (
+                isinstance(op.index, list) and all(isinstance(p, str) and p for p in op.index)
+            )
         ):
             raise ConfigError(
                 f"PutOp for {op.key!r} has index={shown(op.index)}; expected None, False "
