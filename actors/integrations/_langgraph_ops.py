@@ -46,16 +46,22 @@ __all__ = [
     "UPDATED_KEY",
     "VALUE_PREFIX",
     "PostFilter",
+    "check_namespace",
     "decode_key",
     "decode_namespace",
+    "distinct_namespaces",
     "encode_namespace",
     "escape_part",
     "index_text",
     "item_document",
     "item_from_document",
     "item_id",
+    "item_namespace",
+    "literal_head",
     "namespace_matches",
     "prefix_filter",
+    "search_item",
+    "tokenized_fields",
     "translate_filter",
     "unescape_part",
 ]
@@ -269,11 +275,6 @@ def search_item(hit: ScoredDocument | Document, score: float | None) -> SearchIt
     )
 
 
-def created_at(document: Document) -> datetime:
-    """When the item a document holds was first put."""
-    return datetime.fromisoformat(document.metadata[CREATED_KEY])
-
-
 def item_namespace(document: Document) -> tuple[str, ...]:
     return decode_namespace(document.metadata[NS_KEY])
 
@@ -372,14 +373,6 @@ def _compile(wanted: object) -> Callable[[Any], bool]:
         )
     tree = parse_filter({"x": {"$eq": wanted}})
     return lambda actual: matches(tree, {} if actual is _MISSING else {"x": actual})
-
-
-def merge_filters(*parts: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The AND of filters over distinct keys (None when there is nothing to check)."""
-    merged: dict[str, Any] = {}
-    for part in parts:
-        merged.update(part)
-    return merged or None
 
 
 def distinct_namespaces(documents: Iterable[Document]) -> set[tuple[str, ...]]:

@@ -22,7 +22,6 @@ How LangGraph's model maps onto trio-recall's (``_langgraph_ops`` has the detail
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -50,7 +49,7 @@ from actors import HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._checks import check_int, shown
 
-from . import _langgraph_ops as ops
+from . import _langgraph_ops as mapping
 from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder
@@ -145,7 +144,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
                 raise ConfigError(
                     f"index['dims'] is {shown(index['dims'])}; the store holds {dims}"
                 )
-            fields = ops.tokenized_fields(_check_fields(index.get("fields")))
+            fields = mapping.tokenized_fields(_check_fields(index.get("fields")))
         space = _check_space(namespace)
         core = _Core(store=store, namespace=space, fields=fields)
         self = cls.__new__(cls)
@@ -226,8 +225,8 @@ class TrioRecallStore(BridgedStore, BaseStore):
         return _Plan(size=size, reads=reads, upserts=upserts, deletes=deletes)
 
     def _put(self, op: PutOp, now: datetime) -> tuple[str, Document | None]:
-        namespace = ops.check_namespace(op.namespace)
-        entry_id = ops.item_id(namespace, op.key)
+        namespace = mapping.check_namespace(op.namespace)
+        entry_id = mapping.item_id(namespace, op.key)
         if op.ttl is not None:
             raise NotImplementedError(
                 f"PutOp for {op.key!r} has ttl={op.ttl!r}; TrioRecallStore has no TTL "
@@ -246,8 +245,8 @@ class TrioRecallStore(BridgedStore, BaseStore):
                 f"PutOp for {op.key!r} has index={shown(op.index)}; expected None, False "
                 "or a list of JSON paths"
             )
-        text = ops.index_text(op.value, op.index, self._fields)
-        document = ops.item_document(
+        text = mapping.index_text(op.value, op.index, self._fields)
+        document = mapping.item_document(
             namespace,
             op.key,
             op.value,
@@ -270,7 +269,7 @@ class _Get:
 @attrs.frozen
 class _Search:
     scope: dict[str, Any]
-    post: ops.PostFilter | None
+    post: mapping.PostFilter | None
     query: str | None
     limit: int
     offset: int
@@ -300,16 +299,16 @@ def _get(op: GetOp) -> _Get:
     namespace = tuple(op.namespace)
     if not namespace:
         return _Get(None)
-    return _Get(ops.item_id(ops.check_namespace(namespace), op.key))
+    return _Get(mapping.item_id(mapping.check_namespace(namespace), op.key))
 
 
 def _search(op: SearchOp, *, semantic: bool) -> _Search:
     prefix = _check_path("namespace_prefix", op.namespace_prefix)
-    scan, post = ops.translate_filter(op.filter)
+    scan, post = mapping.translate_filter(op.filter)
     if op.query is not None and not isinstance(op.query, str):
         raise ConfigError(f"query is {shown(op.query)}; expected a str or None")
     return _Search(
-        scope={**ops.prefix_filter(prefix), **scan},
+        scope={**mapping.prefix_filter(prefix), **scan},
         post=post,
         query=op.query if semantic and op.query else None,
         limit=check_int("limit", op.limit, minimum=0),
@@ -328,7 +327,7 @@ def _listing(op: ListNamespacesOp) -> _Listing:
             )
         path = _check_path("match condition path", condition.path)
         if condition.match_type == "prefix":
-            heads.append(ops.literal_head(path))
+            heads.append(mapping.literal_head(path))
         elif condition.match_type != "suffix":
             raise ConfigError(
                 f"match_type is {shown(condition.match_type)}; expected 'prefix' or 'suffix'"
@@ -337,7 +336,7 @@ def _listing(op: ListNamespacesOp) -> _Listing:
     if max_depth is not None:
         max_depth = check_int("max_depth", max_depth)
     return _Listing(
-        scope=ops.prefix_filter(max(heads, key=len, default=())),
+        scope=mapping.prefix_filter(max(heads, key=len, default=())),
         conditions=conditions,
         max_depth=max_depth,
         limit=check_int("limit", op.limit, minimum=0),
@@ -388,15 +387,15 @@ class _Core:
             request = SearchRequest(
                 query=op.query,
                 k=k,
-                filter=parse_filter({**scope, ops.INDEXED_KEY: True}),
+                filter=parse_filter({**scope, mapping.INDEXED_KEY: True}),
                 namespace=self.namespace,
             )
             hits = await self.store.search(request)
-            ranked = _kept([ops.search_item(h, h.score) for h in hits], op.post)
-            scope[ops.INDEXED_KEY] = False  # then the items no query can rank
+            ranked = _kept([mapping.search_item(h, h.score) for h in hits], op.post)
+            scope[mapping.INDEXED_KEY] = False  # then the items no query can rank
         if len(ranked) < want:
             rest = await self.everything(scope, k - len(ranked) if op.post is None else k)
-            ranked += _kept([ops.search_item(d, None) for d in rest], op.post)
+            ranked += _kept([mapping.search_item(d, None) for d in rest], op.post)
         return ranked[op.offset : want]
 
     async def listing(self, op: _Listing) -> list[tuple[str, ...]]:
@@ -405,8 +404,8 @@ class _Core:
         documents = await self.everything(op.scope, self.store.capacity)
         spaces = {
             ns
-            for ns in ops.distinct_namespaces(documents)
-            if all(ops.namespace_matches(c, ns) for c in op.conditions)
+            for ns in mapping.distinct_namespaces(documents)
+            if all(mapping.namespace_matches(c, ns) for c in op.conditions)
         }
         if op.max_depth is not None:
             spaces = {ns[: op.max_depth] for ns in spaces}
@@ -417,7 +416,7 @@ class _Core:
             if upserts:
                 ids = [d.id for d in upserts if d.id is not None]
                 existing = {
-                    d.id: d.metadata[ops.CREATED_KEY]
+                    d.id: d.metadata[mapping.CREATED_KEY]
                     for d in await self.store.get_by_ids(ids, self.namespace)
                 }
                 kept = [_keep_created(d, existing.get(d.id)) for d in upserts]
@@ -429,11 +428,11 @@ class _Core:
 def _keep_created(document: Document, created: str | None) -> Document:
     if created is None:
         return document
-    metadata = {**document.metadata, ops.CREATED_KEY: created}
+    metadata = {**document.metadata, mapping.CREATED_KEY: created}
     return msgspec.structs.replace(document, metadata=metadata)
 
 
-def _kept(items: list[SearchItem], post: ops.PostFilter | None) -> list[SearchItem]:
+def _kept(items: list[SearchItem], post: mapping.PostFilter | None) -> list[SearchItem]:
     return items if post is None else [item for item in items if post(item.value)]
 
 
@@ -445,7 +444,7 @@ async def _execute(core: _Core, plan: _Plan) -> list[Result]:
         found = {d.id: d for d in await core.store.get_by_ids(wanted, core.namespace)}
         for i, entry_id in gets:
             document = found.get(entry_id)
-            results[i] = None if document is None else ops.item_from_document(document)
+            results[i] = None if document is None else mapping.item_from_document(document)
     for i, read in plan.reads:
         if isinstance(read, _Search):
             results[i] = await core.search(read)
@@ -488,7 +487,7 @@ def _index_settings(
     embeddings: Any = ensure_embeddings(index["embed"])
     if isinstance(embeddings, EmbeddingsLambda) and getattr(embeddings, "func", None) is None:
         embeddings = _AsyncFunction(embeddings.afunc)
-    fields = ops.tokenized_fields(_check_fields(index.get("fields")))
+    fields = mapping.tokenized_fields(_check_fields(index.get("fields")))
     return fields, LangChainEmbedder(embeddings), dims
 
 
@@ -521,8 +520,6 @@ class _AsyncFunction:
     it to completion in a fresh loop of that thread (``asyncio.run``)."""
 
     def __init__(self, afunc: Any) -> None:
-        if not inspect.iscoroutinefunction(afunc) and not callable(afunc):
-            raise ConfigError(f"index['embed'] is {shown(afunc)}; expected a function")
         self.afunc = afunc
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
