@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from pg_support import pg_dsn, pg_table  # noqa: E402
+from pg_support import pg_dsn, pg_table
 
 __all__ = ["pg_dsn", "pg_table"]
 

@@ -332,15 +332,15 @@ class TrioBridge(Generic[H]):
             Whatever closing an owned store raised (``Poisoned`` when its actor had
             crashed), once.
         """
-        with self._lock:
-            already, self._closed = self._closed, True
-        token = self._token
         in_trio = threading.get_ident() == self._thread_id
         if self._owned and in_trio:
             raise RuntimeError(
                 f"{self._what} was closed from its own trio thread; it would wait for "
                 "itself forever. Close it from the thread or coroutine that made it."
             )
+        with self._lock:
+            already, self._closed = self._closed, True
+        token = self._token
         if not already and token is not None:
             if in_trio:
                 self._begin_stop()

@@ -30,6 +30,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
@@ -41,7 +42,7 @@ from .._store import open_store
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width
 
-__all__ = ["TrioRecallVectorStore"]
+__all__ = ["TrioRecallEmbeddings", "TrioRecallVectorStore"]
 
 _WHAT = "TrioRecallVectorStore"
 
@@ -67,6 +68,9 @@ class TrioRecallVectorStore(VectorStore):
         dimensions: the embedding width; None asks ``embedding`` once, with a probe
             query.
         embed_timeout: seconds one embedding call may take, or None (no limit).
+        pg_options: more keyword arguments for ``open_pg_store`` (``pool_size``,
+            ``connect_timeout``, ``statement_timeout``, ``index="hnsw"``...); only with
+            ``dsn``.
 
     Raises:
         ConfigError: a bad bound, an object that is not an ``Embeddings``, or ``dsn``
@@ -85,7 +89,10 @@ class TrioRecallVectorStore(VectorStore):
         table: str = "trio_recall_langchain",
         dimensions: int | None = None,
         embed_timeout: float | None = None,
+        pg_options: dict[str, Any] | None = None,
     ) -> None:
+        if pg_options is not None and dsn is None:
+            raise ConfigError("pg_options is set but dsn is None; pg_options are for pg only")
         embedder = LangChainEmbedder(embedding)
         width = embedding_width(embedding) if dimensions is None else dimensions
         config = VectorStoreConfig(
@@ -110,7 +117,12 @@ class TrioRecallVectorStore(VectorStore):
 
             def opener() -> Any:
                 return open_pg_store(
-                    dsn, config, embedder, table=table, embed_timeout=embed_timeout
+                    dsn,
+                    config,
+                    embedder,
+                    table=table,
+                    embed_timeout=embed_timeout,
+                    **(pg_options or {}),
                 )
 
         self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
@@ -447,6 +459,42 @@ class TrioRecallVectorStore(VectorStore):
         return f"<{_WHAT} namespace={self._space!r} {state}>"
 
 
+class TrioRecallEmbeddings(Embeddings):
+    """A trio-recall sync embedder as a LangChain ``Embeddings``: the offline
+    :class:`~actors.MiniLMEmbedder` (or a ``HashingEmbedder``) for LangChain code.
+
+    ``embed_documents`` uses the embedder's ``embed_batch`` when it has one (one forward
+    pass per batch), else ``embed`` per text; ``embed_query`` uses ``embed``. Both block;
+    LangChain's ``aembed_*`` run them in its executor, and :class:`TrioRecallVectorStore`
+    runs them in its own worker threads.
+
+    Raises:
+        ConfigError: ``embedder`` has no ``embed(text)``.
+    """
+
+    def __init__(self, embedder: Any) -> None:
+        if not callable(getattr(embedder, "embed", None)):
+            raise ConfigError(
+                f"embedder {type(embedder).__name__} has no embed(text); expected a "
+                "trio-recall Embedder such as MiniLMEmbedder or HashingEmbedder"
+            )
+        self.embedder = embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        batch = getattr(self.embedder, "embed_batch", None)
+        if callable(batch):
+            rows: list[list[float]] = np.asarray(batch(list(texts)), dtype=np.float64).tolist()
+            return rows
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        row: list[float] = np.asarray(self.embedder.embed(text), dtype=np.float64).tolist()
+        return row
+
+    def __repr__(self) -> str:
+        return f"TrioRecallEmbeddings({self.embedder!r})"
+
+
 _REQUEST_FIELDS = frozenset({"query", "vector", "k", "kind", "fetch_k", "lambda_mult"})
 
 
@@ -486,7 +534,7 @@ def _no_extra(method: str, kwargs: dict[str, Any]) -> None:
 def _text_documents(
     texts: Iterable[str],
     metadatas: list[dict[str, Any]] | None,
-    ids: list[str] | None,
+    ids: Sequence[str | None] | None,
     kwargs: dict[str, Any],
 ) -> list[Document]:
     _no_extra("add_texts", kwargs)

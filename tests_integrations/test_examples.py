@@ -1,0 +1,39 @@
+"""Run every file in examples/integrations/ as a subprocess and check what it prints
+(tests/test_examples.py does the same for examples/)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "integrations"
+ALL = sorted(p.name for p in EXAMPLES.glob("*.py"))
+
+# What each example must print; a new example without an entry fails.
+EXPECTED: dict[str, list[str]] = {
+    "langchain_retriever.py": [
+        # Unfiltered, the shopping note ("Buy an umbrella...") ranks first.
+        "weather | Light rain in Lyon tomorrow, 14 C.",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_example_prints_what_it_shows(name: str) -> None:
+    assert name in EXPECTED, f"examples/integrations/{name} has no EXPECTED entry"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_RECALL_")}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == EXPECTED[name]
