@@ -53,14 +53,19 @@ def store_opener(
     *,
     table: str,
     embed_timeout: float | None,
+    pg_options: dict[str, Any] | None = None,
 ) -> Callable[[], AbstractAsyncContextManager[Any]]:
-    """A function opening the store (``open_store``, or ``open_pg_store`` on ``dsn``),
-    for :meth:`TrioBridge.start` to enter in its trio thread.
+    """A function opening the store (``open_store``, or ``open_pg_store`` on ``dsn``,
+    with ``pg_options`` as more keyword arguments), for :meth:`TrioBridge.start` to enter
+    in its trio thread.
 
     Raises:
-        ConfigError: ``dsn`` is set but the ``pg`` extra (psycopg) is not installed.
+        ConfigError: ``dsn`` is set but the ``pg`` extra (psycopg) is not installed, or
+            ``pg_options`` is set without ``dsn``.
     """
     if dsn is None:
+        if pg_options is not None:
+            raise ConfigError("pg_options is set but dsn is None; pg_options are for pg only")
         return lambda: open_store(config, embedder, embed_timeout=embed_timeout)
     try:
         from .._pg.store import open_pg_store
@@ -69,4 +74,7 @@ def store_opener(
             f"dsn is set but the pg extra is not installed ({error}); install "
             "trio-recall[pg] or leave dsn=None for an in-memory store"
         ) from None
-    return lambda: open_pg_store(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+    options = dict(pg_options or {})
+    return lambda: open_pg_store(
+        dsn, config, embedder, table=table, embed_timeout=embed_timeout, **options
+    )

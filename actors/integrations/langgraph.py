@@ -81,6 +81,8 @@ class TrioRecallStore(BridgedStore, BaseStore):
             ``pg`` extra), so items survive restarts and processes share them.
         table: the pg table (with ``dsn`` only).
         embed_timeout: seconds each embedding call may take (None: no limit).
+        pg_options: more keyword arguments for ``open_pg_store`` (``pool_size``,
+            ``statement_timeout``, ``index="hnsw"``...); only with ``dsn``.
 
     ``close()``/``aclose()`` close the store (one made by :meth:`from_store` stays
     open) and stop its thread; calls in flight raise ``trio.ClosedResourceError``. It is
@@ -102,13 +104,16 @@ class TrioRecallStore(BridgedStore, BaseStore):
         dsn: str | None = None,
         table: str = "trio_recall_langgraph",
         embed_timeout: float | None = None,
+        pg_options: dict[str, Any] | None = None,
     ) -> None:
         fields, embedder, dims = _index_settings(index)
         config = VectorStoreConfig(
             max_entries=max_entries, dimensions=dims, max_entry_bytes=max_entry_bytes
         )
         space = _check_space(namespace)
-        opener = store_opener(dsn, config, embedder, table=table, embed_timeout=embed_timeout)
+        opener = store_opener(
+            dsn, config, embedder, table=table, embed_timeout=embed_timeout, pg_options=pg_options
+        )
         bridge = TrioBridge.start(lambda: _open_core(opener, space, fields), what=_WHAT)
         self._setup(bridge, space, fields, dims)
 
