@@ -356,3 +356,15 @@ def test_items_survive_a_restart_on_pg(pg_dsn: str, pg_table: str) -> None:
         assert item.created_at == created
         assert store.list_namespaces() == [("p", "q/r")]
         assert store.search(("p",), query="durable memory")[0].key == "k"
+
+
+def test_pg_options_go_to_the_pg_store(backend: dict[str, Any]) -> None:
+    if not backend:
+        with pytest.raises(ValueError, match="pg_options are for pg only"):
+            TrioRecallStore(pg_options={"pool_size": 2})
+        return
+    with TrioRecallStore(pg_options={"pool_size": 2, "statement_timeout": 5.0}, **backend) as s:
+        s.put(("o",), "k", {"v": 1})
+        assert s.get(("o",), "k").value == {"v": 1}
+    with pytest.raises(TypeError, match="colour"):
+        TrioRecallStore(pg_options={"colour": 1}, **backend)
