@@ -19,6 +19,11 @@ EXPECTED: dict[str, list[str]] = {
         # Unfiltered, the shopping note ("Buy an umbrella...") ranks first.
         "weather | Light rain in Lyon tomorrow, 14 C.",
     ],
+    "langgraph_agent.py": [
+        "I recall: []",
+        "I recall: ['My cat is called Miso']",
+        "I recall: ['My cat is called Miso']",
+    ],
 }
 
 
