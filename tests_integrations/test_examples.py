@@ -42,3 +42,17 @@ def test_example_prints_what_it_shows(name: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.splitlines() == EXPECTED[name]
+
+
+# Each README section shows its example file's code (after the docstring), in < 15 lines.
+README_EXAMPLES = {"LangChain": "langchain_retriever.py", "LangGraph": "langgraph_agent.py"}
+
+
+@pytest.mark.parametrize(("section", "name"), sorted(README_EXAMPLES.items()))
+def test_the_readme_shows_the_example_in_under_15_lines(section: str, name: str) -> None:
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    body = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    shown = body.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
+    code = (EXAMPLES / name).read_text().split('"""\n\n', 1)[1].splitlines()
+    assert [line for line in shown if line] == [line for line in code if line]
+    assert len([line for line in shown if line]) < 15
