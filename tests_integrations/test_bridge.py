@@ -224,3 +224,43 @@ def test_errors_cross_as_themselves() -> None:
             bridge.call(lambda store: store.retrieve("q", 0))
     finally:
         bridge.close()
+
+
+class GatedDocuments(Gated):
+    """Documents whose text starts with "slow" wait on the gate; queries embed at once."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if texts[0].startswith("slow"):
+            self.waiting.set()
+            self.gate.wait(30)
+        return super().embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._hash.embed(text).tolist()
+
+
+async def test_a_cancelled_write_already_queued_is_still_applied_whole() -> None:
+    embedding = GatedDocuments()
+    async with asyncio.timeout(30):
+        async with TrioRecallVectorStore(embedding) as vs:
+            write = asyncio.ensure_future(vs.aadd_texts(["slow one", "slow two"], ids=["1", "2"]))
+            await asyncio.to_thread(embedding.waiting.wait)  # the actor is embedding it
+            write.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await write
+            embedding.gate.set()
+            # Writes are applied in order: once this one is, the cancelled one was too.
+            await vs.aadd_texts(["fast"], ids=["3"])
+            assert sorted(d.id for d in await vs.aget_by_ids(["1", "2", "3"])) == ["1", "2", "3"]
+
+
+def test_an_error_closing_the_store_is_raised_by_close_once() -> None:
+    @asynccontextmanager
+    async def fails_on_close() -> AsyncIterator[None]:
+        yield None
+        raise KeyError("the store could not close")
+
+    bridge: TrioBridge[None] = TrioBridge.start(fails_on_close)
+    with pytest.raises(KeyError, match="could not close"):
+        bridge.close()
+    bridge.close()  # reported once; closing again does nothing
