@@ -1,5 +1,5 @@
 """README "LangGraph" shows examples/integrations/langgraph_agent.py (test_examples.py
-runs it)."""
+runs it), and the adapter is imported only when asked for."""
 
 from __future__ import annotations
 
@@ -22,3 +22,17 @@ def test_the_readme_shows_the_example_in_under_15_lines() -> None:
         line for line in code.splitlines() if line
     ]
     assert len([line for line in shown.splitlines() if line]) < 15
+
+
+def test_langgraph_is_imported_only_when_asked_for() -> None:
+    import subprocess
+    import sys
+
+    import actors.integrations.langgraph as adapter
+
+    assert adapter.__all__ == ["TrioRecallStore"]
+    check = "import actors, actors.integrations, sys; print('langgraph' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "False"
