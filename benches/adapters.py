@@ -11,8 +11,14 @@ contender per round in an order shuffled every round:
 - ``direct``: ``StoreHandle.search`` awaited inside the store's own trio loop (timed
   there, so no bridge crossing is counted): what a trio program pays;
 - ``bridge sync``: ``TrioRecallVectorStore.similarity_search`` from the main thread;
+- ``bridge sync, by vector``: the caller embeds the query (``embed_query``) and calls
+  ``similarity_search_by_vector``: one thread round trip, where ``similarity_search``
+  has two more (the store embeds the query in a worker thread of its trio loop);
 - ``bridge async``: ``await TrioRecallVectorStore.asimilarity_search`` in asyncio;
-- ``InMemoryVectorStore``: LangChain's own in-memory store, ``similarity_search``.
+- ``InMemoryVectorStore``: LangChain's own in-memory store, ``similarity_search``;
+- ``bridge sync, warm`` and ``bridge async, warm``: the same two bridge calls, each right
+  after an untimed empty call through the bridge (steady use keeps the store's threads
+  awake; otherwise each call here follows another contender's work).
 
 All four embed the query with the same LangChain ``Embeddings``, a table of precomputed
 vectors (so the model's cost, identical for all, does not hide the store's). It also
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -72,6 +79,10 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_us": float(p50), "p90_us": float(p90), "n": len(samples)}
 
 
+async def _noop(store: Any) -> None:
+    return None
+
+
 async def _direct(store: Any, request: SearchRequest) -> float:
     started = time.perf_counter()
     await store.search(request)
@@ -102,6 +113,11 @@ def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
             vs.similarity_search(q, k=K)
             return time.perf_counter() - started
 
+        def by_vector(q: str) -> float:
+            started = time.perf_counter()
+            vs.similarity_search_by_vector(embedding.embed_query(q), k=K)
+            return time.perf_counter() - started
+
         async def timed_async(q: str) -> float:
             started = time.perf_counter()
             await vs.asimilarity_search(q, k=K)
@@ -109,6 +125,20 @@ def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
 
         def in_asyncio(q: str) -> float:
             return loop.run_until_complete(timed_async(q))
+
+        # "warm": an untimed empty call first wakes the trio thread (and its worker),
+        # as steady use keeps them awake; without it each bridge call here follows
+        # another contender's work and pays the wake-up of idle threads.
+        def sync_warm(q: str) -> float:
+            bridge.call(_noop)
+            return sync(q)
+
+        async def timed_async_warm(q: str) -> float:
+            await bridge.acall(_noop)
+            return await timed_async(q)
+
+        def in_asyncio_warm(q: str) -> float:
+            return loop.run_until_complete(timed_async_warm(q))
 
         def langchain(q: str) -> float:
             started = time.perf_counter()
@@ -123,9 +153,16 @@ def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
         contenders: dict[str, Callable[[str], float]] = {
             "direct": direct,
             "bridge sync": sync,
+            "bridge sync, by vector": by_vector,
             "bridge async": in_asyncio,
+            "bridge sync, warm": sync_warm,
+            "bridge async, warm": in_asyncio_warm,
             "InMemoryVectorStore": langchain,
         }
+        # The fixtures (10,000 vectors as Python lists, twice) would make every cyclic
+        # GC pass walk millions of objects, in whichever contender triggers it.
+        gc.collect()
+        gc.freeze()
         samples: dict[str, list[float]] = {name: [] for name in contenders}
         order = list(contenders)
         shuffle = random.Random(seed)
@@ -135,22 +172,25 @@ def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
             for name in order:
                 samples[name].append(contenders[name](q))
     finally:
+        gc.unfreeze()
         vs.close()
         loop.close()
     stats = {name: percentiles(s) for name, s in samples.items()}
     ratios = {
         f"{a} / {b}": {p: stats[a][f"{p}_us"] / stats[b][f"{p}_us"] for p in ("p50", "p90")}
-        for a in ("bridge sync", "bridge async")
+        for a in (
+            "bridge sync",
+            "bridge sync, by vector",
+            "bridge async",
+            "bridge sync, warm",
+            "bridge async, warm",
+        )
         for b in ("direct", "InMemoryVectorStore")
     }
     return {"documents": n, "stats": stats, "ratios": ratios}
 
 
 # --- the round trip of an empty call ------------------------------------------------
-
-
-async def _noop(store: Any) -> None:
-    return None
 
 
 async def _noop_plain() -> None:
@@ -272,9 +312,9 @@ def main() -> None:
     for entry in results["search"]:
         print(f"\n{entry['documents']} documents, k={K}")
         for name, s in entry["stats"].items():
-            print(f"  {name:22} p50 {s['p50_us']:8.1f} us   p90 {s['p90_us']:8.1f} us")
+            print(f"  {name:24} p50 {s['p50_us']:8.1f} us   p90 {s['p90_us']:8.1f} us")
         for name, r in entry["ratios"].items():
-            print(f"  {name:38} p50 x{r['p50']:.2f}   p90 x{r['p90']:.2f}")
+            print(f"  {name:46} p50 x{r['p50']:.2f}   p90 x{r['p90']:.2f}")
     print("\nround trip of an empty call")
     for name, s in results["round_trip"].items():
         print(f"  {name:38} p50 {s['p50_us']:7.1f} us   p90 {s['p90_us']:7.1f} us")

@@ -267,11 +267,15 @@ class TrioBridge(Generic[H]):
         if not self._accepting:
             job.deliver(outcome.Error(trio.ClosedResourceError(f"{self._what} is closed")))
             return
+        try:
+            if self._nursery is not None:
+                self._nursery.start_soon(self._run, job)
+            else:
+                trio.lowlevel.spawn_system_task(self._run, job)
+        except RuntimeError as error:  # the run is ending (a crash): answer, never hang
+            job.deliver(outcome.Error(trio.ClosedResourceError(f"{self._what}: {error}")))
+            return
         self._jobs.add(job)
-        if self._nursery is not None:
-            self._nursery.start_soon(self._run, job)
-        else:
-            trio.lowlevel.spawn_system_task(self._run, job)
 
     def _cancel_in_trio(self, job: _Job) -> None:
         job.caller_cancelled = True

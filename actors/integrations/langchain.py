@@ -38,7 +38,7 @@ from langchain_core.vectorstores import VectorStore
 from protocol import DEFAULT_NAMESPACE, ConfigError, Document, SearchRequest, VectorStoreConfig
 from protocol._checks import check_int
 
-from .._store import open_store
+from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width
 
@@ -47,7 +47,7 @@ __all__ = ["TrioRecallEmbeddings", "TrioRecallVectorStore"]
 _WHAT = "TrioRecallVectorStore"
 
 
-class TrioRecallVectorStore(VectorStore):
+class TrioRecallVectorStore(BridgedStore, VectorStore):
     """A LangChain vector store backed by a trio-recall store.
 
     Args:
@@ -91,8 +91,6 @@ class TrioRecallVectorStore(VectorStore):
         embed_timeout: float | None = None,
         pg_options: dict[str, Any] | None = None,
     ) -> None:
-        if pg_options is not None and dsn is None:
-            raise ConfigError("pg_options is set but dsn is None; pg_options are for pg only")
         embedder = LangChainEmbedder(embedding)
         width = embedding_width(embedding) if dimensions is None else dimensions
         config = VectorStoreConfig(
@@ -100,31 +98,9 @@ class TrioRecallVectorStore(VectorStore):
             dimensions=check_int("dimensions", width),
             max_entry_bytes=max_entry_bytes,
         )
-        opener: Callable[[], Any]
-        if dsn is None:
-
-            def opener() -> Any:
-                return open_store(config, embedder, embed_timeout=embed_timeout)
-
-        else:
-            try:
-                from .._pg.store import open_pg_store
-            except ImportError as error:
-                raise ConfigError(
-                    f"dsn is set but the pg extra is not installed ({error}); install "
-                    "trio-recall[pg] or leave dsn=None for an in-memory store"
-                ) from None
-
-            def opener() -> Any:
-                return open_pg_store(
-                    dsn,
-                    config,
-                    embedder,
-                    table=table,
-                    embed_timeout=embed_timeout,
-                    **(pg_options or {}),
-                )
-
+        opener = store_opener(
+            dsn, config, embedder, table=table, embed_timeout=embed_timeout, pg_options=pg_options
+        )
         self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
 
     def _setup(
@@ -429,30 +405,6 @@ class TrioRecallVectorStore(VectorStore):
 
     async def _asearch(self, request: SearchRequest) -> list[Any]:
         return list(await self._bridge.acall(_search, request))
-
-    # --- lifecycle ---------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store (see ``TrioBridge.close``): calls in flight raise
-        ``trio.ClosedResourceError``, and so does every call afterwards. A store made by
-        :meth:`from_store` stays open. Calling it again does nothing."""
-        self._bridge.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` without blocking the asyncio loop."""
-        await self._bridge.aclose()
-
-    def __enter__(self) -> TrioRecallVectorStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> TrioRecallVectorStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         state = "closed" if self._bridge.closed else "open"
