@@ -380,3 +380,19 @@ def test_a_full_store_evicts_the_oldest_written_item(
     call(store, "put", ("f",), "d", {"v": "d"})
     assert call(store, "get", ("f",), "b") is None
     assert [h.key for h in call(store, "search", ("f",))] == ["d", "a", "c"]
+
+
+def test_two_adapters_on_one_pg_table_share_only_their_namespace(
+    pg_dsn: str, pg_table: str
+) -> None:
+    options: dict[str, Any] = {"dsn": pg_dsn, "table": pg_table}
+    with (
+        TrioRecallStore(namespace="one", **options) as one,
+        TrioRecallStore(namespace="one", **options) as also_one,
+        TrioRecallStore(namespace="two", **options) as two,
+    ):
+        one.put(("s",), "k", {"v": 1})
+        assert also_one.get(("s",), "k").value == {"v": 1}
+        assert two.get(("s",), "k") is None
+        assert two.list_namespaces() == []
+        assert two.search(()) == []
