@@ -368,3 +368,31 @@ def test_pg_options_go_to_the_pg_store(backend: dict[str, Any]) -> None:
         assert s.get(("o",), "k").value == {"v": 1}
     with pytest.raises(TypeError, match="colour"):
         TrioRecallStore(pg_options={"colour": 1}, **backend)
+
+
+def test_a_full_store_evicts_the_oldest_written_item(
+    make_store: Callable[..., TrioRecallStore], call: Caller
+) -> None:
+    store = make_store(max_entries=3)
+    for key in ["a", "b", "c"]:
+        call(store, "put", ("f",), key, {"v": key})
+    call(store, "put", ("f",), "a", {"v": "a2"})  # rewritten: now the newest
+    call(store, "put", ("f",), "d", {"v": "d"})
+    assert call(store, "get", ("f",), "b") is None
+    assert [h.key for h in call(store, "search", ("f",))] == ["d", "a", "c"]
+
+
+def test_two_adapters_on_one_pg_table_share_only_their_namespace(
+    pg_dsn: str, pg_table: str
+) -> None:
+    options: dict[str, Any] = {"dsn": pg_dsn, "table": pg_table}
+    with (
+        TrioRecallStore(namespace="one", **options) as one,
+        TrioRecallStore(namespace="one", **options) as also_one,
+        TrioRecallStore(namespace="two", **options) as two,
+    ):
+        one.put(("s",), "k", {"v": 1})
+        assert also_one.get(("s",), "k").value == {"v": 1}
+        assert two.get(("s",), "k") is None
+        assert two.list_namespaces() == []
+        assert two.search(()) == []

@@ -3,12 +3,12 @@
 LangGraph ships no conformance suite for stores (its conformance package covers
 checkpointers), so its reference store is the judge: hypothesis draws batches of puts,
 deletes, gets, searches (with and without a query, with filters) and namespace
-listings, and both stores must answer alike, up to the differences README "LangGraph"
-lists. The draws stay where the two agree by design: every value has its text field
-(InMemoryStore keeps a stale vector for a value that loses it), filtered fields have
-one type (InMemoryStore coerces with float() and raises on a missing key), and
-listing order is compared as a set (InMemoryStore lists in insertion order, this store
-newest first).
+listings, and both stores (this one in memory and on pg) must answer alike, up to the
+differences README "LangGraph" lists. The draws stay where the two agree by design:
+every value has its text field (InMemoryStore keeps a stale vector for a value that
+loses it), filtered fields have one type (InMemoryStore coerces with float() and raises
+on a missing key), and listing order is compared as a set (InMemoryStore lists in
+insertion order, this store newest first).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore, _does_match
 from langgraph_support import hashing_index
+from pg_support import drop_table, new_table_name, session_dsn
 
 from actors.integrations.langgraph import TrioRecallStore
 
@@ -88,10 +89,21 @@ def batches(draw: st.DrawFn, root: str) -> list[Any]:
     return draw(st.lists(op, min_size=1, max_size=6))
 
 
-@pytest.fixture(scope="module")
-def store() -> Iterator[TrioRecallStore]:
-    with TrioRecallStore(index=hashing_index(), max_entries=4096) as opened:
-        yield opened
+@pytest.fixture(scope="module", params=["memory", "pg"])
+def store(request: pytest.FixtureRequest) -> Iterator[TrioRecallStore]:
+    """One store for every example (each example works under a namespace of its own)."""
+    if request.param == "memory":
+        with TrioRecallStore(index=hashing_index(), max_entries=4096) as opened:
+            yield opened
+        return
+    dsn, table = session_dsn(), new_table_name()
+    try:
+        with TrioRecallStore(
+            index=hashing_index(), max_entries=4096, dsn=dsn, table=table
+        ) as opened:
+            yield opened
+    finally:
+        drop_table(dsn, table)
 
 
 roots = itertools.count()
