@@ -10,6 +10,9 @@ tool error (``isError``) naming the argument, the value seen and what was expect
 the server goes on serving. Anything else that fails in a call (the store unavailable,
 an embedder error) is a tool error too, logged on stderr with its traceback.
 
+This module imports the ``mcp`` extra (the SDK and Hypercorn) at once: the command line
+imports it only for ``trio-recall mcp`` and says which extra is missing.
+
 Transports: stdio (the default; the SDK diverts the process's stdout to stderr while it
 serves, so nothing else can corrupt the protocol stream) ends when the client closes
 stdin; streamable HTTP (``--http HOST:PORT``, at ``/mcp``) is served by Hypercorn's trio
@@ -28,6 +31,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import hypercorn.config
+import hypercorn.trio
+import mcp_types as types
+import trio
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 
 from protocol import VectorStoreError
 
@@ -254,10 +263,7 @@ async def call_tool(
             return await service.memory_stats()
 
 
-def _build_server(service: MemoryService) -> Any:
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
-
+def _build_server(service: MemoryService) -> Server[Any]:
     tools = [
         types.Tool(
             name=tool.name,
@@ -323,61 +329,30 @@ def _version() -> str:
 
 
 async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) -> None:
-    """Serve ``service`` as an MCP server until the client goes, SIGTERM, or cancellation.
+    """Serve ``service`` as an MCP server until the client goes or the task is cancelled.
 
     Args:
         service: the memory operations (the caller opens and closes the store).
         http: ``None`` for stdio; ``(host, port)`` for streamable HTTP at
             ``http://host:port/mcp`` (port 0: any free port).
 
-    With stdio it returns when the client closes stdin. Either transport returns on
-    SIGTERM (what an MCP client sends a server that does not exit in time), so the
-    caller's ``async with`` closes the store and stops an embedded PostgreSQL cleanly;
-    Ctrl-C raises ``KeyboardInterrupt`` as usual. On cancellation Hypercorn closes its
-    connections first (within a second).
+    With stdio it returns when the client closes stdin; with HTTP it runs until
+    cancelled (the command line cancels it on SIGTERM and SIGHUP, then closes the store
+    and stops an embedded PostgreSQL). On cancellation Hypercorn closes its connections
+    first, within a second.
 
     Raises:
-        ModuleNotFoundError: the ``mcp`` extra (the SDK, Hypercorn) is not installed.
         OSError: the HTTP port cannot be bound.
     """
-    import trio
-
     server = _build_server(service)
-    async with trio.open_nursery() as nursery:
-        _stop_on_sigterm(nursery)
-        if http is None:
-            from mcp.server.stdio import stdio_server
-
-            async with stdio_server() as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-        else:
-            await _serve_http(server, *http)
-        nursery.cancel_scope.cancel()
+    if http is None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    else:
+        await _serve_http(server, *http)
 
 
-def _stop_on_sigterm(nursery: Any) -> None:
-    import signal
-    import threading
-
-    import trio
-
-    if threading.current_thread() is not threading.main_thread():
-        return  # signals only reach the main thread; a caller elsewhere cancels instead
-
-    async def watch() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                return
-
-    nursery.start_soon(watch)
-
-
-async def _serve_http(server: Any, host: str, port: int) -> None:
-    import hypercorn.config
-    import hypercorn.trio
-    import trio
-
+async def _serve_http(server: Server[Any], host: str, port: int) -> None:
     app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
