@@ -10,8 +10,8 @@ tool error (``isError``) naming the argument, the value seen and what was expect
 the server goes on serving. Anything else that fails in a call (the store unavailable,
 an embedder error) is a tool error too, logged on stderr with its traceback.
 
-This module imports the ``mcp`` extra (the SDK and Hypercorn) at once: the command line
-imports it only for ``trio-recall mcp`` and says which extra is missing.
+This module imports the SDK at once (the command line imports the module only for
+``trio-recall mcp`` and says which extra is missing); Hypercorn only for ``--http``.
 
 Transports: stdio (the default; the SDK diverts the process's stdout to stderr while it
 serves, so nothing else can corrupt the protocol stream) ends when the client closes
@@ -31,14 +31,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import hypercorn.config
-import hypercorn.trio
 import mcp_types as types
 import trio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from protocol import VectorStoreError
+from protocol import ConfigError, VectorStoreError
 
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError
 
@@ -353,6 +351,15 @@ async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) 
 
 
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+    # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
+    try:
+        import hypercorn.config
+        import hypercorn.trio
+    except ImportError as error:
+        raise ConfigError(
+            f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
+            f"'trio-recall[mcp]'): {error}"
+        ) from error
     app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
