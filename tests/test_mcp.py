@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -354,6 +355,18 @@ async def test_streamable_http_round_trip() -> None:
                 text = await refused(session, "recall", query="cat", k=0)
                 assert "k is 0" in text
                 await call(session, "memory_stats")
+            # DNS rebinding: a page elsewhere cannot reach the loopback server.
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as http:
+                foreign_host = await http.post(
+                    url, json=ping, headers={**headers, "Host": "evil.example"}
+                )
+                foreign_origin = await http.post(
+                    url, json=ping, headers={**headers, "Origin": "http://evil.example"}
+                )
+            assert foreign_host.status_code == 421
+            assert foreign_origin.status_code == 403
             # A second client sees the first one's memories: one store behind the port.
             async with http_session(url) as session:
                 assert (await call(session, "memory_stats"))["entries"] == 1
