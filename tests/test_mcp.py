@@ -263,6 +263,32 @@ async def test_namespaces_are_isolated(tmp_path: Path) -> None:
             assert (await call(session, "memory_stats"))["entries"] == 3
 
 
+async def test_namespace_flag_sets_the_servers_default_namespace(tmp_path: Path) -> None:
+    with trio.fail_after(120):
+        async with stdio_session(tmp_path, *IN_MEMORY, "--namespace", "work") as session:
+            note = await call(session, "remember", text="standup is at nine")
+            assert (await call(session, "get_memories", ids=[note["id"]], namespace="work"))[
+                "memories"
+            ]
+            assert (await call(session, "recall", query="standup", namespace="memory-default"))[
+                "hits"
+            ] == []
+            assert [h["id"] for h in (await call(session, "recall", query="standup"))["hits"]] == [
+                note["id"]
+            ]
+        # A bad --namespace stops the server at launch with one line (exit status 2).
+        done = await trio.run_process(
+            server_command(*IN_MEMORY, "--namespace", "a\tb"),
+            env={**os.environ, **_env()},
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and "namespace is" in done.stderr.decode()
+
+
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """A fresh ``--data`` directory under its own ``mktemp -d`` (as root,

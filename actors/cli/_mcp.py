@@ -38,7 +38,7 @@ from mcp.server.stdio import stdio_server
 
 from protocol import ConfigError, VectorStoreError
 
-from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError
+from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
 
@@ -230,10 +230,15 @@ def _check_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
 
 
 async def call_tool(
-    service: MemoryService, name: str, arguments: Mapping[str, Any]
+    service: MemoryService,
+    name: str,
+    arguments: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """Run tool ``name`` with ``arguments`` (the JSON object of an MCP tool call) and
-    return its structured result.
+    return its structured result. ``namespace`` is the server's default namespace, used
+    by a call that names none (``None``: the library's default).
 
     Raises:
         ToolInputError: an unknown tool, an unknown or missing argument, or anything
@@ -244,6 +249,8 @@ async def call_tool(
         raise ToolInputError(f"there is no tool {name!r}; expected one of {', '.join(_BY_NAME)}")
     _check_arguments(tool, arguments)
     args = dict(arguments)
+    if namespace is not None and "namespace" in tool.input_schema["properties"]:
+        args.setdefault("namespace", namespace)
     match name:
         case "remember":
             return await service.remember(args.pop("text"), **args)
@@ -261,7 +268,7 @@ async def call_tool(
             return await service.memory_stats()
 
 
-def _build_server(service: MemoryService) -> Server[Any]:
+def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
     tools = [
         types.Tool(
             name=tool.name,
@@ -288,7 +295,9 @@ def _build_server(service: MemoryService) -> Server[Any]:
             )
 
         try:
-            result = await call_tool(service, params.name, params.arguments or {})
+            result = await call_tool(
+                service, params.name, params.arguments or {}, namespace=namespace
+            )
         except ToolInputError as refused:
             return error(str(refused))
         except VectorStoreError as failed:
@@ -326,13 +335,21 @@ def _version() -> str:
         return "0"
 
 
-async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) -> None:
+async def serve(
+    service: MemoryService,
+    *,
+    http: tuple[str, int] | None = None,
+    namespace: str | None = None,
+) -> None:
     """Serve ``service`` as an MCP server until the client goes or the task is cancelled.
 
     Args:
         service: the memory operations (the caller opens and closes the store).
         http: ``None`` for stdio; ``(host, port)`` for streamable HTTP at
             ``http://host:port/mcp`` (port 0: any free port).
+        namespace: the namespace of a tool call that names none (``trio-recall mcp
+            --namespace NS``: one server per agent or project); ``None`` is the
+            library's default namespace. A call may still name any namespace.
 
     With stdio it returns when the client closes stdin; with HTTP it runs until
     cancelled (the command line cancels it on SIGTERM and SIGHUP, then closes the store
@@ -342,7 +359,9 @@ async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) 
     Raises:
         OSError: the HTTP port cannot be bound.
     """
-    server = _build_server(service)
+    if namespace is not None:
+        _namespace(namespace)  # a bad --namespace fails at launch, not at every call
+    server = _build_server(service, namespace)
     if http is None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
