@@ -103,6 +103,9 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
+_BY_IDS = _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"])
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "remember",
@@ -170,26 +173,17 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "forget",
         "Delete memories by id; says which ids were deleted and which were not there.",
-        _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"]),
-        _object(
-            {
-                "deleted": {"type": "array", "items": {"type": "string"}},
-                "missing": {"type": "array", "items": {"type": "string"}},
-            },
-            ["deleted", "missing"],
-        ),
+        _BY_IDS,
+        _object({"deleted": _STRINGS, "missing": _STRINGS}, ["deleted", "missing"]),
         read_only=False,
     ),
     ToolSpec(
         "get_memories",
         "Read memories by id, with their text, source and metadata; ids not there are "
         "listed as missing.",
-        _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"]),
+        _BY_IDS,
         _object(
-            {
-                "memories": {"type": "array", "items": _MEMORY},
-                "missing": {"type": "array", "items": {"type": "string"}},
-            },
+            {"memories": {"type": "array", "items": _MEMORY}, "missing": _STRINGS},
             ["memories", "missing"],
         ),
         read_only=True,
