@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -262,6 +263,32 @@ async def test_namespaces_are_isolated(tmp_path: Path) -> None:
             assert (await call(session, "memory_stats"))["entries"] == 3
 
 
+async def test_namespace_flag_sets_the_servers_default_namespace(tmp_path: Path) -> None:
+    with trio.fail_after(120):
+        async with stdio_session(tmp_path, *IN_MEMORY, "--namespace", "work") as session:
+            note = await call(session, "remember", text="standup is at nine")
+            assert (await call(session, "get_memories", ids=[note["id"]], namespace="work"))[
+                "memories"
+            ]
+            assert (await call(session, "recall", query="standup", namespace="memory-default"))[
+                "hits"
+            ] == []
+            assert [h["id"] for h in (await call(session, "recall", query="standup"))["hits"]] == [
+                note["id"]
+            ]
+        # A bad --namespace stops the server at launch with one line (exit status 2).
+        done = await trio.run_process(
+            server_command(*IN_MEMORY, "--namespace", "a\tb"),
+            env={**os.environ, **_env()},
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and "namespace is" in done.stderr.decode()
+
+
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """A fresh ``--data`` directory under its own ``mktemp -d`` (as root,
@@ -354,6 +381,18 @@ async def test_streamable_http_round_trip() -> None:
                 text = await refused(session, "recall", query="cat", k=0)
                 assert "k is 0" in text
                 await call(session, "memory_stats")
+            # DNS rebinding: a page elsewhere cannot reach the loopback server.
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as http:
+                foreign_host = await http.post(
+                    url, json=ping, headers={**headers, "Host": "evil.example"}
+                )
+                foreign_origin = await http.post(
+                    url, json=ping, headers={**headers, "Origin": "http://evil.example"}
+                )
+            assert foreign_host.status_code == 421
+            assert foreign_origin.status_code == 403
             # A second client sees the first one's memories: one store behind the port.
             async with http_session(url) as session:
                 assert (await call(session, "memory_stats"))["entries"] == 1

@@ -281,7 +281,7 @@ async def _mcp(args: argparse.Namespace) -> int:
         ) from error
 
     async def body(service: Any) -> int:
-        await serve(service, http=args.http)
+        await serve(service, http=args.http, namespace=args.namespace)
         return 0
 
     return await _with_service(args, body)

@@ -10,8 +10,8 @@ tool error (``isError``) naming the argument, the value seen and what was expect
 the server goes on serving. Anything else that fails in a call (the store unavailable,
 an embedder error) is a tool error too, logged on stderr with its traceback.
 
-This module imports the ``mcp`` extra (the SDK and Hypercorn) at once: the command line
-imports it only for ``trio-recall mcp`` and says which extra is missing.
+This module imports the SDK at once (the command line imports the module only for
+``trio-recall mcp`` and says which extra is missing); Hypercorn only for ``--http``.
 
 Transports: stdio (the default; the SDK diverts the process's stdout to stderr while it
 serves, so nothing else can corrupt the protocol stream) ends when the client closes
@@ -31,16 +31,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import hypercorn.config
-import hypercorn.trio
 import mcp_types as types
 import trio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from protocol import VectorStoreError
+from protocol import ConfigError, VectorStoreError
 
-from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError
+from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
 
@@ -104,6 +102,9 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
         "additionalProperties": False,
     }
 
+
+_BY_IDS = _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"])
+_STRINGS = {"type": "array", "items": {"type": "string"}}
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -172,26 +173,17 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "forget",
         "Delete memories by id; says which ids were deleted and which were not there.",
-        _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"]),
-        _object(
-            {
-                "deleted": {"type": "array", "items": {"type": "string"}},
-                "missing": {"type": "array", "items": {"type": "string"}},
-            },
-            ["deleted", "missing"],
-        ),
+        _BY_IDS,
+        _object({"deleted": _STRINGS, "missing": _STRINGS}, ["deleted", "missing"]),
         read_only=False,
     ),
     ToolSpec(
         "get_memories",
         "Read memories by id, with their text, source and metadata; ids not there are "
         "listed as missing.",
-        _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"]),
+        _BY_IDS,
         _object(
-            {
-                "memories": {"type": "array", "items": _MEMORY},
-                "missing": {"type": "array", "items": {"type": "string"}},
-            },
+            {"memories": {"type": "array", "items": _MEMORY}, "missing": _STRINGS},
             ["memories", "missing"],
         ),
         read_only=True,
@@ -232,10 +224,15 @@ def _check_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
 
 
 async def call_tool(
-    service: MemoryService, name: str, arguments: Mapping[str, Any]
+    service: MemoryService,
+    name: str,
+    arguments: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """Run tool ``name`` with ``arguments`` (the JSON object of an MCP tool call) and
-    return its structured result.
+    return its structured result. ``namespace`` is the server's default namespace, used
+    by a call that names none (``None``: the library's default).
 
     Raises:
         ToolInputError: an unknown tool, an unknown or missing argument, or anything
@@ -246,6 +243,8 @@ async def call_tool(
         raise ToolInputError(f"there is no tool {name!r}; expected one of {', '.join(_BY_NAME)}")
     _check_arguments(tool, arguments)
     args = dict(arguments)
+    if namespace is not None and "namespace" in tool.input_schema["properties"]:
+        args.setdefault("namespace", namespace)
     match name:
         case "remember":
             return await service.remember(args.pop("text"), **args)
@@ -263,7 +262,7 @@ async def call_tool(
             return await service.memory_stats()
 
 
-def _build_server(service: MemoryService) -> Server[Any]:
+def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
     tools = [
         types.Tool(
             name=tool.name,
@@ -290,7 +289,9 @@ def _build_server(service: MemoryService) -> Server[Any]:
             )
 
         try:
-            result = await call_tool(service, params.name, params.arguments or {})
+            result = await call_tool(
+                service, params.name, params.arguments or {}, namespace=namespace
+            )
         except ToolInputError as refused:
             return error(str(refused))
         except VectorStoreError as failed:
@@ -328,13 +329,21 @@ def _version() -> str:
         return "0"
 
 
-async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) -> None:
+async def serve(
+    service: MemoryService,
+    *,
+    http: tuple[str, int] | None = None,
+    namespace: str | None = None,
+) -> None:
     """Serve ``service`` as an MCP server until the client goes or the task is cancelled.
 
     Args:
         service: the memory operations (the caller opens and closes the store).
         http: ``None`` for stdio; ``(host, port)`` for streamable HTTP at
             ``http://host:port/mcp`` (port 0: any free port).
+        namespace: the namespace of a tool call that names none (``trio-recall mcp
+            --namespace NS``: one server per agent or project); ``None`` is the
+            library's default namespace. A call may still name any namespace.
 
     With stdio it returns when the client closes stdin; with HTTP it runs until
     cancelled (the command line cancels it on SIGTERM and SIGHUP, then closes the store
@@ -344,7 +353,9 @@ async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) 
     Raises:
         OSError: the HTTP port cannot be bound.
     """
-    server = _build_server(service)
+    if namespace is not None:
+        _namespace(namespace)  # a bad --namespace fails at launch, not at every call
+    server = _build_server(service, namespace)
     if http is None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -353,6 +364,15 @@ async def serve(service: MemoryService, *, http: tuple[str, int] | None = None) 
 
 
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+    # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
+    try:
+        import hypercorn.config
+        import hypercorn.trio
+    except ImportError as error:
+        raise ConfigError(
+            f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
+            f"'trio-recall[mcp]'): {error}"
+        ) from error
     app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
