@@ -228,7 +228,7 @@ async def _stats(args: argparse.Namespace) -> int:
             _print_json(stats)
         else:
             for key, value in stats.items():
-                shown = f"{value:.2%}" if key == "fill" else value
+                shown = f"{value * 100:.3g}%" if key == "fill" else value
                 print(f"{key:<10} {shown}")
         return 0
 
