@@ -85,7 +85,7 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     cat = ok("add", "my cat is called Miso", *where).stdout.strip()
     assert len(cat) == 32 and int(cat, 16) >= 0  # the content hash, and nothing else
     assert not server_running(data)  # stopped on exit
-    ok("add", "the deploy key rotates every month", *where, "--source", "ops")
+    ok("add", "-", *where, "--source", "ops", input="the deploy key rotates every month\n")
     added = js(
         "add", "Miso likes tuna", *where, "--namespace", "alice",
         "--metadata", '{"kind": "pet", "year": 2024}',
