@@ -254,6 +254,7 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
         ("actors", ACTORS),
         ("actors.testing", ACTORS_TESTING),
         ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
+        ("actors.cli", ["main"]),
     ],
 )
 def test_public_names_are_pinned(module: str, expected: list[str]) -> None:

@@ -145,9 +145,16 @@ def _json_arg(flag: str, value: str | None) -> Any:
 
 
 def _where(args: argparse.Namespace) -> Any:
+    from protocol import ConfigError
+
     from ._location import Where
 
-    return Where(data=args.data, dsn=args.dsn, in_memory=args.in_memory, table=args.table)
+    where = Where(data=args.data, dsn=args.dsn, in_memory=args.in_memory, table=args.table)
+    try:
+        where.check()
+    except ConfigError as error:  # two places: one before the command, one after it
+        raise UsageError(str(error)) from None
+    return where
 
 
 async def _with_service(args: argparse.Namespace, body: Callable[[Any], Awaitable[int]]) -> int:
@@ -221,7 +228,7 @@ async def _stats(args: argparse.Namespace) -> int:
             _print_json(stats)
         else:
             for key, value in stats.items():
-                shown = f"{value:.2%}" if key == "fill" else value
+                shown = f"{value * 100:.3g}%" if key == "fill" else value
                 print(f"{key:<10} {shown}")
         return 0
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,20 @@ class _StoreRecords:
         return None
 
 
+def _batches(namespaces: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each batch: consecutive items of one namespace, at most
+    ``BATCH`` of them (a store call takes one namespace)."""
+    start = 0
+    while start < len(namespaces):
+        end = start + 1
+        while (
+            end < len(namespaces) and end - start < BATCH and namespaces[end] == namespaces[start]
+        ):
+            end += 1
+        yield start, end
+        start = end
+
+
 async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
     """Write the memories through :func:`actors.index`, a batch at a time; the counts.
 
@@ -196,13 +210,8 @@ async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
     totals = {"added": 0, "updated": 0, "skipped": 0}
     progress = Progress("import", len(lines))
     try:
-        start = 0
-        while start < len(lines):
-            # A batch is consecutive lines of one namespace.
+        for start, end in _batches([line.namespace for line in lines]):
             space = lines[start].namespace
-            end = start
-            while end < len(lines) and end - start < BATCH and lines[end].namespace == space:
-                end += 1
             docs = [line.document for line in lines[start:end]]
             result = await index(
                 docs, store, _StoreRecords(store, space), batch_size=BATCH, progress=False
@@ -211,7 +220,6 @@ async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
             totals["updated"] += result.num_updated
             totals["skipped"] += result.num_skipped
             progress.advance(end - start)
-            start = end
     finally:
         progress.close()
     return totals
@@ -262,12 +270,8 @@ async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int
     progress = Progress("export", len(entries))
     written = 0
     try:
-        start = 0
-        while start < len(entries):
+        for start, end in _batches([turn.namespace for turn in entries]):
             here = entries[start].namespace
-            end = start
-            while end < len(entries) and end - start < BATCH and entries[end].namespace == here:
-                end += 1
             ids = [turn.id for turn in entries[start:end]]
             found = {doc.id: doc for doc in await store.get_by_ids(ids, namespace=here)}
             for memory_id in ids:
@@ -276,7 +280,6 @@ async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int
                     out.write(_line(doc, here))
                     written += 1
             progress.advance(end - start)
-            start = end
         out.flush()
     except BaseException:
         if partial is not None:

@@ -393,6 +393,8 @@ def _stop_server(pgdata: Path) -> None:
 
 def _make_data_dir(data: Path) -> Path:
     data = data.expanduser().absolute()
+    if data.exists() and not data.is_dir():
+        raise ConfigError(f"--data {data} is not a directory")
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as error:
