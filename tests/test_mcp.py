@@ -61,12 +61,12 @@ def _env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_session(tmp_path: Path, *args: str) -> AsyncIterator[ClientSession]:
+async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
     """An initialized client session with ``trio-recall mcp ARGS`` over stdio."""
     command = server_command(*args)
     params = StdioServerParameters(command=command[0], args=command[1:], env=_env(), cwd=ROOT)
     # The server's stderr goes to a file, shown when the test fails.
-    with tempfile.TemporaryFile("w+", dir=tmp_path) as errlog:
+    with tempfile.TemporaryFile("w+") as errlog:
         try:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
@@ -168,9 +168,9 @@ async def round_trip(session: ClientSession) -> None:
     assert [h["id"] for h in left] == [sky["id"]]
 
 
-async def test_every_tool_over_stdio(tmp_path: Path) -> None:
+async def test_every_tool_over_stdio() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             await round_trip(session)
 
 
@@ -213,9 +213,9 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-async def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) -> None:
+async def test_bad_arguments_are_tool_errors_and_the_server_goes_on() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             kept = await call(session, "remember", text="the server keeps serving")
             for tool, arguments, says in BAD_CALLS:
                 text = await refused(session, tool, **arguments)
@@ -228,9 +228,9 @@ async def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
             assert [h["id"] for h in hits] == [kept["id"]]
 
 
-async def test_namespaces_are_isolated(tmp_path: Path) -> None:
+async def test_namespaces_are_isolated() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             alice = await call(session, "remember", text="hint: tea", namespace="alice")
             bob = await call(session, "remember", text="hint: coffee", namespace="bob")
             plain = await call(session, "remember", text="hint: water")
@@ -268,9 +268,9 @@ async def test_namespaces_are_isolated(tmp_path: Path) -> None:
             assert (await call(session, "memory_stats"))["entries"] == 3
 
 
-async def test_namespace_flag_sets_the_servers_default_namespace(tmp_path: Path) -> None:
+async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY, "--namespace", "work") as session:
+        async with stdio_session(*IN_MEMORY, "--namespace", "work") as session:
             note = await call(session, "remember", text="standup is at nine")
             assert (await call(session, "get_memories", ids=[note["id"]], namespace="work"))[
                 "memories"
@@ -307,12 +307,10 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_memories_survive_a_server_restart_on_one_data_dir(
-    tmp_path: Path, data_dir: Path
-) -> None:
+async def test_memories_survive_a_server_restart_on_one_data_dir(data_dir: Path) -> None:
     args = ["--data", str(data_dir), "--embedder", "hashing"]
     with trio.fail_after(300):
-        async with stdio_session(tmp_path, *args) as session:
+        async with stdio_session(*args) as session:
             kept = await call(
                 session, "remember", text="the boat is moored at pier 9", metadata={"n": 9}
             )
@@ -322,7 +320,7 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(
             stats = await call(session, "memory_stats")
             assert stats["backend"] and stats["entries"] == 2
         # The first server has exited (stdin closed); a second one opens the same directory.
-        async with stdio_session(tmp_path, *args) as session:
+        async with stdio_session(*args) as session:
             hits = (await call(session, "recall", query="where is the boat", k=5))["hits"]
             assert [(h["id"], h["text"], h["metadata"]) for h in hits] == [
                 (kept["id"], "the boat is moored at pier 9", {"n": 9})
@@ -354,7 +352,7 @@ async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
             check=False,
         )
         assert imported.returncode == 0, imported.stderr.decode()
-        async with stdio_session(tmp_path, *where) as session:
+        async with stdio_session(*where) as session:
             (hit,) = (await call(session, "recall", query="half an emoji"))["hits"]
             assert hit["text"] == "half an emoji \ufffd"
             assert hit["metadata"] == {"k\ufffd": "v"}
