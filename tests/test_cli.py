@@ -16,6 +16,7 @@ import pty
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     cat = ok("add", "my cat is called Miso", *where).stdout.strip()
     assert len(cat) == 32 and int(cat, 16) >= 0  # the content hash, and nothing else
     assert not server_running(data)  # stopped on exit
-    ok("add", "the deploy key rotates every month", *where, "--source", "ops")
+    ok("add", "-", *where, "--source", "ops", input="the deploy key rotates every month\n")
     added = js(
         "add", "Miso likes tuna", *where, "--namespace", "alice",
         "--metadata", '{"kind": "pet", "year": 2024}',
@@ -322,14 +323,22 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("args", "status", "phrase"), BAD, ids=[" ".join(b[0])[:40] for b in BAD])
-def test_bad_input_is_one_line(
-    tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    args: list[str],
-    status: int,
-    phrase: str,
-) -> None:
+def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str) -> str | None:
+    """What is wrong with one bad-input run, or None."""
+    result = cli(*(values.get(a[1:-1], a) if a.startswith("{") else a for a in args))
+    if result.returncode != status:
+        return f"exit status {result.returncode}, expected {status}: {result.stderr!r}"
+    if result.stderr.count("\n") != 1 or "Traceback" in result.stderr:
+        return f"stderr is not one line: {result.stderr!r}"
+    if phrase not in result.stderr:
+        return f"stderr lacks {phrase!r}: {result.stderr!r}"
+    if result.stdout:
+        return f"stdout is not empty: {result.stdout!r}"
+    return None
+
+
+def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F811
+    """Every case in BAD, four processes at a time (each is a Python start-up)."""
     files = {
         "data": tmp_path / "memory",
         "missing": tmp_path / "missing.jsonl",
@@ -345,13 +354,16 @@ def test_bad_input_is_one_line(
     files["latin1"].write_bytes('{"text": "café"}\n'.encode("latin-1"))
     files["a_file"].write_text("")
     values = {name: str(path) for name, path in files.items()} | {"dsn": pg_dsn}
-    result = cli(*(values.get(a[1:-1], a) if a.startswith("{") else a for a in args))
-    assert result.returncode == status, result.stderr
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "Traceback" not in result.stderr and phrase in result.stderr, result.stderr
-    assert result.stdout == ""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = list(pool.map(lambda case: _bad_case(values, *case), BAD))
+    failed = [
+        f"{' '.join(case[0])[:60]}: {problem}"
+        for case, problem in zip(BAD, problems, strict=True)
+        if problem
+    ]
+    assert not failed, "\n".join(failed)
     # A bad import file is refused before anything is written, or started.
-    assert not (tmp_path / "memory" / "pg").exists()
+    assert not (tmp_path / "memory").exists()
 
 
 def test_debug_prints_the_traceback() -> None:

@@ -97,7 +97,9 @@ def _quiet_logs(debug: bool) -> None:
 
 async def _main(args: argparse.Namespace, status: list[int]) -> None:
     command = _COMMANDS[args.command]
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+    # SIGHUP: a closed terminal. Windows has no SIGHUP.
+    stops = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    with trio.open_signal_receiver(*stops) as signals:
         async with trio.open_nursery() as nursery:
             caught: list[int] = []
             nursery.start_soon(_watch_signals, signals, nursery.cancel_scope, caught)
@@ -165,7 +167,8 @@ async def _with_service(args: argparse.Namespace, body: Callable[[Any], Awaitabl
 
 
 async def _add(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.text == "-" else args.text
+    # `echo text | trio-recall add -` remembers the text, not its final newline.
+    text = sys.stdin.read().rstrip("\n") if args.text == "-" else args.text
     metadata = _json_arg("--metadata", args.metadata)
 
     async def body(service: Any) -> int:

@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Remember TEXT; print its id (the content hash of the text and metadata, so "
         "adding the same memory twice keeps one).",
     )
-    add.add_argument("text", metavar="TEXT", help="the text to remember; - reads stdin")
+    add.add_argument("text", metavar="TEXT", help="the text to remember; - reads it from stdin")
     add.add_argument("--source", metavar="SOURCE", help="where the memory came from")
     add.add_argument(
         "--metadata", metavar="JSON", help='a JSON object, such as \'{"kind": "pet"}\''
