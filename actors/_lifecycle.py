@@ -64,6 +64,10 @@ async def supervise(
                     stop()
                     nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
+        if isinstance(body_error, trio.Cancelled) and group.split(trio.Cancelled)[1] is None:
+            # An outer cancel scope cancelled the body and the tasks alike: leave with
+            # the body's Cancelled, not a group of them.
+            raise body_error from None
         raise _collapse(group, crashed) from None
     if body_error is not None:
         raise body_error
@@ -72,7 +76,9 @@ async def supervise(
 def _collapse(
     group: BaseExceptionGroup[BaseException], crashed: Callable[[BaseException], BaseException]
 ) -> BaseException:
-    rest = group.subgroup(lambda e: not isinstance(e, trio.Cancelled))
+    # split() sorts the leaves by type; subgroup(lambda e: not Cancelled) would also
+    # test the group itself, which is not a Cancelled, and call an outer cancel a crash.
+    _, rest = group.split(trio.Cancelled)
     if rest is None:
         return group  # only cancellation: the enclosing cancel scope absorbs it
     stop = rest.subgroup(lambda e: isinstance(e, PROPAGATE))

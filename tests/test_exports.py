@@ -254,6 +254,7 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
         ("actors", ACTORS),
         ("actors.testing", ACTORS_TESTING),
         ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
+        ("actors.cli", ["main"]),
         ("actors.integrations", []),  # each adapter is a module of its own, imported lazily
     ],
 )

@@ -281,6 +281,25 @@ async def test_leaving_a_store_never_waits_for_an_embedder_call(open_any: StoreF
     assert len(outcome) == 1
 
 
+async def test_an_outer_cancel_scope_closes_a_store_without_poisoning_it(
+    open_any: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A deadline (or a signal handler's cancel) outside the block cancels the body and the
+    # store's tasks at once. That is a cancellation, absorbed by the scope that asked for
+    # it: not a crash, no Poisoned, no group (once, every such exit poisoned the store).
+    with trio.fail_after(30):
+        with trio.move_on_after(0.2) as outer:
+            async with open_any(CONFIG, HashingEmbedder(DIMS)) as store:
+                await store.store_turns(turns("kept"))
+                await trio.sleep_forever()
+        assert outer.cancelled_caught
+        with trio.move_on_after(0.2) as outer:
+            async with open_memory(store=CONFIG, embedder=HashingEmbedder(DIMS)):
+                await trio.sleep_forever()
+        assert outer.cancelled_caught
+    assert not [r for r in caplog.records if "crashed" in r.getMessage()]
+
+
 # --- BaseException from an embedder or a summarizer ----------------------------------------
 
 

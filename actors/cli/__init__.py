@@ -1,0 +1,26 @@
+"""The ``trio-recall`` command line and MCP server (README "Command line").
+
+``main()`` is the console script: it parses the command line, runs the command under
+``trio.run`` and turns every error into one line on stderr and a non-zero exit status
+(``--debug`` prints the traceback too). The commands are in ``_commands.py``, where
+memory lives in ``_location.py``, and the five memory operations, shared with the MCP
+server, in ``_service.py``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``trio-recall`` with ``argv`` (default: ``sys.argv[1:]``); the exit status.
+
+    Imports stay inside so that ``--help`` and usage errors answer without loading
+    numpy and the store.
+    """
+    from ._parser import build_parser
+
+    args = build_parser().parse_args(argv)
+    from ._commands import run
+
+    return run(args)

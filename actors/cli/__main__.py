@@ -1,0 +1,7 @@
+"""``python -m actors.cli``: the ``trio-recall`` console script."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,301 @@
+"""The commands of ``trio-recall``: each opens the place memory lives, runs one
+operation of the shared ``MemoryService`` (or import/export), and prints the result.
+
+Output: plain text for people by default, one JSON document on stdout with ``--json``.
+Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
+input: a usage error, a bad argument, a bad import file); ``--debug`` adds the
+traceback. SIGTERM and SIGHUP cancel the command, so the embedded server is still
+stopped on the way out (exit status 128 + the signal's number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+import trio
+
+from ._parser import USAGE_ERROR, UsageError
+
+__all__ = ["FAILED", "INTERRUPTED", "run"]
+
+#: The exit status of a command that failed.
+FAILED = 1
+#: The exit status after Ctrl-C.
+INTERRUPTED = 130
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command; return the exit status (never raises but SystemExit)."""
+    _quiet_logs(args.debug)
+    status: list[int] = []
+    try:
+        trio.run(_main, args, status)
+    except KeyboardInterrupt:
+        sys.stderr.write("trio-recall: interrupted\n")
+        return INTERRUPTED
+    except BaseException as error:  # every error becomes one line
+        leaf = _leaf(error)
+        if isinstance(leaf, KeyboardInterrupt):
+            sys.stderr.write("trio-recall: interrupted\n")
+            return INTERRUPTED
+        if isinstance(leaf, SystemExit):
+            raise leaf from None
+        return _report(leaf, debug=args.debug, error=error)
+    return status[0] if status else 0
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (else the group itself)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _usage_error(error: BaseException) -> bool:
+    from protocol import FilterError, JsonError
+
+    from ._service import ToolInputError
+
+    return isinstance(error, UsageError | ToolInputError | FilterError | JsonError)
+
+
+def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
+    if debug:
+        traceback.print_exception(error)
+    from protocol import VectorStoreError
+
+    message = " ".join(str(leaf).split()) or type(leaf).__name__
+    if _usage_error(leaf):
+        sys.stderr.write(f"trio-recall: error: {message}\n")
+        return USAGE_ERROR
+    if isinstance(leaf, VectorStoreError | OSError):
+        sys.stderr.write(f"trio-recall: error: {message}\n")
+    else:
+        sys.stderr.write(
+            f"trio-recall: error: {type(leaf).__name__}: {message} (a bug? --debug prints "
+            "the traceback)\n"
+        )
+    return FAILED
+
+
+def _quiet_logs(debug: bool) -> None:
+    """Library logs go to stderr with --debug, and nowhere otherwise: an error is the
+    one line this module prints."""
+    if debug:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    else:
+        logging.getLogger().addHandler(logging.NullHandler())
+        logging.getLogger().setLevel(logging.CRITICAL + 1)
+
+
+async def _main(args: argparse.Namespace, status: list[int]) -> None:
+    command = _COMMANDS[args.command]
+    # SIGHUP: a closed terminal. Windows has no SIGHUP.
+    stops = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    with trio.open_signal_receiver(*stops) as signals:
+        async with trio.open_nursery() as nursery:
+            caught: list[int] = []
+            nursery.start_soon(_watch_signals, signals, nursery.cancel_scope, caught)
+            try:
+                status.append(await command(args))
+            finally:
+                nursery.cancel_scope.cancel()
+    if caught:
+        status[:] = [128 + caught[0]]
+
+
+async def _watch_signals(signals: Any, scope: trio.CancelScope, caught: list[int]) -> None:
+    async for signum in signals:
+        caught.append(int(signum))
+        scope.cancel()
+        return
+
+
+# --- output ----------------------------------------------------------------------------
+
+
+def _print_json(value: object, out: TextIO | None = None) -> None:
+    stream = sys.stdout if out is None else out
+    stream.write(json.dumps(value, ensure_ascii=False) + "\n")
+
+
+def _one_line(text: str) -> str:
+    """A memory's text on one line: newlines and tabs shown as \\n and \\t."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _json_arg(flag: str, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{flag} is {value[:60]!r}, which is not JSON ({error.msg} at character "
+            f'{error.pos}); expected a JSON object such as \'{{"kind": "pet"}}\''
+        ) from None
+
+
+# --- the commands ----------------------------------------------------------------------
+
+
+def _where(args: argparse.Namespace) -> Any:
+    from protocol import ConfigError
+
+    from ._location import Where
+
+    where = Where(data=args.data, dsn=args.dsn, in_memory=args.in_memory, table=args.table)
+    try:
+        where.check()
+    except ConfigError as error:  # two places: one before the command, one after it
+        raise UsageError(str(error)) from None
+    return where
+
+
+async def _with_service(args: argparse.Namespace, body: Callable[[Any], Awaitable[int]]) -> int:
+    from ._location import open_location
+
+    async with open_location(_where(args), embedder=args.embedder) as service:
+        return await body(service)
+
+
+async def _add(args: argparse.Namespace) -> int:
+    # `echo text | trio-recall add -` remembers the text, not its final newline.
+    text = sys.stdin.read().rstrip("\n") if args.text == "-" else args.text
+    metadata = _json_arg("--metadata", args.metadata)
+
+    async def body(service: Any) -> int:
+        result = await service.remember(
+            text, namespace=args.namespace, source=args.source, metadata=metadata
+        )
+        if args.json:
+            _print_json(result)
+        else:
+            print(result["id"])
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _search(args: argparse.Namespace) -> int:
+    filter_ = _json_arg("--filter", args.filter)
+
+    async def body(service: Any) -> int:
+        hits = await service.recall(
+            args.query,
+            k=args.k,
+            namespace=args.namespace,
+            min_similarity=args.min_similarity,
+            filter=filter_,
+        )
+        if args.json:
+            _print_json(hits)
+        elif not hits:
+            sys.stderr.write("no memories found\n")
+        for hit in [] if args.json else hits:
+            print(f"{hit['score']:.4f}  {hit['id']}  {_one_line(hit['text'])}")
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _forget(args: argparse.Namespace) -> int:
+    async def body(service: Any) -> int:
+        result = await service.forget(args.ids, namespace=args.namespace)
+        if args.json:
+            _print_json(result)
+        else:
+            for memory_id in result["deleted"]:
+                print(f"deleted {memory_id}")
+            for memory_id in result["missing"]:
+                print(f"not found {memory_id}")
+        return FAILED if result["missing"] else 0
+
+    return await _with_service(args, body)
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    where = _where(args)
+
+    async def body(service: Any) -> int:
+        stats = dict(await service.memory_stats())
+        stats["location"] = where.describe()
+        if args.json:
+            _print_json(stats)
+        else:
+            for key, value in stats.items():
+                shown = f"{value * 100:.3g}%" if key == "fill" else value
+                print(f"{key:<10} {shown}")
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _import(args: argparse.Namespace) -> int:
+    from ._jsonl import import_jsonl, read_jsonl
+    from ._location import MAX_ENTRY_BYTES
+
+    # Every line is checked before the store opens: a bad file starts no server.
+    memories = read_jsonl(args.file, namespace=args.namespace, cap=MAX_ENTRY_BYTES)
+
+    async def body(service: Any) -> int:
+        result = await import_jsonl(service, memories)
+        if args.json:
+            _print_json(result)
+        else:
+            print(
+                f"imported {args.file}: {result['added']} added, {result['updated']} "
+                f"updated, {result['skipped']} unchanged"
+            )
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _export(args: argparse.Namespace) -> int:
+    from ._jsonl import export_jsonl
+
+    async def body(service: Any) -> int:
+        count = await export_jsonl(service, args.file, namespace=args.namespace)
+        if args.json and args.file != "-":
+            _print_json({"exported": count, "file": args.file})
+        elif args.file != "-":
+            print(f"exported {count} memories to {args.file}")
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from ._mcp import serve
+    except ImportError as error:
+        from protocol import ConfigError
+
+        raise ConfigError(
+            f"trio-recall mcp needs the mcp extra (pip install 'trio-recall[mcp]'): {error}"
+        ) from error
+
+    async def body(service: Any) -> int:
+        await serve(service, http=args.http, namespace=args.namespace)
+        return 0
+
+    return await _with_service(args, body)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "add": _add,
+    "search": _search,
+    "forget": _forget,
+    "stats": _stats,
+    "import": _import,
+    "export": _export,
+    "mcp": _mcp,
+}

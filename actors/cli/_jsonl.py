@@ -1,0 +1,294 @@
+"""``trio-recall import`` and ``export``: memories as JSON Lines.
+
+One memory per line, as ``export`` writes it and ``import`` reads it::
+
+    {"id": "3f2a...", "namespace": "memory-default", "text": "...", "source": null,
+     "metadata": {}}
+
+Only ``text`` is required on import; ``id`` defaults to the content hash of the text and
+metadata (what ``add`` gives), ``namespace`` to the default one (``--namespace``
+overrides every line's), ``source`` to none and ``metadata`` to ``{}``. Other keys are
+refused, so a misspelt one is not silently dropped.
+
+**Import** checks every line first, with the rules of ``add`` (the service's checks), and
+writes nothing when one is bad. It then writes through :func:`actors.index`, the
+incremental indexer, with a record manager whose records are the store's own documents
+(:class:`_StoreRecords`): a memory already there with the same text, metadata and source
+is skipped without being embedded, so importing a file again writes nothing.
+
+**Export** lists every entry (of one namespace, or all) oldest first, and writes the
+file through a ``.partial`` file renamed at the end, so an error never leaves half a
+file under the name asked for. It holds the list of entries in memory while it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from protocol import Document, document_id
+
+from .._indexing import Record, hash_document, index
+from .._prepare import document_bytes
+from ._progress import Progress
+from ._service import ToolInputError, _metadata, _name, _namespace, _text
+
+__all__ = ["export_jsonl", "import_jsonl", "read_jsonl"]
+
+#: Memories per store write (import) and per read (export).
+BATCH = 256
+_KEYS = frozenset({"id", "namespace", "text", "source", "metadata"})
+
+
+@attrs.frozen
+class Line:
+    """One memory read from a file: its line number, namespace and document."""
+
+    number: int
+    namespace: str
+    document: Document
+
+
+def _parse(number: int, raw: str, namespace: str | None, cap: int) -> Line:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ToolInputError(
+            f"is not JSON ({error.msg} at column {error.colno}); expected a JSON object"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolInputError(f"is a JSON {type(value).__name__}; expected an object")
+    unknown = sorted(set(value) - _KEYS)
+    if unknown:
+        raise ToolInputError(
+            f"has the key {unknown[0]!r}; expected only {', '.join(sorted(_KEYS))}"
+        )
+    if "text" not in value:
+        raise ToolInputError("has no 'text'; every memory needs one")
+    text = _text("text", value["text"])
+    metadata = _metadata(value.get("metadata"))
+    source = value.get("source")
+    memory_id = value.get("id")
+    space = _namespace(namespace if namespace is not None else value.get("namespace"))
+    document = Document(
+        text=text,
+        id=document_id(text, metadata) if memory_id is None else _name("id", memory_id),
+        metadata=metadata,
+        source_id=None if source is None else _name("source", source),
+    )
+    size = document_bytes(document)
+    if size > cap:
+        raise ToolInputError(
+            f"counts {size} bytes (text, id, source and metadata); a memory takes at most "
+            f"{cap} (max_entry_bytes)"
+        )
+    return Line(number, space, document)
+
+
+def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
+    """Every memory of the file (``-``: stdin), checked; blank lines are skipped.
+
+    Raises:
+        ToolInputError: a line that is not a memory (its number says which), or the
+            same id twice in one namespace with other content.
+        OSError: the file cannot be read.
+    """
+    if namespace is not None:
+        _name("--namespace", namespace)
+    where = "stdin" if path == "-" else path
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    lines: list[Line] = []
+    seen: dict[tuple[str, str], tuple[str, int]] = {}
+    try:
+        number = 0
+        while True:
+            try:
+                raw = stream.readline()
+            except UnicodeDecodeError as error:
+                raise ToolInputError(
+                    f"{where} line {number + 1} is not UTF-8 ({error.reason}); expected "
+                    "JSON Lines in UTF-8"
+                ) from None
+            if not raw:
+                break
+            number += 1
+            if not raw.strip():
+                continue
+            try:
+                line = _parse(number, raw, namespace, cap)
+            except ToolInputError as error:
+                raise ToolInputError(f"{where} line {number} {error}") from None
+            doc = line.document
+            assert doc.id is not None
+            digest = hash_document(doc, doc.source_id)
+            first = seen.setdefault((line.namespace, doc.id), (digest, number))
+            if first[0] != digest:
+                raise ToolInputError(
+                    f"{where} line {number} has the id {doc.id!r}, which line {first[1]} "
+                    f"gives to other content in namespace {line.namespace!r}; expected "
+                    "one content per id"
+                )
+            if first[1] == number:
+                lines.append(line)
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    return lines
+
+
+@attrs.define(eq=False)
+class _StoreRecords:
+    """The record manager of an import, for one namespace: the store's documents are
+    the records (a record's hash is :func:`hash_document` of the stored document).
+
+    So the records can never disagree with the store, whoever wrote it (``add``, the
+    MCP server, another import) and whatever ``forget`` removed. ``update`` has nothing
+    to keep, and an import runs no cleanup, so there are no keys to list.
+    """
+
+    store: Any
+    namespace: str
+    _run: int = 0
+
+    async def begin_run(self) -> int:
+        self._run += 1
+        return self._run
+
+    async def get(self, keys: Sequence[str]) -> dict[str, Record]:
+        documents = await self.store.get_by_ids(list(keys), namespace=self.namespace)
+        return {
+            doc.id: Record(
+                key=doc.id,
+                hash=hash_document(doc, doc.source_id),
+                source_id=doc.source_id,
+                run=0,
+                updated_at=0.0,
+            )
+            for doc in documents
+            if doc.id is not None
+        }
+
+    async def update(self, records: Sequence[Record]) -> None:
+        return None
+
+    async def list_keys(
+        self, *, before_run: int, source_ids: Collection[str] | None = None
+    ) -> list[str]:
+        return []
+
+    async def delete_keys(self, keys: Sequence[str]) -> None:
+        return None
+
+
+def _batches(namespaces: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each batch: consecutive items of one namespace, at most
+    ``BATCH`` of them (a store call takes one namespace)."""
+    start = 0
+    while start < len(namespaces):
+        end = start + 1
+        while (
+            end < len(namespaces) and end - start < BATCH and namespaces[end] == namespaces[start]
+        ):
+            end += 1
+        yield start, end
+        start = end
+
+
+async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
+    """Write the memories through :func:`actors.index`, a batch at a time; the counts.
+
+    A store error stops the import with the batches before it written; importing the
+    file again then writes only what is missing.
+    """
+    store = service.store
+    totals = {"added": 0, "updated": 0, "skipped": 0}
+    progress = Progress("import", len(lines))
+    try:
+        for start, end in _batches([line.namespace for line in lines]):
+            space = lines[start].namespace
+            docs = [line.document for line in lines[start:end]]
+            result = await index(
+                docs, store, _StoreRecords(store, space), batch_size=BATCH, progress=False
+            )
+            totals["added"] += result.num_added
+            totals["updated"] += result.num_updated
+            totals["skipped"] += result.num_skipped
+            progress.advance(end - start)
+    finally:
+        progress.close()
+    return totals
+
+
+def _line(doc: Document, namespace: str) -> str:
+    value = {
+        "id": doc.id,
+        "namespace": namespace,
+        "text": doc.text,
+        "source": doc.source_id,
+        "metadata": doc.metadata,
+    }
+    line = json.dumps(value, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (kept exactly by the store) is written as its JSON escape.
+        line = json.dumps(value)
+    return line + "\n"
+
+
+def _open_text(path: Path) -> Any:
+    # A local file, written line by line as the store is read.
+    return open(path, "w", encoding="utf-8")
+
+
+async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int:
+    """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout), oldest
+    first; the number written.
+
+    Raises:
+        ToolInputError: a bad namespace.
+        OSError: the file cannot be written (nothing is left under its name).
+    """
+    import numpy as np
+
+    store = service.store
+    space = None if namespace is None else _name("--namespace", namespace)
+    # A zero vector scores 0.0 against every entry, so this lists them all (newest
+    # first, the ties' order); no profile is needed for it.
+    zero = np.zeros(store.config.dimensions, dtype=np.float32)
+    report = await store.retrieve_embedding(zero, max(store.capacity, 1), space)
+    entries = sorted(report.turns, key=lambda turn: turn.sequence)
+    target = None if path == "-" else Path(path)
+    partial = None if target is None else target.with_name(target.name + ".partial")
+    out = sys.stdout if partial is None else _open_text(partial)
+    progress = Progress("export", len(entries))
+    written = 0
+    try:
+        for start, end in _batches([turn.namespace for turn in entries]):
+            here = entries[start].namespace
+            ids = [turn.id for turn in entries[start:end]]
+            found = {doc.id: doc for doc in await store.get_by_ids(ids, namespace=here)}
+            for memory_id in ids:
+                doc = found.get(memory_id)
+                if doc is not None:  # forgotten since the listing
+                    out.write(_line(doc, here))
+                    written += 1
+            progress.advance(end - start)
+        out.flush()
+    except BaseException:
+        if partial is not None:
+            out.close()
+            partial.unlink(missing_ok=True)
+        raise
+    finally:
+        progress.close()
+    if partial is not None and target is not None:
+        out.close()
+        os.replace(partial, target)
+    return written

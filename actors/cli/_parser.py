@@ -1,0 +1,243 @@
+"""The ``trio-recall`` argument parser: every command with its ``--help``.
+
+The flags that say where memory lives (``--data``, ``--dsn``, ``--in-memory``,
+``--table``), ``--embedder``, ``--namespace``, ``--json`` and ``--debug`` are accepted
+before or after the command's name (``trio-recall --json stats`` and ``trio-recall stats
+--json`` are the same). A usage error is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
+
+#: The exit status of a command line that is wrong (argparse's own).
+USAGE_ERROR = 2
+
+_DESCRIPTION = """\
+Durable, namespaced memory for agents: add, search and forget memories from a terminal,
+or serve them to an agent host over MCP. Memory lives in an embedded PostgreSQL in a
+data directory (--data, $TRIO_RECALL_DATA, else the user data directory), in any
+PostgreSQL with pgvector (--dsn), or in this process only (--in-memory)."""
+
+_EPILOG = """\
+exit status: 0 done; 1 failed (including forget of an id that is not there);
+2 bad usage or input; 130 interrupted. Errors are one line on stderr (--debug prints
+the traceback)."""
+
+
+class UsageError(Exception):
+    """A command line that is wrong: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (and no usage block) on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(USAGE_ERROR)
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` (an IPv6 host in brackets) as ``(host, port)``; the host is
+    127.0.0.1 (loopback) when left out."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "", value
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--http is {value!r}; expected [HOST:]PORT, such as 127.0.0.1:8765 or 8765"
+        ) from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"--http port is {number}; expected 0 to 65535")
+    return host, number
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{number} is not > 0")
+    return number
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The flags every command takes. On the commands they default to SUPPRESS, so a
+    flag given before the command is not overwritten by the command's default."""
+
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    place = parser.add_argument_group("where memory lives (one of)")
+    exclusive = place.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=default(None),
+        help="a data directory with an embedded PostgreSQL, started on demand and "
+        "stopped on exit (default: $TRIO_RECALL_DATA, else the user data directory)",
+    )
+    exclusive.add_argument(
+        "--dsn",
+        metavar="DSN",
+        default=default(None),
+        help="any PostgreSQL with pgvector (a libpq connection string or URI)",
+    )
+    exclusive.add_argument(
+        "--in-memory",
+        action="store_true",
+        default=default(False),
+        help="keep memory in this process only (nothing persists)",
+    )
+    place.add_argument(
+        "--table",
+        metavar="NAME",
+        default=default("trio_recall"),
+        help="the table in the database (default: trio_recall)",
+    )
+    options = parser.add_argument_group("options")
+    options.add_argument(
+        "--embedder",
+        choices=("minilm", "hashing"),
+        default=default(None),
+        help="minilm (all-MiniLM-L6-v2, the default with the embed extra) or hashing (a "
+        "bag of words); an existing memory keeps the one it was made with",
+    )
+    options.add_argument(
+        "--namespace",
+        metavar="NS",
+        default=default(None),
+        help="the namespace (default: memory-default); import: put every line there; "
+        "export: only this namespace",
+    )
+    options.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine-readable output: one JSON document on stdout",
+    )
+    options.add_argument(
+        "--debug",
+        action="store_true",
+        default=default(False),
+        help="on an error, print the traceback; show library logs",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``trio-recall`` and its commands."""
+    parser = _Parser(
+        prog="trio-recall",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(parser, top=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        assert isinstance(sub, _Parser)
+        _common(sub, top=False)
+        return sub
+
+    mcp = command(
+        "mcp",
+        "serve memory to an agent host over MCP (stdio, or --http)",
+        "Serve the memory tools (remember, recall, forget, get_memories, memory_stats) "
+        "over the Model Context Protocol: on stdin/stdout by default, or over streamable "
+        "HTTP with --http.",
+    )
+    mcp.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        type=parse_http,
+        help="serve streamable HTTP on HOST:PORT instead of stdio (HOST defaults to "
+        "127.0.0.1, loopback only)",
+    )
+
+    add = command(
+        "add",
+        "remember a text",
+        "Remember TEXT; print its id (the content hash of the text and metadata, so "
+        "adding the same memory twice keeps one).",
+    )
+    add.add_argument("text", metavar="TEXT", help="the text to remember; - reads it from stdin")
+    add.add_argument("--source", metavar="SOURCE", help="where the memory came from")
+    add.add_argument(
+        "--metadata", metavar="JSON", help='a JSON object, such as \'{"kind": "pet"}\''
+    )
+
+    search = command(
+        "search",
+        "find the memories most similar to a query",
+        "Print the K memories most similar to QUERY, best first, with their cosine "
+        "similarity and id.",
+    )
+    search.add_argument("query", metavar="QUERY", help="the text to search for")
+    search.add_argument(
+        "-k", type=_positive, default=5, metavar="K", help="how many hits, at most (default 5)"
+    )
+    search.add_argument(
+        "--min-similarity",
+        type=float,
+        metavar="S",
+        help="keep hits whose cosine similarity is at least S, in [-1, 1]",
+    )
+    search.add_argument(
+        "--filter",
+        metavar="JSON",
+        help='a metadata filter, such as \'{"kind": "pet"}\' or \'{"year": {"$gte": 2020}}\'',
+    )
+
+    forget = command(
+        "forget",
+        "delete memories by id",
+        "Delete the memories with these ids from the namespace; print which were "
+        "deleted and which were not there (exit status 1 if any was not there).",
+    )
+    forget.add_argument("ids", metavar="ID", nargs="+", help="a memory id (from add or search)")
+
+    command(
+        "stats",
+        "how much memory is used, and by what",
+        "Print the number of memories, the capacity and fill, the evictions, the "
+        "embedder and where memory lives (every namespace together).",
+    )
+
+    imports = command(
+        "import",
+        "add the memories of a JSONL file (incremental)",
+        "Add the memories of FILE, one JSON object per line: "
+        '{"text": ..., "id"?: ..., "namespace"?: ..., "source"?: ..., "metadata"?: {...}} '
+        "(what export writes). Incremental: a memory already there with the same text, "
+        "source and metadata is not written again, so a re-import writes nothing. Every "
+        "line is checked before anything is written. A progress bar shows on a terminal.",
+    )
+    imports.add_argument("file", metavar="FILE.jsonl", help="the file to read; - reads stdin")
+
+    export = command(
+        "export",
+        "write every memory to a JSONL file",
+        "Write every memory (of --namespace only, when given), oldest first, one JSON "
+        "object per line with its id, namespace, text, source and metadata. A progress "
+        "bar shows on a terminal.",
+    )
+    export.add_argument("file", metavar="FILE.jsonl", help="the file to write; - writes stdout")
+    return parser

