@@ -108,12 +108,20 @@ def parse_vector(text: str) -> npt.NDArray[np.float32]:
     return np.array(text[1:-1].split(","), dtype=np.float32)
 
 
+# The HNSW search settings of every approximate read (see :meth:`Reads.ef_search`).
+HNSW_EF_SEARCH = 40
+HNSW_ITERATIVE_SCAN = "strict_order"
+HNSW_MAX_SCAN_TUPLES = 20000
+
+
 class Reads:
     """The read statements of one table. ``hnsw``: rank through the approximate index."""
 
     def __init__(self, names: Names, *, hnsw: bool) -> None:
         self.names = names
         self.hnsw = hnsw
+        self.iterative_scan = HNSW_ITERATIVE_SCAN
+        self.max_scan_tuples = HNSW_MAX_SCAN_TUPLES
         f = {"table": names.table, "meta": names.meta, "cols": sql.SQL(_DOC_COLUMNS)}
         # One statement, so the hits, the count in scope and the counters come from one
         # snapshot. The exact order is pgvector's negative inner product, ascending, with
@@ -162,14 +170,21 @@ class Reads:
             "WHERE {filter} GROUP BY p.seq ORDER BY score DESC, p.seq DESC LIMIT %(depth)s"
         )
 
+    def ef_search(self, k: int) -> int:
+        """``hnsw.ef_search`` for a read of ``k``: the candidate list is never shorter
+        than ``k`` (pgvector returns at most ef_search rows per scan iteration), and
+        pgvector caps it at 1000."""
+        return min(max(HNSW_EF_SEARCH, k), 1000)
+
     def _approximate(self, conn: psycopg.Connection[Any], k: int) -> None:
         if self.hnsw:
             # Iterative scans (pgvector 0.8) keep walking the graph until k rows pass
             # the WHERE clause, so a filter or a namespace does not starve the result.
             conn.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true), "
-                "set_config('hnsw.ef_search', %s, true)",
-                (str(min(max(40, k), 1000)),),
+                "SELECT set_config('hnsw.iterative_scan', %s, true), "
+                "set_config('hnsw.ef_search', %s, true), "
+                "set_config('hnsw.max_scan_tuples', %s, true)",
+                (self.iterative_scan, str(self.ef_search(k)), str(self.max_scan_tuples)),
             )
 
     def retrieve(
