@@ -7,7 +7,9 @@ through ``open_pg_store`` against a real server.
 - vectors travel in pgvector's binary form: the table holds the very float32 bits of
   the store's normalization;
 - every delete (replace, eviction, ``delete``, ``clear``) takes its entries' postings
-  with it, with or without the foreign key that tables made before this had.
+  with it, with or without the foreign key that tables made before this had;
+- an HNSW store's connections hold the documented search settings, and a filtered read
+  deeper than their ``ef_search`` still fills its ``k``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ try:
     import psycopg
     from psycopg import sql
 
-    from actors._pg.reads import parse_vector
+    from actors._pg.reads import HNSW_SETTINGS, parse_vector
     from actors._pg.store import open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     if os.environ.get(REQUIRED_ENV) == "1":
@@ -71,7 +73,8 @@ def table_state(dsn: str, table: str) -> tuple[list[str], int, int, tuple[Any, .
         postings = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(terms)).fetchone()
         orphans = conn.execute(
             sql.SQL(
-                "SELECT count(*) FROM {} p WHERE NOT EXISTS (SELECT 1 FROM {} e WHERE e.seq = p.seq)"
+                "SELECT count(*) FROM {} p "
+                "WHERE NOT EXISTS (SELECT 1 FROM {} e WHERE e.seq = p.seq)"
             ).format(terms, t)
         ).fetchone()
         counters = conn.execute(
@@ -97,7 +100,8 @@ def refuse(dsn: str, table: str, target: str, column: str, value: str) -> None:
         )
         conn.execute(
             sql.SQL(
-                "CREATE TRIGGER refuse BEFORE INSERT ON {target} FOR EACH ROW EXECUTE FUNCTION {fn}()"
+                "CREATE TRIGGER refuse BEFORE INSERT ON {target} "
+                "FOR EACH ROW EXECUTE FUNCTION {fn}()"
             ).format(target=sql.Identifier(target), fn=sql.Identifier(f"{table}_refuse"))
         )
 
@@ -210,3 +214,32 @@ async def test_every_delete_takes_its_postings(
             await store.clear()
     ids, postings, orphans, counters = table_state(pg_dsn, pg_table)
     assert (ids, postings, orphans, counters[0]) == ([], 0, 0, 0)
+
+
+async def test_hnsw_reads_run_with_the_documented_settings(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    rng = np.random.default_rng(3)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table, index="hnsw"
+        ) as store:
+            await store.add_documents(docs(0, 400, rng))
+
+            def settings() -> list[str]:
+                with store._actor.pool.connection() as conn:
+                    conn.execute("SELECT '[1]'::vector")  # loads pgvector's settings
+                    return [
+                        str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+                        for name in HNSW_SETTINGS
+                    ]
+
+            assert await trio.to_thread.run_sync(settings) == list(HNSW_SETTINGS.values())
+            assert HNSW_SETTINGS["hnsw.iterative_scan"] == "relaxed_order"
+            # 200 even entries; a read of 60 is deeper than ef_search (40).
+            request = SearchRequest(vector=rng.standard_normal(DIM), k=60, filter={"even": True})
+            hits = await store.search(request)
+            assert len(hits) == 60 and all(h.document.metadata["even"] for h in hits)
+            scores = [h.score for h in hits]
+            assert scores == sorted(scores, reverse=True)
