@@ -344,7 +344,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         ).fetchone()
     assert server is not None
     out["server"] = {"postgresql": server[0], "pgvector": server[1]}
-    for table in ("bench_store", "bench_turns"):
+    for table in ("bench_store", "bench_turns", "bench_breakdown"):
         for suffix in ("_terms", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
         admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
@@ -447,6 +447,9 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                 flush=True,
             )
         out["load_average"]["after_ingest"] = loadavg()
+        out["write_breakdown"] = await write_breakdown(
+            dsn, config, lookup, texts, ids, metas, vectors, args.breakdown_batches
+        )
         out["ingest"] = {
             name: {
                 "rows": rows_done[name],
@@ -478,6 +481,61 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     out["hnsw"] = await hnsw_reads(dsn, config, lookup, qvecs, truth_all, truth_tenant, args, rng)
     out["load_average"]["end"] = loadavg()
     admin.close()
+    return out
+
+
+async def write_breakdown(
+    dsn: str,
+    config: VectorStoreConfig,
+    embedder: Any,
+    texts: list[str],
+    ids: list[str],
+    metas: list[dict[str, Any]],
+    vectors: np.ndarray,
+    batches: int,
+) -> dict[str, Any]:
+    """Where one add_documents batch's time goes, per phase (p50 over ``batches``
+    batches of BATCH rows, written to a table of their own): building the Documents
+    (the caller's side), phase 1 (validation and preparation, in the actor, changing
+    nothing: ``actors._pg.prepare``) and the rest (the commit's transaction: the COPY
+    of rows and postings, and its few statements)."""
+    from actors._embedders import EmbedderAdapter
+    from actors._pg.prepare import prepare_documents
+    from protocol.messages import UpsertDocuments
+
+    adapter = EmbedderAdapter(embedder, dimensions=DIMS)
+    phases: dict[str, list[float]] = {"documents": [], "prepare": [], "add_documents": []}
+    postings = 0
+    async with open_pg_store(dsn, config, embedder, table="bench_breakdown") as store:
+        await store.clear()
+        for b in range(batches):
+            rows = range(b * BATCH, (b + 1) * BATCH)
+            t0 = time.perf_counter()
+            batch = [
+                Document(text=texts[i], id=ids[i], metadata=metas[i], embedding=vectors[i])
+                for i in rows
+            ]
+            t1 = time.perf_counter()
+            prepared = await prepare_documents(
+                UpsertDocuments(documents=batch, namespace="memory-default"), config, adapter
+            )
+            t2 = time.perf_counter()
+            await store.add_documents(batch)
+            t3 = time.perf_counter()
+            postings += sum(len(t) for t in prepared.terms)
+            phases["documents"].append(t1 - t0)
+            phases["prepare"].append(t2 - t1)
+            phases["add_documents"].append(t3 - t2)
+    out: dict[str, Any] = {name: summary(v) for name, v in phases.items()}
+    out["commit_p50_ms"] = out["add_documents"]["p50_ms"] - out["prepare"]["p50_ms"]
+    out["postings_per_row"] = postings / (batches * BATCH)
+    d, pr, ad = (out[k]["p50_ms"] for k in ("documents", "prepare", "add_documents"))
+    print(
+        f"  write breakdown per batch of {BATCH}: documents {d:.0f} ms, phase 1 {pr:.0f} ms, "
+        f"add_documents {ad:.0f} ms (commit about {ad - pr:.0f} ms), "
+        f"{out['postings_per_row']:.1f} postings a row",
+        flush=True,
+    )
     return out
 
 
@@ -749,7 +807,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
     ing = result["ingest"]
     names = list(ing)
-    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2"][: len(names)])
+    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2", "C3"][: len(names)])
     a.set_title(f"ingestion, rows/s (p50 of rounds), {result['size']:,} rows")
     a.tick_params(axis="x", rotation=15)
     ex = result["exact"]
@@ -796,6 +854,7 @@ def main() -> int:
         "--sweep-ef", type=lambda s: [int(x) for x in s.split(",")], default=[40, 64, 100, 200]
     )
     parser.add_argument("--round-rows", type=int, default=10_000)
+    parser.add_argument("--breakdown-batches", type=int, default=5)
     parser.add_argument(
         "--turn-rows",
         type=int,

@@ -237,9 +237,9 @@ async def test_hnsw_reads_run_with_the_documented_settings(
 
             assert await trio.to_thread.run_sync(settings) == list(HNSW_SETTINGS.values())
             assert HNSW_SETTINGS["hnsw.iterative_scan"] == "relaxed_order"
-            # 200 even entries; a read of 60 is deeper than ef_search (40).
-            request = SearchRequest(vector=rng.standard_normal(DIM), k=60, filter={"even": True})
+            # 200 even entries; a read of 90 is deeper than ef_search (64).
+            request = SearchRequest(vector=rng.standard_normal(DIM), k=90, filter={"even": True})
             hits = await store.search(request)
-            assert len(hits) == 60 and all(h.document.metadata["even"] for h in hits)
+            assert len(hits) == 90 and all(h.document.metadata["even"] for h in hits)
             scores = [h.score for h in hits]
             assert scores == sorted(scores, reverse=True)
