@@ -55,9 +55,12 @@ def _all_at_once(documents: Sequence[Document], dimensions: int) -> npt.NDArray[
     """Every embedding as one float64 matrix, checked in a few C-speed passes, when each
     is a list of the store's width holding real numbers only, all finite (a bulk load of
     precomputed vectors); else None, and the per-document checks name what is wrong."""
-    rows = [d.embedding for d in documents]
-    if not all(isinstance(row, list) and len(row) == dimensions for row in rows):
-        return None
+    rows: list[list[float]] = []
+    for document in documents:
+        row = document.embedding
+        if not isinstance(row, list) or len(row) != dimensions:
+            return None
+        rows.append(row)
     if not all(map(_real_type, set(map(type, chain.from_iterable(rows))))):
         return None
     with np.errstate(over="ignore", invalid="ignore"):

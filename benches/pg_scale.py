@@ -807,7 +807,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
     ing = result["ingest"]
     names = list(ing)
-    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2", "C3"][: len(names)])
+    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2", "C3"])
     a.set_title(f"ingestion, rows/s (p50 of rounds), {result['size']:,} rows")
     a.tick_params(axis="x", rotation=15)
     ex = result["exact"]

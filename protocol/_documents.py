@@ -317,6 +317,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             shape is not None
             and getattr(dtype, "kind", None) == "f"
             and getattr(dtype, "itemsize", 16) <= 8
+            and isinstance(items, list)
             and items
             and math.isfinite(sum(items))
         ):
@@ -324,7 +325,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             # means every component is finite (an inf or a NaN would reach the sum):
             # the per-component checks below cannot fail, so a bulk of precomputed
             # embeddings skips them. Any doubt (an overflowing sum) takes the slow path.
-            return items  # type: ignore[no-any-return]
+            return items
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
             raise EmbeddingError(f"{what} is a {type(vector).__name__}; {_REAL_VECTOR}")
         out = [_component(i, x, what) for i, x in enumerate(items)]
