@@ -243,3 +243,27 @@ async def test_hnsw_reads_run_with_the_documented_settings(
             assert len(hits) == 90 and all(h.document.metadata["even"] for h in hits)
             scores = [h.score for h in hits]
             assert scores == sorted(scores, reverse=True)
+
+
+def test_the_c_stemmer_stems_like_the_pure_python_one() -> None:
+    # The pg extra installs PyStemmer, which snowballstemmer then runs: BM25 postings
+    # written with it must match the in-memory index's, with or without it.
+    stemmer_c = pytest.importorskip("Stemmer")
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    sample = (
+        "running runs ran generously generalizations happiness caresses ponies ties "
+        "caress cats feed agreed plastered bled motoring sing conflated troubled sized "
+        "hopping tanned falling hissing fizzed failing filing happy sky relational "
+        "conditional rational valenci hesitanci digitizer conformabli radicalli "
+        "differentli vileli analogousli vietnamization predication operator feudalism "
+        "decisiveness hopefulness callousness formaliti sensitiviti sensibiliti "
+        "triplicate formative formalize electriciti electrical hopeful goodness "
+        "revival allowance inference airliner gyroscopic adjustable defensible "
+        "irritant replacement adjustment dependent adoption homologou communism "
+        "activate angulariti homologous effective bowdlerize probate rate cease "
+        "controll roll naïve café straße 東京 42 row123 x2s ies sses"
+    )
+    words = sample.split()
+    pure = EnglishStemmer()
+    assert stemmer_c.Stemmer("english").stemWords(words) == [pure.stemWord(w) for w in words]
