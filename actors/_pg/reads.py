@@ -110,8 +110,8 @@ def parse_vector(text: str) -> npt.NDArray[np.float32]:
 
 #: The settings every approximate read runs with, set on each of the pool's connections
 #: when it connects (README, "pg at scale"). Measured at 100k entries of 384 floats on
-#: pgvector's index defaults (m = 16, ef_construction = 64), over two index builds:
-#: recall@10 0.98-1.00 unfiltered at ef_search 64 (0.96-0.98 at pgvector's 40), and
+#: pgvector's index defaults (m = 16, ef_construction = 64), over five index builds:
+#: recall@10 0.97-1.00 unfiltered at ef_search 64 (0.96-0.98 at pgvector's 40), and
 #: 0.97-0.98 under a filter that keeps 1% of the rows. ``relaxed_order`` keeps the
 #: candidates that ``strict_order`` drops to stay in distance order (0.88-0.90 under
 #: that filter), and every read sorts its hits again. ``max_scan_tuples`` is
