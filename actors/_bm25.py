@@ -66,8 +66,14 @@ BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
 
 
-# The stemmer keeps its own bounded cache of recent words (10,000 by default).
+# With PyStemmer installed (the pg extra installs it), snowballstemmer runs its C build
+# of the same algorithms: about 2 us a word, against 85 us in pure Python, which was
+# most of a bulk pg write's preparation (benches/README.md, "pg at scale"). Its cache
+# of recent words is turned off: the store's memory bound (README, "The store") counts
+# every byte a write leaves behind, and the C stemmer is fast enough without it.
 _STEMMER = snowballstemmer.stemmer("english")
+if hasattr(_STEMMER, "maxCacheSize"):
+    _STEMMER.maxCacheSize = 0
 
 
 def tokenize(text: str) -> list[str]:

@@ -313,6 +313,19 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             raise EmbeddingError(f"{what} has shape {shape}; expected a flat vector (1-D)")
         tolist = getattr(vector, "tolist", None)
         items = tolist() if callable(tolist) else vector
+        if (
+            shape is not None
+            and getattr(dtype, "kind", None) == "f"
+            and getattr(dtype, "itemsize", 16) <= 8
+            and isinstance(items, list)
+            and items
+            and math.isfinite(sum(items))
+        ):
+            # A float32/float64 array's tolist() is Python floats, and a finite sum
+            # means every component is finite (an inf or a NaN would reach the sum):
+            # the per-component checks below cannot fail, so a bulk of precomputed
+            # embeddings skips them. Any doubt (an overflowing sum) takes the slow path.
+            return items
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
             raise EmbeddingError(f"{what} is a {type(vector).__name__}; {_REAL_VECTOR}")
         out = [_component(i, x, what) for i, x in enumerate(items)]

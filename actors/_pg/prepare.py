@@ -26,7 +26,7 @@ from .schema import (
     exact_text,
     filter_json,
     search_text,
-    vector_literal,
+    vector_binary,
 )
 from .sql import PreparedEntries
 
@@ -41,13 +41,13 @@ def _metadata(metadata: dict[str, Any]) -> tuple[str, bytes | None]:
 
 async def _embed(
     embedder: EmbedderAdapter, texts: list[str], dimensions: int
-) -> tuple[list[str], list[bool]]:
-    return _literals(await embedder.documents(texts), len(texts), dimensions)
+) -> tuple[list[bytes], list[bool]]:
+    return _binary(await embedder.documents(texts), len(texts), dimensions)
 
 
-def _literals(raw: object, count: int, dimensions: int) -> tuple[list[str], list[bool]]:
+def _binary(raw: object, count: int, dimensions: int) -> tuple[list[bytes], list[bool]]:
     vectors, zero = normalize_rows(as_matrix(raw, count, dimensions))
-    return [vector_literal(row) for row in vectors], [bool(z) for z in zero]
+    return vector_binary(vectors), [bool(z) for z in zero]
 
 
 def _texts(
@@ -110,7 +110,7 @@ async def prepare_documents(
     metadata = [_metadata(d.metadata) for d in survivors]
     texts = [d.text for d in survivors]
     raw = await document_vectors(embedder, survivors, config.dimensions)
-    vectors, zero = _literals(raw, keep, config.dimensions)
+    vectors, zero = _binary(raw, keep, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts)
     return PreparedEntries(
         vectors=vectors,

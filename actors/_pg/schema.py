@@ -15,7 +15,9 @@ Each store is four objects named after its table ``T``:
   metadata as msgpack (``protocol._surrogates.pack``), which is what reads return.
   ``doc_len`` is the BM25 length of the text;
 - ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
-  frequency; they go with their entry (``ON DELETE CASCADE``);
+  frequency; every statement that deletes entries deletes their postings too (no
+  foreign key: its per-row check cost half of a bulk write; tables made before this
+  keep theirs, ``ON DELETE CASCADE``, which is then a no-op);
 - ``T_meta``: one row, the table's version record and its counters. Its row lock is what
   serializes writers across processes, and it keeps the usage counters, so that they are
   in the database and every process sees one cap;
@@ -28,6 +30,7 @@ Every value goes to the server as a bound parameter. Only names (validated, quot
 from __future__ import annotations
 
 import re
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -51,6 +54,7 @@ __all__ = [
     "check_pg_text",
     "ensure_schema",
     "search_text",
+    "vector_binary",
     "vector_literal",
 ]
 
@@ -185,6 +189,15 @@ def vector_literal(row: npt.NDArray[np.float32]) -> str:
     return "[" + ",".join(map(repr, row.tolist())) + "]"
 
 
+def vector_binary(rows: npt.NDArray[np.float32]) -> list[bytes]:
+    """pgvector's binary input of each float32 row: the width and a zero (int16 each),
+    then the floats, big-endian. The very same bits as the row, unlike any text form."""
+    width = rows.shape[1]
+    header = struct.pack(">hh", width, 0)
+    big = np.ascontiguousarray(rows, dtype=">f4")
+    return [header + row.tobytes() for row in big]
+
+
 # --- schema ----------------------------------------------------------------------------------
 
 
@@ -227,7 +240,7 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
         ),
         sql.SQL(
             "CREATE TABLE {terms} ("
-            " seq bigint NOT NULL REFERENCES {table} (seq) ON DELETE CASCADE,"
+            " seq bigint NOT NULL,"
             " term text NOT NULL,"
             " namespace text NOT NULL,"
             " tf integer NOT NULL,"

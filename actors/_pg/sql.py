@@ -7,11 +7,13 @@ reads are in ``reads.py``; the filter translation in ``filters.py``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import psycopg
 from psycopg import sql
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 
 from protocol import Cleared, DeleteResult
 
@@ -33,7 +35,8 @@ class PreparedEntries:
     """A validated, embedded batch of turns or documents, ready to commit.
 
     Attributes:
-        vectors: pgvector literals, normalized.
+        vectors: each normalized vector in pgvector's binary input form
+            (``schema.vector_binary``).
         zero: which vectors had zero norm.
         payloads: a turn's message as msgpack, or None for a document.
         texts: the searchable text (``schema.search_text``).
@@ -47,7 +50,7 @@ class PreparedEntries:
         dropped: the head of an over-long batch, counted as evicted.
     """
 
-    vectors: list[str]
+    vectors: list[bytes]
     zero: list[bool]
     payloads: list[bytes | None]
     texts: list[str]
@@ -72,6 +75,41 @@ class Committed:
     zero_norm: int
 
 
+class _Vector(bytes):
+    """A vector already in pgvector's binary input form."""
+
+
+class _Jsonb(str):
+    """A jsonb value already encoded as JSON text."""
+
+
+class _JsonbDumper(Dumper):
+    """jsonb's binary form is a version byte (1) and the JSON text."""
+
+    format = Format.BINARY
+    oid: ClassVar[int] = 3802  # type: ignore[misc]
+
+    def dump(self, obj: Any) -> bytes:
+        return b"\x01" + str(obj).encode("utf-8")
+
+
+def _vector_dumper(oid: int) -> type[Dumper]:
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+    VectorDumper.oid = oid
+    return VectorDumper
+
+
+# COPY's column types, by oid: int8, text x4, bytea x2, jsonb, bytea, int4, (the
+# vector, looked up), bool.
+_ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 3802, 17, 23, 16]
+_TERM_TYPES = [20, 25, 25, 23]
+
+
 class Statements:
     """The write SQL of one table, composed once; every value is a bound parameter."""
 
@@ -79,32 +117,39 @@ class Statements:
         self.names = names
         f = {"table": names.table, "meta": names.meta, "terms": names.terms}
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
+        # The embedding column's type oid, for the binary COPY (the extension's schema
+        # may be anywhere on the search path, so it is asked, with the lock).
+        self.lock_meta_oid = sql.SQL(
+            "SELECT m.entries, a.atttypid FROM {meta} m, pg_attribute a "
+            "WHERE a.attrelid = %s::regclass AND a.attname = 'embedding' FOR UPDATE OF m"
+        ).format(**f)
         self.next_seqs = sql.SQL("SELECT nextval(%s::regclass) FROM generate_series(1, %s)")
-        self.insert = sql.SQL(
-            "INSERT INTO {table} (seq, id, namespace, source, source_id, text, exact_text, "
-            "message, metadata, meta_raw, doc_len, embedding, zero_norm) "
-            "SELECT u.seq, u.id, %s, %s, u.source_id, u.text, u.exact_text, u.message, "
-            "u.metadata::jsonb, u.meta_raw, u.doc_len, u.embedding::vector, u.zero_norm "
-            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::bytea[], "
-            "%s::bytea[], %s::text[], %s::bytea[], %s::integer[], %s::text[], %s::boolean[]) "
-            "AS u(seq, id, source_id, text, exact_text, message, metadata, meta_raw, doc_len, "
-            "embedding, zero_norm)"
+        # A batch is written by COPY in binary (no per-row statement, no text parsing
+        # of the vectors), inside the batch's one transaction: a failing row aborts the
+        # COPY and so the whole batch (design §9: all or nothing).
+        self.copy_entries = sql.SQL(
+            "COPY {table} (seq, id, namespace, source, source_id, text, exact_text, message, "
+            "metadata, meta_raw, doc_len, embedding, zero_norm) FROM STDIN (FORMAT binary)"
         ).format(**f)
-        self.insert_terms = sql.SQL(
-            "INSERT INTO {terms} (seq, term, namespace, tf) "
-            "SELECT u.seq, u.term, %s, u.tf "
-            "FROM unnest(%s::bigint[], %s::text[], %s::integer[]) AS u(seq, term, tf)"
+        self.copy_terms = sql.SQL(
+            "COPY {terms} (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
         ).format(**f)
+        # Every delete takes its entries' BM25 postings in the same statement: the
+        # postings table has no foreign key, whose per-row check was half of a bulk
+        # write's time (tables made before keep theirs; its cascade then finds nothing).
+        postings = "postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)) "
         self.replace = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s) "
-            "RETURNING zero_norm) "
-            "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+            "RETURNING seq, zero_norm), "
+            + postings
+            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
         ).format(**f)
         self.evict = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE seq IN "
             "(SELECT seq FROM {table} WHERE seq < %s ORDER BY seq LIMIT %s) "
-            "RETURNING zero_norm) "
-            "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+            "RETURNING seq, zero_norm), "
+            + postings
+            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
         ).format(**f)
         self.update_meta = sql.SQL(
             "UPDATE {meta} SET entries = entries + %s, evicted_entries = evicted_entries + %s, "
@@ -116,11 +161,12 @@ class Statements:
         ).format(**f)
         self.delete_in = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE id = ANY(%s) AND namespace = %s "
-            "RETURNING id, zero_norm) SELECT id, zero_norm FROM gone"
+            "RETURNING seq, id, zero_norm), " + postings + "SELECT id, zero_norm FROM gone"
         ).format(**f)
         clear = (
-            "WITH gone AS (DELETE FROM {table}{scope} RETURNING zero_norm) "
-            "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+            "WITH gone AS (DELETE FROM {table}{scope} RETURNING seq, zero_norm), "
+            + postings
+            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
         )
         self.clear_all = sql.SQL(clear).format(scope=sql.SQL(""), **f)
         self.clear_in = sql.SQL(clear).format(scope=sql.SQL(" WHERE namespace = %s"), **f)
@@ -136,9 +182,9 @@ class Statements:
         self, conn: psycopg.Connection[Any], p: PreparedEntries, cap: int
     ) -> tuple[Committed, Counts]:
         """Replace the batch's live ids, insert it, evict the oldest past the cap."""
-        locked = conn.execute(self.lock_meta).fetchone()
+        locked = conn.execute(self.lock_meta_oid, (self.names.table_regclass,)).fetchone()
         assert locked is not None
-        entries = int(locked[0])
+        entries, vector_oid = int(locked[0]), int(locked[1])
         n = len(p.vectors)
         seqs = sorted(
             int(r[0])
@@ -152,34 +198,7 @@ class Statements:
             row = conn.execute(self.replace, (p.namespace, ids)).fetchone()
             assert row is not None
             replaced, replaced_zero = int(row[0]), int(row[1])
-            conn.execute(
-                self.insert,
-                (
-                    p.namespace,
-                    p.source,
-                    seqs,
-                    ids,
-                    p.source_ids,
-                    p.texts,
-                    p.exact,
-                    p.payloads,
-                    p.metadata,
-                    p.meta_raw,
-                    p.doc_lens,
-                    p.vectors,
-                    p.zero,
-                ),
-            )
-            t_seqs: list[int] = []
-            t_terms: list[str] = []
-            t_tfs: list[int] = []
-            for seq, terms in zip(seqs, p.terms, strict=True):
-                for term, tf in terms.items():
-                    t_seqs.append(seq)
-                    t_terms.append(term)
-                    t_tfs.append(tf)
-            if t_seqs:
-                conn.execute(self.insert_terms, (p.namespace, t_seqs, t_terms, t_tfs))
+            self._copy(conn, p, seqs, ids, vector_oid)
             excess = entries - replaced + n - cap
             if excess > 0:
                 # Insert first, then evict: the sequence guard keeps the new rows.
@@ -201,6 +220,50 @@ class Statements:
             zero_norm=new_zero,
         )
         return committed, counts
+
+    def _copy(
+        self,
+        conn: psycopg.Connection[Any],
+        p: PreparedEntries,
+        seqs: list[int],
+        ids: list[str],
+        vector_oid: int,
+    ) -> None:
+        """COPY the batch's rows and BM25 postings in, in binary."""
+        ns, source = p.namespace, p.source
+        with conn.cursor() as cur:
+            # On this cursor only, by oid (set_types picks each column's dumper by oid):
+            # the vectors and the jsonb are already in their binary form.
+            cur.adapters.register_dumper(_Vector, _vector_dumper(vector_oid))
+            cur.adapters.register_dumper(_Jsonb, _JsonbDumper)
+            with cur.copy(self.copy_entries) as copy:
+                copy.set_types([*_ENTRY_TYPES[:11], vector_oid, _ENTRY_TYPES[11]])
+                write = copy.write_row
+                for row in zip(
+                    seqs,
+                    ids,
+                    p.source_ids,
+                    p.texts,
+                    p.exact,
+                    p.payloads,
+                    p.metadata,
+                    p.meta_raw,
+                    p.doc_lens,
+                    p.vectors,
+                    p.zero,
+                    strict=True,
+                ):
+                    seq, i, sid, text, exact, payload, meta, raw, dl, vec, zero = row
+                    write(
+                        (seq, i, ns, source, sid, text, exact, payload, meta, raw, dl, vec, zero)
+                    )
+            if any(p.terms):
+                with cur.copy(self.copy_terms) as copy:
+                    copy.set_types(_TERM_TYPES)
+                    write = copy.write_row
+                    for seq, terms in zip(seqs, p.terms, strict=True):
+                        for term, tf in terms.items():
+                            write((seq, term, ns, tf))
 
     def delete(
         self,

@@ -87,6 +87,7 @@ from .._prepare import check_ids, check_int, check_k, check_name, check_store_co
 from .._store import StoreStatistics
 from .._store_hooks import retrieve_event, search_event
 from .actor import _PgStoreActor
+from .reads import HNSW_SETTINGS
 from .schema import (
     MAX_DIMENSIONS,
     Names,
@@ -456,7 +457,15 @@ def _new_pool(
     """A closed pool of autocommit connections, each with the statement timeout set."""
 
     def configure(conn: psycopg.Connection[Any]) -> None:
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{statement_ms}ms",))
+        # The HNSW settings are set on every connection (an exact read ignores them),
+        # so that an approximate read needs no round trip of its own to set them.
+        names = ["statement_timeout", *HNSW_SETTINGS]
+        values = [f"{statement_ms}ms", *HNSW_SETTINGS.values()]
+        conn.execute(
+            "SELECT set_config(name, value, false) FROM unnest(%s::text[], %s::text[]) "
+            "AS s(name, value)",
+            (names, values),
+        )
 
     return psycopg_pool.ConnectionPool(
         dsn,

