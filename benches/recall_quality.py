@@ -315,14 +315,33 @@ def configurations() -> list[Config]:
             lambda_mult=0.7,
         ),
         Config(
+            "previous-default",
+            "Memory.retrieve, RRF + neighbour boost only (speaker and date weights 0)",
+            kind="default",
+            recall=RecallSettings(speaker_weight=0.0, date_weight=0.0),
+        ),
+        Config(
             "default-no-nb",
-            "Memory.retrieve, default MemoryConfig but neighbor_weight 0; Offload entries",
+            "the default but neighbor_weight 0 (no neighbour boost)",
             kind="default",
             recall=RecallSettings(neighbor_weight=0.0),
         ),
         Config(
+            "default-no-speaker",
+            "the default but speaker_weight 0 (no speaker focus)",
+            kind="default",
+            recall=RecallSettings(speaker_weight=0.0),
+        ),
+        Config(
+            "default-no-date",
+            "the default but date_weight 0 (no time channel)",
+            kind="default",
+            recall=RecallSettings(date_weight=0.0),
+        ),
+        Config(
             "default",
-            "Memory.retrieve, default MemoryConfig (neighbour boost 0.5); Offload entries",
+            "Memory.retrieve, default MemoryConfig: RRF k 10, neighbour boost 0.5, speaker "
+            "focus 1.0, time channel 1.0; Offload entries",
             kind="default",
         ),
         Config(
