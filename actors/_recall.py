@@ -9,6 +9,9 @@ by reciprocal rank fusion: the dense list from ``retrieve_in`` (full turns with 
 cosine scores) and the BM25 list from a ``bm25`` (keyword-only) search, so the query
 is embedded once. Every hit keeps its cosine similarity as ``score``, which is what
 ``min_similarity`` filters and what the renderers print; the order is the fused one.
+Speaker focus and the time channel (``actors._focus``) then boost the hits said by a
+speaker the query names, and those dated near a date it names; a focused query is
+embedded without the speaker's name.
 
 Context assembly: hits with the same content (the same projection, by sha256) are
 kept once, at the best rank, so a memory stored twice is injected once; the block
