@@ -9,6 +9,9 @@ by reciprocal rank fusion: the dense list from ``retrieve_in`` (full turns with 
 cosine scores) and the BM25 list from a ``bm25`` (keyword-only) search, so the query
 is embedded once. Every hit keeps its cosine similarity as ``score``, which is what
 ``min_similarity`` filters and what the renderers print; the order is the fused one.
+Speaker focus and the time channel (``actors._focus``) then boost the hits said by a
+speaker the query names, and those dated near a date it names; a focused query is
+embedded without the speaker's name.
 
 Context assembly: hits with the same content (the same projection, by sha256) are
 kept once, at the best rank, so a memory stored twice is injected once; the block
@@ -28,6 +31,7 @@ from protocol.events import Recalled, RecallFailed
 from protocol.messages import Recall
 
 from ._events import EventHub, now
+from ._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from ._fusion import FusedHit, neighbor_boost, rrf
 from ._handle import Store
 from ._mailbox import Mailbox
@@ -100,23 +104,32 @@ class RecallActor:
 
     async def hybrid(self, request: Recall) -> RetrievalReport:
         """The ``k`` best entries by RRF of the dense and the BM25 lists, each boosted
-        by its neighbours' fused scores (``RecallSettings.neighbor_weight``).
+        by its neighbours' fused scores (``RecallSettings.neighbor_weight``), by the
+        speakers and by the date the query names (``speaker_weight``,
+        ``date_weight``).
 
-        The two lists are read from two snapshots; an entry deleted in between is left
-        out. A BM25 hit that makes the top ``k`` without being in the dense list (its
-        cosine is unknown so far) is looked up by deepening the dense list, so every hit
-        carries its true cosine score.
+        The BM25 list comes first (it embeds nothing): its hits' texts tell which
+        speakers the query may name, and a named speaker's name is left out of the
+        query that is embedded. The two lists are read from two snapshots; an entry
+        deleted in between is left out. A BM25 hit that makes the top ``k`` without
+        being in the dense list (its cosine is unknown so far) is looked up by
+        deepening the dense list, so every hit carries its true cosine score.
         """
         settings = request.settings
         store, namespace, query = self.store, request.namespace, request.query
         depth = max(request.k, settings.fetch_k)
-        dense = await store.retrieve_in(namespace, query, depth)
-        # A keyword-only search: the query is not embedded a second time.
+        # A keyword-only search: the query is not embedded for it.
         sparse = await store.search(
             SearchRequest(query=query, k=depth, kind="bm25", namespace=namespace)
         )
         # Every entry of a store has an id (a turn's is ``turn-<sequence>``).
         keyword = [(h.document.id or "", h.sequence) for h in sparse]
+        texts = {h.document.id or "": h.document.text for h in sparse}
+        named: frozenset[str] = frozenset()
+        if settings.speaker_weight > 0:
+            named = named_speakers(query, map(speaker_of, texts.values()))
+        embedded = without_names(query, named)
+        dense = await store.retrieve_in(namespace, embedded, depth)
         fused: list[FusedHit[str]] = rrf(
             {"dense": [t.id for t in dense.turns], "bm25": [key for key, _ in keyword]},
             k=settings.rrf_k,
@@ -126,11 +139,59 @@ class RecallActor:
             sequences = {t.id: t.sequence for t in dense.turns}
             sequences.update((key, seq) for key, seq in keyword if seq is not None)
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-        fused = fused[: request.k]
         by_id: dict[str, RetrievedTurn] = {t.id: t for t in dense.turns}
+        for t in dense.turns:
+            texts.setdefault(t.id, projection(t.message))
+        fused = await self.focus(request, fused, texts, named)
+        fused = fused[: request.k]
         while any(h.key not in by_id for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)
-            deeper = await store.retrieve_in(namespace, query, depth)
+            deeper = await store.retrieve_in(namespace, embedded, depth)
             by_id.update((t.id, t) for t in deeper.turns)
         turns = [by_id[h.key] for h in fused if h.key in by_id]
         return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
+
+    async def focus(
+        self,
+        request: Recall,
+        fused: list[FusedHit[str]],
+        texts: dict[str, str],
+        named: frozenset[str],
+    ) -> list[FusedHit[str]]:
+        """``fused`` with the hits said by a ``named`` speaker, and those dated near a
+        date the query names, boosted (``speaker_weight``, ``date_weight``), best
+        first; ties keep their order.
+
+        ``texts`` holds each BM25 hit's text and each dense hit's projection (which
+        starts with the speaker); the dates are in the entries' own texts, read for
+        the dense-only hits when the query names a date.
+        """
+        settings = request.settings
+        factor = dict.fromkeys((h.key for h in fused), 1.0)
+        if named:
+            for key in factor:
+                if speaker_of(texts.get(key, "")) in named:
+                    factor[key] *= 1.0 + settings.speaker_weight
+        mentions = query_dates(request.query) if settings.date_weight > 0 else []
+        if mentions:
+            # A dense hit's text so far is its projection: its date line is in the entry.
+            unread = [key for key in factor if "\nDate: " not in texts.get(key, "")]
+            if unread:
+                docs = await self.store.get_by_ids(unread, request.namespace)
+                texts.update((d.id or "", d.text) for d in docs)
+            days = {key: entry_date(texts.get(key, "")) for key in factor}
+            close = {
+                key for key, day in days.items() if day and any(near(m, day) for m in mentions)
+            }
+            # A date every dated hit is near tells nothing apart.
+            if close and close != {key for key, day in days.items() if day}:
+                for key in close:
+                    factor[key] *= 1.0 + settings.date_weight
+        if all(f == 1.0 for f in factor.values()):
+            return fused
+        boosted = sorted(
+            enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
+        )
+        return [
+            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks) for _, h in boosted
+        ]

@@ -34,9 +34,11 @@ BLAS threads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import random
 import re
 import sys
 import time
@@ -49,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from actors import HashingEmbedder, open_memory
+from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
     Document,
     MemoryConfig,
@@ -199,6 +201,8 @@ class CachedEmbedder:
         self.embedded = 0
         self.seconds = 0.0
         self._model: Any = None
+        self._saved = time.perf_counter()
+        self._dirty = False
         if cache is not None and cache.exists():
             z = np.load(cache)
             self.vectors = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
@@ -207,22 +211,32 @@ class CachedEmbedder:
         todo = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if not todo:
             return
-        if self._model is None:
-            from actors import MiniLMEmbedder
-
-            self._model = MiniLMEmbedder(blas_threads=self.blas_threads)
+        model = self.model()
         started = time.perf_counter()
         step = 512
         for i in range(0, len(todo), step):
             chunk = todo[i : i + step]
-            self.vectors.update(zip(chunk, self._model.embed_batch(chunk), strict=True))
+            self.vectors.update(zip(chunk, model.embed_batch(chunk), strict=True))
+            self._dirty = True
             print(f"  embedded {i + len(chunk)}/{len(todo)}", file=sys.stderr, flush=True)
-            self.save()
+            # Saving rewrites the whole file: at most once a minute, and at the end.
+            if time.perf_counter() - self._saved > 60:
+                self.save()
         self.embedded += len(todo)
         self.seconds += time.perf_counter() - started
 
+    def model(self) -> Any:
+        """The MiniLM model itself (loaded on first use)."""
+        if self._model is None:
+            from actors import MiniLMEmbedder
+
+            self._model = MiniLMEmbedder(blas_threads=self.blas_threads)
+        return self._model
+
     def save(self) -> None:
-        if self.path is not None:
+        self._saved = time.perf_counter()
+        if self.path is not None and self._dirty:
+            self._dirty = False
             keys = list(self.vectors)
             tmp = self.path.with_name(self.path.name + ".tmp.npz")
             np.savez(tmp, texts=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
@@ -315,14 +329,33 @@ def configurations() -> list[Config]:
             lambda_mult=0.7,
         ),
         Config(
+            "previous-default",
+            "Memory.retrieve, RRF + neighbour boost only (speaker and date weights 0)",
+            kind="default",
+            recall=RecallSettings(speaker_weight=0.0, date_weight=0.0),
+        ),
+        Config(
             "default-no-nb",
-            "Memory.retrieve, default MemoryConfig but neighbor_weight 0; Offload entries",
+            "the default but neighbor_weight 0 (no neighbour boost)",
             kind="default",
             recall=RecallSettings(neighbor_weight=0.0),
         ),
         Config(
+            "default-no-speaker",
+            "the default but speaker_weight 0 (no speaker focus)",
+            kind="default",
+            recall=RecallSettings(speaker_weight=0.0),
+        ),
+        Config(
+            "default-no-date",
+            "the default but date_weight 0 (no time channel)",
+            kind="default",
+            recall=RecallSettings(date_weight=0.0),
+        ),
+        Config(
             "default",
-            "Memory.retrieve, default MemoryConfig (neighbour boost 0.5); Offload entries",
+            "Memory.retrieve, default MemoryConfig: RRF k 10, neighbour boost 0.5, speaker "
+            "focus 1.0, time channel 1.0; Offload entries",
             kind="default",
         ),
         Config(
@@ -502,8 +535,110 @@ def print_floors(floors: dict[str, FloorTally]) -> None:
             print(f"{label:<6} {cells} {row['injected']:>9.2f} {row['noise']:>12.2f}")
 
 
+# --- latency at scale ------------------------------------------------------------------------
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ms = np.array(samples) * 1e3
+    return {
+        "p50": round(float(np.percentile(ms, 50)), 3),
+        "p90": round(float(np.percentile(ms, 90)), 3),
+    }
+
+
+async def latency(
+    convs: list[Conversation], minilm: CachedEmbedder, entries: int, rounds: int
+) -> dict[str, Any]:
+    """``Memory.retrieve`` (k = 25) over ``entries`` context entries, for each default
+    configuration, interleaved: one call each per question, in an order shuffled per
+    question, so the machine's load hits them alike. The entries are the conversations'
+    turns repeated (each copy's text marked, so no two are the same content) with their
+    cached MiniLM vectors; the queries are cached too (each is asked once, untimed,
+    first), so this times recall itself; ``embed`` is MiniLM embedding one question,
+    which a real query adds to every configuration."""
+    style = EntryStyle("context", date=True, previous=1)
+    texts = [t for conv in convs for _, t in style.texts(conv)]
+    minilm.warm(texts)
+    rng = random.Random(20)
+    questions = rng.sample([q.text for conv in convs for q in conv.questions], 100)
+    minilm.warm(questions)
+    docs = [
+        Document(
+            text=text if i < len(texts) else f"{text} [{i // len(texts)}]",
+            id=f"e{i}",
+            embedding=minilm.vectors[text].tolist(),
+        )
+        for i, text in ((i, texts[i % len(texts)]) for i in range(entries))
+    ]
+    settings = {
+        c.name: c.recall
+        for c in configurations()
+        if c.kind == "default" and c.embedder == "minilm"
+    }
+    config = store_config(entries)
+    times: dict[str, list[float]] = {name: [] for name in [*settings, "embed"]}
+    async with open_store(config, minilm) as store:
+        for i in range(0, len(docs), 512):
+            await store.add_documents(docs[i : i + 512], namespace="bench")
+        async with contextlib.AsyncExitStack() as stack:
+            memories = {
+                name: await stack.enter_async_context(
+                    open_memory(
+                        store=store,
+                        memory=MemoryConfig(namespace="bench", recall=recall, min_similarity=None),
+                    )
+                )
+                for name, recall in settings.items()
+            }
+            for question in questions:  # warm: the stripped queries get embedded here
+                for memory in memories.values():
+                    await memory.retrieve(question, k=max(KS))
+            model = minilm.model()
+            for _ in range(rounds):
+                for question in questions:
+                    order = [*memories, "embed"]
+                    rng.shuffle(order)
+                    for name in order:
+                        started = time.perf_counter()
+                        if name == "embed":
+                            model.embed(question)
+                        else:
+                            await memories[name].retrieve(question, k=max(KS))
+                        times[name].append(time.perf_counter() - started)
+    out = {name: percentiles(samples) for name, samples in times.items()}
+    base = out["previous-default"]
+    for name, row in out.items():
+        if name != "embed":
+            row["ratio_p50"] = round(row["p50"] / base["p50"], 2)
+            row["ratio_p90"] = round(row["p90"] / base["p90"], 2)
+    return {"entries": entries, "queries": len(times["embed"]), **out}
+
+
+def print_latency(result: dict[str, Any]) -> None:
+    print(
+        f"\nMemory.retrieve (k = 25) over {result['entries']} entries, "
+        f"{result['queries']} calls each"
+    )
+    print(f"{'configuration':<20} {'p50 ms':>8} {'p90 ms':>8} {'p50 ratio':>10} {'p90 ratio':>10}")
+    for name, row in result.items():
+        if isinstance(row, dict):
+            ratios = (
+                f"{row['ratio_p50']:>10.2f} {row['ratio_p90']:>10.2f}"
+                if "ratio_p50" in row
+                else ""
+            )
+            print(f"{name:<20} {row['p50']:>8.2f} {row['p90']:>8.2f} {ratios}")
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     convs = load(Path(args.data))
+    if args.latency:
+        minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
+        result = await latency(convs, minilm, args.latency, args.rounds)
+        minilm.save()
+        print_latency(result)
+        print(f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        return {"latency": result, "load": os.getloadavg()}
     configs = configurations()
     if args.only:
         wanted = set(args.only.split(","))
@@ -516,6 +651,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for conv in convs:
         await run_conversation(conv, configs, minilm, tallies, floors)
     elapsed = time.perf_counter() - started
+    minilm.save()
     print_table(configs, tallies)
     print_floors(floors)
     print(
@@ -540,6 +676,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", help="an .npz that keeps the embeddings between runs")
     parser.add_argument("--only", help="comma-separated configuration names")
     parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument(
+        "--latency",
+        type=int,
+        metavar="ENTRIES",
+        help="time Memory.retrieve per default configuration over this many entries instead",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="latency rounds over 100 questions")
     args = parser.parse_args(argv)
     out = trio.run(main_async, args)
     if args.json:

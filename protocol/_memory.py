@@ -146,6 +146,28 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             turns said just before and after it), finite and >= 0; 0 turns it off. The
             evidence for a question often sits beside the turn that matches it best:
             on LoCoMo 0.5 raised R@10 from 0.713 to 0.746 and R@25 from 0.806 to 0.823.
+        speaker_weight: speaker focus, finite and >= 0; 0 turns it off. An entry's
+            speaker is the ``"Name: "`` its text starts with (the form
+            :func:`contextual_entry` asks for). When the query names a speaker of the
+            entries found (a word of the name, as written, possessive included) and
+            some entry found is someone else's, the name is left out of the query that
+            is embedded (the speaker is this channel's business, and a name pulls the
+            embedding towards the turns that address that person rather than those
+            said by them), and each hit said by a named speaker has its fused score
+            multiplied by ``1 + speaker_weight``. The hits' ``score`` is then the
+            cosine of that query. On LoCoMo, turning it off lowers R@10 from 0.800 to
+            0.757 on the tuning conversations and from 0.774 to 0.692 on five held-out
+            ones.
+        date_weight: a time channel, finite and >= 0; 0 turns it off. When the query
+            names a date (``"on 8 May, 2023"``, ``"in July 2023"``, ``"in June"``,
+            ``"2022"``, ``"2023-05-08"``), each hit dated near it (the ``"Date: "``
+            line of its text, which ``Offload`` writes) has its fused score multiplied
+            by ``1 + date_weight``: within 7 days of a day, from 7 days before a month
+            to the end of the month after it (what was said "last month"), in a named
+            month of any year or the month after, or in a named year. Relative dates
+            ("last week") are not read: a query carries no date to count from. On
+            LoCoMo, turning it off lowers R@10 from 0.800 to 0.788 (held out: 0.774 to
+            0.767).
         max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
             lowest-ranked items are dropped until the block fits, and an item is never
             split (a block whose best item alone is over it is left out). None (the
@@ -161,6 +183,8 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     neighbor_weight: float = 0.5
+    speaker_weight: float = 1.0
+    date_weight: float = 1.0
     max_block_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -173,7 +197,14 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             check_int(
                 "RecallSettings.max_block_bytes", self.max_block_bytes, minimum=1, python=True
             )
-        for name in ("rrf_k", "dense_weight", "bm25_weight", "neighbor_weight"):
+        for name in (
+            "rrf_k",
+            "dense_weight",
+            "bm25_weight",
+            "neighbor_weight",
+            "speaker_weight",
+            "date_weight",
+        ):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

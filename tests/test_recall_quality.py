@@ -3,6 +3,7 @@ bench's measure on a tiny synthetic conversation (no model, no LoCoMo data)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import sys
@@ -14,16 +15,28 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index
 from actors._events import EventHub
+from actors._focus import (
+    DateMention,
+    entry_date,
+    named_speakers,
+    near,
+    query_dates,
+    speaker_of,
+    without_names,
+)
 from actors._fusion import FusedHit, neighbor_boost, rrf
 from actors._recall import RecallActor
 from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
+    Offload,
+    Offloaded,
     RecallSettings,
     SearchRequest,
     UnifiedMessage,
@@ -83,6 +96,10 @@ def test_default_memory_config_recalls_hybrid() -> None:
         ("rrf_k", float("inf")),
         ("dense_weight", -1.0),
         ("bm25_weight", "1"),
+        ("speaker_weight", -0.5),
+        ("speaker_weight", float("nan")),
+        ("date_weight", True),
+        ("date_weight", float("inf")),
     ],
 )
 def test_recall_settings_refuse_bad_values(field: str, value: object) -> None:
@@ -258,6 +275,177 @@ async def test_hybrid_recall_over_documents_and_an_empty_namespace() -> None:
             )
     assert report.turns[0].id == "d3"
     assert [t.id for t in report.turns] == [h.document.id for h in hits]
+
+
+# --- speaker focus and the time channel --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "speaker"),
+    [
+        ("Melanie: hi", "Melanie"),
+        ("John Smith: hi\nDate: 8 May, 2023", "John Smith"),
+        ("Anne-Marie O'Neil: hi", "Anne-Marie O'Neil"),
+        ("Émile: salut", "Émile"),
+        ("hello: there", None),  # not capitalized
+        ("Note to self: buy milk", None),  # "to" is not a name's word
+        ("A B C D: four words", None),
+        ("Melanie said: hi", None),
+        ("Melanie:hi", None),
+        ("", None),
+    ],
+)
+def test_speaker_of_reads_a_leading_name(text: str, speaker: str | None) -> None:
+    assert speaker_of(text) == speaker
+
+
+def test_named_speakers_need_someone_else() -> None:
+    speakers = ["Melanie", "Caroline", None, "Melanie"]
+    assert named_speakers("What does Melanie do to destress?", speakers) == {"Melanie"}
+    assert named_speakers("What is Melanie's job?", speakers) == {"Melanie"}
+    # Naming every speaker, nobody, or a lowercase word focuses on no one.
+    assert named_speakers("Did Melanie and Caroline meet?", speakers) == frozenset()
+    assert named_speakers("What do they like?", speakers) == frozenset()
+    assert named_speakers("what does melanie do?", speakers) == frozenset()
+    assert named_speakers("Where did Smith go?", ["John Smith", "Ann"]) == {"John Smith"}
+
+
+def test_without_names_keeps_the_rest_of_the_query() -> None:
+    assert without_names("What is Caroline's identity?", ["Caroline"]) == "What is identity?"
+    assert without_names("Did John Smith run?", ["John Smith"]) == "Did run?"
+    assert without_names("Carolines Caroline", ["Caroline"]) == "Carolines"
+    assert without_names("Caroline?", ["Caroline"]) == "Caroline?"  # nothing else left
+    assert without_names("no names", []) == "no names"
+
+
+@pytest.mark.parametrize(
+    ("query", "mentions"),
+    [
+        ("What did Mel paint in July 2023?", [DateMention(2023, 7, None)]),
+        ("on October 13, 2023?", [DateMention(2023, 10, 13)]),
+        ("on the 1st of February, 2023", [DateMention(2023, 2, 1)]),
+        ("What happened on 2023-05-08?", [DateMention(2023, 5, 8)]),
+        ("camping in june", [DateMention(None, 6, None)]),
+        ("in 2022", [DateMention(2022, None, None)]),
+        ("May I ask? She may go in May.", []),  # "May" alone is read as the verb
+        ("in May 2023", [DateMention(2023, 5, None)]),
+        ("on 30 February", []),  # no calendar date
+        ("at 10:30 with 200 people", []),
+    ],
+)
+def test_query_dates(query: str, mentions: list[DateMention]) -> None:
+    assert query_dates(query) == mentions
+
+
+def test_entry_date_reads_the_date_line() -> None:
+    entry = contextual_entry("Ann: hi", context=["Bob: yo"], date="1:56 pm on 8 May, 2023")
+    assert entry_date(entry) == dt.date(2023, 5, 8)
+    # Offload's own default: the current UTC date and time.
+    assert entry_date("Ann: hi\nDate: 01 December 2026, 11:40 UTC") == dt.date(2026, 12, 1)
+    assert entry_date("Ann: in May 2023\nDate: sometime") is None
+    assert entry_date("Ann: on 8 May, 2023") is None  # no date line: the turn's own words
+
+
+@pytest.mark.parametrize(
+    ("mention", "day", "expected"),
+    [
+        (DateMention(2023, 5, 8), dt.date(2023, 5, 15), True),
+        (DateMention(2023, 5, 8), dt.date(2023, 5, 16), False),
+        (DateMention(2023, 5, None), dt.date(2023, 4, 24), True),
+        (DateMention(2023, 5, None), dt.date(2023, 4, 23), False),
+        (DateMention(2023, 5, None), dt.date(2023, 6, 30), True),  # "last month"
+        (DateMention(2023, 5, None), dt.date(2023, 7, 1), False),
+        (DateMention(2023, 12, None), dt.date(2024, 1, 31), True),
+        (DateMention(None, 12, None), dt.date(2019, 1, 3), True),
+        (DateMention(None, 12, None), dt.date(2019, 2, 3), False),
+        (DateMention(2022, None, None), dt.date(2022, 12, 31), True),
+        (DateMention(2022, None, None), dt.date(2023, 1, 1), False),
+    ],
+)
+def test_near(mention: DateMention, day: dt.date, expected: bool) -> None:
+    assert near(mention, day) is expected
+
+
+CHAT = [
+    # Bob says Ann's name and the question's words; only Ann's own turns answer it.
+    ("8 May, 2023", "Ann", "Hiking in the hills is what I do"),
+    ("8 May, 2023", "Ann", "Not really, I order takeaway"),
+    ("8 May, 2023", "Bob", "Ann, what do you like to do on weekends? I like to know"),
+    ("8 May, 2023", "Bob", "Nice. Ann, do you like to cook too?"),
+    # The same words a month apart: only the date tells these two apart (recall keeps
+    # one content once, so the one recalled is the one that ranks first).
+    ("3 June, 2023", "Bob", "I went to the market for fresh bread"),
+    ("2 July, 2023", "Bob", "I went to the market for fresh bread"),
+]
+FOCUS_STORE = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=4096)
+
+
+async def offload_chat(store: Any) -> dict[str, str]:
+    """Offload CHAT through compaction, one ``compress`` per date (the user's path);
+    entry id → its date and line."""
+    ids: dict[str, str] = {}
+    async with open_memory(store=store, memory=MemoryConfig(strategies=[Offload(turns=8)])) as m:
+        for date in dict.fromkeys(d for d, _, _ in CHAT):
+            lines = [f"{who}: {text}" for d, who, text in CHAT if d == date]
+            messages = [UnifiedMessage.user(line) for line in lines]
+            compressed = await m.compress([*messages, UnifiedMessage.user("(next)")], date=date)
+            for action in compressed.report.actions:
+                assert isinstance(action, Offloaded)
+                for i, entry_id in zip(action.indices, action.ids, strict=True):
+                    ids[entry_id] = f"{date} | {lines[i]}"
+    return ids
+
+
+async def ranked(store: Any, query: str, ids: dict[str, str], **settings: Any) -> list[str]:
+    """What Memory.retrieve ranks for ``query`` with these ``RecallSettings``."""
+    config = MemoryConfig(recall=RecallSettings(**settings), min_similarity=None)
+    async with open_memory(store=store, memory=config) as memory:
+        report = await memory.retrieve(query, k=len(ids))
+    return [ids[t.id] for t in report.turns]
+
+
+async def check_focus(store: Any) -> None:
+    ids = await offload_chat(store)
+    question = "What does Ann like to do?"
+    # Without focus, Bob's turns that say "Ann" and "like" come first; with it, Ann's.
+    unfocused = await ranked(store, question, ids, speaker_weight=0.0)
+    assert [line.split(" | ")[1][:4] for line in unfocused[:2]] == ["Bob:", "Bob:"]
+    focused = await ranked(store, question, ids)
+    assert [line.split(" | ")[1][:4] for line in focused[:2]] == ["Ann:", "Ann:"]
+    # Hit scores are the cosine of the query that was embedded: Ann's name left out.
+    config = MemoryConfig(min_similarity=None)
+    async with open_memory(store=store, memory=config) as memory:
+        report = await memory.retrieve(question, k=len(ids))
+    plain = await store.retrieve_in(config.namespace, "What does like to do?", len(ids))
+    cosine = {t.id: t.score for t in plain.turns}
+    assert all(t.score == cosine[t.id] for t in report.turns)
+    bread = "Bob: I went to the market for fresh bread"
+    for query, date in [
+        ("Where did Bob go in June 2023?", "3 June, 2023"),
+        ("Where did Bob go on 30 June, 2023?", "2 July, 2023"),  # within 7 days
+        ("Where did Bob go in July?", "2 July, 2023"),
+        ("Where did Bob go on 2023-06-05?", "3 June, 2023"),
+    ]:
+        assert (await ranked(store, query, ids))[0] == f"{date} | {bread}", query
+    # With the time channel off, the June entry's date line matches "June" by BM25 (the
+    # same content is recalled once, at its best rank: this is the one that ranks first).
+    order = await ranked(store, "Where did Bob go on 30 June, 2023?", ids, date_weight=0.0)
+    assert f"3 June, 2023 | {bread}" in order
+
+
+async def test_speaker_focus_and_time_channel_through_memory() -> None:
+    with trio.fail_after(20):
+        async with open_store(FOCUS_STORE, HashingEmbedder(DIM)) as store:
+            await check_focus(store)
+
+
+async def test_speaker_focus_and_time_channel_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    open_pg_store = pg_store_opener()
+    with trio.fail_after(60):
+        async with open_pg_store(
+            pg_dsn, FOCUS_STORE, HashingEmbedder(DIM), table=pg_table
+        ) as store:
+            await check_focus(store)
 
 
 # --- the bench's measure ----------------------------------------------------------------
