@@ -1,7 +1,15 @@
-"""OpenBLAS thread control for scans: a process-wide guard that holds OpenBLAS at one
-thread while any scan asks for it, and a chooser that picks, scan by scan, between one
-thread and BLAS as configured from the measured times of recent scans (``_scan.py``
-explains why this machine needs both).
+"""BLAS thread control for scans: a chooser that picks, scan by scan, between one core
+and BLAS as configured from the measured times of recent scans, and the two ways a scan
+gets "one core" (``_scan.py`` explains why this machine needs the choice).
+
+- **By default** (``open_store(..., blas_threads=None)``) nothing process-wide is ever
+  changed. A scan that should run on one core calls BLAS on row blocks of fewer than
+  ``BLAS_SINGLE_BELOW`` floats each, which OpenBLAS runs on the calling thread by its own
+  rule (:class:`LeaveThreads`).
+- **Opted in** (``blas_threads="auto"``), such a scan holds OpenBLAS's process-wide
+  thread count at one while it runs (:class:`BlasThreads`, through :class:`HoldThreads`):
+  one call over the whole arena, and every other thread of the process that calls BLAS
+  meanwhile runs on one thread too.
 """
 
 from __future__ import annotations
@@ -13,7 +21,27 @@ from typing import Any
 import attrs
 import numpy as np
 
-__all__ = ["BlasThreads", "ThreadChooser", "blas_threads", "cores"]
+from protocol import ConfigError
+from protocol._checks import shown
+
+__all__ = [
+    "BLAS_SINGLE_BELOW",
+    "BlasControl",
+    "BlasThreads",
+    "HoldThreads",
+    "LeaveThreads",
+    "ThreadChooser",
+    "blas_control",
+    "blas_threads",
+    "cores",
+]
+
+#: OpenBLAS 0.3.x runs sgemv on the calling thread below 115200 × GEMM_MULTITHREAD_THRESHOLD
+#: (4) = 460 800 elements (seen here: a matvec of 460 800 floats gives CPU time to its
+#: worker thread, one of 399 360 never does). A scan below this size is one thread
+#: whatever the settings, and a one-core scan of a bigger arena is cut into row blocks
+#: under it.
+BLAS_SINGLE_BELOW = 400_000
 
 
 def cores() -> int:
@@ -87,8 +115,63 @@ class BlasThreads:
                         lib.set_num_threads(count)
 
 
-#: The process-wide guard every store shares.
+#: The process-wide guard every store opened with ``blas_threads="auto"`` shares.
 blas_threads = BlasThreads()
+
+
+class BlasControl:
+    """How a store's scans get "one core" (see the module docstring).
+
+    ``acquire(single)`` is called on the trio thread before a scan and returns whether
+    it runs on one core; ``release()`` after it. ``blocks`` says whether a one-core
+    scan must call BLAS on row blocks under ``BLAS_SINGLE_BELOW`` floats (nothing else
+    keeps OpenBLAS from using its threads), or may make one call.
+    """
+
+    blocks: bool = True
+    #: What ``open_store``'s ``blas_threads`` was: None or ``"auto"``.
+    setting: str | None = None
+
+    def acquire(self, single: bool) -> bool:
+        return single
+
+    def release(self) -> None:
+        return None
+
+
+class LeaveThreads(BlasControl):
+    """The default: the BLAS thread count is never read or changed."""
+
+
+class HoldThreads(BlasControl):
+    """``blas_threads="auto"``: a one-core scan holds OpenBLAS at one thread, process-wide,
+    through the shared :data:`blas_threads` guard."""
+
+    blocks = False
+    setting = "auto"
+
+    def acquire(self, single: bool) -> bool:
+        return blas_threads.acquire(single)
+
+    def release(self) -> None:
+        blas_threads.release()
+
+
+def blas_control(setting: object) -> BlasControl:
+    """The control for ``open_store``'s ``blas_threads`` argument, checked.
+
+    Raises:
+        ConfigError: anything but None or ``"auto"``.
+    """
+    if setting is None:
+        return LeaveThreads()
+    if isinstance(setting, str) and setting == "auto":
+        return HoldThreads()
+    raise ConfigError(
+        f"blas_threads is {shown(setting)}; expected None (the default: reads never change "
+        "the process's BLAS thread count) or 'auto' (a read may hold OpenBLAS at one "
+        "thread, for the whole process, while it scans)"
+    )
 
 
 #: The chooser's first probe of the other BLAS setting, and its longest back-off.

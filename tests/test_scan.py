@@ -463,7 +463,9 @@ async def test_threaded_scans_restore_the_blas_thread_count() -> None:
     table = unit(np.random.default_rng(4).standard_normal((64, d)))
     config = VectorStoreConfig(max_entries=n, dimensions=d, max_entry_bytes=100)
     with trio.fail_after(TIMEOUT):
-        async with open_store(config, TableEmbedder(table), thread_scan_threshold=0) as store:
+        async with open_store(
+            config, TableEmbedder(table), thread_scan_threshold=0, blas_threads="auto"
+        ) as store:
             await store.store_turns(turns(n))
             async with trio.open_nursery() as nursery:
                 for i in range(8):
