@@ -23,6 +23,7 @@ from protocol import (
 )
 from protocol._filters import check_filter
 
+from ._blas import blas_control
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._prepare import (
@@ -33,7 +34,6 @@ from ._prepare import (
     check_store_config,
     clamp_k,
 )
-from ._blas import blas_control
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._search import run_search
 from ._sparse import SparseEmbeddingModel
@@ -328,8 +328,8 @@ async def open_store(
 
     Raises:
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
-            blas_threads, on_event, embed_timeout or sparse, or a profile whose dimensions differ from
-            the config's.
+            blas_threads, on_event, embed_timeout or sparse, or a profile whose
+            dimensions differ from the config's.
 
     (Long only for this docstring, which documents every argument; the body checks the
     arguments and runs the actor through the one lifecycle.)

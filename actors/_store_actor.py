@@ -51,6 +51,7 @@ from protocol.messages import (
 )
 
 from ._arena import Arena, Entries, Snapshot, kept_text
+from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
 from ._mailbox import REPLIED, CrashableActor, Envelope
@@ -63,7 +64,6 @@ from ._prepare import (
     exact_msgpack_many,
     private_json,
 )
-from ._blas import BlasControl, LeaveThreads
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._sparse import SparseEmbeddingModel
 from ._sparse_index import SparseIndex, SparsePair, checked_sparse
