@@ -32,6 +32,7 @@ from-scratch computation that evaluates the same formula in the same order.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from array import array
@@ -66,15 +67,22 @@ BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
 
 
-# The stemmer keeps its own bounded cache of recent words (10,000 by default).
 _STEMMER = snowballstemmer.stemmer("english")
+
+
+# snowballstemmer 3 keeps no cache of its own, and stemming a word in pure Python costs
+# about 50 us: it was most of a pg write's preparation (design §9). Words follow Zipf's
+# law, so a bounded memo of the stems answers nearly every token.
+@functools.lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    stem: str = _STEMMER.stemWord(word)
+    return stem
 
 
 def tokenize(text: str) -> list[str]:
     """The BM25 tokens of ``text``: the stems of its lowercased runs of alphanumeric
     characters."""
-    words: list[str] = _STEMMER.stemWords(_TOKEN.findall(text.lower()))
-    return words
+    return [_stem(word) for word in _TOKEN.findall(text.lower())]
 
 
 def idf(n_docs: int, df: int) -> float:

@@ -26,7 +26,8 @@ through the memory's store; LangGraph's and LangChain's stores are filled in the
 their own ``put`` and ``add_texts`` produce, without embedding.
 
 "The embedder" is the wall time of each call to the embedder's own API
-(``embed_documents``/``embed_query`` for ours, the LangChain ``Embeddings`` adapter's
+(``embed_with_report``, which the store calls for documents and queries, for ours;
+the LangChain ``Embeddings`` adapter's
 methods for theirs); "the rest" is the turn's wall time minus that. Contenders are
 interleaved round-robin, one turn each per round, in an order shuffled every round.
 Writes ``benches/results/turn.json`` and ``benches/results/turn.png``.
@@ -134,25 +135,19 @@ class EmbedClock:
 
 
 def clock_model(model: MiniLMEmbedder, clock: EmbedClock) -> None:
-    """Time ``model``'s async API (what the store's adapter calls), in place."""
-    documents, query = model.embed_documents, model.embed_query
+    """Time ``model``'s async API in place: ``embed_with_report``, which the store's
+    adapter calls (through a ``CachedEmbedder`` with no cache) for documents and
+    queries alike."""
+    report = model.embed_with_report
 
-    async def embed_documents(texts: Sequence[str]) -> Any:
+    async def embed_with_report(texts: Sequence[str], input_type: str) -> Any:
         start = time.perf_counter()
         try:
-            return await documents(texts)
+            return await report(texts, input_type)
         finally:
-            clock.add("document", time.perf_counter() - start)
+            clock.add(input_type, time.perf_counter() - start)
 
-    async def embed_query(text: str) -> Any:
-        start = time.perf_counter()
-        try:
-            return await query(text)
-        finally:
-            clock.add("query", time.perf_counter() - start)
-
-    model.embed_documents = embed_documents  # type: ignore[method-assign]
-    model.embed_query = embed_query  # type: ignore[method-assign]
+    model.embed_with_report = embed_with_report  # type: ignore[method-assign]
 
 
 def lc_embeddings(model: MiniLMEmbedder, clock: EmbedClock) -> Any:
