@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import trio
+from vector_store import machine, write_results  # this script's folder
 
 from actors import EchoDispatcher, MiniLMEmbedder, open_memory
 from protocol import (
@@ -204,6 +205,37 @@ def placed(messages: list[dict[str, str]], block: str | None) -> list[dict[str, 
 Turn = Callable[[int], Awaitable[dict[str, float]]]
 
 
+def same_work(
+    request_at: Callable[[int], tuple[str, str, str]],
+    store: Callable[[str, str, int], None],
+    search: Callable[[str], list[tuple[str, float]]],
+) -> Turn:
+    """A contender's turn ``t``: store the previous exchange, search for the new user
+    message, render the hits and place the block before it; each part timed."""
+
+    async def turn(t: int) -> dict[str, float]:
+        before, answer, now = request_at(t)
+        messages = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": now},
+        ]
+        start = time.perf_counter()
+        store(before, answer, t)
+        stored = time.perf_counter()
+        hits = search(now)
+        searched = time.perf_counter()
+        placed(messages, render_hits(hits))
+        done = time.perf_counter()
+        return {
+            "store": stored - start,
+            "search": searched - stored,
+            "render": done - searched,
+            "turn": done - start,
+        }
+
+    return turn
+
+
 async def bench_size(
     n: int,
     model: MiniLMEmbedder,
@@ -280,25 +312,14 @@ async def bench_size(
                 }
             out["fill_seconds_langchain"] = time.perf_counter() - started
 
-            async def langchain(t: int) -> dict[str, float]:
-                before, answer, now = request_at(t)
-                messages = [
-                    {"role": "system", "content": "You are a helpful assistant."},
-                    {"role": "user", "content": now},
-                ]
-                start = time.perf_counter()
+            def lc_store(before: str, answer: str, t: int) -> None:
                 lc.add_texts([before, answer])
-                stored = time.perf_counter()
+
+            def lc_search(now: str) -> list[tuple[str, float]]:
                 hits = lc.similarity_search_with_score(now, k=K)
-                searched = time.perf_counter()
-                placed(messages, render_hits([(d.page_content, s) for d, s in hits]))
-                done = time.perf_counter()
-                return {
-                    "store": stored - start,
-                    "search": searched - stored,
-                    "render": done - searched,
-                    "turn": done - start,
-                }
+                return [(d.page_content, s) for d, s in hits]
+
+            langchain = same_work(request_at, lc_store, lc_search)
 
             contenders["langchain InMemoryVectorStore"] = (langchain, slow_turns)
 
@@ -322,30 +343,20 @@ async def bench_size(
                 lg._vectors[ns][key]["text"] = table[i].tolist()
             out["fill_seconds_langgraph"] = time.perf_counter() - started
 
-            async def langgraph(t: int) -> dict[str, float]:
-                before, answer, now = request_at(t)
-                messages = [
-                    {"role": "system", "content": "You are a helpful assistant."},
-                    {"role": "user", "content": now},
-                ]
-                start = time.perf_counter()
+            def lg_store(before: str, answer: str, t: int) -> None:
                 lg.batch(
                     [
                         PutOp(ns, f"turn-{t}-u", {"text": before}),
                         PutOp(ns, f"turn-{t}-a", {"text": answer}),
                     ]
                 )
-                stored = time.perf_counter()
-                hits = lg.search(ns, query=now, limit=K)
-                searched = time.perf_counter()
-                placed(messages, render_hits([(h.value["text"], h.score or 0.0) for h in hits]))
-                done = time.perf_counter()
-                return {
-                    "store": stored - start,
-                    "search": searched - stored,
-                    "render": done - searched,
-                    "turn": done - start,
-                }
+
+            def lg_search(now: str) -> list[tuple[str, float]]:
+                return [
+                    (h.value["text"], h.score or 0.0) for h in lg.search(ns, query=now, limit=K)
+                ]
+
+            langgraph = same_work(request_at, lg_store, lg_search)
 
             contenders["langgraph InMemoryStore"] = (langgraph, slow_turns)
 
@@ -530,25 +541,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "numpy": np.__version__,
-        "load_average": os.getloadavg(),
-    }
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = locomo_turns(args.data)[: args.pool]
     vectors = embedded(texts, args.cache)
@@ -588,14 +580,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     results = trio.run(run, args)
     results["seconds"] = time.perf_counter() - started
-    lines = report(results)
-    lines.append(
-        f"\nload average at end {results['load_average_end']}; took {results['seconds']:.0f} s"
-    )
-    print("\n".join(lines))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "turn.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(results, args.out / "turn.png")
+    write_results(results, report(results), args.out, "turn", plot)
 
 
 if __name__ == "__main__":

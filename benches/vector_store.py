@@ -351,23 +351,22 @@ async def bench_concurrent(quick: bool) -> dict[str, Any]:
         await auto.store_turns([UnifiedMessage.user(f"r{i}") for i in range(n)])
         arena = store._actor.vectors[:n]
 
-        async def auto_sequential() -> None:
-            for q in queries:
-                await auto.retrieve_embedding(q, K)
+        def reads(on: Any) -> tuple[Timer, Timer]:
+            """64 reads of ``on``, one after the other and all at once."""
 
-        async def auto_concurrent() -> None:
-            async with trio.open_nursery() as nursery:
+            async def sequential() -> None:
                 for q in queries:
-                    nursery.start_soon(auto.retrieve_embedding, q, K)
+                    await on.retrieve_embedding(q, K)
 
-        async def sequential() -> None:
-            for q in queries:
-                await store.retrieve_embedding(q, K)
+            async def concurrent() -> None:
+                async with trio.open_nursery() as nursery:
+                    for q in queries:
+                        nursery.start_soon(on.retrieve_embedding, q, K)
 
-        async def concurrent() -> None:
-            async with trio.open_nursery() as nursery:
-                for q in queries:
-                    nursery.start_soon(store.retrieve_embedding, q, K)
+            return sequential, concurrent
+
+        sequential, concurrent = reads(store)
+        auto_sequential, auto_concurrent = reads(auto)
 
         def numpy_sequential() -> None:
             for q in queries:
@@ -855,13 +854,24 @@ def main(argv: list[str] | None = None) -> None:
     if args.pg:
         lines += report_pg(results["pg"])
     results["seconds"] = time.perf_counter() - started
+    write_results(results, lines, args.out, "latest", plot)
+
+
+def write_results(
+    results: dict[str, Any],
+    lines: list[str],
+    out: Path,
+    stem: str,
+    draw: Callable[[dict[str, Any], Path], None],
+) -> None:
+    """Print the table with the closing load average; write ``stem``.json and .png."""
     lines.append(
         f"\nload average at end {results['load_average_end']}; took {results['seconds']:.0f} s"
     )
     print("\n".join(lines))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latest.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(results, args.out / "latest.png")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
+    draw(results, out / f"{stem}.png")
 
 
 if __name__ == "__main__":

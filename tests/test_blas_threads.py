@@ -42,6 +42,13 @@ class Watch:
     def counts(self) -> tuple[int, ...]:
         return tuple(int(lib.get_num_threads()) for lib in self.libs)
 
+    def counts_above_one(self) -> tuple[int, ...]:
+        """The counts now, when one of them is over one (else the test is skipped)."""
+        counts = self.counts()
+        if all(count == 1 for count in counts):
+            pytest.skip("BLAS cannot run on two threads here")
+        return counts
+
     def _sample(self) -> None:
         while not self._stop.is_set():
             self.seen.add(self.counts())
@@ -168,9 +175,7 @@ async def test_blas_threads_auto_holds_openblas_at_one_thread_per_scan(watch: Wa
     small = N // 4  # 131 072 floats: under the size the chooser decides about
     rows = table(2)[:small]
     config = VectorStoreConfig(max_entries=small, dimensions=D, max_entry_bytes=100)
-    before = watch.counts()
-    if before == tuple(1 for _ in before):
-        pytest.skip("BLAS cannot run on two threads here")
+    before = watch.counts_above_one()
     with trio.fail_after(TIMEOUT):
         # Every read in a thread: a small one always runs on one core, so each one
         # holds the count at one and gives it back.
@@ -190,9 +195,7 @@ async def test_blas_threads_auto_holds_openblas_at_one_thread_per_scan(watch: Wa
 
 async def test_blas_threads_auto_follows_the_chooser_through_open_memory(watch: Watch) -> None:
     config = VectorStoreConfig(max_entries=N, dimensions=D, max_entry_bytes=200)
-    before = watch.counts()
-    if before == tuple(1 for _ in before):
-        pytest.skip("BLAS cannot run on two threads here")
+    before = watch.counts_above_one()
     with trio.fail_after(TIMEOUT):
         async with open_memory(
             store=config, embedder=HashingEmbedder(D), blas_threads="auto"
