@@ -179,6 +179,9 @@ PROBE_FIRST = 4
 PROBE_EVERY = 16
 PROBE_MAX = 256
 _WINDOW = 3
+#: How much slower than the other setting's median the current one must get to switch
+#: without a probe.
+SWITCH_MARGIN = 1.5
 
 
 def _median(values: list[float]) -> float:
@@ -227,9 +230,13 @@ class _SizeClass:
             else:
                 self.probe_every = min(PROBE_MAX, self.probe_every * 2)
             self.probe_in = self.probe_every
-        elif other and _median(window) > _median(other):
-            # The current setting got slower than the other was last seen: switch, and
-            # let the next probe check the way back.
+        elif other and _median(window) > SWITCH_MARGIN * _median(other):
+            # The current setting got clearly slower than the other was last seen:
+            # switch, and let the next probe check the way back. The margin keeps
+            # preemption (which only ever adds time, and on a loaded machine hits a
+            # one-thread scan's p90 about as hard as a stall hits two threads) from
+            # flipping the choice back and forth; a real change of load is many times
+            # over it (quiet: 1.5x the other way; busy: 5-15x).
             self.single = not single
             self.probe_every = PROBE_EVERY
             self.probe_in = self.probe_every

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import trio
-from vector_store import machine, write_results  # this script's folder
+from vector_store import machine, schedule, write_results  # this script's folder
 
 from actors import EchoDispatcher, MiniLMEmbedder, open_memory
 from protocol import (
@@ -404,31 +403,23 @@ async def interleave(
     contenders: dict[str, tuple[Turn, int]], clock: EmbedClock
 ) -> dict[str, dict[str, list[float]]]:
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in contenders}
-    done = dict.fromkeys(contenders, 0)
-    rounds = max(reps for _, reps in contenders.values())
-    order = list(contenders.items())
-    shuffle = random.Random(len(order)).shuffle
-    for r in range(rounds):
-        shuffle(order)
-        for name, (call, reps) in order:
-            if done[name] < reps and r * reps // rounds == done[name]:
-                clock.take()
-                sample = await call(done[name])
-                spent = clock.take()
-                embedder = sum(spent.values())
-                sample["embedder"] = embedder
-                for kind, seconds in spent.items():
-                    sample[f"embedder: {kind}"] = seconds
-                sample["rest"] = sample["turn"] - embedder
-                sample["rest share"] = sample["rest"] / sample["turn"]
-                # Ours: which stage the rest is in (its offload embeds documents, its
-                # recall the query).
-                if "compress" in sample:
-                    sample["compress, rest"] = sample["compress"] - spent.get("document", 0.0)
-                    sample["retrieve, rest"] = sample["retrieve"] - spent.get("query", 0.0)
-                for key, value in sample.items():
-                    samples[name].setdefault(key, []).append(value)
-                done[name] += 1
+    for name, t in schedule({name: reps for name, (_, reps) in contenders.items()}):
+        clock.take()
+        sample = await contenders[name][0](t)
+        spent = clock.take()
+        embedder = sum(spent.values())
+        sample["embedder"] = embedder
+        for kind, seconds in spent.items():
+            sample[f"embedder: {kind}"] = seconds
+        sample["rest"] = sample["turn"] - embedder
+        sample["rest share"] = sample["rest"] / sample["turn"]
+        # Ours: which stage the rest is in (its offload embeds documents, its
+        # recall the query).
+        if "compress" in sample:
+            sample["compress, rest"] = sample["compress"] - spent.get("document", 0.0)
+            sample["retrieve, rest"] = sample["retrieve"] - spent.get("query", 0.0)
+        for key, value in sample.items():
+            samples[name].setdefault(key, []).append(value)
     return samples
 
 

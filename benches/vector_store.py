@@ -24,7 +24,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,22 @@ def stats(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def schedule(reps: dict[str, int]) -> Iterator[tuple[str, int]]:
+    """``(contender, repetition)`` in the order to run them: one call each per round,
+    in an order shuffled every round (fixed seed), a contender with fewer repetitions
+    spread evenly over the rounds."""
+    done = dict.fromkeys(reps, 0)
+    rounds = max(reps.values())
+    order = list(reps)
+    shuffle = random.Random(len(order)).shuffle
+    for r in range(rounds):
+        shuffle(order)
+        for name in order:
+            if done[name] < reps[name] and r * reps[name] // rounds == done[name]:
+                yield name, done[name]
+                done[name] += 1
+
+
 async def interleave(contenders: dict[str, tuple[Timer, int]]) -> dict[str, dict[str, float]]:
     """Run each contender once per round until it has its repetitions.
 
@@ -129,21 +145,14 @@ async def interleave(contenders: dict[str, tuple[Timer, int]]) -> dict[str, dict
     when the other core is busy, so no contender may always follow the same one.
     """
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    rounds = max(reps for _, reps in contenders.values())
-    order = list(contenders.items())
-    shuffle = random.Random(len(order)).shuffle
-    for r in range(rounds):
-        shuffle(order)
-        for name, (call, reps) in order:
-            # Spread a slow contender's few repetitions evenly over the rounds.
-            if len(samples[name]) < reps and r * reps // rounds == len(samples[name]):
-                if WATCH is not None:
-                    WATCH.current = name
-                start = time.perf_counter()
-                await call()
-                samples[name].append(time.perf_counter() - start)
-                if WATCH is not None:
-                    WATCH.current = "between"
+    for name, _ in schedule({name: reps for name, (_, reps) in contenders.items()}):
+        if WATCH is not None:
+            WATCH.current = name
+        start = time.perf_counter()
+        await contenders[name][0]()
+        samples[name].append(time.perf_counter() - start)
+        if WATCH is not None:
+            WATCH.current = "between"
     out = {name: stats(s) for name, s in samples.items()}
     if WATCH is not None:
         for name in out:
