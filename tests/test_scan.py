@@ -522,14 +522,14 @@ def test_the_chooser_follows_the_load_both_ways() -> None:
 
 def test_preempted_one_thread_scans_do_not_flip_the_choice() -> None:
     # Busy: two threads stall (12), one thread is fast (1.6) but preempted now and then,
-    # twice in a row (10): about as slow as a stall, which must not look like one.
+    # twice in a row (13): about as slow as a stall, which must not look like one.
     chooser = ThreadChooser()
     floats = 1 << 20
     drive(chooser, {False: 12.0, True: 1.6}, 40)
     used = []
     for i in range(200):
         single = chooser.single(floats, 0)
-        cost = (10.0 if i % 20 in (0, 1) else 1.6) if single else 12.0
+        cost = (13.0 if i % 20 in (0, 1) else 1.6) if single else 12.0
         chooser.record(floats, 0, single, cost * floats)
         used.append(single)
     assert sum(not u for u in used) <= 200 // PROBE_EVERY  # only the probes
