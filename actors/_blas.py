@@ -178,7 +178,7 @@ def blas_control(setting: object) -> BlasControl:
 PROBE_FIRST = 4
 PROBE_EVERY = 16
 PROBE_MAX = 256
-_WINDOW = 3
+_WINDOW = 5
 #: How much slower than the other setting's median the current one must get to switch
 #: without a probe.
 SWITCH_MARGIN = 1.5
@@ -249,12 +249,15 @@ class ThreadChooser:
     On a quiet 2-core machine two OpenBLAS threads read the arena about 1.5× faster than
     one (8192×768: 1.17 against 1.80 ms). When the other core is busy, a two-thread call
     stalls in steps of a scheduler tick (8–28 ms), while one thread slows by about 10%.
-    Load comes and goes, so no fixed choice is right: the chooser keeps the last three
+    Load comes and goes, so no fixed choice is right: the chooser keeps the last five
     times per float of each setting, per size class (rows × dimensions, by powers of two)
     and per path (inline, or threaded with a batch of so many queries, by powers of
-    two), and uses the setting whose median is lower. The
+    two), and keeps its setting until that one's median gets 1.5× the other's
+    (``SWITCH_MARGIN``: on a loaded machine preemption puts a one-thread scan's p90 near
+    a stall, and runs of two preempted scans were seen to flip a window of three). The
     other one is probed now and then (every 16 scans, backing off to 256 while it keeps
-    losing), so the choice follows the load both ways. A probe that lands on a busy core
+    losing; a probe wins by beating the current median), so the choice follows the load
+    both ways. A probe that lands on a busy core
     costs one stall, which stays out of the p90 at these intervals. Trio thread only.
     """
 

@@ -512,7 +512,7 @@ def test_the_chooser_follows_the_load_both_ways() -> None:
     assert sum(used) <= 1 + 200 // PROBE_EVERY
     assert not any(used[-PROBE_EVERY:-1])
     used = drive(chooser, busy, 200)
-    assert used.index(True) <= 2  # two stalls in a row move it to one thread
+    assert used.index(True) <= 3  # three stalls of five move it to one thread
     assert sum(not u for u in used) <= 2 + 200 // PROBE_EVERY  # the probes back
     used = drive(chooser, quiet, 600)
     first = used.index(False)
