@@ -32,7 +32,6 @@ from-scratch computation that evaluates the same formula in the same order.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from array import array
@@ -67,22 +66,21 @@ BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
 
 
+# With PyStemmer installed (the pg extra installs it), snowballstemmer runs its C build
+# of the same algorithms: about 2 us a word, against 85 us in pure Python, which was
+# most of a bulk pg write's preparation (benches/README.md, "pg at scale"). Its cache
+# of recent words is turned off: the store's memory bound (README, "The store") counts
+# every byte a write leaves behind, and the C stemmer is fast enough without it.
 _STEMMER = snowballstemmer.stemmer("english")
-
-
-# snowballstemmer 3 keeps no cache of its own, and stemming a word in pure Python costs
-# about 50 us: it was most of a pg write's preparation (design §9). Words follow Zipf's
-# law, so a bounded memo of the stems answers nearly every token.
-@functools.lru_cache(maxsize=1 << 16)
-def _stem(word: str) -> str:
-    stem: str = _STEMMER.stemWord(word)
-    return stem
+if hasattr(_STEMMER, "maxCacheSize"):
+    _STEMMER.maxCacheSize = 0
 
 
 def tokenize(text: str) -> list[str]:
     """The BM25 tokens of ``text``: the stems of its lowercased runs of alphanumeric
     characters."""
-    return [_stem(word) for word in _TOKEN.findall(text.lower())]
+    words: list[str] = _STEMMER.stemWords(_TOKEN.findall(text.lower()))
+    return words
 
 
 def idf(n_docs: int, df: int) -> float:

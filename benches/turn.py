@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    uv run --extra bench --extra embed python benches/turn.py --data ../shared/data/locomo
-    uv run --extra bench --extra embed python benches/turn.py --data ... --quick   # smoke
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ../shared/data/locomo
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ... --quick   # smoke
 
 For memories of 1k, 10k and 100k entries it times ``Memory.turn`` (the default
 ``MemoryConfig`` with one ``Offload(turns=2)`` strategy, since the default has none and
