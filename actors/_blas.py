@@ -1,7 +1,15 @@
-"""OpenBLAS thread control for scans: a process-wide guard that holds OpenBLAS at one
-thread while any scan asks for it, and a chooser that picks, scan by scan, between one
-thread and BLAS as configured from the measured times of recent scans (``_scan.py``
-explains why this machine needs both).
+"""BLAS thread control for scans: a chooser that picks, scan by scan, between one core
+and BLAS as configured from the measured times of recent scans, and the two ways a scan
+gets "one core" (``_scan.py`` explains why this machine needs the choice).
+
+- **By default** (``open_store(..., blas_threads=None)``) nothing process-wide is ever
+  changed. A scan that should run on one core calls BLAS on row blocks of fewer than
+  ``BLAS_SINGLE_BELOW`` floats each, which OpenBLAS runs on the calling thread by its own
+  rule (:class:`LeaveThreads`).
+- **Opted in** (``blas_threads="auto"``), such a scan holds OpenBLAS's process-wide
+  thread count at one while it runs (:class:`BlasThreads`, through :class:`HoldThreads`):
+  one call over the whole arena, and every other thread of the process that calls BLAS
+  meanwhile runs on one thread too.
 """
 
 from __future__ import annotations
@@ -13,7 +21,27 @@ from typing import Any
 import attrs
 import numpy as np
 
-__all__ = ["BlasThreads", "ThreadChooser", "blas_threads", "cores"]
+from protocol import ConfigError
+from protocol._checks import shown
+
+__all__ = [
+    "BLAS_SINGLE_BELOW",
+    "BlasControl",
+    "BlasThreads",
+    "HoldThreads",
+    "LeaveThreads",
+    "ThreadChooser",
+    "blas_control",
+    "blas_threads",
+    "cores",
+]
+
+#: OpenBLAS 0.3.x runs sgemv on the calling thread below 115200 × GEMM_MULTITHREAD_THRESHOLD
+#: (4) = 460 800 elements (seen here: a matvec of 460 800 floats gives CPU time to its
+#: worker thread, one of 399 360 never does). A scan below this size is one thread
+#: whatever the settings, and a one-core scan of a bigger arena is cut into row blocks
+#: under it.
+BLAS_SINGLE_BELOW = 400_000
 
 
 def cores() -> int:
@@ -87,15 +115,73 @@ class BlasThreads:
                         lib.set_num_threads(count)
 
 
-#: The process-wide guard every store shares.
+#: The process-wide guard every store opened with ``blas_threads="auto"`` shares.
 blas_threads = BlasThreads()
+
+
+class BlasControl:
+    """How a store's scans get "one core" (see the module docstring).
+
+    ``acquire(single)`` is called on the trio thread before a scan and returns whether
+    it runs on one core; ``release()`` after it. ``blocks`` says whether a one-core
+    scan must call BLAS on row blocks under ``BLAS_SINGLE_BELOW`` floats (nothing else
+    keeps OpenBLAS from using its threads), or may make one call.
+    """
+
+    blocks: bool = True
+    #: What ``open_store``'s ``blas_threads`` was: None or ``"auto"``.
+    setting: str | None = None
+
+    def acquire(self, single: bool) -> bool:
+        return single
+
+    def release(self) -> None:
+        return None
+
+
+class LeaveThreads(BlasControl):
+    """The default: the BLAS thread count is never read or changed."""
+
+
+class HoldThreads(BlasControl):
+    """``blas_threads="auto"``: a one-core scan holds OpenBLAS at one thread, process-wide,
+    through the shared :data:`blas_threads` guard."""
+
+    blocks = False
+    setting = "auto"
+
+    def acquire(self, single: bool) -> bool:
+        return blas_threads.acquire(single)
+
+    def release(self) -> None:
+        blas_threads.release()
+
+
+def blas_control(setting: object) -> BlasControl:
+    """The control for ``open_store``'s ``blas_threads`` argument, checked.
+
+    Raises:
+        ConfigError: anything but None or ``"auto"``.
+    """
+    if setting is None:
+        return LeaveThreads()
+    if isinstance(setting, str) and setting == "auto":
+        return HoldThreads()
+    raise ConfigError(
+        f"blas_threads is {shown(setting)}; expected None (the default: reads never change "
+        "the process's BLAS thread count) or 'auto' (a read may hold OpenBLAS at one "
+        "thread, for the whole process, while it scans)"
+    )
 
 
 #: The chooser's first probe of the other BLAS setting, and its longest back-off.
 PROBE_FIRST = 4
 PROBE_EVERY = 16
 PROBE_MAX = 256
-_WINDOW = 3
+_WINDOW = 5
+#: How much slower than the other setting's median the current one must get to switch
+#: without a probe.
+SWITCH_MARGIN = 1.5
 
 
 def _median(values: list[float]) -> float:
@@ -144,9 +230,13 @@ class _SizeClass:
             else:
                 self.probe_every = min(PROBE_MAX, self.probe_every * 2)
             self.probe_in = self.probe_every
-        elif other and _median(window) > _median(other):
-            # The current setting got slower than the other was last seen: switch, and
-            # let the next probe check the way back.
+        elif other and _median(window) > SWITCH_MARGIN * _median(other):
+            # The current setting got clearly slower than the other was last seen:
+            # switch, and let the next probe check the way back. The margin keeps
+            # preemption (which only ever adds time, and on a loaded machine hits a
+            # one-thread scan's p90 about as hard as a stall hits two threads) from
+            # flipping the choice back and forth; a real change of load is many times
+            # over it (quiet: 1.5x the other way; busy: 5-15x).
             self.single = not single
             self.probe_every = PROBE_EVERY
             self.probe_in = self.probe_every
@@ -159,12 +249,15 @@ class ThreadChooser:
     On a quiet 2-core machine two OpenBLAS threads read the arena about 1.5× faster than
     one (8192×768: 1.17 against 1.80 ms). When the other core is busy, a two-thread call
     stalls in steps of a scheduler tick (8–28 ms), while one thread slows by about 10%.
-    Load comes and goes, so no fixed choice is right: the chooser keeps the last three
+    Load comes and goes, so no fixed choice is right: the chooser keeps the last five
     times per float of each setting, per size class (rows × dimensions, by powers of two)
     and per path (inline, or threaded with a batch of so many queries, by powers of
-    two), and uses the setting whose median is lower. The
+    two), and keeps its setting until that one's median gets 1.5× the other's
+    (``SWITCH_MARGIN``: on a loaded machine preemption puts a one-thread scan's p90 near
+    a stall, and runs of two preempted scans were seen to flip a window of three). The
     other one is probed now and then (every 16 scans, backing off to 256 while it keeps
-    losing), so the choice follows the load both ways. A probe that lands on a busy core
+    losing; a probe wins by beating the current median), so the choice follows the load
+    both ways. A probe that lands on a busy core
     costs one stall, which stays out of the p90 at these intervals. Trio thread only.
     """
 

@@ -377,6 +377,13 @@ class Bm25Index:
         """
         check_int("n", n)
         slots, scores = self.scores(query, mask, group)
+        if slots.shape[0] > 4 * n:
+            # Only what can make the top n is sorted: every hit scoring at least the n-th
+            # best (its ties included, which the sort then orders). A query of common
+            # words hits most of the index, and sorting all of it cost more than scoring.
+            kth = np.partition(scores, slots.shape[0] - n)[slots.shape[0] - n]
+            keep = scores >= kth
+            slots, scores = slots[keep], scores[keep]
         tie = -seqs[slots] if seqs is not None else slots
         order = np.lexsort((tie, -scores))[:n]
         return slots[order], scores[order]

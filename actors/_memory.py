@@ -542,6 +542,7 @@ async def _memory_store(
     *,
     inbox_size: int,
     thread_scan_threshold: int,
+    blas_threads: str | None,
     embed_timeout: float | None,
 ) -> AsyncIterator[Store]:
     """The store a memory runs over: one it opens and owns (from a config), or an open
@@ -554,6 +555,7 @@ async def _memory_store(
             embedder,
             inbox_size=inbox_size,
             thread_scan_threshold=thread_scan_threshold,
+            blas_threads=blas_threads,
             embed_timeout=embed_timeout,
         ) as owned:
             yield cast(Store, owned)
@@ -573,6 +575,11 @@ async def _memory_store(
             "embed_timeout is given with an open store handle; set it where the store is "
             "opened, so expected embed_timeout=None"
         )
+    if blas_threads is not None:
+        raise ConfigError(
+            f"blas_threads is {blas_threads!r:.60} with an open store handle; set it where "
+            "the store is opened, so expected blas_threads=None"
+        )
     store._check()  # a closed or poisoned handle fails here, before any actor starts
     yield cast(Store, store)
 
@@ -588,6 +595,7 @@ async def open_memory(
     inbox_size: int = 16,
     store_inbox_size: int = 64,
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+    blas_threads: str | None = None,
     embed_timeout: float | None = None,
 ) -> AsyncIterator[Memory]:
     """Start the compaction, recall and injection actors (and the store, when it is
@@ -626,8 +634,9 @@ async def open_memory(
             returning a str or a system message; an extractive summary if None.
         inbox_size: the inbox size of each of the compaction, recall and injection
             actors.
-        store_inbox_size, thread_scan_threshold, embed_timeout: passed to
-            ``open_store`` for an owned store (see there).
+        store_inbox_size, thread_scan_threshold, blas_threads, embed_timeout: passed
+            to ``open_store`` for an owned store (see there); ``blas_threads`` and
+            ``embed_timeout`` must be None with a borrowed handle.
 
     Cancellation: entering only checks arguments and starts tasks; a cancelled open or
     body leaves as above, and its ``Cancelled`` propagates. A full inbox makes callers
@@ -641,8 +650,8 @@ async def open_memory(
     store is poisoned with it as the cause.
 
     Raises:
-        ConfigError: any argument of the wrong type or out of range, an embedder or
-            embed_timeout given with a borrowed handle.
+        ConfigError: any argument of the wrong type or out of range, an embedder,
+            embed_timeout or blas_threads given with a borrowed handle.
         trio.ClosedResourceError: a borrowed handle that is closed.
         Poisoned: a borrowed handle that is poisoned; an owned store that crashed.
     """
@@ -667,6 +676,7 @@ async def open_memory(
             embedder,
             inbox_size=store_inbox_size,
             thread_scan_threshold=thread_scan_threshold,
+            blas_threads=blas_threads,
             embed_timeout=embed_timeout,
         ) as handle,
         _run_memory(handle, memory_config, the_dispatcher, the_summarizer, inbox_size) as running,

@@ -26,12 +26,22 @@ decoded) before the pin is dropped, so they match the scores.
 whenever the other core is busy, while on a quiet machine it is about 1.5× faster than
 one thread. So every scan of at least ``BLAS_SINGLE_BELOW`` floats asks a
 :class:`ThreadChooser` (``_blas.py``), which follows the measured times of recent scans,
-whether to hold OpenBLAS at one thread (see ``BlasThreads``) or leave it as configured.
-With one BLAS thread, a threaded batch over at least ``2 × SPLIT_FLOATS`` floats is
+whether to run on one core or to leave BLAS as configured. How a scan gets one core
+is the store's :class:`BlasControl`:
+
+- **By default** nothing process-wide changes: a one-core scan calls BLAS on row blocks
+  of fewer than ``BLAS_SINGLE_BELOW`` floats, which OpenBLAS runs on the calling thread
+  by its own size rule; a batch of several queries scores each block for every query
+  in turn while the block is in cache. BLAS as configured is one call over the arena
+  (a batch: one GEMM), with whatever threads the process gave BLAS.
+- **With** ``blas_threads="auto"`` a one-core scan holds OpenBLAS's process-wide thread
+  count at one (``BlasThreads``) and makes one call (a batch: one GEMM).
+
+Either way, a one-core threaded batch over at least ``2 × SPLIT_FLOATS`` floats is
 split by rows into one chunk per core, each scored and ranked in its own worker thread,
 and the per-chunk candidates are merged exactly: that split degrades to the
 single-thread time under load, because a thread that finishes its half frees its core.
-With BLAS as configured, the batch runs in one worker thread and OpenBLAS splits it.
+With BLAS as configured, the batch runs in one worker thread and BLAS splits it.
 
 **Allocation.** Scores, the partition scratch and the scope flags live in buffers that
 are allocated once per store and reused, since only one batch runs at a time. Masking
@@ -51,7 +61,7 @@ import numpy.typing as npt
 import trio
 
 from ._arena import Snapshot
-from ._blas import ThreadChooser, blas_threads, cores
+from ._blas import BLAS_SINGLE_BELOW, BlasControl, LeaveThreads, ThreadChooser, cores
 
 __all__ = [
     "COALESCE_FLOATS",
@@ -78,11 +88,6 @@ COALESCE_FLOATS = 1 << 20
 #: Each row chunk of a threaded scan covers at least this many floats; smaller chunks
 #: cost more in thread round trips than the second core gives back.
 SPLIT_FLOATS = 1 << 20
-
-#: OpenBLAS 0.3.x runs sgemv on one thread below 115200 × GEMM_MULTITHREAD_THRESHOLD (4)
-#: = 460 800 elements. An inline scan below this size therefore leaves the BLAS thread
-#: count alone and pays nothing for it.
-BLAS_SINGLE_BELOW = 400_000
 
 _NEG_INF = np.float32(-np.inf)
 
@@ -185,6 +190,35 @@ def rank_candidates(
     return result
 
 
+def scores_into(
+    rows: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+    blocks: bool,
+) -> None:
+    """``out[i] = rows @ queries[i]`` for every query (``out`` is queries × rows).
+
+    With ``blocks``, BLAS is called on row blocks of fewer than ``BLAS_SINGLE_BELOW``
+    floats, which OpenBLAS runs on the calling thread (a block of several queries is
+    scored for each query in turn while it is in cache). Without, one call: a matvec,
+    or one GEMM for several queries, with BLAS's threads as they are.
+    """
+    b, length = out.shape
+    if not blocks:
+        if b == 1:
+            np.matmul(rows, queries[0], out=out[0])
+        else:
+            np.matmul(queries, rows.T, out=out)
+        return
+    # Never a GEMM here: OpenBLAS threads any GEMM past 2**18 multiply-adds, far below
+    # a block worth scoring several queries against.
+    step = max(1, BLAS_SINGLE_BELOW // rows.shape[1])
+    for lo in range(0, length, step):
+        block = rows[lo : lo + step]
+        for i in range(b):
+            np.matmul(block, queries[i], out=out[i, lo : lo + step])
+
+
 @attrs.define(eq=False)
 class ScanEngine:
     """Scores and ranks reads against one arena, one batch at a time.
@@ -198,6 +232,8 @@ class ScanEngine:
         check_usable: raises (``Poisoned``) when the store may no longer be read.
         on_crash: told about an unexpected exception in a batch, which poisons the store.
         thread_threshold: scans over at least this many floats run in worker threads.
+        blas: how a one-core scan gets one core (:class:`BlasControl`); the default
+            never changes the process's BLAS thread count.
     """
 
     vectors: npt.NDArray[np.float32]
@@ -209,6 +245,7 @@ class ScanEngine:
     check_usable: Callable[[], None]
     on_crash: Callable[[BaseException], BaseException]
     thread_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD
+    blas: BlasControl = attrs.field(factory=LeaveThreads)
     workers: int = attrs.field(factory=cores)
     max_batch: int = attrs.field(init=False)
     batches: int = attrs.field(init=False, default=0)
@@ -451,13 +488,15 @@ class ScanEngine:
             if floats < BLAS_SINGLE_BELOW:
                 np.matmul(self.vectors[:n], query, out=row)
             else:
-                single = blas_threads.acquire(self.chooser.single(floats, 0))
+                single = self.blas.acquire(self.chooser.single(floats, 0))
                 try:
                     start = time.perf_counter()
-                    np.matmul(self.vectors[:n], query, out=row)
+                    scores_into(
+                        self.vectors[:n], query[None, :], row[None, :], single and self.blas.blocks
+                    )
                     elapsed = time.perf_counter() - start
                 finally:
-                    blas_threads.release()
+                    self.blas.release()
                 self.chooser.record(floats, 0, single, elapsed)
         flags = self._scope_flags[:n]
         masked = True
@@ -511,36 +550,38 @@ class ScanEngine:
         scope = self._resolve(request, snap)
         floats = snap.high * self.vectors.shape[1]
         if floats < BLAS_SINGLE_BELOW:
-            return self._score([request], [scope], snap)
+            return self._score([request], [scope], snap, blocks=False)
         # A masked read times more than the product, so it follows the plain reads'
         # setting without adding to their record.
-        blas_threads.acquire(self.chooser.current(floats, 0))
+        single = self.blas.acquire(self.chooser.current(floats, 0))
         try:
-            return self._score([request], [scope], snap)
+            return self._score([request], [scope], snap, blocks=single and self.blas.blocks)
         finally:
-            blas_threads.release()
+            self.blas.release()
 
     async def _score_in_threads(
         self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot
     ) -> list[ScanResult]:
         n = snap.high
         floats = n * self.vectors.shape[1]
-        # Small batches hold BLAS at one thread as before; a big one asks the chooser.
-        # One BLAS thread: split the rows over our own threads (a thread that finishes
-        # early frees its core). BLAS as configured: one thread of ours, BLAS splits.
+        # Small batches run on one core; a big one asks the chooser. One core: split
+        # the rows over our own threads (a thread that finishes early frees its core).
+        # BLAS as configured: one thread of ours, BLAS splits.
         big = floats >= BLAS_SINGLE_BELOW
-        # Set here, on the trio thread, while none of our threads is inside BLAS:
+        # Acquired here, on the trio thread, while none of our threads is inside BLAS:
         # OpenBLAS was seen to ignore a count set from a worker thread while another
         # thread was inside a call.
         path = self.chooser.path(len(batch))
-        single = blas_threads.acquire(self.chooser.single(floats, path) if big else True)
+        single = self.blas.acquire(self.chooser.single(floats, path) if big else True)
         try:
             chunks = int(min(self.workers, max(1, floats // SPLIT_FLOATS))) if single else 1
             start = time.perf_counter()
-            parts = await self._run_chunks(batch, scopes, snap, chunks)
+            parts = await self._run_chunks(
+                batch, scopes, snap, chunks, blocks=single and self.blas.blocks
+            )
             elapsed = time.perf_counter() - start
         finally:
-            blas_threads.release()
+            self.blas.release()
         if big:
             self.chooser.record(floats, path, single, elapsed)
         if len(batch) > 1:
@@ -550,7 +591,12 @@ class ScanEngine:
         ]
 
     async def _run_chunks(
-        self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot, chunks: int
+        self,
+        batch: list[_Request],
+        scopes: list[_Scope],
+        snap: Snapshot,
+        chunks: int,
+        blocks: bool,
     ) -> list[list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]]:
         n = snap.high
         bounds = [n * c // chunks for c in range(chunks + 1)]
@@ -562,7 +608,7 @@ class ScanEngine:
 
         def work(c: int) -> None:
             parts[c] = self._score_chunk(
-                queries, batch, scopes, bounds[c], bounds[c + 1], snap.dense
+                queries, batch, scopes, bounds[c], bounds[c + 1], snap.dense, blocks
             )
 
         # abandon_on_cancel=False (the default): a cancelled runner still waits for its
@@ -576,12 +622,12 @@ class ScanEngine:
         return parts
 
     def _score(
-        self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot
+        self, batch: list[_Request], scopes: list[_Scope], snap: Snapshot, blocks: bool
     ) -> list[ScanResult]:
         n = snap.high
         queries = self._queries(batch)
         self._ensure_scores(len(batch), n)
-        parts = [self._score_chunk(queries, batch, scopes, 0, n, snap.dense)]
+        parts = [self._score_chunk(queries, batch, scopes, 0, n, snap.dense, blocks)]
         return [
             self._merge(parts, i, r, s) for i, (r, s) in enumerate(zip(batch, scopes, strict=True))
         ]
@@ -612,11 +658,13 @@ class ScanEngine:
         lo: int,
         hi: int,
         dense: bool = False,
+        blocks: bool = True,
     ) -> list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32], int]]:
         """Score rows ``[lo, hi)`` for every query; return each one's chunk candidates.
 
         Runs in a worker thread (or inline). Writes only to this chunk's slices of the
-        shared buffers, so chunks never touch each other's memory.
+        shared buffers, so chunks never touch each other's memory. ``blocks``: call
+        BLAS on row blocks that OpenBLAS runs on this thread (see :func:`scores_into`).
         """
         length = hi - lo
         b = len(batch)
@@ -628,10 +676,8 @@ class ScanEngine:
         rows = self.vectors[lo:hi]
         if queries is None:
             block.fill(0.0)
-        elif b == 1:
-            np.matmul(rows, queries[0], out=block[0])
         else:
-            np.matmul(queries, rows.T, out=block)
+            scores_into(rows, queries, block, blocks)
         ns = self.ns_ids[lo:hi]
         part, flags, scope_flags = self._part[lo:hi], self._flags[lo:hi], self._scope_flags[lo:hi]
         snap_live_dense = all(s.ns_id is None and s.mask is None for s in scopes)

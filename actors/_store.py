@@ -23,6 +23,7 @@ from protocol import (
 )
 from protocol._filters import check_filter
 
+from ._blas import blas_control
 from ._handle import OPENED, StoreHandleBase
 from ._lifecycle import run_store
 from ._prepare import (
@@ -244,6 +245,7 @@ async def open_store(
     *,
     inbox_size: int = 64,
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+    blas_threads: str | None = None,
     on_event: Callable[[Event], None] | None = None,
     embed_timeout: float | None = None,
     sparse: SparseEmbeddingModel | None = None,
@@ -277,6 +279,17 @@ async def open_store(
             a worker-thread round trip (0.5 ms with the BLAS call) costs a good share of
             the scan. Reads of at least 2**20 floats that start together are coalesced
             in worker threads whatever this says. 0 sends every read to threads.
+        blas_threads: None (the default) or ``"auto"``. With None, a read never
+            changes the BLAS thread count or any other process-wide state: a scan
+            that should run on one core (on a busy machine: the store times its recent
+            scans both ways) calls BLAS on row blocks small enough that OpenBLAS runs
+            them on the calling thread, and otherwise BLAS runs with the threads the
+            process gave it. With ``"auto"``, such a scan instead sets OpenBLAS's
+            process-wide thread count to one while it runs (through threadpoolctl,
+            counted across every store that opted in; the count in force before the
+            first such scan comes back when the last one ends), so any other thread
+            of the process calling BLAS meanwhile runs on one thread too. README "The
+            store" says what each costs.
         on_event: an event sink, called synchronously with a ``vector_store.added`` or
             ``vector_store.deleted`` event after each commit (in the actor, after the
             caller's reply) and a ``vector_store.searched`` event after each read (in
@@ -315,8 +328,8 @@ async def open_store(
 
     Raises:
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
-            on_event, embed_timeout or sparse, or a profile whose dimensions differ from
-            the config's.
+            blas_threads, on_event, embed_timeout or sparse, or a profile whose
+            dimensions differ from the config's.
 
     (Long only for this docstring, which documents every argument; the body checks the
     arguments and runs the actor through the one lifecycle.)
@@ -324,6 +337,7 @@ async def open_store(
     config = check_store_config(config, embedder)
     check_int("inbox_size", inbox_size)
     check_int("thread_scan_threshold", thread_scan_threshold, minimum=0)
+    blas = blas_control(blas_threads)
     if on_event is not None and not callable(on_event):
         raise ConfigError(f"on_event is {on_event!r:.60}; expected None or a callable")
     if sparse is not None and not isinstance(sparse, SparseEmbeddingModel):
@@ -336,6 +350,7 @@ async def open_store(
         embedder,
         inbox_size,
         thread_scan_threshold=thread_scan_threshold,
+        blas=blas,
         profile=bound_profile(embedder, config),
         on_event=on_event,
         embed_timeout=embed_timeout,

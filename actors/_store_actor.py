@@ -51,6 +51,7 @@ from protocol.messages import (
 )
 
 from ._arena import Arena, Entries, Snapshot, kept_text
+from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
 from ._mailbox import REPLIED, CrashableActor, Envelope
@@ -148,6 +149,7 @@ class _StoreActor(CrashableActor):
         inbox_size: int,
         *,
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
+        blas: BlasControl | None = None,
         profile: EmbeddingProfile | None = None,
         on_event: Callable[[Event], None] | None = None,
         embed_timeout: float | None = None,
@@ -176,6 +178,7 @@ class _StoreActor(CrashableActor):
             check_usable=self.check_usable,
             on_crash=self.crashed,
             thread_threshold=thread_scan_threshold,
+            blas=LeaveThreads() if blas is None else blas,
         )
         self.inbox_size = inbox_size
         self.send, self.receive = trio.open_memory_channel[_Envelope](inbox_size)

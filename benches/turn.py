@@ -1,0 +1,578 @@
+"""What a turn costs as the memory grows: ``Memory.turn`` against LangGraph and LangChain.
+
+Run from the repository root::
+
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ../shared/data/locomo
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ... --quick   # smoke
+
+For memories of 1k, 10k and 100k entries it times ``Memory.turn`` (the default
+``MemoryConfig`` with one ``Offload(turns=2)`` strategy, since the default has none and
+would then store nothing; ``MiniLMEmbedder``; ``EchoDispatcher``) stage by stage
+(compress, retrieve, inject, dispatch: ``TurnReport.timings``), with the embedder's own
+calls timed apart, and the same work done with LangGraph's ``InMemoryStore`` and
+LangChain's ``InMemoryVectorStore`` on the same embedder: store the two offloaded turns
+(one embedding call), search the top 5 for the new user message (one embedding call),
+render the block and put it before the user message. A raw numpy scan of an arena of
+the same size (``a @ q``, ``argpartition``) is timed in the same rounds: the reference
+for how fast the rest of the turn may grow.
+
+Each turn's request is ``[system, previous user, previous assistant, new user]``, the
+turns taken in order from LoCoMo; the offload stores the previous exchange. Memories
+are pre-filled with precomputed vectors (MiniLM makes about 100 texts/s here, so 100k
+texts would take a quarter of an hour): the LoCoMo turns are embedded once (``--cache``
+keeps them), and entries past their count reuse a turn's text, tagged, with its vector
+perturbed (2% Gaussian noise, renormalized). Ours are added as ``Document(embedding=)``
+through the memory's store; LangGraph's and LangChain's stores are filled in the layout
+their own ``put`` and ``add_texts`` produce, without embedding.
+
+"The embedder" is the wall time of each call to the embedder's own API
+(``embed_with_report``, which the store calls for documents and queries, for ours;
+the LangChain ``Embeddings`` adapter's
+methods for theirs); "the rest" is the turn's wall time minus that. Contenders are
+interleaved round-robin, one turn each per round, in an order shuffled every round.
+Writes ``benches/results/turn.json`` and ``benches/results/turn.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import trio
+from vector_store import machine, schedule, write_results  # this script's folder
+
+from actors import EchoDispatcher, MiniLMEmbedder, open_memory
+from protocol import (
+    Document,
+    MemoryConfig,
+    Offload,
+    UnifiedMessage,
+    UnifiedRequest,
+    VectorStoreConfig,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SIZES = (1_000, 10_000, 100_000)
+K = 5  # MemoryConfig().top_k
+NOISE = 0.02
+MARKER = "[recalled memory]"
+
+Vectors = npt.NDArray[np.float32]
+
+
+# --- data -------------------------------------------------------------------------------
+
+
+def locomo_turns(folder: Path) -> list[str]:
+    """Every turn of every conversation, as "Speaker: text", in order."""
+    texts: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        conversation = json.loads(path.read_text())
+        sessions = sorted(
+            (int(key.split("_")[1]), key)
+            for key, value in conversation.items()
+            if key.startswith("session_") and isinstance(value, list)
+        )
+        for _, key in sessions:
+            for turn in conversation[key]:
+                texts.append(f"{turn['speaker']}: {turn['text']}")
+    return texts
+
+
+def embedded(texts: list[str], cache: Path | None) -> Vectors:
+    if cache is not None and cache.exists():
+        stored = np.load(cache)
+        if stored.shape[0] == len(texts):
+            return stored.astype(np.float32)
+    print(f"... embedding {len(texts)} LoCoMo turns once", file=sys.stderr, flush=True)
+    # One BLAS thread for this set-up step only (a separate instance): on a busy
+    # machine it is several times faster than BLAS threads spinning for each other.
+    vectors = MiniLMEmbedder(blas_threads=1).embed_batch(texts).astype(np.float32)
+    if cache is not None:
+        np.save(cache, vectors)
+    return vectors
+
+
+def fill(texts: list[str], vectors: Vectors, n: int, seed: int) -> tuple[list[str], Vectors]:
+    """``n`` entries: the LoCoMo turns, then tagged copies with perturbed vectors."""
+    rng = np.random.default_rng(seed)
+    index = np.arange(n) % len(texts)
+    out = vectors[index].copy()
+    copies = np.arange(n) >= len(texts)
+    noise = rng.standard_normal((int(copies.sum()), out.shape[1])).astype(np.float32)
+    out[copies] += NOISE * noise
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    labels = [
+        texts[i] if c == 0 else f"{texts[i]} (#{c})"
+        for i, c in zip(index.tolist(), (np.arange(n) // len(texts)).tolist(), strict=True)
+    ]
+    return labels, out
+
+
+# --- timing -----------------------------------------------------------------------------
+
+
+class EmbedClock:
+    """The wall time of each embedder call, by kind, since the last ``take``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, kind: str, seconds: float) -> None:
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+
+    def take(self) -> dict[str, float]:
+        taken, self.seconds = self.seconds, {}
+        return taken
+
+
+def clock_model(model: MiniLMEmbedder, clock: EmbedClock) -> None:
+    """Time ``model``'s async API in place: ``embed_with_report``, which the store's
+    adapter calls (through a ``CachedEmbedder`` with no cache) for documents and
+    queries alike."""
+    report = model.embed_with_report
+
+    async def embed_with_report(texts: Sequence[str], input_type: str) -> Any:
+        start = time.perf_counter()
+        try:
+            return await report(texts, input_type)
+        finally:
+            clock.add(input_type, time.perf_counter() - start)
+
+    model.embed_with_report = embed_with_report  # type: ignore[method-assign]
+
+
+def lc_embeddings(model: MiniLMEmbedder, clock: EmbedClock) -> Any:
+    """The same model as a LangChain ``Embeddings``, timed."""
+    from langchain_core.embeddings import Embeddings
+
+    class MiniLM(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            start = time.perf_counter()
+            try:
+                vectors: list[list[float]] = model.embed_batch(texts).tolist()
+                return vectors
+            finally:
+                clock.add("document", time.perf_counter() - start)
+
+        def embed_query(self, text: str) -> list[float]:
+            start = time.perf_counter()
+            try:
+                vector: list[float] = model.embed(text).tolist()
+                return vector
+            finally:
+                clock.add("query", time.perf_counter() - start)
+
+    return MiniLM()
+
+
+def stats(samples: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    n = len(ordered)
+    return {"p50": ordered[n // 2], "p90": ordered[min(n - 1, int(n * 0.9))], "n": n}
+
+
+def render_hits(hits: list[tuple[str, float]]) -> str | None:
+    """The plain recall block (the same lines ours renders), for the contenders."""
+    if not hits:
+        return None
+    lines = [f"{MARKER} {len(hits)} item(s), best first"]
+    lines += [f"{i}. [{score:.4f}] {text}" for i, (text, score) in enumerate(hits, 1)]
+    return "\n".join(lines)
+
+
+def placed(messages: list[dict[str, str]], block: str | None) -> list[dict[str, str]]:
+    """``block`` as a system message just before the newest user message."""
+    if block is None:
+        return messages
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    return [*messages[:last], {"role": "system", "content": block}, *messages[last:]]
+
+
+# --- one size -----------------------------------------------------------------------------
+
+
+Turn = Callable[[int], Awaitable[dict[str, float]]]
+
+
+def same_work(
+    request_at: Callable[[int], tuple[str, str, str]],
+    store: Callable[[str, str, int], None],
+    search: Callable[[str], list[tuple[str, float]]],
+) -> Turn:
+    """A contender's turn ``t``: store the previous exchange, search for the new user
+    message, render the hits and place the block before it; each part timed."""
+
+    async def turn(t: int) -> dict[str, float]:
+        before, answer, now = request_at(t)
+        messages = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": now},
+        ]
+        start = time.perf_counter()
+        store(before, answer, t)
+        stored = time.perf_counter()
+        hits = search(now)
+        searched = time.perf_counter()
+        placed(messages, render_hits(hits))
+        done = time.perf_counter()
+        return {
+            "store": stored - start,
+            "search": searched - stored,
+            "render": done - searched,
+            "turn": done - start,
+        }
+
+    return turn
+
+
+async def bench_size(
+    n: int,
+    model: MiniLMEmbedder,
+    clock: EmbedClock,
+    texts: list[str],
+    vectors: Vectors,
+    turns: int,
+    slow_turns: int,
+    skip: set[str],
+) -> dict[str, Any]:
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+
+    labels, table = fill(texts, vectors, n, seed=n)
+    conversation = texts  # the turns of each request, in order
+    system = UnifiedMessage.system("You are a helpful assistant with a long memory.")
+    dims = table.shape[1]
+    capacity = n + 2 * (turns + slow_turns + 8) + 64
+    config = VectorStoreConfig(max_entries=capacity, dimensions=dims, max_entry_bytes=8192)
+    memory_config = MemoryConfig(strategies=[Offload(turns=2)])
+    out: dict[str, Any] = {"entries": n}
+    async with open_memory(
+        store=config, memory=memory_config, embedder=model, dispatcher=EchoDispatcher()
+    ) as memory:
+        started = time.perf_counter()
+        namespace = memory.config.namespace
+        for lo in range(0, n, 4096):
+            await memory.store.add_documents(
+                [
+                    Document(text=labels[i], embedding=table[i].tolist(), id=f"fill-{i}")
+                    for i in range(lo, min(n, lo + 4096))
+                ],
+                namespace=namespace,
+            )
+        out["fill_seconds_ours"] = time.perf_counter() - started
+        clock.take()
+
+        def request_at(t: int) -> tuple[str, str, str]:
+            at = (2 * t) % (len(conversation) - 2)
+            return conversation[at], conversation[at + 1], conversation[at + 2]
+
+        async def ours(t: int) -> dict[str, float]:
+            before, answer, now = request_at(t)
+            request = UnifiedRequest(
+                model="echo",
+                messages=[
+                    system,
+                    UnifiedMessage.user(before),
+                    UnifiedMessage.assistant(answer),
+                    UnifiedMessage.user(now),
+                ],
+            )
+            start = time.perf_counter()
+            turned = await memory.turn(request)
+            total = time.perf_counter() - start
+            assert turned.report.compression.after < turned.report.compression.before
+            sample = dict(turned.report.timings)
+            sample["turn"] = total
+            return sample
+
+        contenders: dict[str, tuple[Turn, int]] = {"trio-recall Memory.turn": (ours, turns)}
+
+        lc_emb = lc_embeddings(model, clock)
+        if "langchain" not in skip:
+            started = time.perf_counter()
+            lc = InMemoryVectorStore(lc_emb)
+            for i in range(n):
+                lc.store[f"fill-{i}"] = {
+                    "id": f"fill-{i}",
+                    "vector": table[i].tolist(),
+                    "text": labels[i],
+                    "metadata": {},
+                }
+            out["fill_seconds_langchain"] = time.perf_counter() - started
+
+            def lc_store(before: str, answer: str, t: int) -> None:
+                lc.add_texts([before, answer])
+
+            def lc_search(now: str) -> list[tuple[str, float]]:
+                hits = lc.similarity_search_with_score(now, k=K)
+                return [(d.page_content, s) for d, s in hits]
+
+            langchain = same_work(request_at, lc_store, lc_search)
+
+            contenders["langchain InMemoryVectorStore"] = (langchain, slow_turns)
+
+        if "langgraph" not in skip:
+            from langgraph.store.base import Item
+
+            started = time.perf_counter()
+            lg = InMemoryStore(index={"dims": dims, "embed": lc_emb, "fields": ["text"]})
+            ns = ("memory", "default")
+            stamp = time.time()
+            when = datetime.fromtimestamp(stamp, UTC)
+            for i in range(n):
+                key = f"fill-{i}"
+                lg._data[ns][key] = Item(
+                    value={"text": labels[i]},
+                    key=key,
+                    namespace=ns,
+                    created_at=when,
+                    updated_at=when,
+                )
+                lg._vectors[ns][key]["text"] = table[i].tolist()
+            out["fill_seconds_langgraph"] = time.perf_counter() - started
+
+            def lg_store(before: str, answer: str, t: int) -> None:
+                lg.batch(
+                    [
+                        PutOp(ns, f"turn-{t}-u", {"text": before}),
+                        PutOp(ns, f"turn-{t}-a", {"text": answer}),
+                    ]
+                )
+
+            def lg_search(now: str) -> list[tuple[str, float]]:
+                return [
+                    (h.value["text"], h.score or 0.0) for h in lg.search(ns, query=now, limit=K)
+                ]
+
+            langgraph = same_work(request_at, lg_store, lg_search)
+
+            contenders["langgraph InMemoryStore"] = (langgraph, slow_turns)
+
+        arena = np.ascontiguousarray(table)
+        queries = vectors[: min(64, len(vectors))]
+
+        async def raw_scan(t: int) -> dict[str, float]:
+            q = queries[t % len(queries)]
+            start = time.perf_counter()
+            scores = arena @ q
+            top = np.argpartition(scores, -K)[-K:]
+            top[np.argsort(-scores[top])]
+            return {"turn": time.perf_counter() - start}
+
+        async def raw_scan_one_core(t: int) -> dict[str, float]:
+            # The same on one core without touching the thread count: row blocks under
+            # OpenBLAS's threading size, as the store's one-core scan does.
+            q = queries[t % len(queries)]
+            start = time.perf_counter()
+            scores = np.empty(arena.shape[0], dtype=np.float32)
+            step = 400_000 // arena.shape[1]
+            for lo in range(0, arena.shape[0], step):
+                np.matmul(arena[lo : lo + step], q, out=scores[lo : lo + step])
+            top = np.argpartition(scores, -K)[-K:]
+            top[np.argsort(-scores[top])]
+            return {"turn": time.perf_counter() - start}
+
+        contenders["raw numpy scan"] = (raw_scan, turns)
+        contenders["raw numpy scan, one core"] = (raw_scan_one_core, turns)
+
+        # Warm-up: BM25's first index build, LangGraph's first search, caches.
+        for call, _ in contenders.values():
+            for t in range(3):
+                await call(10_000 + t)
+        clock.take()
+        samples = await interleave(contenders, clock)
+    out["stages"] = {
+        name: {key: stats(values) for key, values in by_key.items()}
+        for name, by_key in samples.items()
+    }
+    return out
+
+
+async def interleave(
+    contenders: dict[str, tuple[Turn, int]], clock: EmbedClock
+) -> dict[str, dict[str, list[float]]]:
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in contenders}
+    for name, t in schedule({name: reps for name, (_, reps) in contenders.items()}):
+        clock.take()
+        sample = await contenders[name][0](t)
+        spent = clock.take()
+        embedder = sum(spent.values())
+        sample["embedder"] = embedder
+        for kind, seconds in spent.items():
+            sample[f"embedder: {kind}"] = seconds
+        sample["rest"] = sample["turn"] - embedder
+        sample["rest share"] = sample["rest"] / sample["turn"]
+        # Ours: which stage the rest is in (its offload embeds documents, its
+        # recall the query).
+        if "compress" in sample:
+            sample["compress, rest"] = sample["compress"] - spent.get("document", 0.0)
+            sample["retrieve, rest"] = sample["retrieve"] - spent.get("query", 0.0)
+        for key, value in sample.items():
+            samples[name].setdefault(key, []).append(value)
+    return samples
+
+
+# --- report -----------------------------------------------------------------------------
+
+
+OURS = "trio-recall Memory.turn"
+
+
+def best_scan(stages: dict[str, Any]) -> float:
+    """The faster (by p50) raw scan: BLAS as configured, or on one core."""
+    return float(
+        min(
+            stages[name]["turn"]["p50"]
+            for name in ("raw numpy scan", "raw numpy scan, one core")
+            if name in stages
+        )
+    )
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    lines = [
+        f"machine: {results['machine']['cpu']} | {results['machine']['cores']} cores"
+        f" | load average at start {results['machine']['load_average']}",
+        "",
+        f"{'entries':>8} {'contender':<30} {'stage':<20} {'p50 ms':>9} {'p90 ms':>9}",
+    ]
+    for size in results["sizes"]:
+        for name, by_key in size["stages"].items():
+            for key, s in by_key.items():
+                if name.startswith("raw") and key != "turn":
+                    continue
+                if key == "rest share":
+                    value = f"{s['p50'] * 100:8.2f}% {s['p90'] * 100:8.2f}%"
+                else:
+                    value = f"{s['p50'] * 1e3:9.3f} {s['p90'] * 1e3:9.3f}"
+                lines.append(f"{size['entries']:>8} {name:<30} {key:<20} {value}")
+        lines.append("")
+    targets: list[tuple[str, float, str, bool]] = []
+    by_n = {s["entries"]: s["stages"] for s in results["sizes"]}
+    if 10_000 in by_n and OURS in by_n[10_000]:
+        share = by_n[10_000][OURS]["rest share"]["p50"]
+        targets.append(
+            (
+                "everything but the embedder / turn, 10k entries (p50)",
+                share,
+                "<= 0.05",
+                share <= 0.05,
+            )
+        )
+    sizes = sorted(n for n in by_n if OURS in by_n[n])
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        rest = by_n[hi][OURS]["rest"]["p50"] - by_n[lo][OURS]["rest"]["p50"]
+        scan = best_scan(by_n[hi]) - best_scan(by_n[lo])
+        growth = rest / scan if scan > 0 else float("inf")
+        targets.append(
+            (
+                f"growth of the rest / growth of one raw scan, {lo} -> {hi} (p50)",
+                growth,
+                "<= 1.3",
+                growth <= 1.3,
+            )
+        )
+    for n in sizes:
+        for other in ("langchain InMemoryVectorStore", "langgraph InMemoryStore"):
+            if other in by_n[n]:
+                r = by_n[n][other]["rest"]["p50"] / by_n[n][OURS]["rest"]["p50"]
+                targets.append((f"{other} rest / ours, {n} entries (p50)", r, "info", True))
+    lines.append(f"{'target':<64} {'measured':>9}  {'wanted':<8} met")
+    for name, value, wanted, met in targets:
+        verdict = "-" if wanted == "info" else "yes" if met else "NO"
+        lines.append(f"{name:<64} {value:9.3f}  {wanted:<8} {verdict}")
+    results["targets"] = [{"name": n, "value": v, "wanted": w, "met": m} for n, v, w, m in targets]
+    return lines
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [OURS, "langgraph InMemoryStore", "langchain InMemoryVectorStore"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(names)
+    sizes = results["sizes"]
+    for i, name in enumerate(names):
+        embed = [s["stages"].get(name, {}).get("embedder", {}).get("p50", np.nan) for s in sizes]
+        rest = [s["stages"].get(name, {}).get("rest", {}).get("p50", np.nan) for s in sizes]
+        x = np.arange(len(sizes)) + i * width
+        ax.bar(
+            x, np.array(embed) * 1e3, width, label=f"{name}: embedder", alpha=0.45, color=f"C{i}"
+        )
+        ax.bar(
+            x,
+            np.array(rest) * 1e3,
+            width,
+            bottom=np.array(embed) * 1e3,
+            label=f"{name}: everything else",
+            color=f"C{i}",
+        )
+    ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, [f"{s['entries']:,}" for s in sizes])
+    ax.set_yscale("log")
+    ax.set_xlabel("entries in memory")
+    ax.set_ylabel("p50 per turn, ms (log)")
+    ax.set_title(f"one turn: store 2 offloaded turns, recall top {K}, render (MiniLM embedder)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    texts = locomo_turns(args.data)[: args.pool]
+    vectors = embedded(texts, args.cache)
+    model = MiniLMEmbedder()
+    clock = EmbedClock()
+    clock_model(model, clock)
+    results: dict[str, Any] = {"machine": machine(), "k": K, "sizes": []}
+    turns = 6 if args.quick else args.turns
+    for n in args.sizes:
+        slow = max(2, turns // 4) if n >= 100_000 else max(3, turns // 2)
+        print(f"... {n} entries", file=sys.stderr, flush=True)
+        results["sizes"].append(
+            await bench_size(n, model, clock, texts, vectors, turns, slow, set(args.skip))
+        )
+    results["load_average_end"] = os.getloadavg()
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, required=True, help="the LoCoMo folder")
+    parser.add_argument("--cache", type=Path, help="an .npy file for the LoCoMo vectors")
+    parser.add_argument("--quick", action="store_true", help="few turns: a smoke run")
+    parser.add_argument(
+        "--pool", type=int, default=1500, help="LoCoMo turns embedded (the rest are copies)"
+    )
+    parser.add_argument("--turns", type=int, default=40, help="turns per size (ours)")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="comma-separated entry counts"
+    )
+    parser.add_argument("--skip", action="append", default=[], choices=["langchain", "langgraph"])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    args.sizes = [int(x) for x in args.sizes.split(",")]
+    started = time.perf_counter()
+    results = trio.run(run, args)
+    results["seconds"] = time.perf_counter() - started
+    write_results(results, report(results), args.out, "turn", plot)
+
+
+if __name__ == "__main__":
+    main()
