@@ -2,8 +2,11 @@
 
 Run from the repository root::
 
-    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ../shared/data/locomo
-    uv run --extra bench --extra embed --extra pg python benches/turn.py --data ... --quick   # smoke
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data DATA
+    uv run --extra bench --extra embed --extra pg python benches/turn.py --data DATA --quick
+
+(``DATA`` is the LoCoMo directory, ``../shared/data/locomo`` here; ``--quick`` is a smoke
+run.)
 
 For memories of 1k, 10k and 100k entries it times ``Memory.turn`` (the default
 ``MemoryConfig`` with one ``Offload(turns=2)`` strategy, since the default has none and
