@@ -71,6 +71,13 @@ def _graph(w: _Weights) -> Any:
         axis=-1,
         epsilon=w.eps,
     )
+
+    def add_and_norm(y: str, residual: str, name: str, norm: tuple[Any, Any], bias: Any) -> str:
+        # residual + y + bias, then the layer norm, in one pass.
+        inputs = [const(name + "_w", norm[0]), const(name + "_b", norm[1])]
+        inputs.append(const(name + "_bias", bias))
+        return op("SkipLayerNormalization", [y, residual, *inputs], microsoft=True, epsilon=w.eps)
+
     for i, layer in enumerate(w.layers):
         p = f"layer{i}."
         # Weights are stored [out, in]; MatMul and Attention take [in, out].
@@ -81,33 +88,11 @@ def _graph(w: _Weights) -> Any:
             num_heads=w.heads,
         )
         projected = op("MatMul", [attention, const(p + "out_w", layer.out_w.T)])
-        x = op(
-            "SkipLayerNormalization",
-            [
-                projected,
-                x,
-                const(p + "ln1_w", layer.ln1_w),
-                const(p + "ln1_b", layer.ln1_b),
-                const(p + "out_b", layer.out_b),
-            ],
-            microsoft=True,
-            epsilon=w.eps,
-        )
+        x = add_and_norm(projected, x, p + "ln1", (layer.ln1_w, layer.ln1_b), layer.out_b)
         inner = op("MatMul", [x, const(p + "inter_w", layer.inter_w.T)])
         inner = op("BiasGelu", [inner, const(p + "inter_b", layer.inter_b)], microsoft=True)
         out = op("MatMul", [inner, const(p + "ffn_out_w", layer.ffn_out_w.T)])
-        x = op(
-            "SkipLayerNormalization",
-            [
-                out,
-                x,
-                const(p + "ln2_w", layer.ln2_w),
-                const(p + "ln2_b", layer.ln2_b),
-                const(p + "ffn_out_b", layer.ffn_out_b),
-            ],
-            microsoft=True,
-            epsilon=w.eps,
-        )
+        x = add_and_norm(out, x, p + "ln2", (layer.ln2_w, layer.ln2_b), layer.ffn_out_b)
     nodes[-1].output[0] = "hidden"
     graph = helper.make_graph(
         nodes,
