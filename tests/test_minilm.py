@@ -1,9 +1,12 @@
-"""MiniLMEmbedder: the numpy forward pass against sentence-transformers' vectors."""
+"""MiniLMEmbedder: both runtimes (ONNX Runtime, numpy) against sentence-transformers' vectors."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,13 +46,23 @@ pytest.importorskip(
 )
 
 from actors import MiniLMEmbedder, open_store  # noqa: E402
+from actors._minilm_onnx import onnx_available  # noqa: E402
+
+RUNTIMES = [
+    pytest.param(
+        "onnxruntime",
+        marks=pytest.mark.skipif(not onnx_available(), reason="needs onnx and onnxruntime"),
+    ),
+    "numpy",
+]
 
 
-@pytest.fixture(scope="module")
-def embedder() -> MiniLMEmbedder:
-    # One BLAS thread: the suite runs beside other busy tests, where spinning BLAS
-    # threads are several times slower. The vectors are the same.
-    return MiniLMEmbedder(blas_threads=1)
+@pytest.fixture(scope="module", params=RUNTIMES)
+def embedder(request: pytest.FixtureRequest) -> MiniLMEmbedder:
+    # One thread: the suite runs beside other busy tests, where spinning BLAS threads are
+    # several times slower. The vectors are the same. (For onnxruntime, blas_threads only
+    # sizes the session's own pool; the test below checks that nothing process-wide moves.)
+    return MiniLMEmbedder(blas_threads=1, runtime=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +131,7 @@ def test_long_batches_split_to_bound_memory(
 def test_batch_size_bounds_each_pass(
     embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
 ) -> None:
-    small = MiniLMEmbedder(batch_size=3, blas_threads=1)
+    small = MiniLMEmbedder(batch_size=3, blas_threads=1, runtime=embedder.runtime)
     sentences = [str(s) for s in reference["sentences"]]
     result = small.encode(sentences)
     assert result.batches == 3
@@ -161,13 +174,102 @@ def test_bad_blas_threads_is_rejected() -> None:
         MiniLMEmbedder(blas_threads=0)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"runtime": "torch"}, "runtime is 'torch'; expected one of 'auto', 'onnxruntime'"),
+        ({"threads": 0}, "threads is 0; expected None or an int >= 1"),
+        ({"threads": 1.5}, "threads is 1.5"),
+        ({"threads": 2, "runtime": "numpy"}, "threads is 2 with the numpy runtime"),
+    ],
+)
+def test_bad_runtime_settings_are_rejected(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        MiniLMEmbedder(**kwargs)  # type: ignore[arg-type]
+
+
+def test_auto_prefers_onnxruntime_and_sizes_its_pool() -> None:
+    model = MiniLMEmbedder()
+    assert model.runtime == ("onnxruntime" if onnx_available() else "numpy")
+    if model.runtime == "onnxruntime":
+        assert model.threads == len(os.sched_getaffinity(0))
+        assert MiniLMEmbedder(threads=1).threads == 1
+        assert MiniLMEmbedder(blas_threads=1).threads == 1
+        assert MiniLMEmbedder(threads=2, blas_threads=1).threads == 2
+    else:
+        assert model.threads is None
+
+
+def _blas_counts_while(run: Callable[[], object]) -> set[tuple[int, ...]]:
+    """Every BLAS thread-count setting a watcher thread sees while ``run`` runs."""
+    from threadpoolctl import threadpool_info
+
+    def counts() -> tuple[int, ...]:
+        return tuple(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    seen = {counts()}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.001):
+            seen.add(counts())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        run()
+    finally:
+        done.set()
+        watcher.join()
+    seen.add(counts())
+    return seen
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_default_changes_no_process_wide_blas_setting(
+    runtime: str, reference: dict[str, np.ndarray]
+) -> None:
+    sentences = [str(s) for s in reference["sentences"]] * 4
+    model = MiniLMEmbedder(runtime=runtime, batch_size=2)  # many passes
+    assert len(_blas_counts_while(lambda: model.encode(sentences))) == 1
+    if runtime == "onnxruntime":
+        # blas_threads sizes the session's pool here; BLAS itself is left alone.
+        single = MiniLMEmbedder(runtime=runtime, blas_threads=1, batch_size=2)
+        assert len(_blas_counts_while(lambda: single.encode(sentences))) == 1
+
+
+def test_blas_threads_is_a_process_wide_opt_in_for_numpy(
+    reference: dict[str, np.ndarray],
+) -> None:
+    from threadpoolctl import threadpool_info
+
+    before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    if max(before) == 1:
+        pytest.skip("BLAS already runs one thread here: the opt-in has nothing to change")
+    sentences = [str(s) for s in reference["sentences"]] * 4
+    model = MiniLMEmbedder(runtime="numpy", blas_threads=1, batch_size=2)
+    seen = _blas_counts_while(lambda: model.encode(sentences))
+    # Documented: each pass limits BLAS to 1 thread, and the count comes back after.
+    assert tuple(1 for _ in before) in seen
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before
+
+
+def test_the_runtimes_agree(reference: dict[str, np.ndarray]) -> None:
+    if not onnx_available():
+        pytest.skip("needs onnx and onnxruntime")
+    sentences = [str(s) for s in reference["sentences"]]
+    onnx = MiniLMEmbedder(runtime="onnxruntime", threads=1).embed_batch(sentences)
+    numpy_ = MiniLMEmbedder(runtime="numpy", blas_threads=1).embed_batch(sentences)
+    assert np.abs(onnx - numpy_).max() < TOLERANCE
+
+
 def test_a_folder_without_weights_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no model\.safetensors"):
         MiniLMEmbedder(tmp_path)
 
 
 def test_shorter_max_seq_length_truncates_more(embedder: MiniLMEmbedder) -> None:
-    short = MiniLMEmbedder(max_seq_length=8, blas_threads=1)
+    short = MiniLMEmbedder(max_seq_length=8, blas_threads=1, runtime=embedder.runtime)
     text = "one two three four five six seven eight nine ten"
     result = short.encode([text])
     assert result.truncated == 1
