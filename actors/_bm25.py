@@ -66,7 +66,7 @@ BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
 
 
-# With PyStemmer installed (the pg extra installs it), snowballstemmer runs its C build
+# With PyStemmer installed (a dependency), snowballstemmer runs its C build
 # of the same algorithms: about 2 us a word, against 85 us in pure Python, which was
 # most of a bulk pg write's preparation (benches/README.md, "pg at scale"). Its cache
 # of recent words is turned off: the store's memory bound (README, "The store") counts
