@@ -19,6 +19,10 @@ from hypothesis import HealthCheck, settings
 
 import actors._compaction
 
+# tests/integrations/ is the asyncio suite of the adapters, with its own pytest.ini
+# (pytest-asyncio, no trio mode): `pytest -c tests/integrations/pytest.ini tests/integrations`.
+collect_ignore = ["integrations"]
+
 _COMMON = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "integrations"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "integrations"
 ALL = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 # What each example must print; a new example without an entry fails.
