@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from recall_quality import load, plain_text
+from vector_store import machine  # this script's folder, as turn.py does
 
 from actors import MiniLMEmbedder
 from actors._minilm import minilm_model_dir
@@ -55,27 +55,6 @@ GEMM_ROWS = 2048  # about one batch of 64 LoCoMo turns (36 tokens each)
 TARGET_RATIO = 1.2
 TARGET_ROOFLINE = 0.6
 TARGET_DELTA = 1e-5
-
-
-def machine() -> dict[str, Any]:
-    from threadpoolctl import threadpool_info
-
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return {
-        "cpu": cpu,
-        "cores": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": [
-            {k: i.get(k) for k in ("internal_api", "version", "num_threads")}
-            for i in threadpool_info()
-            if i["user_api"] == "blas"
-        ],
-    }
 
 
 def quantiles(samples: Sequence[float]) -> dict[str, float]:
