@@ -13,10 +13,12 @@ import numpy.typing as npt
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import open_store
 from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
-from actors._scan import COALESCE_FLOATS, ScanEngine
+from actors._scan import COALESCE_FLOATS, TIE_SLACK, ScanEngine, _chunk_candidates
 from actors._store import StoreHandle
 from actors._store_actor import _Prepared
 from protocol import DEFAULT_NAMESPACE, ConfigError, Poisoned, UnifiedMessage, VectorStoreConfig
@@ -652,3 +654,46 @@ async def test_identical_vectors_tie_exactly_and_the_newest_wins(threshold: int)
             assert len({score for score, _ in members}) == 1
             sequences = [seq for _, seq in members]
             assert sequences == sorted(sequences, reverse=True)
+
+
+# --- the bounded selection gives the full partition's candidates ----------------------
+
+
+def full_partition_candidates(row: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Every in-scope entry at or within TIE_SLACK of the k-th best score (all of them
+    when fewer than k are in scope): what the whole-row partition returns."""
+    in_scope = np.flatnonzero(row > _NEG_INF)
+    if in_scope.shape[0] <= k:
+        return in_scope
+    kth = np.sort(row)[row.shape[0] - k]
+    return np.flatnonzero(row >= kth - TIE_SLACK)
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 40),
+    per_hit=st.integers(1, 12),
+    levels=st.integers(1, 6),
+    masked_share=st.sampled_from([0.0, 0.1, 0.5, 0.95]),
+    sorted_row=st.booleans(),
+)
+@settings(max_examples=400, deadline=None)
+def test_bounded_selection_matches_the_full_partition(
+    seed: int, k: int, per_hit: int, levels: int, masked_share: float, sorted_row: bool
+) -> None:
+    # Rows of 1 to 12 entries per wanted hit cover both sides of GROUPED_SELECT_MIN. A
+    # few levels, each jittered by less and more than TIE_SLACK, put ties and near-ties
+    # at the k-th score and at the groups' bound; a sorted row puts every good score in
+    # one group (the bound's worst case); -inf marks entries out of scope.
+    rng = np.random.default_rng(seed)
+    n = k * per_hit + int(rng.integers(0, k))
+    jitter = rng.choice([0.0, 0.5, 1.0, 1.5, 2.0, 3.0], n) * float(TIE_SLACK)
+    row = (rng.integers(0, levels, n) / levels + jitter).astype(np.float32)
+    if sorted_row:
+        row.sort()
+    row[rng.random(n) < masked_share] = _NEG_INF
+    masked = bool((row == _NEG_INF).any())
+    part, flags = np.empty(n, np.float32), np.empty(n, np.bool_)
+    got = _chunk_candidates(row.copy(), k, masked, part, flags)
+    want = full_partition_candidates(row, k) if k < n else np.flatnonzero(row > _NEG_INF)
+    assert got.tolist() == want.tolist()
