@@ -17,10 +17,12 @@ patched for the run) by the contender that made it: the default store must make 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -538,6 +540,7 @@ def report(results: dict[str, Any]) -> list[str]:
         f" | BLAS {m['blas']}"
     )
     lines.append(f"env: {m['env']} | load average at start {m['load_average']}")
+    lines.append(f"background: {results.get('background', 'none')} (--background)")
     lines.append("")
     lines.append(
         f"{'size':<11} {'contender':<32} {'p50 ms':>9} {'p90 ms':>9} {'GB/s':>7}"
@@ -828,6 +831,14 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated ROWSxDIMS to measure (default: all four)",
     )
     parser.add_argument(
+        "--background",
+        choices=sorted(BACKGROUNDS),
+        default="none",
+        help="run competing processes for the whole run, so a busy machine is reproducible:"
+        " one-core / two-cores (a busy loop each), flicker (three processes that switch"
+        " between busy and idle every 20-400 ms, like a test suite running beside)",
+    )
+    parser.add_argument(
         "--only-store-turns",
         action="store_true",
         help="run only the store_turns measure, print it and write nothing",
@@ -840,8 +851,14 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(store_turns_lines(w)))
         print(f"load average {os.getloadavg()}")
         return
+    with background(args.background):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     results: dict[str, Any] = {
+        "background": args.background,
         "machine": machine(),
         "k": K,
         "thread_scan_threshold": DEFAULT_THREAD_SCAN_THRESHOLD,
@@ -864,6 +881,35 @@ def main(argv: list[str] | None = None) -> None:
         lines += report_pg(results["pg"])
     results["seconds"] = time.perf_counter() - started
     write_results(results, lines, args.out, "latest", plot)
+
+
+_BUSY = "while True: pass"
+_FLICKER = (
+    "import random, time\n"
+    "while True:\n"
+    "    end = time.perf_counter() + random.uniform(0.02, 0.4)\n"
+    "    while time.perf_counter() < end: pass\n"
+    "    time.sleep(random.uniform(0.02, 0.4))"
+)
+#: ``--background``: the Python programs to run beside the bench.
+BACKGROUNDS = {
+    "none": [],
+    "one-core": [_BUSY],
+    "two-cores": [_BUSY, _BUSY],
+    "flicker": [_FLICKER] * 3,
+}
+
+
+@contextlib.contextmanager
+def background(name: str) -> Iterator[None]:
+    """Run ``BACKGROUNDS[name]``'s processes while the block runs; kill them after."""
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for code in BACKGROUNDS[name]]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def write_results(
