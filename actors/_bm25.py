@@ -320,43 +320,13 @@ class Bm25Index:
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """Every hit of ``query``: the slots that hold a query term (in ``group``, when
         given, and passing ``mask``), ascending, and their scores."""
-        if not isinstance(query, str):
-            raise ConfigError(f"query is a {type(query).__name__}; expected a str")
-        if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
-            raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
-        if group is None:
-            n_docs, total_length = self.n_docs, self.total_length
-        else:
-            n_docs, total_length = self._group_stats.get(group, (0, 0))
-        if n_docs == 0:
-            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
-        terms = Counter(tokenize(query))
-        n = self.high
-        total = np.zeros(n, dtype=np.float64)
-        hit = np.zeros(n, dtype=np.bool_)
-        avgdl = total_length / n_docs
-        for term, qtf in terms.items():
-            term_id = self._vocab.get(term)
-            if term_id is None:
-                continue
-            slots, tf = self._postings(term_id)
-            if group is not None:
-                mine = self._groups[slots] == group
-                slots, tf = slots[mine], tf[mine]
-                if slots.shape[0] == 0:
-                    continue
-            dl = self._lengths[slots].astype(np.float64)
-            weight = qtf * idf(n_docs, slots.shape[0])
-            # Written exactly as the reference evaluates it, so the float64 results are
-            # bit-identical: each numpy operation here is one correctly rounded IEEE op.
-            norm = K1 * (1.0 - B + B * dl / avgdl)
-            total[slots] += weight * (tf * (K1 + 1.0)) / (tf + norm)
-            hit[slots] = True
-        if mask is not None:
-            width = min(n, mask.shape[0])
-            hit[:width] &= mask[:width]
-            hit[width:] = False
-        slots_hit = np.flatnonzero(hit)
+        norm, terms = self._query(query, mask, group)
+        total = np.zeros(self.high, dtype=np.float64)
+        for term in terms:
+            slots, tf = term.postings()
+            _accumulate(total, slots, _contribution(term.weight, tf, norm[slots]))
+        # Every addend is > 0 (the idf is), so the hits are the documents scored above 0.
+        slots_hit = np.flatnonzero(_masked(total > 0.0, mask))
         return slots_hit, total[slots_hit]
 
     def top(
@@ -367,23 +337,214 @@ class Bm25Index:
         seqs: npt.NDArray[np.int64] | None = None,
         group: int | None = None,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """The best ``n`` hits of ``query``, best first, and their scores.
+        """The best ``n`` hits of ``query``, best first, and their scores: exactly the
+        first ``n`` of :meth:`scores` in that order, the same floats.
 
         Ties go to the higher sequence in ``seqs`` (newest first, as in the dense scan),
         or, without ``seqs``, to the lower slot.
+
+        Only documents that can still make the top ``n`` are scored in full (MaxScore):
+        a term adds less than ``qtf · idf · (k1 + 1)`` to any document, so the rarest
+        terms are scored first, over their postings, until the bound of the terms left
+        falls below the ``n``-th best score so far; then no document holding only the
+        terms left can make the top ``n``, and the terms left (the common words, whose
+        postings cover most of the index) are scored only for the candidates whose
+        score so far plus that bound still reaches the ``n``-th. Every candidate's score
+        is then summed in the query's term order, as :meth:`scores` sums it, so the
+        floats are the same.
 
         Raises:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
         check_int("n", n)
-        slots, scores = self.scores(query, mask, group)
+        slots, scores = self._candidates(query, n, mask, group)
         if slots.shape[0] > 4 * n:
             # Only what can make the top n is sorted: every hit scoring at least the n-th
-            # best (its ties included, which the sort then orders). A query of common
-            # words hits most of the index, and sorting all of it cost more than scoring.
+            # best (its ties included, which the sort then orders).
             kth = np.partition(scores, slots.shape[0] - n)[slots.shape[0] - n]
             keep = scores >= kth
             slots, scores = slots[keep], scores[keep]
         tie = -seqs[slots] if seqs is not None else slots
         order = np.lexsort((tie, -scores))[:n]
         return slots[order], scores[order]
+
+    def _query(
+        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+    ) -> tuple[npt.NDArray[np.float64], list[_Term]]:
+        """Each slot's length normalization ``norm(D)`` (for the average length in
+        scope) and the query's terms that some document in scope holds, in the order
+        they first appear."""
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected a str")
+        if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
+            raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
+        if group is None:
+            n_docs, total_length = self.n_docs, self.total_length
+        else:
+            n_docs, total_length = self._group_stats.get(group, (0, 0))
+        if n_docs == 0:
+            return np.empty(0, dtype=np.float64), []
+        # A group that holds every live document needs no filtering of the postings.
+        scope = None if n_docs == self.n_docs else group
+        terms = []
+        for term, qtf in Counter(tokenize(query)).items():
+            term_id = self._vocab.get(term)
+            if term_id is None:
+                continue
+            found = _Term(self, term_id, scope)
+            if found.df:
+                found.weight = qtf * idf(n_docs, found.df)
+                terms.append(found)
+        if not terms:
+            return np.empty(0, dtype=np.float64), []
+        avgdl = total_length / n_docs
+        dl = self._lengths[: self.high].astype(np.float64)
+        # Written exactly as the reference evaluates it, so the float64 results are
+        # bit-identical: each numpy operation here is one correctly rounded IEEE op.
+        norm: npt.NDArray[np.float64] = K1 * (1.0 - B + B * dl / avgdl)
+        return norm, terms
+
+    def _candidates(
+        self,
+        query: str,
+        n: int,
+        mask: npt.NDArray[np.bool_] | None,
+        group: int | None,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """Hits of ``query`` (ascending) with their exact scores, among which are every
+        hit of the top ``n`` and every hit tied with the ``n``-th (see :meth:`top`)."""
+        norm, terms = self._query(query, mask, group)
+        if not terms:
+            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
+        high = self.high
+        allowed = None if mask is None else _masked(np.ones(high, dtype=np.bool_), mask)
+        partial = np.zeros(high, dtype=np.float64)
+        # The rarest (highest bound) first; the bound of a term is its weight · (k1 + 1).
+        by_bound = sorted(terms, key=lambda term: -term.weight)
+        scored: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
+        # The bound of the terms not scored yet, and of those scored (which bounds any
+        # score so far, so the n-th best too).
+        left = math.fsum(term.weight for term in terms) * (K1 + 1.0)
+        bound_scored = 0.0
+        # The n-th best score so far when last computed: a lower bound of the n-th
+        # best from then on, since scores so far only grow.
+        threshold, checked_at = 0.0, math.inf
+        stopped = False
+        for done, term in enumerate(by_bound):
+            if done and left * (1.0 + _MARGIN) < bound_scored:
+                if left * (1.0 + _MARGIN) < threshold * (1.0 - _MARGIN):
+                    stopped = True
+                    break
+                # Computing the n-th best costs a pass over the candidates: only when
+                # the bound left has fallen by a quarter since the last time.
+                if left < 0.75 * checked_at:
+                    checked_at = left
+                    reached = partial[np.flatnonzero(_allowed(partial > 0.0, allowed))]
+                    if reached.shape[0] >= n:
+                        threshold = float(np.partition(reached, -n)[-n])
+                        if left * (1.0 + _MARGIN) < threshold * (1.0 - _MARGIN):
+                            stopped = True
+                            break
+            slots, tf = term.postings()
+            contribution = _contribution(term.weight, tf, norm[slots])
+            scored[id(term)] = slots, contribution
+            _accumulate(partial, slots, contribution)
+            bound_scored += term.weight * (K1 + 1.0)
+            left = math.fsum(t.weight for t in by_bound[done + 1 :]) * (K1 + 1.0)
+        candidates = np.flatnonzero(_allowed(partial > 0.0, allowed))
+        if stopped:
+            # Only a candidate whose score so far plus the terms left reaches the n-th.
+            reach = (partial[candidates] + left) * (1.0 + _MARGIN)
+            candidates = candidates[reach >= threshold * (1.0 - _MARGIN)]
+        # Each candidate's score, summed in the query's term order as scores() sums it.
+        where = np.full(high, -1, dtype=np.intp)
+        where[candidates] = np.arange(candidates.shape[0])
+        total = np.zeros(candidates.shape[0], dtype=np.float64)
+        for term in terms:
+            known = scored.get(id(term))
+            if known is not None:
+                slots, contribution = known
+                at = where[slots]
+                mine = at >= 0
+                total[at[mine]] += contribution[mine]
+                continue
+            slots, tf = term.postings()
+            at = where[slots]
+            mine = at >= 0
+            slots = slots[mine]
+            total[at[mine]] += _contribution(term.weight, tf[mine], norm[slots])
+        return candidates, total
+
+
+# A relative margin on MaxScore's comparisons, far above the rounding error of a sum of a
+# query's terms (about 1e-16 per term), so a float never decides a cut.
+_MARGIN = 1e-9
+
+
+def _masked(
+    hit: npt.NDArray[np.bool_], mask: npt.NDArray[np.bool_] | None
+) -> npt.NDArray[np.bool_]:
+    """``hit`` narrowed by ``mask`` in place (slots past the mask's end are out)."""
+    if mask is not None:
+        width = min(hit.shape[0], mask.shape[0])
+        hit[:width] &= mask[:width]
+        hit[width:] = False
+    return hit
+
+
+def _contribution(
+    weight: float, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """One term's addend to the score of documents with these term frequencies and
+    length normalizations, evaluated as the reference does (one IEEE op at a time)."""
+    contribution: npt.NDArray[np.float64] = weight * (tf * (K1 + 1.0)) / (tf + norm)
+    return contribution
+
+
+def _accumulate(
+    total: npt.NDArray[np.float64], slots: npt.NDArray[np.intp], values: npt.NDArray[np.float64]
+) -> None:
+    """``total[slots] += values`` for distinct ``slots``. A long posting list goes
+    through ``bincount``, several times faster than a fancy-indexed add and the same
+    floats: each slot's bin is ``0.0 + value``, exactly ``value``."""
+    if slots.shape[0] * 8 >= total.shape[0]:
+        total += np.bincount(slots, weights=values, minlength=total.shape[0])
+    else:
+        total[slots] += values
+
+
+def _allowed(
+    held: npt.NDArray[np.bool_], allowed: npt.NDArray[np.bool_] | None
+) -> npt.NDArray[np.bool_]:
+    return held if allowed is None else held & allowed
+
+
+@attrs.define(eq=False)
+class _Term:
+    """A query term that some document in scope holds, for one read."""
+
+    index: Bm25Index
+    term_id: int
+    #: The group the postings are filtered to (None: every document is in scope).
+    scope: int | None
+    df: int = attrs.field(init=False)
+    weight: float = attrs.field(init=False, default=0.0)
+    _cached: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]] | None = attrs.field(
+        init=False, default=None
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.scope is None:
+            self.df = 1 + len(self.index._rest.get(self.term_id, ())) // 2
+        else:
+            self.df = self.postings()[0].shape[0]
+
+    def postings(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """The term's slots in scope and their term frequencies (read once)."""
+        if self._cached is None:
+            slots, tf = self.index._postings(self.term_id)
+            if self.scope is not None:
+                mine = self.index._groups[slots] == self.scope
+                slots, tf = slots[mine], tf[mine]
+            self._cached = slots, tf
+        return self._cached
