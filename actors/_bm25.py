@@ -88,6 +88,9 @@ def idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
+# A query term's weight (qtf · idf) and its postings in scope: slots and term frequencies.
+_QueryTerm = tuple[float, npt.NDArray[np.intp], npt.NDArray[np.float64]]
+
 # Below this many postings a term's overflow array is never copied to shrink it.
 _SHRINK_FROM = 64
 
@@ -322,9 +325,8 @@ class Bm25Index:
         given, and passing ``mask``), ascending, and their scores."""
         norm, terms = self._query(query, mask, group)
         total = np.zeros(self.high, dtype=np.float64)
-        for term in terms:
-            slots, tf = term.postings()
-            _accumulate(total, slots, _contribution(term.weight, tf, norm[slots]))
+        for weight, slots, tf in terms:
+            _accumulate(total, slots, _contribution(weight, tf, norm[slots]))
         # Every addend is > 0 (the idf is), so the hits are the documents scored above 0.
         slots_hit = np.flatnonzero(_masked(total > 0.0, mask))
         return slots_hit, total[slots_hit]
@@ -343,24 +345,22 @@ class Bm25Index:
         Ties go to the higher sequence in ``seqs`` (newest first, as in the dense scan),
         or, without ``seqs``, to the lower slot.
 
-        Only documents that can still make the top ``n`` are scored in full (MaxScore):
-        a term adds less than ``qtf · idf · (k1 + 1)`` to any document, so the rarest
-        terms are scored first, over their postings, until the bound of the terms left
-        falls below the ``n``-th best score so far; then no document holding only the
-        terms left can make the top ``n``, and the terms left (the common words, whose
-        postings cover most of the index) are scored only for the candidates whose
-        score so far plus that bound still reaches the ``n``-th. Every candidate's score
-        is then summed in the query's term order, as :meth:`scores` sums it, so the
-        floats are the same.
+        Every hit is scored. An exact MaxScore cut (the rarest terms first, the common
+        ones only for documents that can still reach the n-th best, since a term adds
+        less than ``qtf · idf · (k1 + 1)``) was measured on LoCoMo turns at the depth
+        recall reads (200): the n-th best stays below the bound of the common words
+        until most terms are scored, so it still scored 80% of the postings, and it ran
+        2× slower than scoring them all (``benches/README.md``, "The cost of a turn").
 
         Raises:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
         check_int("n", n)
-        slots, scores = self._candidates(query, n, mask, group)
+        slots, scores = self.scores(query, mask, group)
         if slots.shape[0] > 4 * n:
             # Only what can make the top n is sorted: every hit scoring at least the n-th
-            # best (its ties included, which the sort then orders).
+            # best (its ties included, which the sort then orders). A query of common
+            # words hits most of the index, and sorting all of it cost more than scoring.
             kth = np.partition(scores, slots.shape[0] - n)[slots.shape[0] - n]
             keep = scores >= kth
             slots, scores = slots[keep], scores[keep]
@@ -370,10 +370,10 @@ class Bm25Index:
 
     def _query(
         self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
-    ) -> tuple[npt.NDArray[np.float64], list[_Term]]:
+    ) -> tuple[npt.NDArray[np.float64], list[_QueryTerm]]:
         """Each slot's length normalization ``norm(D)`` (for the average length in
-        scope) and the query's terms that some document in scope holds, in the order
-        they first appear."""
+        scope) and, for the query's terms that some document in scope holds, in the
+        order they first appear, each one's weight ``qtf · idf`` and postings in scope."""
         if not isinstance(query, str):
             raise ConfigError(f"query is a {type(query).__name__}; expected a str")
         if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
@@ -386,15 +386,18 @@ class Bm25Index:
             return np.empty(0, dtype=np.float64), []
         # A group that holds every live document needs no filtering of the postings.
         scope = None if n_docs == self.n_docs else group
-        terms = []
+        terms: list[_QueryTerm] = []
         for term, qtf in Counter(tokenize(query)).items():
             term_id = self._vocab.get(term)
             if term_id is None:
                 continue
-            found = _Term(self, term_id, scope)
-            if found.df:
-                found.weight = qtf * idf(n_docs, found.df)
-                terms.append(found)
+            slots, tf = self._postings(term_id)
+            if scope is not None:
+                mine = self._groups[slots] == scope
+                slots, tf = slots[mine], tf[mine]
+                if slots.shape[0] == 0:
+                    continue
+            terms.append((qtf * idf(n_docs, slots.shape[0]), slots, tf))
         if not terms:
             return np.empty(0, dtype=np.float64), []
         avgdl = total_length / n_docs
@@ -403,82 +406,6 @@ class Bm25Index:
         # bit-identical: each numpy operation here is one correctly rounded IEEE op.
         norm: npt.NDArray[np.float64] = K1 * (1.0 - B + B * dl / avgdl)
         return norm, terms
-
-    def _candidates(
-        self,
-        query: str,
-        n: int,
-        mask: npt.NDArray[np.bool_] | None,
-        group: int | None,
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """Hits of ``query`` (ascending) with their exact scores, among which are every
-        hit of the top ``n`` and every hit tied with the ``n``-th (see :meth:`top`)."""
-        norm, terms = self._query(query, mask, group)
-        if not terms:
-            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
-        high = self.high
-        allowed = None if mask is None else _masked(np.ones(high, dtype=np.bool_), mask)
-        partial = np.zeros(high, dtype=np.float64)
-        # The rarest (highest bound) first; the bound of a term is its weight · (k1 + 1).
-        by_bound = sorted(terms, key=lambda term: -term.weight)
-        scored: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
-        # The bound of the terms not scored yet, and of those scored (which bounds any
-        # score so far, so the n-th best too).
-        left = math.fsum(term.weight for term in terms) * (K1 + 1.0)
-        bound_scored = 0.0
-        # The n-th best score so far when last computed: a lower bound of the n-th
-        # best from then on, since scores so far only grow.
-        threshold, checked_at = 0.0, math.inf
-        stopped = False
-        for done, term in enumerate(by_bound):
-            if done and left * (1.0 + _MARGIN) < bound_scored:
-                if left * (1.0 + _MARGIN) < threshold * (1.0 - _MARGIN):
-                    stopped = True
-                    break
-                # Computing the n-th best costs a pass over the candidates: only when
-                # the bound left has fallen by a quarter since the last time.
-                if left < 0.75 * checked_at:
-                    checked_at = left
-                    reached = partial[np.flatnonzero(_allowed(partial > 0.0, allowed))]
-                    if reached.shape[0] >= n:
-                        threshold = float(np.partition(reached, -n)[-n])
-                        if left * (1.0 + _MARGIN) < threshold * (1.0 - _MARGIN):
-                            stopped = True
-                            break
-            slots, tf = term.postings()
-            contribution = _contribution(term.weight, tf, norm[slots])
-            scored[id(term)] = slots, contribution
-            _accumulate(partial, slots, contribution)
-            bound_scored += term.weight * (K1 + 1.0)
-            left = math.fsum(t.weight for t in by_bound[done + 1 :]) * (K1 + 1.0)
-        candidates = np.flatnonzero(_allowed(partial > 0.0, allowed))
-        if stopped:
-            # Only a candidate whose score so far plus the terms left reaches the n-th.
-            reach = (partial[candidates] + left) * (1.0 + _MARGIN)
-            candidates = candidates[reach >= threshold * (1.0 - _MARGIN)]
-        # Each candidate's score, summed in the query's term order as scores() sums it.
-        where = np.full(high, -1, dtype=np.intp)
-        where[candidates] = np.arange(candidates.shape[0])
-        total = np.zeros(candidates.shape[0], dtype=np.float64)
-        for term in terms:
-            known = scored.get(id(term))
-            if known is not None:
-                slots, contribution = known
-                at = where[slots]
-                mine = at >= 0
-                total[at[mine]] += contribution[mine]
-                continue
-            slots, tf = term.postings()
-            at = where[slots]
-            mine = at >= 0
-            slots = slots[mine]
-            total[at[mine]] += _contribution(term.weight, tf[mine], norm[slots])
-        return candidates, total
-
-
-# A relative margin on MaxScore's comparisons, far above the rounding error of a sum of a
-# query's terms (about 1e-16 per term), so a float never decides a cut.
-_MARGIN = 1e-9
 
 
 def _masked(
@@ -511,40 +438,3 @@ def _accumulate(
         total += np.bincount(slots, weights=values, minlength=total.shape[0])
     else:
         total[slots] += values
-
-
-def _allowed(
-    held: npt.NDArray[np.bool_], allowed: npt.NDArray[np.bool_] | None
-) -> npt.NDArray[np.bool_]:
-    return held if allowed is None else held & allowed
-
-
-@attrs.define(eq=False)
-class _Term:
-    """A query term that some document in scope holds, for one read."""
-
-    index: Bm25Index
-    term_id: int
-    #: The group the postings are filtered to (None: every document is in scope).
-    scope: int | None
-    df: int = attrs.field(init=False)
-    weight: float = attrs.field(init=False, default=0.0)
-    _cached: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]] | None = attrs.field(
-        init=False, default=None
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if self.scope is None:
-            self.df = 1 + len(self.index._rest.get(self.term_id, ())) // 2
-        else:
-            self.df = self.postings()[0].shape[0]
-
-    def postings(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """The term's slots in scope and their term frequencies (read once)."""
-        if self._cached is None:
-            slots, tf = self.index._postings(self.term_id)
-            if self.scope is not None:
-                mine = self.index._groups[slots] == self.scope
-                slots, tf = slots[mine], tf[mine]
-            self._cached = slots, tf
-        return self._cached
