@@ -148,7 +148,6 @@ class RecallActor:
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
         fused = await self.focus(request, fused, texts, named)
         # Materialize the top k, each with its cosine.
-        fused = fused[: request.k]
         cosine = {h.id: h for h in dense.hits}
         while any(h.key not in cosine for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)
@@ -164,22 +163,38 @@ class RecallActor:
         texts: dict[str, str],
         named: frozenset[str],
     ) -> list[FusedHit[str]]:
-        """``fused`` with the hits said by a ``named`` speaker, and those dated near a
-        date the query names, boosted (``speaker_weight``, ``date_weight``), best
-        first; ties keep their order.
+        """The best ``request.k`` of ``fused`` once the hits said by a ``named``
+        speaker, and those dated near a date the query names, are boosted
+        (``speaker_weight``, ``date_weight``), best first; ties keep their order.
 
         ``texts`` holds each BM25 hit's text; a dense-only hit's text is its
         projection (which starts with the speaker), read only when a speaker is named
         or a date is; the dates are in the entries' own texts, read for the dense-only
         hits when the query names a date.
+
+        ``fused`` is best first and a boost only multiplies, so with speaker focus
+        alone a hit whose score times the largest factor stays below the ``k``-th best
+        score cannot make the top ``k``: only the hits before it are read and boosted.
+        The time channel reads every hit (whether a date tells hits apart depends on
+        all of them).
         """
         settings = request.settings
-        factor = dict.fromkeys((h.key for h in fused), 1.0)
         mentions = query_dates(request.query) if settings.date_weight > 0 else []
-        if named or mentions:
-            unread = [key for key in factor if key not in texts]
-            if unread:
-                texts.update(await self.store._texts(request.namespace, unread, projections=True))
+        if not (named or mentions):
+            return fused[: request.k]
+        if not mentions and len(fused) > request.k:
+            # The same product as a boosted hit's below, so the comparison is exact.
+            reach = 1.0 * (1.0 + settings.speaker_weight)
+            kth = fused[request.k - 1].score
+            end = next(
+                (i for i in range(request.k, len(fused)) if fused[i].score * reach < kth),
+                len(fused),
+            )
+            fused = fused[:end]
+        factor = dict.fromkeys((h.key for h in fused), 1.0)
+        unread = [key for key in factor if key not in texts]
+        if unread:
+            texts.update(await self.store._texts(request.namespace, unread, projections=True))
         if named:
             for key in factor:
                 if speaker_of(texts.get(key, "")) in named:
@@ -198,10 +213,11 @@ class RecallActor:
                 for key in close:
                     factor[key] *= 1.0 + settings.date_weight
         if all(f == 1.0 for f in factor.values()):
-            return fused
+            return fused[: request.k]
         boosted = sorted(
             enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
         )
         return [
-            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks) for _, h in boosted
+            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks)
+            for _, h in boosted[: request.k]
         ]
