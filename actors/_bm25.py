@@ -323,12 +323,8 @@ class Bm25Index:
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """Every hit of ``query``: the slots that hold a query term (in ``group``, when
         given, and passing ``mask``), ascending, and their scores."""
-        norm, terms = self._query(query, mask, group)
-        total = np.zeros(self.high, dtype=np.float64)
-        for weight, slots, tf in terms:
-            _accumulate(total, slots, _contribution(weight, tf, norm[slots]))
-        # Every addend is > 0 (the idf is), so the hits are the documents scored above 0.
-        slots_hit = np.flatnonzero(_masked(total > 0.0, mask))
+        total = self._totals(query, mask, group)
+        slots_hit = np.flatnonzero(total)
         return slots_hit, total[slots_hit]
 
     def top(
@@ -356,17 +352,33 @@ class Bm25Index:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
         check_int("n", n)
-        slots, scores = self.scores(query, mask, group)
-        if slots.shape[0] > 4 * n:
+        total = self._totals(query, mask, group)
+        if total.shape[0] > 4 * n:
             # Only what can make the top n is sorted: every hit scoring at least the n-th
             # best (its ties included, which the sort then orders). A query of common
             # words hits most of the index, and sorting all of it cost more than scoring.
-            kth = np.partition(scores, slots.shape[0] - n)[slots.shape[0] - n]
-            keep = scores >= kth
-            slots, scores = slots[keep], scores[keep]
+            # The n-th best slot's score is 0.0 when fewer than n slots are hits.
+            kth = np.partition(total, total.shape[0] - n)[total.shape[0] - n]
+            slots = np.flatnonzero(total >= kth if kth > 0.0 else total)
+        else:
+            slots = np.flatnonzero(total)
+        scores = total[slots]
         tie = -seqs[slots] if seqs is not None else slots
         order = np.lexsort((tie, -scores))[:n]
         return slots[order], scores[order]
+
+    def _totals(
+        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+    ) -> npt.NDArray[np.float64]:
+        """Each slot's score in ``[0, high)``; 0.0 for a slot that is no hit. Every
+        addend is > 0 (the idf is), so the hits are exactly the slots scored above 0."""
+        norm, terms = self._query(query, mask, group)
+        total = np.zeros(self.high, dtype=np.float64)
+        for weight, slots, tf in terms:
+            _accumulate(total, slots, _contribution(weight, tf, norm[slots]))
+        if mask is not None:
+            total[~_masked(np.ones(self.high, dtype=np.bool_), mask)] = 0.0
+        return total
 
     def _query(
         self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
