@@ -191,11 +191,18 @@ def test_many_documents_stay_exact() -> None:
             text = " ".join(rng.choice(words, size=int(rng.integers(1, 20))).tolist())
             index.add(slot, text)
             model[slot] = text
-    for query in ("w1 w2 w2", "w299", "w5 nothing w7"):
+    seqs = rng.integers(0, 50, size=2000).astype(np.int64)
+    for query in ("w1 w2 w2", "w299", "w5 nothing w7", " ".join(words[:40])):
         slots, scores = index.scores(query)
         assert dict(zip(slots.tolist(), scores.tolist(), strict=True)) == reference_bm25(
             model, query
         )
+        # The top n (found from a sample's bound at these sizes) is the exhaustive one.
+        for n in (1, 7, 60, 5000):
+            order = np.lexsort((-seqs[slots], -scores))[:n]
+            top_slots, top_scores = index.top(query, n, seqs=seqs)
+            assert top_slots.tolist() == slots[order].tolist()
+            assert top_scores.tolist() == scores[order].tolist()
 
 
 def test_bad_input_is_refused() -> None:
@@ -215,8 +222,8 @@ def test_bad_input_is_refused() -> None:
         index.scores("x", np.zeros(2, dtype=np.int64))
 
 
-# Skewed corpora: a few words in most documents (their postings cover most of the index,
-# so MaxScore stops before them), rarer ones in a few, and repeats (tf > 1, ties).
+# Skewed corpora: a few words in most documents (their postings cover most of the index),
+# rarer ones in a few, and repeats (tf > 1, ties).
 SKEWED = st.lists(
     st.sampled_from(["the", "the", "the", "a", "a", "is", "b1", "b2", "c1", "c2", "c3", "z"]),
     min_size=1,
@@ -246,14 +253,14 @@ def test_pruned_top_n_is_the_exhaustive_top_n(
     group: int | None,
     seed: int,
 ) -> None:
-    """MaxScore's top n: the same slots, the same floats, the same order (ties to the
-    newest sequence, or the lower slot) as sorting every hit that scores() gives."""
+    """The top n: the same slots, the same floats, the same order (ties to the newest
+    sequence, or the lower slot) as sorting every hit that scores() gives."""
     rng = np.random.default_rng(seed)
     index = Bm25Index(len(texts) + 2)
     for slot, (text, in_group) in enumerate(texts):
         index.add(slot, text, group=in_group)
-    for slot in removed:
-        index.remove(slot) if slot < len(texts) else None
+    for slot in removed & set(range(len(texts))):
+        index.remove(slot)
     mask = rng.random(len(texts) + 2) < 0.7 if masked else None
     # Sequences with repeats, so ties on score and on sequence both occur.
     seqs = rng.integers(0, 4, size=len(texts) + 2).astype(np.int64)
