@@ -206,9 +206,10 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         started = time.perf_counter()
         actor = self._actor
         k = clamp_k(check_k(depth), actor.config.max_entries)
+        scope = check_name("namespace", namespace)
         raw = await actor.embedder.query(query)
         ranked: RankedList = await actor.scans.scan(
-            actor.query_vector(raw), k, check_name("namespace", namespace), build=actor.ranked
+            actor.query_vector(raw), k, scope, build=actor.ranked
         )
         if actor.on_event is not None:
             actor.on_event(

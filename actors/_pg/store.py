@@ -231,9 +231,10 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         self._check()
         actor = self._actor
         k = clamp_k(check_k(depth), actor.config.max_entries)
+        scope = check_name("namespace", namespace)
         started = time.perf_counter()
         raw = await actor.embedder.query(query)
-        report = await actor.scan(actor.query_literal(raw), k, check_name("namespace", namespace))
+        report = await actor.scan(actor.query_literal(raw), k, scope)
         hits = [Ranked(t.id, t.sequence, t.score) for t in report.turns]
         if actor.on_event is not None:
             actor.on_event(
