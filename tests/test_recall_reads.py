@@ -5,8 +5,10 @@ it did when it read full turns and documents through the public API."""
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 import trio
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
@@ -189,33 +191,23 @@ async def check_hybrid(store: Any) -> None:
                 )
 
 
-async def test_internal_reads_answer_what_the_public_reads_do() -> None:
-    with trio.fail_after(20):
-        async with open_store(STORE, HashingEmbedder(DIM)) as store:
-            await check_reads(store)
+CHECKS = pytest.mark.parametrize("check", [check_reads, check_hybrid], ids=["reads", "hybrid"])
 
 
-async def test_internal_reads_answer_what_the_public_reads_do_on_pg(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
-) -> None:
-    open_pg_store = pg_store_opener()
-    with trio.fail_after(60):
-        async with open_pg_store(pg_dsn, STORE, HashingEmbedder(DIM), table=pg_table) as store:
-            await check_reads(store)
-
-
-async def test_hybrid_recall_ranks_as_over_the_public_reads() -> None:
+@CHECKS
+async def test_recall_reads_in_memory(check: Callable[[Any], Awaitable[None]]) -> None:
     with trio.fail_after(30):
         async with open_store(STORE, HashingEmbedder(DIM)) as store:
-            await check_hybrid(store)
+            await check(store)
 
 
-async def test_hybrid_recall_ranks_as_over_the_public_reads_on_pg(
+@CHECKS
+async def test_recall_reads_on_pg(
+    check: Callable[[Any], Awaitable[None]],
     pg_dsn: str,  # noqa: F811
     pg_table: str,  # noqa: F811
 ) -> None:
     open_pg_store = pg_store_opener()
     with trio.fail_after(120):
         async with open_pg_store(pg_dsn, STORE, HashingEmbedder(DIM), table=pg_table) as store:
-            await check_hybrid(store)
+            await check(store)
