@@ -20,6 +20,7 @@ from protocol import (
     Document,
     EmbeddingProfile,
     RetrievalReport,
+    RetrievedTurn,
     ScoredDocument,
     SearchRequest,
     TurnsStored,
@@ -31,6 +32,7 @@ from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, Up
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._prepare import check_ids, check_name, turns_request
+from ._ranked import Ranked, RankedList
 
 __all__ = ["OPENED", "Store", "StoreHandleBase"]
 
@@ -232,6 +234,32 @@ class StoreHandleBase(Generic[ActorT]):
         return await self._retrieve(query, k, check_name("namespace", namespace))
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
+        raise NotImplementedError
+
+    # --- recall's internal reads (``actors/_ranked.py``): each backend implements them --
+
+    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+        """``retrieve_in(namespace, query, depth)`` as ids, sequences and scores (the
+        same order and scores, and the same ``vector_store.searched`` event), without
+        building the turns."""
+        raise NotImplementedError
+
+    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
+        """BM25's top ``depth`` in ``namespace`` (what ``search`` of kind ``"bm25"``
+        ranks, with its event), each with its raw BM25 score and its text."""
+        raise NotImplementedError
+
+    async def _texts(
+        self, namespace: str, ids: Sequence[str], *, projections: bool
+    ) -> dict[str, str]:
+        """The live entries' texts by id (missing ids left out): each one's own text
+        (``Document.text``) or, with ``projections``, its message's projection."""
+        raise NotImplementedError
+
+    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
+        """The entries of ``hits`` as turns scored ``hit.score``, in their order; an
+        entry deleted, or replaced (its sequence changed), since it was ranked is left
+        out."""
         raise NotImplementedError
 
     def __len__(self) -> int:

@@ -5,10 +5,12 @@ calls; the store's reads do not use the store's inbox, so recall never waits beh
 slow write.
 
 Hybrid recall (the default, :class:`~protocol.RecallSettings`) fuses two ranked lists
-by reciprocal rank fusion: the dense list from ``retrieve_in`` (full turns with their
-cosine scores) and the BM25 list from a ``bm25`` (keyword-only) search, so the query
-is embedded once. Every hit keeps its cosine similarity as ``score``, which is what
-``min_similarity`` filters and what the renderers print; the order is the fused one.
+by reciprocal rank fusion: the dense list (what ``retrieve_in`` ranks, with the
+cosine scores) and the BM25 list (what a ``bm25``, keyword-only, search ranks), so the
+query is embedded once. Both are read as ids, sequences and scores (the store's
+internal reads, ``actors/_ranked.py``), and only the fused top ``k`` is built as turns.
+Every hit keeps its cosine similarity as ``score``, which is what ``min_similarity``
+filters and what the renderers print; the order is the fused one.
 Speaker focus and the time channel (``actors._focus``) then boost the hits said by a
 speaker the query names, and those dated near a date it names; a focused query is
 embedded without the speaker's name.
@@ -21,10 +23,11 @@ budget and the provenance of every injected item are the injection actor's.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import trio
 
-from protocol import RetrievalReport, RetrievedTurn, SearchRequest, projection
+from protocol import RetrievalReport, RetrievedTurn, projection
 from protocol._events import fingerprint
 from protocol._memory import describe_error
 from protocol.events import Recalled, RecallFailed
@@ -33,7 +36,7 @@ from protocol.messages import Recall
 from ._events import EventHub, now
 from ._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from ._fusion import FusedHit, neighbor_boost, rrf
-from ._handle import Store
+from ._handle import Store, StoreHandleBase
 from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -56,7 +59,9 @@ class RecallActor:
     """Owns the receive side of its inbox; every failure is a reply to its caller."""
 
     def __init__(self, store: Store, hub: EventHub, inbox_size: int) -> None:
-        self.store = store
+        # Every Store a memory runs over is a handle with recall's internal reads.
+        assert isinstance(store, StoreHandleBase)
+        self.store: StoreHandleBase[Any] = store
         self.hub = hub
         self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
 
@@ -108,47 +113,47 @@ class RecallActor:
         speakers and by the date the query names (``speaker_weight``,
         ``date_weight``).
 
+        Four steps: rank (both lists as ids, sequences and scores: nothing is built
+        yet), fuse, boost, then materialize the top ``k`` alone as turns.
+
         The BM25 list comes first (it embeds nothing): its hits' texts tell which
         speakers the query may name, and a named speaker's name is left out of the
-        query that is embedded. The two lists are read from two snapshots; an entry
-        deleted in between is left out. A BM25 hit that makes the top ``k`` without
-        being in the dense list (its cosine is unknown so far) is looked up by
-        deepening the dense list, so every hit carries its true cosine score.
+        query that is embedded. The two lists are read from two snapshots, and the
+        top ``k`` from a third; an entry deleted (or replaced) in between is left out.
+        A BM25 hit that makes the top ``k`` without being in the dense list (its cosine
+        is unknown so far) is looked up by deepening the dense list, so every hit
+        carries its true cosine score.
         """
         settings = request.settings
         store, namespace, query = self.store, request.namespace, request.query
         depth = max(request.k, settings.fetch_k)
-        # A keyword-only search: the query is not embedded for it.
-        sparse = await store.search(
-            SearchRequest(query=query, k=depth, kind="bm25", namespace=namespace)
-        )
-        # Every entry of a store has an id (a turn's is ``turn-<sequence>``).
-        keyword = [(h.document.id or "", h.sequence) for h in sparse]
-        texts = {h.document.id or "": h.document.text for h in sparse}
+        # Rank. A keyword-only search: the query is not embedded for it.
+        keyword = await store._bm25_ranked(namespace, query, depth)
+        texts = {h.id: h.text or "" for h in keyword}
         named: frozenset[str] = frozenset()
         if settings.speaker_weight > 0:
             named = named_speakers(query, map(speaker_of, texts.values()))
         embedded = without_names(query, named)
-        dense = await store.retrieve_in(namespace, embedded, depth)
+        dense = await store._dense_ranked(namespace, embedded, depth)
+        # Fuse.
         fused: list[FusedHit[str]] = rrf(
-            {"dense": [t.id for t in dense.turns], "bm25": [key for key, _ in keyword]},
+            {"dense": [h.id for h in dense.hits], "bm25": [h.id for h in keyword]},
             k=settings.rrf_k,
             weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
         )
+        # Boost.
         if settings.neighbor_weight > 0:
-            sequences = {t.id: t.sequence for t in dense.turns}
-            sequences.update((key, seq) for key, seq in keyword if seq is not None)
+            sequences = {h.id: h.sequence for h in dense.hits}
+            sequences.update((h.id, h.sequence) for h in keyword)
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-        by_id: dict[str, RetrievedTurn] = {t.id: t for t in dense.turns}
-        for t in dense.turns:
-            texts.setdefault(t.id, projection(t.message))
         fused = await self.focus(request, fused, texts, named)
-        fused = fused[: request.k]
-        while any(h.key not in by_id for h in fused) and depth < dense.scanned:
+        # Materialize the top k, each with its cosine.
+        cosine = {h.id: h for h in dense.hits}
+        while any(h.key not in cosine for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)
-            deeper = await store.retrieve_in(namespace, embedded, depth)
-            by_id.update((t.id, t) for t in deeper.turns)
-        turns = [by_id[h.key] for h in fused if h.key in by_id]
+            deeper = await store._dense_ranked(namespace, embedded, depth)
+            cosine.update((h.id, h) for h in deeper.hits)
+        turns = await store._turns(namespace, [cosine[h.key] for h in fused if h.key in cosine])
         return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
 
     async def focus(
@@ -158,27 +163,47 @@ class RecallActor:
         texts: dict[str, str],
         named: frozenset[str],
     ) -> list[FusedHit[str]]:
-        """``fused`` with the hits said by a ``named`` speaker, and those dated near a
-        date the query names, boosted (``speaker_weight``, ``date_weight``), best
-        first; ties keep their order.
+        """The best ``request.k`` of ``fused`` once the hits said by a ``named``
+        speaker, and those dated near a date the query names, are boosted
+        (``speaker_weight``, ``date_weight``), best first; ties keep their order.
 
-        ``texts`` holds each BM25 hit's text and each dense hit's projection (which
-        starts with the speaker); the dates are in the entries' own texts, read for
-        the dense-only hits when the query names a date.
+        ``texts`` holds each BM25 hit's text; a dense-only hit's text is its
+        projection (which starts with the speaker), read only when a speaker is named
+        or a date is; the dates are in the entries' own texts, read for the dense-only
+        hits when the query names a date.
+
+        ``fused`` is best first and a boost only multiplies, so with speaker focus
+        alone a hit whose score times the largest factor stays below the ``k``-th best
+        score cannot make the top ``k``: only the hits before it are read and boosted.
+        The time channel reads every hit (whether a date tells hits apart depends on
+        all of them).
         """
         settings = request.settings
+        mentions = query_dates(request.query) if settings.date_weight > 0 else []
+        if not (named or mentions):
+            return fused[: request.k]
+        if not mentions and len(fused) > request.k:
+            # The same product as a boosted hit's below, so the comparison is exact.
+            reach = 1.0 * (1.0 + settings.speaker_weight)
+            kth = fused[request.k - 1].score
+            end = next(
+                (i for i in range(request.k, len(fused)) if fused[i].score * reach < kth),
+                len(fused),
+            )
+            fused = fused[:end]
         factor = dict.fromkeys((h.key for h in fused), 1.0)
+        unread = [key for key in factor if key not in texts]
+        if unread:
+            texts.update(await self.store._texts(request.namespace, unread, projections=True))
         if named:
             for key in factor:
                 if speaker_of(texts.get(key, "")) in named:
                     factor[key] *= 1.0 + settings.speaker_weight
-        mentions = query_dates(request.query) if settings.date_weight > 0 else []
         if mentions:
             # A dense hit's text so far is its projection: its date line is in the entry.
             unread = [key for key in factor if "\nDate: " not in texts.get(key, "")]
             if unread:
-                docs = await self.store.get_by_ids(unread, request.namespace)
-                texts.update((d.id or "", d.text) for d in docs)
+                texts.update(await self.store._texts(request.namespace, unread, projections=False))
             days = {key: entry_date(texts.get(key, "")) for key in factor}
             close = {
                 key for key, day in days.items() if day and any(near(m, day) for m in mentions)
@@ -188,10 +213,11 @@ class RecallActor:
                 for key in close:
                     factor[key] *= 1.0 + settings.date_weight
         if all(f == 1.0 for f in factor.values()):
-            return fused
+            return fused[: request.k]
         boosted = sorted(
             enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
         )
         return [
-            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks) for _, h in boosted
+            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks)
+            for _, h in boosted[: request.k]
         ]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import ClassVar, final
 
+import numpy as np
 import trio
 
 from protocol import (
@@ -16,6 +17,7 @@ from protocol import (
     EmbeddingProfile,
     Event,
     RetrievalReport,
+    RetrievedTurn,
     ScoredDocument,
     SearchRequest,
     VectorStoreConfig,
@@ -34,6 +36,7 @@ from ._prepare import (
     check_store_config,
     clamp_k,
 )
+from ._ranked import Ranked, RankedList
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._search import run_search
 from ._sparse import SparseEmbeddingModel
@@ -41,6 +44,7 @@ from ._store_actor import StoreStatistics, _StoreActor
 from ._store_hooks import (
     bound_profile,
     check_query_profile,
+    ranked_event,
     retrieve_event,
     search_event,
 )
@@ -194,6 +198,81 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
                 retrieve_event("memory", actor.profile, namespace, query, k, report, started)
             )
         return report
+
+    # --- recall's internal reads (see StoreHandleBase) -------------------------------
+
+    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+        self._check()
+        started = time.perf_counter()
+        actor = self._actor
+        k = clamp_k(check_k(depth), actor.config.max_entries)
+        scope = check_name("namespace", namespace)
+        raw = await actor.embedder.query(query)
+        ranked: RankedList = await actor.scans.scan(
+            actor.query_vector(raw), k, scope, build=actor.ranked
+        )
+        if actor.on_event is not None:
+            actor.on_event(
+                ranked_event(
+                    "memory", actor.profile, namespace, query, k, ranked.hits, started, bm25=False
+                )
+            )
+        return ranked
+
+    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
+        self._check()
+        started = time.perf_counter()
+        actor = self._actor
+        await trio.lowlevel.checkpoint()
+        actor.check_usable()
+        arena = actor.arena
+        group = arena.namespace_id(namespace)
+        hits: list[Ranked] = []
+        if group is not None:
+            found, scores = arena.bm25().top(query, depth, seqs=actor.seqs, group=group)
+            ids, text_of = arena.ids, arena.text_of
+            hits = [
+                Ranked(ids[slot] or "", seq, score, text_of(slot))
+                for slot, score, seq in zip(
+                    found.tolist(), scores.tolist(), actor.seqs[found].tolist(), strict=True
+                )
+            ]
+        if actor.on_event is not None:
+            k = clamp_k(depth, actor.config.max_entries)
+            actor.on_event(
+                ranked_event(
+                    "memory", actor.profile, namespace, query, k, hits, started, bm25=True
+                )
+            )
+        return hits
+
+    async def _texts(
+        self, namespace: str, ids: Sequence[str], *, projections: bool
+    ) -> dict[str, str]:
+        self._check()
+        await trio.lowlevel.checkpoint()
+        self._check()
+        actor = self._actor
+        slot_of, read = (
+            actor.arena.slot_of,
+            (actor.projection_of if projections else actor.arena.text_of),
+        )
+        found = ((i, slot_of(namespace, i)) for i in ids)
+        return {i: read(slot) for i, slot in found if slot is not None}
+
+    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
+        self._check()
+        await trio.lowlevel.checkpoint()
+        self._check()
+        actor = self._actor
+        slot_of, seqs = actor.arena.slot_of, actor.seqs
+        kept = [
+            (slot, h.score)
+            for h in hits
+            if (slot := slot_of(namespace, h.id)) is not None and int(seqs[slot]) == h.sequence
+        ]
+        slots = np.array([slot for slot, _ in kept], dtype=np.intp)
+        return actor.turns_at(slots, [score for _, score in kept])
 
     # --- state -------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from protocol import (
     TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
+    projection,
 )
 from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
@@ -64,6 +65,7 @@ from ._prepare import (
     exact_msgpack_many,
     private_json,
 )
+from ._ranked import Ranked, RankedList
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from ._sparse import SparseEmbeddingModel
 from ._sparse_index import SparseIndex, SparsePair, checked_sparse
@@ -469,10 +471,26 @@ class _StoreActor(CrashableActor):
 
     def _report(self, result: ScanResult) -> RetrievalReport:
         # Called while the scanned rows are pinned, so each payload matches its score.
+        turns = self.turns_at(result.slots, result.scores.tolist())
+        return RetrievalReport(turns=turns, scanned=result.scanned)
+
+    def ranked(self, result: ScanResult) -> RankedList:
+        """A scan's answer as ids, sequences and scores (recall's dense list)."""
+        slots, ids = result.slots, self.arena.ids
+        hits = [
+            # + 0.0 as in _report.
+            Ranked(ids[slot] or "", seq, score + 0.0)
+            for slot, score, seq in zip(
+                slots.tolist(), result.scores.tolist(), self.seqs[slots].tolist(), strict=True
+            )
+        ]
+        return RankedList(hits=hits, scanned=result.scanned)
+
+    def turns_at(self, slots: npt.NDArray[np.intp], scores: list[float]) -> list[RetrievedTurn]:
+        """The live entries in ``slots`` as turns, with their ``scores``."""
         # Per-hit numpy scalar access and method calls are the bulk of a small read's
         # overhead, so the columns are read as lists in one go and the lookups inlined.
         arena = self.arena
-        slots = result.slots
         ids, sources, payloads = arena.ids, arena.sources, arena.payloads
         texts, roles = arena.texts, arena.roles
         metadata_of = arena.meta.get
@@ -480,7 +498,7 @@ class _StoreActor(CrashableActor):
         turns = []
         for slot, score, seq, namespace in zip(
             slots.tolist(),
-            result.scores.tolist(),
+            scores,
             self.seqs[slots].tolist(),
             arena.namespaces_of(slots),
             strict=True,
@@ -505,7 +523,16 @@ class _StoreActor(CrashableActor):
                     id=entry_id,
                 )
             )
-        return RetrievalReport(turns=turns, scanned=result.scanned)
+        return turns
+
+    def projection_of(self, slot: int) -> str:
+        """The projection of the message in ``slot`` (what ``message_of`` would give,
+        without building it for an entry stored without a payload)."""
+        arena = self.arena
+        payload = arena.payloads[slot]
+        if payload is None:
+            return arena.text_of(slot)
+        return projection(unpack_message(payload))
 
     def message_of(self, slot: int) -> UnifiedMessage:
         """A fresh copy of the message in ``slot``; a document reads as a user message

@@ -191,11 +191,18 @@ def test_many_documents_stay_exact() -> None:
             text = " ".join(rng.choice(words, size=int(rng.integers(1, 20))).tolist())
             index.add(slot, text)
             model[slot] = text
-    for query in ("w1 w2 w2", "w299", "w5 nothing w7"):
+    seqs = rng.integers(0, 50, size=2000).astype(np.int64)
+    for query in ("w1 w2 w2", "w299", "w5 nothing w7", " ".join(words[:40])):
         slots, scores = index.scores(query)
         assert dict(zip(slots.tolist(), scores.tolist(), strict=True)) == reference_bm25(
             model, query
         )
+        # The top n (found from a sample's bound at these sizes) is the exhaustive one.
+        for n in (1, 7, 60, 5000):
+            order = np.lexsort((-seqs[slots], -scores))[:n]
+            top_slots, top_scores = index.top(query, n, seqs=seqs)
+            assert top_slots.tolist() == slots[order].tolist()
+            assert top_scores.tolist() == scores[order].tolist()
 
 
 def test_bad_input_is_refused() -> None:
@@ -213,3 +220,54 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ConfigError, match="expected a 1-d bool array"):
         index.add(0, "x")
         index.scores("x", np.zeros(2, dtype=np.int64))
+
+
+# Skewed corpora: a few words in most documents (their postings cover most of the index),
+# rarer ones in a few, and repeats (tf > 1, ties).
+SKEWED = st.lists(
+    st.sampled_from(["the", "the", "the", "a", "a", "is", "b1", "b2", "c1", "c2", "c3", "z"]),
+    min_size=1,
+    max_size=12,
+).map(" ".join)
+
+
+@given(
+    texts=st.lists(st.tuples(SKEWED, st.integers(0, 2)), min_size=1, max_size=40),
+    removed=st.sets(st.integers(0, 39), max_size=8),
+    query=st.lists(
+        st.sampled_from(["the", "a", "is", "b1", "b2", "c1", "c3", "z", "nothing"]),
+        min_size=1,
+        max_size=6,
+    ).map(" ".join),
+    n=st.integers(1, 12),
+    masked=st.booleans(),
+    group=st.sampled_from([None, 0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_pruned_top_n_is_the_exhaustive_top_n(
+    texts: list[tuple[str, int]],
+    removed: set[int],
+    query: str,
+    n: int,
+    masked: bool,
+    group: int | None,
+    seed: int,
+) -> None:
+    """The top n: the same slots, the same floats, the same order (ties to the newest
+    sequence, or the lower slot) as sorting every hit that scores() gives."""
+    rng = np.random.default_rng(seed)
+    index = Bm25Index(len(texts) + 2)
+    for slot, (text, in_group) in enumerate(texts):
+        index.add(slot, text, group=in_group)
+    for slot in removed & set(range(len(texts))):
+        index.remove(slot)
+    mask = rng.random(len(texts) + 2) < 0.7 if masked else None
+    # Sequences with repeats, so ties on score and on sequence both occur.
+    seqs = rng.integers(0, 4, size=len(texts) + 2).astype(np.int64)
+    for tie in (seqs, None):
+        slots, scores = index.scores(query, mask, group)
+        key = -tie[slots] if tie is not None else slots
+        order = np.lexsort((key, -scores))[:n]
+        top_slots, top_scores = index.top(query, n, mask, tie, group)
+        assert top_slots.tolist() == slots[order].tolist()
+        assert top_scores.tolist() == scores[order].tolist()

@@ -26,6 +26,7 @@ from protocol import (
     EmbeddingProfile,
     Event,
     RetrievalReport,
+    RetrievedTurn,
     ScoredDocument,
     SearchRequest,
     StoreUnavailable,
@@ -46,6 +47,7 @@ from protocol.messages import (
 from .._embedders import EmbedderAdapter
 from .._mailbox import REPLIED, CrashableActor, Envelope
 from .._prepare import clamp_k
+from .._ranked import Ranked
 from .._store_hooks import check_query_profile, checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
 from .reads import Reads
@@ -354,6 +356,43 @@ class _PgStoreActor(CrashableActor):
         return await self.read(
             lambda conn: reads.get_by_ids(conn, wanted, namespace), "get_by_ids"
         )
+
+    # --- recall's internal reads (``actors/_ranked.py``) ------------------------------
+
+    async def bm25_ranked(self, query: str, depth: int, namespace: str) -> list[Ranked]:
+        self.check_usable()
+        if not _representable(namespace):
+            return []
+        reads, depth = self.reads, clamp_k(depth, self.config.max_entries)
+        hits = await self.read(
+            lambda conn: reads.bm25_rows(conn, query, depth, namespace), "search"
+        )
+        return [Ranked(row.id, row.seq, score, row.text) for row, score in hits]
+
+    async def texts(self, ids: list[str], namespace: str, *, projections: bool) -> dict[str, str]:
+        self.check_usable()
+        wanted = [i for i in dict.fromkeys(ids) if _representable(i)]
+        if not wanted or not _representable(namespace):
+            return {}
+        reads = self.reads
+        rows = await self.read(
+            lambda conn: reads.rows_by_ids(conn, wanted, namespace), "get_by_ids"
+        )
+        return {row.id: row.projection() if projections else row.text for row in rows}
+
+    async def turns(self, hits: list[Ranked], namespace: str) -> list[RetrievedTurn]:
+        self.check_usable()
+        if not hits:
+            return []
+        reads, seqs = self.reads, [h.sequence for h in hits]
+        rows = await self.read(lambda conn: reads.by_seqs(conn, seqs), "get_by_ids")
+        return [
+            row.turn(h.score)
+            for h in hits
+            if (row := rows.get(h.sequence)) is not None
+            and row.namespace == namespace
+            and row.id == h.id
+        ]
 
     async def refresh(self) -> Counts:
         self.check_usable()

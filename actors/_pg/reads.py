@@ -32,6 +32,7 @@ from protocol import (
     ScoredDocument,
     Text,
     UnifiedMessage,
+    projection,
 )
 from protocol._surrogates import unpack_message, unpack_metadata
 
@@ -69,6 +70,10 @@ class DocRow:
 
     def metadata(self) -> dict[str, Any]:
         return {} if self.meta is None else unpack_metadata(self.meta)
+
+    def projection(self) -> str:
+        """The projection of the entry's message (a document's is its text)."""
+        return self.text if self.message is None else projection(unpack_message(self.message))
 
     def document(self) -> Document:
         return Document(
@@ -223,8 +228,23 @@ class Reads:
     def get_by_ids(
         self, conn: psycopg.Connection[Any], ids: list[str], namespace: str
     ) -> list[Document]:
+        return [row.document() for row in self.rows_by_ids(conn, ids, namespace)]
+
+    def rows_by_ids(
+        self, conn: psycopg.Connection[Any], ids: list[str], namespace: str
+    ) -> list[DocRow]:
         rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
-        return [DocRow(row).document() for row in rows]
+        return [DocRow(row) for row in rows]
+
+    def bm25_rows(
+        self, conn: psycopg.Connection[Any], query: str, depth: int, namespace: str
+    ) -> list[tuple[DocRow, float]]:
+        """Recall's keyword list (``actors/_ranked.py``): BM25's top ``depth`` in
+        ``namespace``, unfiltered, with each hit's row, from one snapshot."""
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        hits = self.bm25(conn, query, depth, namespace, FilterSql(sql.Identifier("metadata")))
+        rows = self.by_seqs(conn, [seq for seq, _ in hits]) if hits else {}
+        return [(rows[seq], score) for seq, score in hits]
 
     def dense(
         self,

@@ -73,6 +73,7 @@ from protocol import (
     EmbeddingProfile,
     Event,
     RetrievalReport,
+    RetrievedTurn,
     ScoredDocument,
     SearchRequest,
     StoreUnavailable,
@@ -84,8 +85,9 @@ from .._embedders import EmbedderAdapter, check_timeout
 from .._handle import OPENED, StoreHandleBase
 from .._lifecycle import run_store
 from .._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
+from .._ranked import Ranked, RankedList
 from .._store import StoreStatistics
-from .._store_hooks import retrieve_event, search_event
+from .._store_hooks import ranked_event, retrieve_event, search_event
 from .actor import _PgStoreActor
 from .reads import HNSW_SETTINGS
 from .schema import (
@@ -220,6 +222,47 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
             actor.on_event(
                 retrieve_event("pg", actor.profile, namespace, query, k, report, started)
             )
+
+    # --- recall's internal reads (see StoreHandleBase) -------------------------------
+
+    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+        # The turns are built from the rows the statement reads anyway; on pg that is
+        # a small share of a read's cost.
+        self._check()
+        actor = self._actor
+        k = clamp_k(check_k(depth), actor.config.max_entries)
+        scope = check_name("namespace", namespace)
+        started = time.perf_counter()
+        raw = await actor.embedder.query(query)
+        report = await actor.scan(actor.query_literal(raw), k, scope)
+        hits = [Ranked(t.id, t.sequence, t.score) for t in report.turns]
+        if actor.on_event is not None:
+            actor.on_event(
+                ranked_event("pg", actor.profile, namespace, query, k, hits, started, bm25=False)
+            )
+        return RankedList(hits=hits, scanned=report.scanned, exact=report.exact)
+
+    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
+        self._check()
+        actor = self._actor
+        started = time.perf_counter()
+        hits = await actor.bm25_ranked(query, depth, check_name("namespace", namespace))
+        if actor.on_event is not None:
+            k = clamp_k(depth, actor.config.max_entries)
+            actor.on_event(
+                ranked_event("pg", actor.profile, namespace, query, k, hits, started, bm25=True)
+            )
+        return hits
+
+    async def _texts(
+        self, namespace: str, ids: Sequence[str], *, projections: bool
+    ) -> dict[str, str]:
+        self._check()
+        return await self._actor.texts(list(ids), namespace, projections=projections)
+
+    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
+        self._check()
+        return await self._actor.turns(list(hits), namespace)
 
     # --- state -------------------------------------------------------------------------
 
