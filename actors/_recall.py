@@ -37,6 +37,7 @@ from ._events import EventHub, now
 from ._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from ._fusion import FusedHit, neighbor_boost, rrf
 from ._handle import Store, StoreHandleBase
+from ._links import ANCHORS, DEPTH, link_terms, linked, rare
 from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -53,6 +54,21 @@ def unique_by_content(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
             seen.add(key)
             kept.append(turn)
     return kept
+
+
+def boost(fused: list[FusedHit[str]], factor: dict[str, float]) -> list[FusedHit[str]]:
+    """``fused`` with each hit's score multiplied by its ``factor`` (1.0 for a hit not
+    in it), best first; ties keep their order."""
+    if all(f == 1.0 for f in factor.values()):
+        return fused
+    scored = sorted(
+        enumerate(fused),
+        key=lambda item: (-item[1].score * factor.get(item[1].key, 1.0), item[0]),
+    )
+    return [
+        FusedHit(key=h.key, score=h.score * factor.get(h.key, 1.0), ranks=h.ranks)
+        for _, h in scored
+    ]
 
 
 class RecallActor:
@@ -142,11 +158,13 @@ class RecallActor:
             weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
         )
         # Boost.
+        sequences = {h.id: h.sequence for h in dense.hits}
+        sequences.update((h.id, h.sequence) for h in keyword)
         if settings.neighbor_weight > 0:
-            sequences = {h.id: h.sequence for h in dense.hits}
-            sequences.update((h.id, h.sequence) for h in keyword)
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
         fused = await self.focus(request, fused, texts, named)
+        if settings.link_weight > 0:
+            fused = await self.links(request, fused, sequences)
         # Materialize the top k, each with its cosine.
         fused = fused[: request.k]
         cosine = {h.id: h for h in dense.hits}
@@ -156,6 +174,35 @@ class RecallActor:
             cosine.update((h.id, h) for h in deeper.hits)
         turns = await store._turns(namespace, [cosine[h.key] for h in fused if h.key in cosine])
         return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
+
+    async def links(
+        self, request: Recall, fused: list[FusedHit[str]], sequences: dict[str, int]
+    ) -> list[FusedHit[str]]:
+        """``fused`` with its best ``ANCHORS`` hits (each content once), and the hits of
+        its top ``DEPTH`` linked to one (``actors/_links.py``), boosted by
+        ``link_weight``; ties keep their order. Two reads: the top hits' projections,
+        and the namespace's document frequencies of the anchors' terms."""
+        head = fused[:DEPTH]
+        texts = await self.store._texts(request.namespace, [h.key for h in head], projections=True)
+        anchors: dict[str, str] = {}
+        for hit in head:
+            text = texts.get(hit.key)
+            if text is not None and text not in anchors.values():
+                anchors[hit.key] = text
+                if len(anchors) == ANCHORS:
+                    break
+        speakers = {s for text in texts.values() if (s := speaker_of(text)) is not None}
+        terms = link_terms(request.query, anchors, speakers)
+        if not terms:
+            return fused
+        entries, counts = await self.store._term_counts(request.namespace, sorted(terms))
+        kept = rare(entries, counts)
+        terms = {t: keys for t, keys in terms.items() if t in kept}
+        candidates = {k: t for k, t in texts.items() if k not in anchors}
+        boosted = set(anchors) | linked(candidates, terms, sequences) if terms else set()
+        if not boosted - set(anchors):
+            return fused
+        return boost(fused, dict.fromkeys(boosted, 1.0 + request.settings.link_weight))
 
     async def focus(
         self,
@@ -197,11 +244,4 @@ class RecallActor:
             if close and close != {key for key, day in days.items() if day}:
                 for key in close:
                     factor[key] *= 1.0 + settings.date_weight
-        if all(f == 1.0 for f in factor.values()):
-            return fused
-        boosted = sorted(
-            enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
-        )
-        return [
-            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks) for _, h in boosted
-        ]
+        return boost(fused, factor)
