@@ -80,7 +80,7 @@ def test_term_counts_are_scoped_to_a_group() -> None:
 
 @pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf"), True, "1"])
 def test_link_weight_is_checked(value: object) -> None:
-    with pytest.raises(ConfigError, match="RecallSettings.link_weight"):
+    with pytest.raises(ConfigError, match=r"RecallSettings\.link_weight"):
         RecallSettings(link_weight=value)  # type: ignore[arg-type]
 
 
