@@ -4,11 +4,13 @@ through ``open_memory`` on both backends."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
+from test_recall_quality import ranked
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index, tokenize
@@ -105,17 +107,28 @@ async def check_term_counts(store: Any) -> None:
     assert await store._term_counts("books", [alchemist]) == (2, {alchemist: 1})
 
 
-async def test_term_counts_in_memory() -> None:
+Check = Callable[[Any], Awaitable[None]]
+
+
+async def in_memory(check: Check) -> None:
     with trio.fail_after(20):
         async with open_store(STORE, HashingEmbedder(DIM)) as store:
-            await check_term_counts(store)
+            await check(store)
+
+
+async def on_pg(check: Check, dsn: str, table: str) -> None:
+    open_pg_store = pg_store_opener()
+    with trio.fail_after(60):
+        async with open_pg_store(dsn, STORE, HashingEmbedder(DIM), table=table) as store:
+            await check(store)
+
+
+async def test_term_counts_in_memory() -> None:
+    await in_memory(check_term_counts)
 
 
 async def test_term_counts_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
-    open_pg_store = pg_store_opener()
-    with trio.fail_after(60):
-        async with open_pg_store(pg_dsn, STORE, HashingEmbedder(DIM), table=pg_table) as store:
-            await check_term_counts(store)
+    await on_pg(check_term_counts, pg_dsn, pg_table)
 
 
 # A chat whose best hits for the question are John's turns about books; the turn that
@@ -162,17 +175,10 @@ async def offload_chat(store: Any) -> dict[str, str]:
     return ids
 
 
-async def ranked(store: Any, ids: dict[str, str], **settings: Any) -> list[str]:
-    config = MemoryConfig(recall=RecallSettings(**settings), min_similarity=None)
-    async with open_memory(store=store, memory=config) as memory:
-        report = await memory.retrieve(QUESTION, k=len(ids))
-    return [ids[t.id] for t in report.turns]
-
-
 async def check_links(store: Any) -> None:
     ids = await offload_chat(store)
-    plain = await ranked(store, ids, link_weight=0.0)
-    linked_ = await ranked(store, ids)
+    plain = await ranked(store, QUESTION, ids, link_weight=0.0)
+    linked_ = await ranked(store, QUESTION, ids)
     herbert = "John: Herbert's desert planet still amazes me"
     dune = "John: I'm reading the book Dune by Frank Herbert"
     # "Herbert" (in two of the 19 entries) links the far turn to the anchor that
@@ -183,17 +189,12 @@ async def check_links(store: Any) -> None:
     assert anchors == plain[:5]
     assert linked_[0] == plain[0]
     # Weight 0 is recall without links: what the same query ranks with no link term.
-    assert await ranked(store, ids, link_weight=0.0) == plain
+    assert await ranked(store, QUESTION, ids, link_weight=0.0) == plain
 
 
 async def test_entity_links_through_memory() -> None:
-    with trio.fail_after(20):
-        async with open_store(STORE, HashingEmbedder(DIM)) as store:
-            await check_links(store)
+    await in_memory(check_links)
 
 
 async def test_entity_links_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
-    open_pg_store = pg_store_opener()
-    with trio.fail_after(60):
-        async with open_pg_store(pg_dsn, STORE, HashingEmbedder(DIM), table=pg_table) as store:
-            await check_links(store)
+    await on_pg(check_links, pg_dsn, pg_table)
