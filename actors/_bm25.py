@@ -318,14 +318,18 @@ class Bm25Index:
         ``terms`` (stems, as :func:`tokenize` gives them; a term no document holds
         counts 0): the statistics the BM25 idf of a query scoped to ``group`` uses."""
         n_docs = self._group_stats.get(group, (0, 0))[0]
+        # With one group every posting is the group's: no posting list is read.
+        alone = n_docs == self.n_docs
         counts = {}
         for term in dict.fromkeys(terms):
             term_id = self._vocab.get(term)
             if term_id is None or n_docs == 0:
                 counts[term] = 0
-                continue
-            slots, _ = self._postings(term_id)
-            counts[term] = int(np.count_nonzero(self._groups[slots] == group))
+            elif alone:
+                counts[term] = self.document_frequency(term)
+            else:
+                slots, _ = self._postings(term_id)
+                counts[term] = int(np.count_nonzero(self._groups[slots] == group))
         return n_docs, counts
 
     def scores(

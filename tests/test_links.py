@@ -78,6 +78,8 @@ def test_term_counts_are_scoped_to_a_group() -> None:
     assert index.term_counts([alchemist], 9) == (0, {alchemist: 0})
     index.remove(1)
     assert index.term_counts([alchemist], 1) == (1, {alchemist: 1})
+    index.remove(0)  # group 2 alone: its counts are the index's
+    assert index.term_counts([alchemist, "paulo"], 2) == (1, {alchemist: 1, "paulo": 0})
 
 
 @pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf"), True, "1"])
