@@ -89,6 +89,9 @@ def idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
+# A query term's weight (qtf · idf) and its postings in scope: slots and term frequencies.
+_QueryTerm = tuple[float, npt.NDArray[np.intp], npt.NDArray[np.float64]]
+
 # Below this many postings a term's overflow array is never copied to shrink it.
 _SHRINK_FROM = 64
 
@@ -340,43 +343,8 @@ class Bm25Index:
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """Every hit of ``query``: the slots that hold a query term (in ``group``, when
         given, and passing ``mask``), ascending, and their scores."""
-        if not isinstance(query, str):
-            raise ConfigError(f"query is a {type(query).__name__}; expected a str")
-        if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
-            raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
-        if group is None:
-            n_docs, total_length = self.n_docs, self.total_length
-        else:
-            n_docs, total_length = self._group_stats.get(group, (0, 0))
-        if n_docs == 0:
-            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
-        terms = Counter(tokenize(query))
-        n = self.high
-        total = np.zeros(n, dtype=np.float64)
-        hit = np.zeros(n, dtype=np.bool_)
-        avgdl = total_length / n_docs
-        for term, qtf in terms.items():
-            term_id = self._vocab.get(term)
-            if term_id is None:
-                continue
-            slots, tf = self._postings(term_id)
-            if group is not None:
-                mine = self._groups[slots] == group
-                slots, tf = slots[mine], tf[mine]
-                if slots.shape[0] == 0:
-                    continue
-            dl = self._lengths[slots].astype(np.float64)
-            weight = qtf * idf(n_docs, slots.shape[0])
-            # Written exactly as the reference evaluates it, so the float64 results are
-            # bit-identical: each numpy operation here is one correctly rounded IEEE op.
-            norm = K1 * (1.0 - B + B * dl / avgdl)
-            total[slots] += weight * (tf * (K1 + 1.0)) / (tf + norm)
-            hit[slots] = True
-        if mask is not None:
-            width = min(n, mask.shape[0])
-            hit[:width] &= mask[:width]
-            hit[width:] = False
-        slots_hit = np.flatnonzero(hit)
+        total = self._totals(query, mask, group)
+        slots_hit = np.flatnonzero(total)
         return slots_hit, total[slots_hit]
 
     def top(
@@ -387,23 +355,118 @@ class Bm25Index:
         seqs: npt.NDArray[np.int64] | None = None,
         group: int | None = None,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """The best ``n`` hits of ``query``, best first, and their scores.
+        """The best ``n`` hits of ``query``, best first, and their scores: exactly the
+        first ``n`` of :meth:`scores` in that order, the same floats.
 
         Ties go to the higher sequence in ``seqs`` (newest first, as in the dense scan),
         or, without ``seqs``, to the lower slot.
+
+        Every hit is scored. An exact MaxScore cut (the rarest terms first, the common
+        ones only for documents that can still reach the n-th best, since a term adds
+        less than ``qtf · idf · (k1 + 1)``) was measured on LoCoMo turns at the depth
+        recall reads (200): the n-th best stays below the bound of the common words
+        until most terms are scored, so it still scored 80% of the postings, and it ran
+        2× slower than scoring them all (``benches/README.md``, "The cost of a turn").
 
         Raises:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
         check_int("n", n)
-        slots, scores = self.scores(query, mask, group)
-        if slots.shape[0] > 4 * n:
+        total = self._totals(query, mask, group)
+        if total.shape[0] > 4 * n:
             # Only what can make the top n is sorted: every hit scoring at least the n-th
             # best (its ties included, which the sort then orders). A query of common
             # words hits most of the index, and sorting all of it cost more than scoring.
-            kth = np.partition(scores, slots.shape[0] - n)[slots.shape[0] - n]
-            keep = scores >= kth
-            slots, scores = slots[keep], scores[keep]
+            # The n-th best slot's score is 0.0 when fewer than n slots are hits.
+            kth = np.partition(total, total.shape[0] - n)[total.shape[0] - n]
+            slots = np.flatnonzero(total >= kth if kth > 0.0 else total)
+        else:
+            slots = np.flatnonzero(total)
+        scores = total[slots]
         tie = -seqs[slots] if seqs is not None else slots
         order = np.lexsort((tie, -scores))[:n]
         return slots[order], scores[order]
+
+    def _totals(
+        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+    ) -> npt.NDArray[np.float64]:
+        """Each slot's score in ``[0, high)``; 0.0 for a slot that is no hit. Every
+        addend is > 0 (the idf is), so the hits are exactly the slots scored above 0."""
+        norm, terms = self._query(query, mask, group)
+        total = np.zeros(self.high, dtype=np.float64)
+        for weight, slots, tf in terms:
+            _accumulate(total, slots, _contribution(weight, tf, norm[slots]))
+        if mask is not None:
+            total[~_masked(np.ones(self.high, dtype=np.bool_), mask)] = 0.0
+        return total
+
+    def _query(
+        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+    ) -> tuple[npt.NDArray[np.float64], list[_QueryTerm]]:
+        """Each slot's length normalization ``norm(D)`` (for the average length in
+        scope) and, for the query's terms that some document in scope holds, in the
+        order they first appear, each one's weight ``qtf · idf`` and postings in scope."""
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected a str")
+        if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
+            raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
+        if group is None:
+            n_docs, total_length = self.n_docs, self.total_length
+        else:
+            n_docs, total_length = self._group_stats.get(group, (0, 0))
+        if n_docs == 0:
+            return np.empty(0, dtype=np.float64), []
+        # A group that holds every live document needs no filtering of the postings.
+        scope = None if n_docs == self.n_docs else group
+        terms: list[_QueryTerm] = []
+        for term, qtf in Counter(tokenize(query)).items():
+            term_id = self._vocab.get(term)
+            if term_id is None:
+                continue
+            slots, tf = self._postings(term_id)
+            if scope is not None:
+                mine = self._groups[slots] == scope
+                slots, tf = slots[mine], tf[mine]
+                if slots.shape[0] == 0:
+                    continue
+            terms.append((qtf * idf(n_docs, slots.shape[0]), slots, tf))
+        if not terms:
+            return np.empty(0, dtype=np.float64), []
+        avgdl = total_length / n_docs
+        dl = self._lengths[: self.high].astype(np.float64)
+        # Written exactly as the reference evaluates it, so the float64 results are
+        # bit-identical: each numpy operation here is one correctly rounded IEEE op.
+        norm: npt.NDArray[np.float64] = K1 * (1.0 - B + B * dl / avgdl)
+        return norm, terms
+
+
+def _masked(
+    hit: npt.NDArray[np.bool_], mask: npt.NDArray[np.bool_] | None
+) -> npt.NDArray[np.bool_]:
+    """``hit`` narrowed by ``mask`` in place (slots past the mask's end are out)."""
+    if mask is not None:
+        width = min(hit.shape[0], mask.shape[0])
+        hit[:width] &= mask[:width]
+        hit[width:] = False
+    return hit
+
+
+def _contribution(
+    weight: float, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """One term's addend to the score of documents with these term frequencies and
+    length normalizations, evaluated as the reference does (one IEEE op at a time)."""
+    contribution: npt.NDArray[np.float64] = weight * (tf * (K1 + 1.0)) / (tf + norm)
+    return contribution
+
+
+def _accumulate(
+    total: npt.NDArray[np.float64], slots: npt.NDArray[np.intp], values: npt.NDArray[np.float64]
+) -> None:
+    """``total[slots] += values`` for distinct ``slots``. A long posting list goes
+    through ``bincount``, several times faster than a fancy-indexed add and the same
+    floats: each slot's bin is ``0.0 + value``, exactly ``value``."""
+    if slots.shape[0] * 8 >= total.shape[0]:
+        total += np.bincount(slots, weights=values, minlength=total.shape[0])
+    else:
+        total[slots] += values

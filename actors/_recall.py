@@ -162,11 +162,12 @@ class RecallActor:
         sequences.update((h.id, h.sequence) for h in keyword)
         if settings.neighbor_weight > 0:
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-        fused = await self.focus(request, fused, texts, named)
+        # Entity links read the top DEPTH after focus, and only lift hits among them.
+        keep = max(request.k, DEPTH) if settings.link_weight > 0 else request.k
+        fused = await self.focus(request, fused, texts, named, keep)
         if settings.link_weight > 0:
-            fused = await self.links(request, fused, sequences)
+            fused = (await self.links(request, fused, sequences))[: request.k]
         # Materialize the top k, each with its cosine.
-        fused = fused[: request.k]
         cosine = {h.id: h for h in dense.hits}
         while any(h.key not in cosine for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)
@@ -210,23 +211,40 @@ class RecallActor:
         fused: list[FusedHit[str]],
         texts: dict[str, str],
         named: frozenset[str],
+        keep: int,
     ) -> list[FusedHit[str]]:
-        """``fused`` with the hits said by a ``named`` speaker, and those dated near a
-        date the query names, boosted (``speaker_weight``, ``date_weight``), best
-        first; ties keep their order.
+        """The best ``keep`` of ``fused`` once the hits said by a ``named``
+        speaker, and those dated near a date the query names, are boosted
+        (``speaker_weight``, ``date_weight``), best first; ties keep their order.
 
         ``texts`` holds each BM25 hit's text; a dense-only hit's text is its
         projection (which starts with the speaker), read only when a speaker is named
         or a date is; the dates are in the entries' own texts, read for the dense-only
         hits when the query names a date.
+
+        ``fused`` is best first and a boost only multiplies, so with speaker focus
+        alone a hit whose score times the largest factor stays below the ``keep``-th best
+        score cannot make the top ``keep``: only the hits before it are read and boosted.
+        The time channel reads every hit (whether a date tells hits apart depends on
+        all of them).
         """
         settings = request.settings
-        factor = dict.fromkeys((h.key for h in fused), 1.0)
         mentions = query_dates(request.query) if settings.date_weight > 0 else []
-        if named or mentions:
-            unread = [key for key in factor if key not in texts]
-            if unread:
-                texts.update(await self.store._texts(request.namespace, unread, projections=True))
+        if not (named or mentions):
+            return fused[:keep]
+        if not mentions and len(fused) > keep:
+            # The same product as a boosted hit's below, so the comparison is exact.
+            reach = 1.0 * (1.0 + settings.speaker_weight)
+            kth = fused[keep - 1].score
+            end = next(
+                (i for i in range(keep, len(fused)) if fused[i].score * reach < kth),
+                len(fused),
+            )
+            fused = fused[:end]
+        factor = dict.fromkeys((h.key for h in fused), 1.0)
+        unread = [key for key in factor if key not in texts]
+        if unread:
+            texts.update(await self.store._texts(request.namespace, unread, projections=True))
         if named:
             for key in factor:
                 if speaker_of(texts.get(key, "")) in named:
@@ -244,4 +262,12 @@ class RecallActor:
             if close and close != {key for key, day in days.items() if day}:
                 for key in close:
                     factor[key] *= 1.0 + settings.date_weight
-        return boost(fused, factor)
+        if all(f == 1.0 for f in factor.values()):
+            return fused[:keep]
+        boosted = sorted(
+            enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
+        )
+        return [
+            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks)
+            for _, h in boosted[:keep]
+        ]

@@ -213,3 +213,54 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ConfigError, match="expected a 1-d bool array"):
         index.add(0, "x")
         index.scores("x", np.zeros(2, dtype=np.int64))
+
+
+# Skewed corpora: a few words in most documents (their postings cover most of the index,
+# so MaxScore stops before them), rarer ones in a few, and repeats (tf > 1, ties).
+SKEWED = st.lists(
+    st.sampled_from(["the", "the", "the", "a", "a", "is", "b1", "b2", "c1", "c2", "c3", "z"]),
+    min_size=1,
+    max_size=12,
+).map(" ".join)
+
+
+@given(
+    texts=st.lists(st.tuples(SKEWED, st.integers(0, 2)), min_size=1, max_size=40),
+    removed=st.sets(st.integers(0, 39), max_size=8),
+    query=st.lists(
+        st.sampled_from(["the", "a", "is", "b1", "b2", "c1", "c3", "z", "nothing"]),
+        min_size=1,
+        max_size=6,
+    ).map(" ".join),
+    n=st.integers(1, 12),
+    masked=st.booleans(),
+    group=st.sampled_from([None, 0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_pruned_top_n_is_the_exhaustive_top_n(
+    texts: list[tuple[str, int]],
+    removed: set[int],
+    query: str,
+    n: int,
+    masked: bool,
+    group: int | None,
+    seed: int,
+) -> None:
+    """MaxScore's top n: the same slots, the same floats, the same order (ties to the
+    newest sequence, or the lower slot) as sorting every hit that scores() gives."""
+    rng = np.random.default_rng(seed)
+    index = Bm25Index(len(texts) + 2)
+    for slot, (text, in_group) in enumerate(texts):
+        index.add(slot, text, group=in_group)
+    for slot in removed:
+        index.remove(slot) if slot < len(texts) else None
+    mask = rng.random(len(texts) + 2) < 0.7 if masked else None
+    # Sequences with repeats, so ties on score and on sequence both occur.
+    seqs = rng.integers(0, 4, size=len(texts) + 2).astype(np.int64)
+    for tie in (seqs, None):
+        slots, scores = index.scores(query, mask, group)
+        key = -tie[slots] if tie is not None else slots
+        order = np.lexsort((key, -scores))[:n]
+        top_slots, top_scores = index.top(query, n, mask, tie, group)
+        assert top_slots.tolist() == slots[order].tolist()
+        assert top_scores.tolist() == scores[order].tolist()
