@@ -190,6 +190,11 @@ async def check_links(store: Any) -> None:
     anchors = [line for line in linked_ if line in plain[:5]]
     assert anchors == plain[:5]
     assert linked_[0] == plain[0]
+    # A small k ranks the same head: focus keeps the top 50 for the links to read.
+    async with open_memory(store=store, memory=MemoryConfig(min_similarity=None)) as memory:
+        report = await memory.retrieve(QUESTION, k=6)
+    assert [ids[t.id] for t in report.turns] == linked_[:6]
+    assert herbert in linked_[:6] and herbert not in plain[:6]
     # Weight 0 is recall without links: what the same query ranks with no link term.
     assert await ranked(store, QUESTION, ids, link_weight=0.0) == plain
 
