@@ -37,6 +37,7 @@ import re
 from array import array
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable
 
 import attrs
 import numpy as np
@@ -314,6 +315,25 @@ class Bm25Index:
         if term_id is None:
             return 0
         return 1 + len(self._rest.get(term_id, ())) // 2
+
+    def term_counts(self, terms: Iterable[str], group: int) -> tuple[int, dict[str, int]]:
+        """How many documents ``group`` holds, and how many of them hold each of
+        ``terms`` (stems, as :func:`tokenize` gives them; a term no document holds
+        counts 0): the statistics the BM25 idf of a query scoped to ``group`` uses."""
+        n_docs = self._group_stats.get(group, (0, 0))[0]
+        # With one group every posting is the group's: no posting list is read.
+        alone = n_docs == self.n_docs
+        counts = {}
+        for term in dict.fromkeys(terms):
+            term_id = self._vocab.get(term)
+            if term_id is None or n_docs == 0:
+                counts[term] = 0
+            elif alone:
+                counts[term] = self.document_frequency(term)
+            else:
+                slots, _ = self._postings(term_id)
+                counts[term] = int(np.count_nonzero(self._groups[slots] == group))
+        return n_docs, counts
 
     def scores(
         self,

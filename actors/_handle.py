@@ -262,6 +262,15 @@ class StoreHandleBase(Generic[ActorT]):
         out."""
         raise NotImplementedError
 
+    async def _term_counts(
+        self, namespace: str, terms: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """How many live entries ``namespace`` holds, and how many of them hold each
+        BM25 term (a stem, as ``actors._bm25.tokenize`` gives it): the document
+        frequencies BM25 scores a query of the namespace with (entity links,
+        ``actors/_links.py``)."""
+        raise NotImplementedError
+
     def __len__(self) -> int:
         raise NotImplementedError
 

@@ -37,6 +37,7 @@ from ._events import EventHub, now
 from ._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from ._fusion import FusedHit, neighbor_boost, rrf
 from ._handle import Store, StoreHandleBase
+from ._links import ANCHORS, DEPTH, link_terms, linked, rare
 from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -53,6 +54,21 @@ def unique_by_content(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
             seen.add(key)
             kept.append(turn)
     return kept
+
+
+def boost(fused: list[FusedHit[str]], factor: dict[str, float]) -> list[FusedHit[str]]:
+    """``fused`` with each hit's score multiplied by its ``factor`` (1.0 for a hit not
+    in it), best first; ties keep their order."""
+    if all(f == 1.0 for f in factor.values()):
+        return fused
+    scored = sorted(
+        enumerate(fused),
+        key=lambda item: (-item[1].score * factor.get(item[1].key, 1.0), item[0]),
+    )
+    return [
+        FusedHit(key=h.key, score=h.score * factor.get(h.key, 1.0), ranks=h.ranks)
+        for _, h in scored
+    ]
 
 
 class RecallActor:
@@ -142,11 +158,15 @@ class RecallActor:
             weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
         )
         # Boost.
+        sequences = {h.id: h.sequence for h in dense.hits}
+        sequences.update((h.id, h.sequence) for h in keyword)
         if settings.neighbor_weight > 0:
-            sequences = {h.id: h.sequence for h in dense.hits}
-            sequences.update((h.id, h.sequence) for h in keyword)
             fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-        fused = await self.focus(request, fused, texts, named)
+        # Entity links read the top DEPTH after focus, and only lift hits among them.
+        keep = max(request.k, DEPTH) if settings.link_weight > 0 else request.k
+        fused = await self.focus(request, fused, texts, named, keep)
+        if settings.link_weight > 0:
+            fused = (await self.links(request, fused, sequences))[: request.k]
         # Materialize the top k, each with its cosine.
         cosine = {h.id: h for h in dense.hits}
         while any(h.key not in cosine for h in fused) and depth < dense.scanned:
@@ -156,14 +176,44 @@ class RecallActor:
         turns = await store._turns(namespace, [cosine[h.key] for h in fused if h.key in cosine])
         return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
 
+    async def links(
+        self, request: Recall, fused: list[FusedHit[str]], sequences: dict[str, int]
+    ) -> list[FusedHit[str]]:
+        """``fused`` with its best ``ANCHORS`` hits (each content once), and the hits of
+        its top ``DEPTH`` linked to one (``actors/_links.py``), boosted by
+        ``link_weight``; ties keep their order. Two reads: the top hits' projections,
+        and the namespace's document frequencies of the anchors' terms."""
+        head = fused[:DEPTH]
+        texts = await self.store._texts(request.namespace, [h.key for h in head], projections=True)
+        anchors: dict[str, str] = {}
+        for hit in head:
+            text = texts.get(hit.key)
+            if text is not None and text not in anchors.values():
+                anchors[hit.key] = text
+                if len(anchors) == ANCHORS:
+                    break
+        speakers = {s for text in texts.values() if (s := speaker_of(text)) is not None}
+        terms = link_terms(request.query, anchors, speakers)
+        if not terms:
+            return fused
+        entries, counts = await self.store._term_counts(request.namespace, sorted(terms))
+        kept = rare(entries, counts)
+        terms = {t: keys for t, keys in terms.items() if t in kept}
+        candidates = {k: t for k, t in texts.items() if k not in anchors}
+        boosted = set(anchors) | linked(candidates, terms, sequences) if terms else set()
+        if not boosted - set(anchors):
+            return fused
+        return boost(fused, dict.fromkeys(boosted, 1.0 + request.settings.link_weight))
+
     async def focus(
         self,
         request: Recall,
         fused: list[FusedHit[str]],
         texts: dict[str, str],
         named: frozenset[str],
+        keep: int,
     ) -> list[FusedHit[str]]:
-        """The best ``request.k`` of ``fused`` once the hits said by a ``named``
+        """The best ``keep`` of ``fused`` once the hits said by a ``named``
         speaker, and those dated near a date the query names, are boosted
         (``speaker_weight``, ``date_weight``), best first; ties keep their order.
 
@@ -173,21 +223,21 @@ class RecallActor:
         hits when the query names a date.
 
         ``fused`` is best first and a boost only multiplies, so with speaker focus
-        alone a hit whose score times the largest factor stays below the ``k``-th best
-        score cannot make the top ``k``: only the hits before it are read and boosted.
+        alone a hit whose score times the largest factor stays below the ``keep``-th best
+        score cannot make the top ``keep``: only the hits before it are read and boosted.
         The time channel reads every hit (whether a date tells hits apart depends on
         all of them).
         """
         settings = request.settings
         mentions = query_dates(request.query) if settings.date_weight > 0 else []
         if not (named or mentions):
-            return fused[: request.k]
-        if not mentions and len(fused) > request.k:
+            return fused[:keep]
+        if not mentions and len(fused) > keep:
             # The same product as a boosted hit's below, so the comparison is exact.
             reach = 1.0 * (1.0 + settings.speaker_weight)
-            kth = fused[request.k - 1].score
+            kth = fused[keep - 1].score
             end = next(
-                (i for i in range(request.k, len(fused)) if fused[i].score * reach < kth),
+                (i for i in range(keep, len(fused)) if fused[i].score * reach < kth),
                 len(fused),
             )
             fused = fused[:end]
@@ -213,11 +263,11 @@ class RecallActor:
                 for key in close:
                     factor[key] *= 1.0 + settings.date_weight
         if all(f == 1.0 for f in factor.values()):
-            return fused[: request.k]
+            return fused[:keep]
         boosted = sorted(
             enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
         )
         return [
             FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks)
-            for _, h in boosted[: request.k]
+            for _, h in boosted[:keep]
         ]

@@ -274,6 +274,17 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         slots = np.array([slot for slot, _ in kept], dtype=np.intp)
         return actor.turns_at(slots, [score for _, score in kept])
 
+    async def _term_counts(
+        self, namespace: str, terms: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        self._check()
+        await trio.lowlevel.checkpoint()
+        self._check()
+        group = self._actor.arena.namespace_id(namespace)
+        if group is None:
+            return 0, dict.fromkeys(terms, 0)
+        return self._actor.arena.bm25().term_counts(terms, group)
+
     # --- state -------------------------------------------------------------------------
 
     def usage(self) -> VectorStoreUsage:

@@ -68,7 +68,7 @@ KS = (1, 5, 10, 25)
 # Relevance floors measured for the default configurations (``--floors``): a hit is
 # kept when its cosine score is >= the floor; None keeps every hit. 0.0 is measured as
 # "strictly above 0.0", the least floor that never injects a zero-scoring hit.
-FLOORS: tuple[float | None, ...] = (None, 0.0, 0.1, 0.2, 0.3, 0.4)
+FLOORS: tuple[float | None, ...] = (None, 0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4)
 INJECTED = MemoryConfig().top_k  # how many hits a turn injects by default
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DIMENSIONS = 384
@@ -332,7 +332,7 @@ def configurations() -> list[Config]:
             "previous-default",
             "Memory.retrieve, RRF + neighbour boost only (speaker and date weights 0)",
             kind="default",
-            recall=RecallSettings(speaker_weight=0.0, date_weight=0.0),
+            recall=RecallSettings(speaker_weight=0.0, date_weight=0.0, link_weight=0.0),
         ),
         Config(
             "default-no-nb",
@@ -353,9 +353,15 @@ def configurations() -> list[Config]:
             recall=RecallSettings(date_weight=0.0),
         ),
         Config(
+            "default-no-links",
+            "the default but link_weight 0 (no entity links)",
+            kind="default",
+            recall=RecallSettings(link_weight=0.0),
+        ),
+        Config(
             "default",
             "Memory.retrieve, default MemoryConfig: RRF k 10, neighbour boost 0.5, speaker "
-            "focus 1.0, time channel 1.0; Offload entries",
+            "focus 1.0, time channel 1.0, entity links 0.5; Offload entries",
             kind="default",
         ),
         Config(
@@ -396,7 +402,7 @@ class FloorTally:
         for floor in FLOORS:
             tally = self.recall[floor]
             n = max(tally.questions, 1)
-            out["none" if floor is None else f"{floor:.1f}"] = {
+            out["none" if floor is None else f"{floor:g}"] = {
                 **tally.row(),
                 "injected": round(self.injected[floor] / n, 3),
                 "noise": round(self.noise[floor] / n, 3),
@@ -530,7 +536,7 @@ def print_floors(floors: dict[str, FloorTally]) -> None:
             + f" {'injected':>9} {'no-evidence':>12}"
         )
         for floor, row in tally.rows().items():
-            label = "> 0.0" if floor == "0.0" else floor
+            label = "> 0" if floor == "0" else floor
             cells = " ".join(f"{row[f'R@{k}']:>6.3f}" for k in KS)
             print(f"{label:<6} {cells} {row['injected']:>9.2f} {row['noise']:>12.2f}")
 

@@ -394,6 +394,13 @@ class _PgStoreActor(CrashableActor):
             and row.id == h.id
         ]
 
+    async def term_counts(self, terms: list[str], namespace: str) -> tuple[int, dict[str, int]]:
+        self.check_usable()
+        if not terms or not _representable(namespace):
+            return 0, dict.fromkeys(terms, 0)
+        reads = self.reads
+        return await self.read(lambda conn: reads.term_counts(conn, terms, namespace), "search")
+
     async def refresh(self) -> Counts:
         self.check_usable()
         counts = await self.call(self._statements.counts, write=False, what="refresh")

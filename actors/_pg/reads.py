@@ -170,6 +170,11 @@ class Reads:
         self._by_ids = sql.SQL(
             "SELECT {cols} FROM {table} WHERE namespace = %s AND id = ANY(%s)"
         ).format(**f)
+        self._term_counts = sql.SQL(
+            "SELECT (SELECT count(*) FROM {table} WHERE namespace = %s), q.term, "
+            "(SELECT count(*) FROM {terms} p WHERE p.namespace = %s AND p.term = q.term) "
+            "FROM unnest(%s::text[]) AS q(term)"
+        ).format(table=names.table, terms=names.terms)
         self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
         self._dense = (
             "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
@@ -235,6 +240,14 @@ class Reads:
     ) -> list[DocRow]:
         rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
         return [DocRow(row) for row in rows]
+
+    def term_counts(
+        self, conn: psycopg.Connection[Any], terms: list[str], namespace: str
+    ) -> tuple[int, dict[str, int]]:
+        """How many entries ``namespace`` holds, and how many hold each of ``terms``
+        (BM25's N and df), in one statement."""
+        rows = conn.execute(self._term_counts, (namespace, namespace, terms)).fetchall()
+        return int(rows[0][0]), {term: int(df) for _, term, df in rows}
 
     def bm25_rows(
         self, conn: psycopg.Connection[Any], query: str, depth: int, namespace: str

@@ -264,6 +264,12 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         self._check()
         return await self._actor.turns(list(hits), namespace)
 
+    async def _term_counts(
+        self, namespace: str, terms: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        self._check()
+        return await self._actor.term_counts(list(dict.fromkeys(terms)), namespace)
+
     # --- state -------------------------------------------------------------------------
 
     async def refresh(self) -> VectorStoreUsage:
