@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import trio
-from pg_support import (  # noqa: F401
+from pg_support import (  # noqa: F401 (pg_dsn, pg_table and session_dsn are fixtures)
     REQUIRED_ENV,
     drop_table,
     new_table_name,
@@ -92,7 +92,8 @@ QUERIES = ["cat", "run dog", "owl owl tree", "e3 fish", "nothing"]
 
 
 async def test_without_keyword_index_writes_no_postings_and_refuses_keyword_search(
-    pg_dsn: str, pg_table: str
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
 ) -> None:
     embedder = HashingEmbedder(DIM)
     with trio.fail_after(TIMEOUT):
@@ -122,7 +123,8 @@ async def test_without_keyword_index_writes_no_postings_and_refuses_keyword_sear
 
 
 async def test_turning_the_index_on_builds_the_postings_of_every_entry(
-    pg_dsn: str, pg_table: str
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
 ) -> None:
     """BM25 after the build is the in-memory store's, and a table's that always had it."""
     embedder = HashingEmbedder(DIM)
@@ -167,7 +169,7 @@ async def test_turning_the_index_on_builds_the_postings_of_every_entry(
         drop_table(pg_dsn, reference)
 
 
-async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_table: str) -> None:
+async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
     """Each write reads the table's setting under the meta row's lock: a store opened
     before the switch writes postings, or skips them, as the table now says."""
     embedder = HashingEmbedder(DIM)
@@ -184,9 +186,7 @@ async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_tab
             await early.add_documents(docs(10, 10))
             assert postings(pg_dsn, pg_table) > built
             assert await bm25_hits(early, "cat")  # the early store reads the index now
-            async with open_pg_store(
-                pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False
-            ):
+            async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False):
                 pass
             assert postings(pg_dsn, pg_table) == 0
             with pytest.raises(ConfigError):
@@ -229,7 +229,7 @@ def _make_version(dsn: str, table: str, version: int) -> None:
         conn.execute(sql.SQL("UPDATE {} SET schema_version = %s").format(meta), (version,))
 
 
-async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:
+async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
     embedder = HashingEmbedder(DIM)
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
@@ -257,7 +257,10 @@ async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str
     [(1, "migrates version 2 in place"), (4, "made by a newer trio-recall")],
 )
 async def test_other_versions_are_refused_and_left_alone(
-    pg_dsn: str, pg_table: str, version: int, says: str
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+    version: int,
+    says: str,
 ) -> None:
     embedder = HashingEmbedder(DIM)
     with trio.fail_after(TIMEOUT):
