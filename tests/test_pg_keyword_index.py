@@ -17,6 +17,8 @@ in-place migration of version 2 tables, through ``open_pg_store`` against a real
 from __future__ import annotations
 
 import os
+import random
+import string
 from typing import Any
 
 import pytest
@@ -207,6 +209,39 @@ async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_tab
                 drop_table(pg_dsn, reference)
 
 
+def row_options(dsn: str, table: str) -> Any:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (table,))
+        return row.fetchone()[0]  # type: ignore[index]
+
+
+async def test_a_long_turn_keeps_its_vector_in_its_row(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    """A 384-float row whose turn text is a few hundred bytes (there twice: the text and
+    the message) stays under the table's toast_tuple_target, so no vector goes to TOAST,
+    where every exact scan would have to fetch it."""
+    config = VectorStoreConfig(max_entries=1000, dimensions=384, max_entry_bytes=8192)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, config, HashingEmbedder(384), table=pg_table) as store:
+            # 350 bytes of text that does not compress (TOAST compresses before it
+            # moves anything out of line), then the words the search looks for.
+            rng = random.Random(5)
+            texts = [
+                " ".join("".join(rng.choices(string.ascii_letters, k=9)) for _ in range(35))
+                for _ in range(50)
+            ]
+            await store.store_turns([UnifiedMessage.user(f"{t} owl tree") for t in texts])
+            hits = await store.retrieve("owl tree", 3)
+            assert len(hits.turns) == 3
+    toasted = _query(
+        pg_dsn,
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = "
+        + f"'{pg_table}'::regclass",
+        pg_table,
+    )
+    assert toasted == 0
+    assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
+
+
 @pytest.mark.parametrize("bad", [1, 0, "yes", "false"])
 async def test_a_bad_keyword_index_is_refused_before_connecting(bad: object) -> None:
     with trio.fail_after(TIMEOUT), pytest.raises(ConfigError) as caught:
@@ -226,6 +261,9 @@ def _make_version(dsn: str, table: str, version: int) -> None:
     with psycopg.connect(dsn) as conn:
         if version == 2:
             conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN keyword_index").format(meta))
+            conn.execute(
+                sql.SQL("ALTER TABLE {} RESET (toast_tuple_target)").format(sql.Identifier(table))
+            )
         conn.execute(sql.SQL("UPDATE {} SET schema_version = %s").format(meta), (version,))
 
 
@@ -237,8 +275,10 @@ async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str
             before = await bm25_hits(store, "cat dog")
         _make_version(pg_dsn, pg_table, 2)
         kept = postings(pg_dsn, pg_table)
+        assert row_options(pg_dsn, pg_table) is None
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 3
+            assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
             assert flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == kept
             assert await bm25_hits(store, "cat dog") == before
