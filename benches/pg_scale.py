@@ -920,7 +920,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     colors = [f"C{i}" for i in range(len(names))]
     a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=colors)
     a.set_title(f"ingestion, rows/s (p50 of rounds), {result['size']:,} rows")
-    a.tick_params(axis="x", rotation=15)
+    a.set_xticks(range(len(names)), names, rotation=25, ha="right")
     ex = result["exact"]
     names = [x for x in ex if isinstance(ex[x], dict) and "p50_ms" in ex[x]]
     x = np.arange(len(names))
