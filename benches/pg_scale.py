@@ -303,7 +303,9 @@ class _Lookup:
         return self.vectors[[self.index[t] for t in texts]]
 
     async def embed_query(self, text: str) -> np.ndarray:
-        return self.vectors[self.index[text]]
+        # A keyword query (a few words of a row) gets some row's vector: a hybrid
+        # search's dense half then costs what it costs for any real query.
+        return self.vectors[self.index.get(text, sum(map(ord, text)) % len(self.vectors))]
 
 
 async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
@@ -344,7 +346,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         ).fetchone()
     assert server is not None
     out["server"] = {"postgresql": server[0], "pgvector": server[1]}
-    for table in ("bench_store", "bench_turns", "bench_breakdown"):
+    for table in ("bench_store", "bench_turns", "bench_breakdown", "bench_nokw"):
         for suffix in ("_terms", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
         admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
@@ -370,6 +372,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     # --- ingestion --------------------------------------------------------------------
     ingest: dict[str, list[float]] = {
         "add_documents": [],
+        "add_documents_no_keyword_index": [],
         "store_turns": [],
         "copy": [],
         "copy_store_schema": [],
@@ -388,6 +391,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             lookup,
             table="bench_turns",
         ) as turns_store,
+        open_pg_store(dsn, config, lookup, table="bench_nokw", keyword_index=False) as nokw,
     ):
         rounds = max(1, n // args.round_rows)
         per_round = n // rounds
@@ -396,14 +400,14 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         _VECTOR_OID[id(ref)] = register_vector_binary(ref)
         floor = StoreSchemaFloor(ref, texts, metas, vectors)
 
-        async def docs_round(r: int) -> None:
+        async def docs_round(r: int, target: Any = store) -> None:
             for s in range(r * per_round, (r + 1) * per_round, BATCH):
                 e = min(s + BATCH, (r + 1) * per_round)
                 batch = [
                     Document(text=texts[i], id=ids[i], metadata=metas[i], embedding=vectors[i])
                     for i in range(s, e)
                 ]
-                await store.add_documents(batch)
+                await target.add_documents(batch)
 
         async def turns_round(r: int) -> None:
             start = r * turns_per_round
@@ -421,6 +425,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
 
         work: dict[str, tuple[Callable[[int], Any], int]] = {
             "add_documents": (docs_round, per_round),
+            "add_documents_no_keyword_index": (lambda r: docs_round(r, nokw), per_round),
             "store_turns": (turns_round, turns_per_round),
             "copy": (copy_round, per_round),
             "copy_store_schema": (
@@ -460,7 +465,12 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             for name, v in ingest.items()
             if v
         }
-        for name in ("add_documents", "store_turns", "copy_store_schema"):
+        for name in (
+            "add_documents",
+            "add_documents_no_keyword_index",
+            "store_turns",
+            "copy_store_schema",
+        ):
             if name in out["ingest"]:
                 out["ingest"][name]["ratio_to_copy_p50"] = (
                     out["ingest"][name]["rows_per_s_p50"] / out["ingest"]["copy"]["rows_per_s_p50"]
@@ -475,7 +485,29 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         truth_all, truth_tenant = ground_truth(vectors, ids, qvecs, metas)
         out["exact"] = await exact_reads(store, ref, qvecs, args.exact_queries, rng)
         out["load_average"]["after_exact"] = loadavg()
+        out["keyword"] = await keyword_reads(store, ref, texts, args.keyword_queries, rng)
+        out["load_average"]["after_keyword"] = loadavg()
         ref.close()
+
+    # --- the keyword index built after a load without it -------------------------------
+    started = time.perf_counter()
+    async with open_pg_store(dsn, config, lookup, table="bench_nokw", keyword_index=True):
+        pass
+    build = time.perf_counter() - started
+    loaded = out["ingest"]["add_documents_no_keyword_index"]
+    total = loaded["rows"] / loaded["rows_per_s_p50"] + build
+    out["keyword_index_build"] = {
+        "seconds": build,
+        "rows": loaded["rows"],
+        "load_then_build_rows_per_s": loaded["rows"] / total,
+        "ratio_to_copy_p50": loaded["rows"] / total / out["ingest"]["copy"]["rows_per_s_p50"],
+    }
+    print(
+        f"  keyword index built over {loaded['rows']} rows in {build:.1f} s: load then build "
+        f"{loaded['rows'] / total:,.0f} rows/s "
+        f"({out['keyword_index_build']['ratio_to_copy_p50']:.2f}x copy)",
+        flush=True,
+    )
 
     # --- HNSW ---------------------------------------------------------------------------
     out["hnsw"] = await hnsw_reads(dsn, config, lookup, qvecs, truth_all, truth_tenant, args, rng)
@@ -630,6 +662,84 @@ async def exact_reads(
         flush=True,
     )
     return out
+
+
+def keyword_queries(texts: list[str], count: int, rng: random.Random) -> list[str]:
+    """Three words of a random row each: common words and rare ones, as a user's."""
+    out = []
+    for _ in range(count):
+        words = rng.choice(texts).split()
+        out.append(" ".join(rng.sample(words, min(3, len(words)))))
+    return out
+
+
+async def keyword_reads(
+    store: Any, ref: psycopg.Connection[Any], texts: list[str], count: int, rng: random.Random
+) -> dict[str, Any]:
+    """BM25 and hybrid search p50/p90 at full size, and, as their reference, the BM25
+    statement itself (``Reads.bm25``'s SQL) run by hand on one connection: what the
+    keyword read costs in SQL, without the store around it."""
+    from psycopg import sql as psql
+
+    from actors._bm25 import K1, B
+    from actors._pg.filters import translate
+    from actors._pg.reads import Reads, query_terms
+    from actors._pg.schema import Names
+
+    reads = Reads(Names("bench_store"), hnsw=False)
+    where = translate(None, psql.Identifier("metadata"))
+    statement = psql.SQL(reads._bm25).format(
+        table=reads.names.table, terms=reads.names.terms, filter=where.where
+    )
+
+    def hand(query: str) -> list[Any]:
+        terms, qtfs = query_terms(query)
+        params = {
+            **where.params,
+            "terms": terms,
+            "qtfs": qtfs,
+            "ns": "memory-default",
+            "depth": K,
+            "k1": K1,
+            "k1p1": K1 + 1.0,
+            "b": B,
+        }
+        return ref.execute(statement, params).fetchall()
+
+    times: dict[str, list[float]] = {"bm25": [], "hybrid": [], "hand_bm25_sql": []}
+    same = 0
+    for query in keyword_queries(texts, count, rng):
+        calls: dict[str, Callable[[], Any]] = {
+            "bm25": lambda q=query: store.search(SearchRequest(query=q, k=K, kind="bm25")),
+            "hybrid": lambda q=query: store.search(SearchRequest(query=q, k=K, kind="hybrid")),
+            "hand_bm25_sql": lambda q=query: hand(q),
+        }
+        order = list(calls)
+        rng.shuffle(order)
+        got: dict[str, Any] = {}
+        for name in order:
+            started = time.perf_counter()
+            result = calls[name]()
+            if hasattr(result, "__await__"):
+                result = await result
+            times[name].append(time.perf_counter() - started)
+            got[name] = result
+        hand_ids = [f"doc-{int(r[0])}" for r in got["hand_bm25_sql"]]
+        same += [h.document.id for h in got["bm25"]] == hand_ids
+    out: dict[str, Any] = {name: summary(v) for name, v in times.items()}
+    out["bm25"]["ratio_p50"] = out["bm25"]["p50_ms"] / out["hand_bm25_sql"]["p50_ms"]
+    out["bm25"]["ratio_p90"] = out["bm25"]["p90_ms"] / out["hand_bm25_sql"]["p90_ms"]
+    out["bm25_same_ids_as_hand"] = same / max(1, count)
+    print(
+        "  keyword: "
+        + ", ".join(f"{k} {v['p50_ms']:.1f} ({v['p90_ms']:.1f}) ms" for k, v in times_items(out)),
+        flush=True,
+    )
+    return out
+
+
+def times_items(out: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(k, v) for k, v in out.items() if isinstance(v, dict) and "p50_ms" in v]
 
 
 def explain(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> list[str]:
@@ -807,9 +917,10 @@ def chart(result: dict[str, Any], path: Path) -> None:
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
     ing = result["ingest"]
     names = list(ing)
-    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=["C0", "C1", "C2", "C3"])
+    colors = [f"C{i}" for i in range(len(names))]
+    a.bar(names, [ing[x]["rows_per_s_p50"] for x in names], color=colors)
     a.set_title(f"ingestion, rows/s (p50 of rounds), {result['size']:,} rows")
-    a.tick_params(axis="x", rotation=15)
+    a.set_xticks(range(len(names)), names, rotation=25, ha="right")
     ex = result["exact"]
     names = [x for x in ex if isinstance(ex[x], dict) and "p50_ms" in ex[x]]
     x = np.arange(len(names))
@@ -848,6 +959,7 @@ def main() -> int:
     parser.add_argument("--dsn", help="an existing server (default: start an embedded one)")
     parser.add_argument("--queries", type=int, default=200, help="distinct query vectors")
     parser.add_argument("--exact-queries", type=int, default=60)
+    parser.add_argument("--keyword-queries", type=int, default=60)
     parser.add_argument("--hnsw-queries", type=int, default=200)
     parser.add_argument("--sweep-queries", type=int, default=100)
     parser.add_argument(

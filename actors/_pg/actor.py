@@ -99,6 +99,7 @@ class _PgStoreActor(CrashableActor):
         acquire_timeout: float,
         counts: Counts,
         hnsw: bool = False,
+        keyword_index: bool = True,
         profile: EmbeddingProfile | None = None,
         embed_timeout: float | None = None,
     ) -> None:
@@ -125,6 +126,9 @@ class _PgStoreActor(CrashableActor):
         self.logger = logger
         self._statements = Statements(names)
         self.reads = Reads(names, hnsw=hnsw)
+        # The table's setting when it was opened: whether a write's preparation computes
+        # the BM25 terms (the commit follows the table as it is then; see sql.py).
+        self.keyword_index = keyword_index
         self.profile = profile
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -223,9 +227,13 @@ class _PgStoreActor(CrashableActor):
     async def _prepare(self, request: StoreRequest) -> PreparedEntries | None:
         match request:
             case StoreTurns():
-                return await prepare_turns(request, self.config, self.embedder)
+                return await prepare_turns(
+                    request, self.config, self.embedder, keyword_index=self.keyword_index
+                )
             case UpsertDocuments():
-                return await prepare_documents(request, self.config, self.embedder)
+                return await prepare_documents(
+                    request, self.config, self.embedder, keyword_index=self.keyword_index
+                )
             case Delete() | Clear():
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover

@@ -9,7 +9,6 @@ metadata may hold them: the exact copy is kept as bytes (see ``schema``).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from protocol import VectorStoreConfig
@@ -17,7 +16,7 @@ from protocol._json import check_json_object
 from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._bm25 import tokenize
+from .._bm25 import term_counts, token_count
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
 from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
@@ -51,16 +50,25 @@ def _binary(raw: object, count: int, dimensions: int) -> tuple[list[bytes], list
 
 
 def _texts(
-    texts: list[str],
-) -> tuple[list[str], list[bytes | None], list[int], list[dict[str, int]]]:
+    texts: list[str], keyword_index: bool
+) -> tuple[list[str], list[bytes | None], list[int], list[dict[str, int]] | None]:
+    """The searchable and exact texts, the BM25 lengths (kept even without a keyword
+    index, so that turning one on later needs no rewrite of the rows) and, with a
+    keyword index, the BM25 terms."""
     searchable = [search_text(t) for t in texts]
     exact = [exact_text(t, s) for t, s in zip(texts, searchable, strict=True)]
-    counts = [Counter(tokenize(t)) for t in texts]
-    return searchable, exact, [sum(c.values()) for c in counts], [dict(c) for c in counts]
+    if not keyword_index:
+        return searchable, exact, [token_count(t) for t in texts], None
+    lengths, terms = term_counts(texts)
+    return searchable, exact, lengths, terms
 
 
 async def prepare_turns(
-    request: StoreTurns, config: VectorStoreConfig, embedder: EmbedderAdapter
+    request: StoreTurns,
+    config: VectorStoreConfig,
+    embedder: EmbedderAdapter,
+    *,
+    keyword_index: bool = True,
 ) -> PreparedEntries:
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
     source = check_pg_text("source", check_name("source", request.source))
@@ -73,7 +81,7 @@ async def prepare_turns(
         check_pg_text("id", entry_id)
     survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
     vectors, zero = await _embed(embedder, texts, config.dimensions)
-    searchable, exact, lengths, terms = _texts(texts)
+    searchable, exact, lengths, terms = _texts(texts, keyword_index)
     payloads: list[bytes | None] = [*exact_msgpack_many(survivors)]  # one encode call
     return PreparedEntries(
         vectors=vectors,
@@ -94,7 +102,11 @@ async def prepare_turns(
 
 
 async def prepare_documents(
-    request: UpsertDocuments, config: VectorStoreConfig, embedder: EmbedderAdapter
+    request: UpsertDocuments,
+    config: VectorStoreConfig,
+    embedder: EmbedderAdapter,
+    *,
+    keyword_index: bool = True,
 ) -> PreparedEntries:
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
     batch = check_documents(
@@ -111,7 +123,7 @@ async def prepare_documents(
     texts = [d.text for d in survivors]
     raw = await document_vectors(embedder, survivors, config.dimensions)
     vectors, zero = _binary(raw, keep, config.dimensions)
-    searchable, exact, lengths, terms = _texts(texts)
+    searchable, exact, lengths, terms = _texts(texts, keyword_index)
     return PreparedEntries(
         vectors=vectors,
         zero=zero,

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from protocol import (
+    ConfigError,
     Document,
     RetrievalReport,
     RetrievedTurn,
@@ -175,6 +176,7 @@ class Reads:
             "(SELECT count(*) FROM {terms} p WHERE p.namespace = %s AND p.term = q.term) "
             "FROM unnest(%s::text[]) AS q(term)"
         ).format(table=names.table, terms=names.terms)
+        self._keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
         self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
         self._dense = (
             "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
@@ -298,6 +300,7 @@ class Reads:
     ) -> list[tuple[int, float]]:
         """BM25's top ``depth`` (sequence, score) in ``namespace`` among the entries that
         pass the filter, best first, ties to the newest sequence."""
+        self.check_keyword_index(conn)
         terms, qtfs = query_terms(query)
         if not terms:
             return []
@@ -316,6 +319,18 @@ class Reads:
         }
         rows = conn.execute(statement, params).fetchall()
         return [(int(row[0]), float(row[1])) for row in rows]
+
+    def check_keyword_index(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a keyword read on a table without a keyword index, as the table is
+        now (another process may have switched it since this store opened)."""
+        row = conn.execute(self._keyword_index).fetchone()
+        if row is not None and not row[0]:
+            raise ConfigError(
+                f"table {self.names.table_name!r} has no keyword index (it was opened "
+                "with keyword_index=False), so it cannot answer a bm25 or hybrid search; "
+                "open it with keyword_index=True to build the index from its texts, or "
+                "search with kind='similarity' or 'mmr'"
+            )
 
     def by_seqs(self, conn: psycopg.Connection[Any], seqs: list[int]) -> dict[int, DocRow]:
         rows = conn.execute(self._by_seqs, (seqs,)).fetchall()

@@ -20,7 +20,9 @@ Each store is four objects named after its table ``T``:
   keep theirs, ``ON DELETE CASCADE``, which is then a no-op);
 - ``T_meta``: one row, the table's version record and its counters. Its row lock is what
   serializes writers across processes, and it keeps the usage counters, so that they are
-  in the database and every process sees one cap;
+  in the database and every process sees one cap. ``keyword_index`` says whether writes
+  fill ``T_terms`` (see :func:`ensure_schema`): each write reads it under that lock, so a
+  batch never half fills the postings whatever another process switched;
 - ``T_seq``: the sequence that numbers entries, monotonic across processes.
 
 Every value goes to the server as a bound parameter. Only names (validated, quoted with
@@ -34,6 +36,7 @@ import struct
 from decimal import Decimal
 from typing import Any
 
+import attrs
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -43,10 +46,13 @@ from psycopg import sql
 from protocol import ConfigError, EmbeddingProfile
 from protocol._surrogates import replace_surrogates
 
+from .._bm25 import term_counts
+
 __all__ = [
     "MAX_DIMENSIONS",
     "SCHEMA_VERSION",
     "Names",
+    "Opened",
     "bound_profile",
     "exact_text",
     "filter_json",
@@ -58,7 +64,17 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Version 2 (before keyword_index) is migrated in place when opened: one added column,
+# and the entries table's row options.
+_MIGRATES_FROM = 2
+# A row stays whole in its page up to 8,160 bytes (PostgreSQL's limit for this option)
+# instead of 2,032: with the default, a 384-float row with a text of about 165 bytes or
+# more (a turn's text is there twice: the text and the message) has its vector moved
+# out of line, to TOAST, which an exact scan then reads and detoasts row by row. With
+# 350-byte texts, at 50k rows, this option made the rows' COPY 1.66x faster and the exact
+# read 2.2x faster (benches/README.md, "pg at scale"). Longer rows are still TOASTed.
+_ROW_OPTIONS = "toast_tuple_target = 8160"
 _FILTER_ENCODER = msgspec.json.Encoder(decimal_format="number")
 # pgvector's ``vector`` type holds at most 16,000 dimensions.
 MAX_DIMENSIONS = 16000
@@ -215,7 +231,9 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " evicted_entries bigint NOT NULL DEFAULT 0,"
             " zero_norm_entries bigint NOT NULL DEFAULT 0,"
             " version bigint NOT NULL DEFAULT 0,"
-            " created_at timestamptz NOT NULL DEFAULT now())"
+            " created_at timestamptz NOT NULL DEFAULT now(),"
+            # Whether writes fill the BM25 postings (``T_terms``); see ensure_schema.
+            " keyword_index boolean NOT NULL DEFAULT true)"
         ).format(meta=names.meta),
         sql.SQL("CREATE SEQUENCE {seq} AS bigint MINVALUE 0 START 0").format(seq=names.seq),
         sql.SQL(
@@ -233,7 +251,8 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " doc_len integer NOT NULL DEFAULT 0,"
             " embedding vector({dimensions}) NOT NULL,"
             " zero_norm boolean NOT NULL,"
-            " CONSTRAINT {unique} UNIQUE (namespace, id))"
+            " CONSTRAINT {unique} UNIQUE (namespace, id)) "
+            "WITH (" + _ROW_OPTIONS + ")"
         ).format(table=names.table, unique=names.unique, dimensions=sql.Literal(dimensions)),
         sql.SQL("CREATE INDEX {index} ON {table} (namespace, seq) INCLUDE (doc_len)").format(
             index=names.index, table=names.table
@@ -243,13 +262,32 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " seq bigint NOT NULL,"
             " term text NOT NULL,"
             " namespace text NOT NULL,"
-            " tf integer NOT NULL,"
-            " PRIMARY KEY (seq, term))"
+            " tf integer NOT NULL)"
         ).format(terms=names.terms, table=names.table),
+        *_postings_keys(names),
+    ]
+
+
+def _postings_keys(names: Names) -> list[sql.Composed]:
+    """The postings' key and index: BM25 reads a term's postings through the index;
+    deletes find an entry's through the key."""
+    return [
+        sql.SQL("ALTER TABLE {terms} ADD PRIMARY KEY (seq, term)").format(terms=names.terms),
         sql.SQL("CREATE INDEX {index} ON {terms} (namespace, term) INCLUDE (seq, tf)").format(
             index=names.terms_index, terms=names.terms
         ),
     ]
+
+
+@attrs.frozen
+class Opened:
+    """What :func:`ensure_schema` found: the meta row's counters ``(entries,
+    evicted_entries, zero_norm_entries, version)``, the profile the table is bound to
+    (as :func:`profile_json` wrote it, or None), and whether it keeps a keyword index."""
+
+    counts: tuple[int, int, int, int]
+    profile: str | None
+    keyword_index: bool
 
 
 def ensure_schema(
@@ -260,7 +298,8 @@ def ensure_schema(
     *,
     profile: str | None = None,
     hnsw: bool = False,
-) -> tuple[tuple[int, int, int, int], str | None]:
+    keyword_index: bool | None = None,
+) -> Opened:
     """Create the store's schema on first open, or check the one that is there.
 
     Runs in one transaction under an advisory lock keyed on the table, so processes that
@@ -271,14 +310,19 @@ def ensure_schema(
     ``hnsw`` adds the approximate index if it is missing; it never removes one (exact
     reads do not use it).
 
-    Returns:
-        The meta row's ``(entries, evicted_entries, zero_norm_entries, version)``, and
-        the profile the table is bound to (as :func:`profile_json` wrote it), or None.
+    ``keyword_index`` is the table's BM25 postings (what ``bm25`` and ``hybrid`` search
+    read): None keeps the table's setting (a new table has one); True builds the
+    postings of every entry already there if the table had none; False empties them and
+    stops writes from filling them. Either change takes the meta row's lock, so it waits
+    for a write in flight, and every later write, from any process, follows it.
+
+    A version 2 table (made before ``keyword_index``) is migrated in place, in this same
+    transaction: the meta table gains the column (true) and the version becomes 3.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
-            not a trio-recall store; or it was made with another schema version,
-            dimensions, capacity or embedding profile.
+            not a trio-recall store; or it was made with another schema version that is
+            not migrated, dimensions, capacity or embedding profile.
     """
     with conn.transaction():
         conn.execute(
@@ -286,13 +330,17 @@ def ensure_schema(
             (names.table_name,),
         )
         _ensure_pgvector(conn)
-        _create_if_missing(conn, names, dimensions, max_entries, profile)
-        version, dims, cap, entries, evicted, zero, commits, bound = _read_meta(conn, names)
+        _create_if_missing(conn, names, dimensions, max_entries, profile, keyword_index)
+        _migrate(conn, names)
+        version, dims, cap, entries, evicted, zero, commits, bound, kept = _read_meta(conn, names)
         _check_meta(names, version, dims, cap, bound, dimensions, max_entries, profile)
         if bound is None and profile is not None:
             conn.execute(
                 sql.SQL("UPDATE {meta} SET profile = %s").format(meta=names.meta), (profile,)
             )
+        if keyword_index is not None and keyword_index != kept:
+            _switch_keyword_index(conn, names, keyword_index)
+            kept = keyword_index
         if hnsw:
             conn.execute(
                 sql.SQL(
@@ -300,7 +348,80 @@ def ensure_schema(
                     "USING hnsw (embedding vector_ip_ops)"
                 ).format(index=names.hnsw, table=names.table)
             )
-    return (entries, evicted, zero, commits), profile if bound is None else bound
+    return Opened((entries, evicted, zero, commits), profile if bound is None else bound, kept)
+
+
+def _migrate(conn: psycopg.Connection[Any], names: Names) -> None:
+    """Bring a version 2 table to version 3 (one added meta column, and the entries
+    table's row options), in the caller's transaction; any other version is left for
+    :func:`_check_meta` to refuse."""
+    row = conn.execute(
+        sql.SQL("SELECT schema_version FROM {meta}").format(meta=names.meta)
+    ).fetchone()
+    if row is None or int(row[0]) != _MIGRATES_FROM:
+        return
+    conn.execute(
+        sql.SQL(
+            "ALTER TABLE {meta} ADD COLUMN IF NOT EXISTS keyword_index boolean NOT NULL "
+            "DEFAULT true"
+        ).format(meta=names.meta)
+    )
+    # Rows written from now on stay whole; older ones stay as they are until rewritten
+    # (VACUUM FULL of the table rewrites them all).
+    conn.execute(
+        sql.SQL("ALTER TABLE {table} SET (" + _ROW_OPTIONS + ")").format(table=names.table)
+    )
+    conn.execute(
+        sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
+        (SCHEMA_VERSION,),
+    )
+
+
+# Entries read per round trip while the postings of a table are built.
+_BACKFILL_ROWS = 5000
+
+
+def _switch_keyword_index(conn: psycopg.Connection[Any], names: Names, on: bool) -> None:
+    """Turn a table's keyword index on (build every entry's postings) or off (empty
+    them), under the meta row's lock, in the caller's transaction."""
+    conn.execute(sql.SQL("SELECT 1 FROM {meta} FOR UPDATE").format(meta=names.meta))
+    # Building the postings of a big table may take longer than one statement may.
+    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute(sql.SQL("TRUNCATE {terms}").format(terms=names.terms))
+    if on:
+        _build_postings(conn, names)
+    conn.execute(sql.SQL("UPDATE {meta} SET keyword_index = %s").format(meta=names.meta), (on,))
+
+
+def _build_postings(conn: psycopg.Connection[Any], names: Names) -> None:
+    """Fill the (empty) postings from every entry's text, with their key and index
+    dropped while they fill and built once at the end: several times faster than
+    keeping them up to date posting by posting."""
+    key = conn.execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+        (f'"{names.table_name}_terms"',),
+    ).fetchone()
+    if key is not None:
+        conn.execute(
+            sql.SQL("ALTER TABLE {terms} DROP CONSTRAINT {key}").format(
+                terms=names.terms, key=sql.Identifier(str(key[0]))
+            )
+        )
+    conn.execute(sql.SQL("DROP INDEX IF EXISTS {index}").format(index=names.terms_index))
+    copy_postings = sql.SQL(
+        "COPY {terms} (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
+    ).format(terms=names.terms)
+    with conn.cursor(name="trio_recall_backfill") as rows, conn.cursor() as cur:
+        rows.execute(sql.SQL("SELECT seq, namespace, text FROM {table}").format(table=names.table))
+        while chunk := rows.fetchmany(_BACKFILL_ROWS):
+            _, counts = term_counts([str(r[2]) for r in chunk])
+            with cur.copy(copy_postings) as copy:
+                copy.set_types([20, 25, 25, 23])
+                for (seq, namespace, _text), terms in zip(chunk, counts, strict=True):
+                    for term, tf in terms.items():
+                        copy.write_row((seq, term, namespace, tf))
+    for statement in _postings_keys(names):
+        conn.execute(statement)
 
 
 def _ensure_pgvector(conn: psycopg.Connection[Any]) -> None:
@@ -324,6 +445,7 @@ def _create_if_missing(
     dimensions: int,
     max_entries: int,
     profile: str | None,
+    keyword_index: bool | None,
 ) -> None:
     """Create the four objects and the meta row when the table has no meta table; refuse
     a table of that name that is not a trio-recall store."""
@@ -343,29 +465,49 @@ def _create_if_missing(
             conn.execute(statement)
         conn.execute(
             sql.SQL(
-                "INSERT INTO {meta} (schema_version, dimensions, max_entries, profile) "
-                "VALUES (%s, %s, %s, %s)"
+                "INSERT INTO {meta} (schema_version, dimensions, max_entries, profile, "
+                "keyword_index) VALUES (%s, %s, %s, %s, %s)"
             ).format(meta=names.meta),
-            (SCHEMA_VERSION, dimensions, max_entries, profile),
+            (SCHEMA_VERSION, dimensions, max_entries, profile, keyword_index is not False),
         )
 
 
 def _read_meta(
     conn: psycopg.Connection[Any], names: Names
-) -> tuple[int, int, int, int, int, int, int, str | None]:
+) -> tuple[int, int, int, int, int, int, int, str | None, bool]:
     """The meta row: schema version, dimensions, capacity, the usage counters (entries,
-    evicted, zero-norm), the commit version, and the bound profile."""
+    evicted, zero-norm), the commit version, the bound profile and the keyword index
+    (true for a version this trio-recall does not read: the version check refuses it)."""
     meta = conn.execute(
-        sql.SQL(
-            "SELECT schema_version, dimensions, max_entries, entries, evicted_entries, "
-            "zero_norm_entries, version, profile FROM {meta}"
-        ).format(meta=names.meta)
+        sql.SQL("SELECT to_jsonb(m) FROM {meta} m").format(meta=names.meta)
     ).fetchone()
     if meta is None:
         raise ConfigError(f"table {names.table_name}_meta is empty: it is not a trio-recall store")
-    version, dims, cap, entries, evicted, zero, commits = (int(v) for v in meta[:7])
-    bound: str | None = meta[7]
-    return version, dims, cap, entries, evicted, zero, commits, bound
+    row: dict[str, Any] = meta[0]
+    version, dims, cap, entries, evicted, zero, commits = (
+        int(row[key])
+        for key in (
+            "schema_version",
+            "dimensions",
+            "max_entries",
+            "entries",
+            "evicted_entries",
+            "zero_norm_entries",
+            "version",
+        )
+    )
+    bound: str | None = row["profile"]
+    return (
+        version,
+        dims,
+        cap,
+        entries,
+        evicted,
+        zero,
+        commits,
+        bound,
+        bool(row.get("keyword_index", True)),
+    )
 
 
 def bound_profile(text: str | None) -> EmbeddingProfile | None:
@@ -391,11 +533,19 @@ def _check_meta(
     max_entries: int,
     profile: str | None,
 ) -> None:
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"table {names.table_name!r} has schema version {version}; this trio-recall "
+            f"reads version {SCHEMA_VERSION} (and migrates {_MIGRATES_FROM}): it was made "
+            "by a newer trio-recall, so open it with that one"
+        )
     if version != SCHEMA_VERSION:
         raise ConfigError(
             f"table {names.table_name!r} has schema version {version}; this trio-recall "
-            f"reads version {SCHEMA_VERSION}. Version 1 tables (before documents) are not "
-            "migrated: drop the table or open another one"
+            f"reads version {SCHEMA_VERSION} and migrates version {_MIGRATES_FROM} in "
+            f"place. Version {version} tables (before documents) are not migrated: "
+            "export its entries, drop the table (and its _meta, _terms and _seq) or "
+            "open another one"
         )
     if dims != dimensions:
         raise ConfigError(

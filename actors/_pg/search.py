@@ -89,5 +89,6 @@ def run_search(
     k, fetch_k = clamp_k(request.k, max_entries), clamp_k(request.fetch_k, max_entries)
     if request.kind in ("hybrid", "bm25"):  # bm25 reads its hits' rows in a second statement
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        reads.check_keyword_index(conn)  # before the dense list, which a hybrid reads first
     backend = _PgBackend(conn, reads, query, namespace, where)
     return rank(request, backend, k, fetch_k, vector)

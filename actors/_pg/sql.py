@@ -17,6 +17,7 @@ from psycopg.pq import Format
 
 from protocol import Cleared, DeleteResult
 
+from .._bm25 import term_counts
 from .schema import Names
 
 __all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]
@@ -46,7 +47,9 @@ class PreparedEntries:
         ids: one id per entry, or None for turns named ``turn-<sequence>``.
         source_ids: a document's source id, or None.
         doc_lens: each text's BM25 length.
-        terms: each text's distinct BM25 terms and their frequencies.
+        terms: each text's distinct BM25 terms and their frequencies, or None when the
+            store was opened on a table without a keyword index (the commit computes
+            them if the table has one by then).
         dropped: the head of an over-long batch, counted as evicted.
     """
 
@@ -60,7 +63,7 @@ class PreparedEntries:
     ids: list[str] | None
     source_ids: list[str | None]
     doc_lens: list[int]
-    terms: list[dict[str, int]]
+    terms: list[dict[str, int]] | None
     namespace: str
     source: str
     dropped: int
@@ -119,8 +122,10 @@ class Statements:
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
         # The embedding column's type oid, for the binary COPY (the extension's schema
         # may be anywhere on the search path, so it is asked, with the lock).
+        # And whether the table keeps a keyword index, read under the lock that any
+        # switch of it takes (schema.ensure_schema), so a batch follows the table.
         self.lock_meta_oid = sql.SQL(
-            "SELECT m.entries, a.atttypid FROM {meta} m, pg_attribute a "
+            "SELECT m.entries, a.atttypid, m.keyword_index FROM {meta} m, pg_attribute a "
             "WHERE a.attrelid = %s::regclass AND a.attname = 'embedding' FOR UPDATE OF m"
         ).format(**f)
         self.next_seqs = sql.SQL("SELECT nextval(%s::regclass) FROM generate_series(1, %s)")
@@ -184,7 +189,7 @@ class Statements:
         """Replace the batch's live ids, insert it, evict the oldest past the cap."""
         locked = conn.execute(self.lock_meta_oid, (self.names.table_regclass,)).fetchone()
         assert locked is not None
-        entries, vector_oid = int(locked[0]), int(locked[1])
+        entries, vector_oid, keyword_index = int(locked[0]), int(locked[1]), bool(locked[2])
         n = len(p.vectors)
         seqs = sorted(
             int(r[0])
@@ -198,7 +203,10 @@ class Statements:
             row = conn.execute(self.replace, (p.namespace, ids)).fetchone()
             assert row is not None
             replaced, replaced_zero = int(row[0]), int(row[1])
-            self._copy(conn, p, seqs, ids, vector_oid)
+            terms = None
+            if keyword_index:
+                terms = p.terms if p.terms is not None else term_counts(p.texts)[1]
+            self._copy(conn, p, seqs, ids, vector_oid, terms)
             excess = entries - replaced + n - cap
             if excess > 0:
                 # Insert first, then evict: the sequence guard keeps the new rows.
@@ -228,8 +236,10 @@ class Statements:
         seqs: list[int],
         ids: list[str],
         vector_oid: int,
+        terms: list[dict[str, int]] | None,
     ) -> None:
-        """COPY the batch's rows and BM25 postings in, in binary."""
+        """COPY the batch's rows and (unless ``terms`` is None) BM25 postings in, in
+        binary."""
         ns, source = p.namespace, p.source
         with conn.cursor() as cur:
             # On this cursor only, by oid (set_types picks each column's dumper by oid):
@@ -257,12 +267,12 @@ class Statements:
                     write(
                         (seq, i, ns, source, sid, text, exact, payload, meta, raw, dl, vec, zero)
                     )
-            if any(p.terms):
+            if terms is not None and any(terms):
                 with cur.copy(self.copy_terms) as copy:
                     copy.set_types(_TERM_TYPES)
                     write = copy.write_row
-                    for seq, terms in zip(seqs, p.terms, strict=True):
-                        for term, tf in terms.items():
+                    for seq, counts in zip(seqs, terms, strict=True):
+                        for term, tf in counts.items():
                             write((seq, term, ns, tf))
 
     def delete(

@@ -93,6 +93,7 @@ from .reads import HNSW_SETTINGS
 from .schema import (
     MAX_DIMENSIONS,
     Names,
+    Opened,
     bound_profile,
     ensure_schema,
     profile_json,
@@ -365,6 +366,7 @@ async def open_pg_store(
     connect_timeout: float = 10.0,
     statement_timeout: float = 60.0,
     index: str | None = None,
+    keyword_index: bool | None = None,
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
     sparse: object = None,
@@ -399,6 +401,14 @@ async def open_pg_store(
             (``scanned`` still counts the entries in scope). Filters and namespaces use
             pgvector 0.8's iterative scans, so they do not starve the result. A store
             opened without ``index`` stays exact even on a table that has the index.
+        keyword_index: the table's BM25 postings (``<table>_terms``), which ``bm25``
+            and ``hybrid`` search read. ``None`` (the default) keeps the table's
+            setting; a new table has the index. ``False`` empties the postings and
+            makes every write, from any process, skip them: writes are about 2x faster
+            (``benches/README.md``, "pg at scale"), and a ``bm25`` or ``hybrid`` search
+            then raises ConfigError. ``True`` on a table without one builds the
+            postings of every entry in the open's transaction (the writers wait), so
+            a bulk load can run without the index and turn it on once at the end.
         embed_timeout: seconds each embedder call may take, or None (no limit); as in
             :func:`~actors.open_store`.
         on_event: called on the trio thread with a ``vector_store.searched`` event
@@ -452,12 +462,18 @@ async def open_pg_store(
     EmbedderAdapter(embedder)  # validates the embedder before anything connects
     if index not in (None, "hnsw"):
         raise ConfigError(f"index is {index!r}; expected None (exact) or 'hnsw'")
+    if keyword_index is not None and not isinstance(keyword_index, bool):
+        raise ConfigError(
+            f"keyword_index is {keyword_index!r:.60}; expected None (the table's "
+            "setting), True or False"
+        )
     profile, bound = _embedder_profile(embedder, config)
     pool = _new_pool(dsn, names, pool_size, connect, statement_ms)
     try:
-        counts, binding = await trio.to_thread.run_sync(
-            _open_pool, pool, names, config, connect, where, bound, index == "hnsw"
+        opened = await trio.to_thread.run_sync(
+            _open_pool, pool, names, config, connect, where, bound, index == "hnsw", keyword_index
         )
+        binding = opened.profile
         actor = _PgStoreActor(
             config,
             embedder,
@@ -468,8 +484,9 @@ async def open_pg_store(
             retries=retries,
             retry_delay=delay,
             acquire_timeout=connect,
-            counts=counts,
+            counts=Counts(*opened.counts),
             hnsw=index == "hnsw",
+            keyword_index=opened.keyword_index,
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
             embed_timeout=embed_timeout,
         )
@@ -537,16 +554,23 @@ def _open_pool(
     where: str,
     profile: str | None,
     hnsw: bool,
-) -> tuple[Counts, str | None]:
+    keyword_index: bool | None,
+) -> Opened:
     try:
         pool.open(wait=True, timeout=timeout)
         with pool.connection(timeout=timeout) as conn:
-            counts, bound = ensure_schema(
-                conn, names, config.dimensions, config.max_entries, profile=profile, hnsw=hnsw
+            opened = ensure_schema(
+                conn,
+                names,
+                config.dimensions,
+                config.max_entries,
+                profile=profile,
+                hnsw=hnsw,
+                keyword_index=keyword_index,
             )
     except psycopg.OperationalError as error:
         raise StoreUnavailable(
             f"could not reach PostgreSQL at {where} within {timeout} s: "
             f"{type(error).__name__}: {str(error).strip()}"
         ) from error
-    return Counts(*counts), bound
+    return opened

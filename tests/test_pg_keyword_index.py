@@ -1,0 +1,317 @@
+"""The pg store's per-table keyword index (``open_pg_store(..., keyword_index=)``) and the
+in-place migration of version 2 tables, through ``open_pg_store`` against a real server.
+
+- ``keyword_index=False`` writes no BM25 posting, refuses a ``bm25`` or ``hybrid`` search
+  with a ConfigError naming the table and the way out, and still answers similarity
+  search, deletes and upserts;
+- ``keyword_index=True`` on such a table builds every entry's postings, after which BM25
+  scores and order are those of a table that always had the index (and of the in-memory
+  store);
+- a store opened before another process switched the index follows the table at its
+  next write, either way;
+- a version 2 table is migrated in place when opened (its entries and postings kept); a
+  version 1 or a newer version is refused with the table, the version found and the one
+  expected.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+from typing import Any
+
+import pytest
+import trio
+from pg_support import (  # noqa: F401 (pg_dsn, pg_table and session_dsn are fixtures)
+    REQUIRED_ENV,
+    drop_table,
+    new_table_name,
+    pg_dsn,
+    pg_table,
+    session_dsn,
+)
+
+try:
+    import psycopg
+    from psycopg import sql
+
+    from actors._pg.store import open_pg_store
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    if os.environ.get(REQUIRED_ENV) == "1":
+        raise
+    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
+
+from actors import HashingEmbedder, open_store
+from protocol import ConfigError, Document, SearchRequest, UnifiedMessage, VectorStoreConfig
+
+DIM = 16
+TIMEOUT = 60
+WORDS = ["cat", "dog", "fish", "owl", "tree", "rock", "running", "runs"]
+
+
+def cfg() -> VectorStoreConfig:
+    return VectorStoreConfig(max_entries=1000, dimensions=DIM, max_entry_bytes=1024)
+
+
+def docs(start: int, count: int) -> list[Document]:
+    return [
+        Document(
+            text=" ".join(WORDS[(i * j + i) % len(WORDS)] for j in range(1 + i % 5)) + f" e{i}",
+            id=f"d{i}",
+            metadata={"i": i},
+        )
+        for i in range(start, start + count)
+    ]
+
+
+def _query(dsn: str, statement: str, table: str) -> Any:
+    names = {
+        "t": sql.Identifier(table),
+        "terms": sql.Identifier(f"{table}_terms"),
+        "meta": sql.Identifier(f"{table}_meta"),
+    }
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql.SQL(statement).format(**names)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def postings(dsn: str, table: str) -> int:
+    return int(_query(dsn, "SELECT count(*) FROM {terms}", table))
+
+
+def flag(dsn: str, table: str) -> bool:
+    return bool(_query(dsn, "SELECT keyword_index FROM {meta}", table))
+
+
+async def bm25_hits(store: Any, query: str) -> list[tuple[str | None, float]]:
+    hits = await store.search(SearchRequest(query=query, k=50, kind="bm25"))
+    return [(h.document.id, h.score) for h in hits]
+
+
+QUERIES = ["cat", "run dog", "owl owl tree", "e3 fish", "nothing"]
+
+
+async def test_without_keyword_index_writes_no_postings_and_refuses_keyword_search(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False
+        ) as store:
+            await store.add_documents(docs(0, 40))
+            await store.store_turns([UnifiedMessage.user("owl tree turn")])
+            assert postings(pg_dsn, pg_table) == 0
+            assert not flag(pg_dsn, pg_table)
+            for kind in ("bm25", "hybrid"):
+                with pytest.raises(ConfigError) as caught:
+                    await store.search(SearchRequest(query="cat", k=3, kind=kind))
+                message = str(caught.value)
+                assert pg_table in message and "keyword_index=True" in message
+            # The store is still sound: the other reads and every write work.
+            hits = await store.search(SearchRequest(query="cat", k=3, kind="similarity"))
+            assert len(hits) == 3
+            assert (await store.delete(["d1", "d2"])).deleted == ["d1", "d2"]
+            await store.upsert(docs(5, 2))
+            assert store.usage().entries == 39
+        # Reopened with the default (None), the table keeps its setting.
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
+            with pytest.raises(ConfigError):
+                await store.search(SearchRequest(query="cat", k=3, kind="bm25"))
+            assert postings(pg_dsn, pg_table) == 0
+
+
+async def test_turning_the_index_on_builds_the_postings_of_every_entry(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """BM25 after the build is the in-memory store's, and a table's that always had it."""
+    embedder = HashingEmbedder(DIM)
+    reference = new_table_name()
+    ops = [docs(0, 30), docs(20, 25)]
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with (
+                open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False) as a,
+                open_pg_store(pg_dsn, cfg(), embedder, table=reference) as b,
+                open_store(cfg(), embedder) as mem,
+            ):
+                for batch in ops:
+                    for store in (a, b, mem):
+                        await store.add_documents(batch)
+                for store in (a, b, mem):
+                    await store.delete(["d3", "d40"])
+            async with open_pg_store(
+                pg_dsn, cfg(), embedder, table=pg_table, keyword_index=True
+            ) as a:
+                assert flag(pg_dsn, pg_table)
+                assert postings(pg_dsn, pg_table) == postings(pg_dsn, reference) > 0
+                async with (
+                    open_pg_store(pg_dsn, cfg(), embedder, table=reference) as b,
+                    open_store(cfg(), embedder) as mem,
+                ):
+                    for batch in ops:
+                        await mem.add_documents(batch)
+                    await mem.delete(["d3", "d40"])
+                    for query in QUERIES:
+                        got = await bm25_hits(a, query)
+                        assert got == await bm25_hits(b, query)
+                        want = await bm25_hits(mem, query)
+                        assert [i for i, _ in got] == [i for i, _ in want]
+                        for (_, g), (_, w) in zip(got, want, strict=True):
+                            assert abs(g - w) <= 1e-12 * max(1.0, abs(w))
+                    hybrid = SearchRequest(query="owl tree", k=5, kind="hybrid")
+                    assert [h.document.id for h in await a.search(hybrid)] == [
+                        h.document.id for h in await b.search(hybrid)
+                    ]
+    finally:
+        drop_table(pg_dsn, reference)
+
+
+async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    """Each write reads the table's setting under the meta row's lock: a store opened
+    before the switch writes postings, or skips them, as the table now says."""
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False
+        ) as early:
+            await early.add_documents(docs(0, 10))
+            async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=True):
+                pass
+            built = postings(pg_dsn, pg_table)
+            assert built > 0
+            # Prepared without terms (its open said no index): the commit makes them.
+            await early.add_documents(docs(10, 10))
+            assert postings(pg_dsn, pg_table) > built
+            assert await bm25_hits(early, "cat")  # the early store reads the index now
+            async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False):
+                pass
+            assert postings(pg_dsn, pg_table) == 0
+            with pytest.raises(ConfigError):
+                await early.search(SearchRequest(query="cat", k=3, kind="hybrid"))
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as late:
+            await late.add_documents(docs(20, 5))
+            assert postings(pg_dsn, pg_table) == 0
+        # And back on: the postings are those of the 25 entries, as if always kept.
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=True) as s:
+            reference = new_table_name()
+            try:
+                async with open_pg_store(pg_dsn, cfg(), embedder, table=reference) as r:
+                    for batch in (docs(0, 10), docs(10, 10), docs(20, 5)):
+                        await r.add_documents(batch)
+                    for query in QUERIES:
+                        assert await bm25_hits(s, query) == await bm25_hits(r, query)
+            finally:
+                drop_table(pg_dsn, reference)
+
+
+def row_options(dsn: str, table: str) -> Any:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (table,))
+        return row.fetchone()[0]  # type: ignore[index]
+
+
+async def test_a_long_turn_keeps_its_vector_in_its_row(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    """A 384-float row whose turn text is a few hundred bytes (there twice: the text and
+    the message) stays under the table's toast_tuple_target, so no vector goes to TOAST,
+    where every exact scan would have to fetch it."""
+    config = VectorStoreConfig(max_entries=1000, dimensions=384, max_entry_bytes=8192)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, config, HashingEmbedder(384), table=pg_table) as store:
+            # 350 bytes of text that does not compress (TOAST compresses before it
+            # moves anything out of line), then the words the search looks for.
+            rng = random.Random(5)
+            texts = [
+                " ".join("".join(rng.choices(string.ascii_letters, k=9)) for _ in range(35))
+                for _ in range(50)
+            ]
+            await store.store_turns([UnifiedMessage.user(f"{t} owl tree") for t in texts])
+            hits = await store.retrieve("owl tree", 3)
+            assert len(hits.turns) == 3
+    toasted = _query(
+        pg_dsn,
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = "
+        + f"'{pg_table}'::regclass",
+        pg_table,
+    )
+    assert toasted == 0
+    assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
+
+
+@pytest.mark.parametrize("bad", [1, 0, "yes", "false"])
+async def test_a_bad_keyword_index_is_refused_before_connecting(bad: object) -> None:
+    with trio.fail_after(TIMEOUT), pytest.raises(ConfigError) as caught:
+        async with open_pg_store(
+            "host=/nonexistent dbname=none",
+            cfg(),
+            HashingEmbedder(DIM),
+            keyword_index=bad,  # type: ignore[arg-type]
+        ):
+            pass  # pragma: no cover
+    assert "keyword_index" in str(caught.value) and repr(bad) in str(caught.value)
+
+
+def _make_version(dsn: str, table: str, version: int) -> None:
+    """Turn a version 3 table into what an older (or newer) trio-recall left."""
+    meta = sql.Identifier(f"{table}_meta")
+    with psycopg.connect(dsn) as conn:
+        if version == 2:
+            conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN keyword_index").format(meta))
+            conn.execute(
+                sql.SQL("ALTER TABLE {} RESET (toast_tuple_target)").format(sql.Identifier(table))
+            )
+        conn.execute(sql.SQL("UPDATE {} SET schema_version = %s").format(meta), (version,))
+
+
+async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
+            await store.add_documents(docs(0, 20))
+            before = await bm25_hits(store, "cat dog")
+        _make_version(pg_dsn, pg_table, 2)
+        kept = postings(pg_dsn, pg_table)
+        assert row_options(pg_dsn, pg_table) is None
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 3
+            assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
+            assert flag(pg_dsn, pg_table)
+            assert postings(pg_dsn, pg_table) == kept
+            assert await bm25_hits(store, "cat dog") == before
+            assert store.usage().entries == 20
+            await store.add_documents(docs(20, 5))
+            assert postings(pg_dsn, pg_table) > kept
+        # A version 2 table opened straight into keyword_index=False: migrated, emptied.
+        _make_version(pg_dsn, pg_table, 2)
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False):
+            assert not flag(pg_dsn, pg_table)
+            assert postings(pg_dsn, pg_table) == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [(1, "migrates version 2 in place"), (4, "made by a newer trio-recall")],
+)
+async def test_other_versions_are_refused_and_left_alone(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+    version: int,
+    says: str,
+) -> None:
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
+            await store.add_documents(docs(0, 5))
+        _make_version(pg_dsn, pg_table, version)
+        with pytest.raises(ConfigError) as caught:
+            async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table):
+                pass  # pragma: no cover
+        message = str(caught.value)
+        assert repr(pg_table) in message and f"schema version {version}" in message
+        assert "reads version 3" in message and says in message
+        assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == version
+        assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 5
