@@ -176,11 +176,12 @@ async def check_hybrid(store: Any) -> None:
     await fill(store)
     actor = RecallActor(store, EventHub(), 4)
     for query in QUERIES:
+        # The reference predates entity links (tests/test_links.py covers them).
         for settings in [
-            RecallSettings(),
-            RecallSettings(fetch_k=3),
-            RecallSettings(speaker_weight=0.0, date_weight=0.0),
-            RecallSettings(neighbor_weight=0.0, rrf_k=60.0),
+            RecallSettings(link_weight=0.0),
+            RecallSettings(fetch_k=3, link_weight=0.0),
+            RecallSettings(speaker_weight=0.0, date_weight=0.0, link_weight=0.0),
+            RecallSettings(neighbor_weight=0.0, rrf_k=60.0, link_weight=0.0),
         ]:
             for k in (1, 5, 40):
                 request = Recall(query=query, k=k, namespace=NS, settings=settings)
