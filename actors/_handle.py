@@ -238,10 +238,13 @@ class StoreHandleBase(Generic[ActorT]):
 
     # --- recall's internal reads (``actors/_ranked.py``): each backend implements them --
 
-    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+    async def _dense_ranked(
+        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
+    ) -> RankedList:
         """``retrieve_in(namespace, query, depth)`` as ids, sequences and scores (the
         same order and scores, and the same ``vector_store.searched`` event), without
-        building the turns."""
+        building the turns; plus, in ``RankedList.also``, the cosine of each live entry
+        of ``also`` (ids in ``namespace``) that is not among the hits."""
         raise NotImplementedError
 
     async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:

@@ -37,8 +37,15 @@ class Ranked:
 
 @attrs.frozen(slots=True)
 class RankedList:
-    """A dense list: its entries best first, and what ``RetrievalReport`` says of it."""
+    """A dense list: its entries best first, and what ``RetrievalReport`` says of it.
+
+    ``also`` holds the cosine of each entry the read was asked about (``also=`` ids)
+    that is not among ``hits``, scored exactly as a hit would be: hybrid recall asks
+    for its BM25 hits, so a keyword hit that makes the top k has its cosine without the
+    dense list being deepened to reach it.
+    """
 
     hits: list[Ranked]
     scanned: int
     exact: bool = True
+    also: list[Ranked] = attrs.field(factory=list)

@@ -150,7 +150,9 @@ class RecallActor:
         if settings.speaker_weight > 0:
             named = named_speakers(query, map(speaker_of, texts.values()))
         embedded = without_names(query, named)
-        dense = await store._dense_ranked(namespace, embedded, depth)
+        # The BM25 hits' cosines come with the dense list (``also``), so a keyword hit
+        # that makes the top k never needs the dense list deepened to reach it.
+        dense = await store._dense_ranked(namespace, embedded, depth, also=list(texts))
         # Fuse.
         fused: list[FusedHit[str]] = rrf(
             {"dense": [h.id for h in dense.hits], "bm25": [h.id for h in keyword]},
@@ -168,7 +170,9 @@ class RecallActor:
         if settings.link_weight > 0:
             fused = (await self.links(request, fused, sequences))[: request.k]
         # Materialize the top k, each with its cosine.
-        cosine = {h.id: h for h in dense.hits}
+        cosine = {h.id: h for h in dense.also}
+        cosine.update((h.id, h) for h in dense.hits)
+        # Only an entry deleted or replaced between the two lists is still missing.
         while any(h.key not in cosine for h in fused) and depth < dense.scanned:
             depth = min(depth * 4, dense.scanned)
             deeper = await store._dense_ranked(namespace, embedded, depth)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import ClassVar, final
 
 import numpy as np
@@ -201,15 +202,18 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
 
     # --- recall's internal reads (see StoreHandleBase) -------------------------------
 
-    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+    async def _dense_ranked(
+        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
+    ) -> RankedList:
         self._check()
         started = time.perf_counter()
         actor = self._actor
         k = clamp_k(check_k(depth), actor.config.max_entries)
         scope = check_name("namespace", namespace)
         raw = await actor.embedder.query(query)
+        vector = actor.query_vector(raw)
         ranked: RankedList = await actor.scans.scan(
-            actor.query_vector(raw), k, scope, build=actor.ranked
+            vector, k, scope, build=partial(actor.ranked, also=(scope, also, vector))
         )
         if actor.on_event is not None:
             actor.on_event(

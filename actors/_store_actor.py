@@ -13,7 +13,7 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -474,17 +474,37 @@ class _StoreActor(CrashableActor):
         turns = self.turns_at(result.slots, result.scores.tolist())
         return RetrievalReport(turns=turns, scanned=result.scanned)
 
-    def ranked(self, result: ScanResult) -> RankedList:
-        """A scan's answer as ids, sequences and scores (recall's dense list)."""
-        slots, ids = result.slots, self.arena.ids
-        hits = [
+    def ranked(
+        self,
+        result: ScanResult,
+        also: tuple[str, Sequence[str], npt.NDArray[np.float32] | None] | None = None,
+    ) -> RankedList:
+        """A scan's answer as ids, sequences and scores (recall's dense list); with
+        ``also`` (namespace, ids, the scan's query), each of those live entries that is
+        not a hit, scored exactly as the scan scores its candidates. Called while the
+        rows are pinned, so those scores are of the snapshot the scan read."""
+        hits = self._ranked_at(result.slots, result.scores)
+        extra: list[Ranked] = []
+        if also is not None and also[1]:
+            namespace, wanted, query = also
+            slot_of, have = self.arena.slot_of, set(result.slots.tolist())
+            found = [slot_of(namespace, i) for i in dict.fromkeys(wanted)]
+            slots = np.array([s for s in found if s is not None and s not in have], np.intp)
+            if slots.shape[0]:
+                extra = self._ranked_at(slots, self.scans._exact(slots, query))
+        return RankedList(hits=hits, scanned=result.scanned, also=extra)
+
+    def _ranked_at(
+        self, slots: npt.NDArray[np.intp], scores: npt.NDArray[np.float32]
+    ) -> list[Ranked]:
+        ids = self.arena.ids
+        return [
             # + 0.0 as in _report.
             Ranked(ids[slot] or "", seq, score + 0.0)
             for slot, score, seq in zip(
-                slots.tolist(), result.scores.tolist(), self.seqs[slots].tolist(), strict=True
+                slots.tolist(), scores.tolist(), self.seqs[slots].tolist(), strict=True
             )
         ]
-        return RankedList(hits=hits, scanned=result.scanned)
 
     def turns_at(self, slots: npt.NDArray[np.intp], scores: list[float]) -> list[RetrievedTurn]:
         """The live entries in ``slots`` as turns, with their ``scores``."""

@@ -402,6 +402,19 @@ class _PgStoreActor(CrashableActor):
             and row.id == h.id
         ]
 
+    async def cosines(self, query: str, ids: list[str], namespace: str) -> list[Ranked]:
+        """The cosine of each live entry of ``ids`` in ``namespace`` with a normalized
+        query, computed as the exact read computes it."""
+        self.check_usable()
+        wanted = [i for i in ids if _representable(i)]
+        if not wanted or not _representable(namespace):
+            return []
+        reads = self.reads
+        rows = await self.read(
+            lambda conn: reads.cosines(conn, query, wanted, namespace), "retrieve"
+        )
+        return [Ranked(entry_id, seq, score) for entry_id, seq, score in rows]
+
     async def term_counts(self, terms: list[str], namespace: str) -> tuple[int, dict[str, int]]:
         self.check_usable()
         if not terms or not _representable(namespace):

@@ -176,6 +176,10 @@ class Reads:
             "(SELECT count(*) FROM {terms} p WHERE p.namespace = %s AND p.term = q.term) "
             "FROM unnest(%s::text[]) AS q(term)"
         ).format(table=names.table, terms=names.terms)
+        self._cosines = sql.SQL(
+            "SELECT id, seq, embedding <#> %s::vector FROM {table} "
+            "WHERE namespace = %s AND id = ANY(%s)"
+        ).format(**f)
         self._keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
         self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
         self._dense = (
@@ -242,6 +246,14 @@ class Reads:
     ) -> list[DocRow]:
         rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
         return [DocRow(row) for row in rows]
+
+    def cosines(
+        self, conn: psycopg.Connection[Any], query: str, ids: list[str], namespace: str
+    ) -> list[tuple[str, int, float]]:
+        """``(id, seq, cosine)`` of each live entry of ``ids``; - turns pgvector's
+        negative inner product into the similarity, as in :meth:`retrieve`."""
+        rows = conn.execute(self._cosines, (query, namespace, ids)).fetchall()
+        return [(str(i), int(seq), -float(dist)) for i, seq, dist in rows]
 
     def term_counts(
         self, conn: psycopg.Connection[Any], terms: list[str], namespace: str

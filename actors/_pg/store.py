@@ -226,7 +226,9 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
 
     # --- recall's internal reads (see StoreHandleBase) -------------------------------
 
-    async def _dense_ranked(self, namespace: str, query: str, depth: int) -> RankedList:
+    async def _dense_ranked(
+        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
+    ) -> RankedList:
         # The turns are built from the rows the statement reads anyway; on pg that is
         # a small share of a read's cost.
         self._check()
@@ -235,13 +237,19 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         scope = check_name("namespace", namespace)
         started = time.perf_counter()
         raw = await actor.embedder.query(query)
-        report = await actor.scan(actor.query_literal(raw), k, scope)
+        literal = actor.query_literal(raw)
+        report = await actor.scan(literal, k, scope)
         hits = [Ranked(t.id, t.sequence, t.score) for t in report.turns]
+        have = {h.id for h in hits}
+        wanted = [i for i in dict.fromkeys(also) if i not in have]
+        # A second statement, so a second snapshot: an entry deleted in between is
+        # missing from ``also`` (recall then deepens the list), as between recall's lists.
+        extra = await actor.cosines(literal, wanted, scope) if wanted else []
         if actor.on_event is not None:
             actor.on_event(
                 ranked_event("pg", actor.profile, namespace, query, k, hits, started, bm25=False)
             )
-        return RankedList(hits=hits, scanned=report.scanned, exact=report.exact)
+        return RankedList(hits=hits, scanned=report.scanned, exact=report.exact, also=extra)
 
     async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
         self._check()
