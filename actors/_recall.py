@@ -136,9 +136,9 @@ class RecallActor:
         speakers the query may name, and a named speaker's name is left out of the
         query that is embedded. The two lists are read from two snapshots, and the
         top ``k`` from a third; an entry deleted (or replaced) in between is left out.
-        A BM25 hit that makes the top ``k`` without being in the dense list (its cosine
-        is unknown so far) is looked up by deepening the dense list, so every hit
-        carries its true cosine score.
+        The dense read also scores every BM25 hit (``also``), so a keyword hit that
+        makes the top ``k`` without being in the dense list carries its true cosine;
+        only an entry replaced between the two reads sends recall deeper.
         """
         settings = request.settings
         store, namespace, query = self.store, request.namespace, request.query

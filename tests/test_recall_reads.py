@@ -17,7 +17,7 @@ from actors._events import EventHub
 from actors._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from actors._fusion import FusedHit, neighbor_boost, rrf
 from actors._ranked import Ranked
-from actors._recall import RecallActor
+from actors._recall import RecallActor, unique_by_content
 from protocol import (
     Document,
     MemoryConfig,
@@ -202,7 +202,38 @@ async def check_hybrid(store: Any) -> None:
                 assert got == await public_hybrid(store, request), (query, settings, k)
 
 
-CHECKS = pytest.mark.parametrize("check", [check_reads, check_hybrid], ids=["reads", "hybrid"])
+async def check_memory(store: Any) -> None:
+    """The user's path: ``Memory.retrieve`` over the store reads the dense list once per
+    recall, and every hit it returns carries the cosine the former code found by
+    deepening (a small ``fetch_k`` makes keyword-only hits of the top k common)."""
+    await fill(store)
+    settings = RecallSettings(fetch_k=3, link_weight=0.0)
+    config = MemoryConfig(namespace=NS, recall=settings, min_similarity=None)
+    dense_reads = 0
+    dense_ranked = store._dense_ranked
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal dense_reads
+        dense_reads += 1
+        return await dense_ranked(*args, **kwargs)
+
+    store._dense_ranked = counted
+    async with open_memory(store=store, memory=config) as memory:
+        for query in QUERIES:
+            dense_reads = 0
+            report = await memory.retrieve(query, k=5)
+            assert dense_reads == 1, (query, dense_reads)
+            want = await public_hybrid(
+                store, Recall(query=query, k=5, namespace=NS, settings=settings)
+            )
+            assert [(t.id, t.score) for t in report.turns] == [
+                (t.id, t.score) for t in unique_by_content(want.turns)
+            ], query
+
+
+CHECKS = pytest.mark.parametrize(
+    "check", [check_reads, check_hybrid, check_memory], ids=["reads", "hybrid", "memory"]
+)
 
 
 @CHECKS
