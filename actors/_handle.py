@@ -274,6 +274,12 @@ class StoreHandleBase(Generic[ActorT]):
         ``actors/_links.py``)."""
         raise NotImplementedError
 
+    async def _check_keyword_search(self) -> None:
+        """Raise ConfigError if this store cannot answer a ``bm25`` or ``hybrid``
+        search as it is now. A store in memory always can; a pg table opened with
+        ``keyword_index=False`` cannot (``open_memory`` asks before hybrid recall)."""
+        self._check()
+
     def __len__(self) -> int:
         raise NotImplementedError
 

@@ -651,7 +651,9 @@ async def open_memory(
 
     Raises:
         ConfigError: any argument of the wrong type or out of range, an embedder,
-            embed_timeout or blas_threads given with a borrowed handle.
+            embed_timeout or blas_threads given with a borrowed handle; hybrid recall
+            (the default) over a pg table without a keyword index
+            (``keyword_index=False``).
         trio.ClosedResourceError: a borrowed handle that is closed.
         Poisoned: a borrowed handle that is poisoned; an owned store that crashed.
     """
@@ -698,6 +700,16 @@ async def _run_memory(
     # The handle's actor (every Store here is a StoreHandleBase): its embedder adapter
     # and event sinks are tapped, and a crash in a memory actor poisons it.
     store_actor: Any = cast(Any, handle)._actor
+    if config.recall.search == "hybrid":
+        # Before any actor starts: otherwise every turn's recall would fail, and a turn
+        # only logs a failed recall and goes on without it.
+        try:
+            await cast(StoreHandleBase[Any], handle)._check_keyword_search()
+        except ConfigError as error:
+            raise ConfigError(
+                f"MemoryConfig.recall.search is 'hybrid', which reads a keyword index: "
+                f"{error}; or give the memory RecallSettings(search='dense')"
+            ) from None
     embedding_log = EmbeddingUsageLog()
     taps = _store_taps(store_actor, hub, namespace, embedding_log)
     watch = StoreWatch(hub, handle, namespace)

@@ -42,8 +42,16 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         raise
     pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
 
-from actors import HashingEmbedder, open_store
-from protocol import ConfigError, Document, SearchRequest, UnifiedMessage, VectorStoreConfig
+from actors import HashingEmbedder, open_memory, open_store
+from protocol import (
+    ConfigError,
+    Document,
+    MemoryConfig,
+    RecallSettings,
+    SearchRequest,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
 
 DIM = 16
 TIMEOUT = 60
@@ -315,3 +323,37 @@ async def test_other_versions_are_refused_and_left_alone(
         assert "reads version 3" in message and says in message
         assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == version
         assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 5
+
+
+async def test_open_memory_refuses_hybrid_recall_over_a_table_without_the_index(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """The user's path: ``open_memory`` over such a table fails when it opens, naming the
+    table and both ways out, rather than every turn's recall failing (a turn only logs a
+    failed recall). Dense recall works over it, and the table's state is read when the
+    memory opens, so a table another handle turned the index on for is accepted."""
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False
+        ) as store:
+            await store.add_documents(docs(0, 10))
+            with pytest.raises(ConfigError) as caught:
+                async with open_memory(store=store):
+                    pass  # pragma: no cover
+            message = str(caught.value)
+            assert "'hybrid'" in message and pg_table in message
+            assert "keyword_index=True" in message and "search='dense'" in message
+            dense = MemoryConfig(namespace="mem", recall=RecallSettings(search="dense"))
+            async with open_memory(store=store, memory=dense) as memory:
+                await memory.remember("a fish under the rock")
+                owl = await memory.remember("the owl sits in the tree")
+                report = await memory.retrieve("owl tree")
+                assert [t.id for t in report.turns][:1] == [owl]
+            # Another handle builds the index: hybrid recall now opens and answers.
+            async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=True):
+                pass
+            async with open_memory(store=store, memory=MemoryConfig(namespace="mem")) as memory:
+                report = await memory.retrieve("owl tree")
+                assert [t.id for t in report.turns][:1] == [owl]

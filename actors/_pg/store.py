@@ -279,6 +279,11 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         self._check()
         return await self._actor.term_counts(list(dict.fromkeys(terms)), namespace)
 
+    async def _check_keyword_search(self) -> None:
+        self._check()
+        reads = self._actor.reads
+        await self._actor.read(reads.check_keyword_index, "search")
+
     # --- state -------------------------------------------------------------------------
 
     async def refresh(self) -> VectorStoreUsage:
