@@ -273,6 +273,14 @@ def test_sql_filters_agree_with_the_reference_evaluator(
         ({"n": 1e23}, Lt(key="n", value=10**23 - 1), True),  # exact value, not repr
         ({"n": 2**53 + 1}, Eq(key="n", value=2.0**53), False),
         ({"n": 1}, Eq(key="n", value=1.0), True),
+        ({"n": 0}, Eq(key="n", value=-0.0), True),
+        ({"n": 0.1}, Eq(key="n", value=0.1), True),  # the exact binary value, both sides
+        ({"n": 0.1}, In(key="n", values=[1, "0.1", True, None]), False),
+        ({"n": 10**30}, Eq(key="n", value=1e30), False),  # 1e30 is not 10**30 exactly
+        ({"n": 2**80}, In(key="n", values=[0, 2**80]), True),
+        ({"s": 'a"b'}, Eq(key="s", value='a"b'), True),  # the probe is JSON, escaped
+        ({'k"': 1}, Eq(key='k"', value=1), True),
+        ({"s": "e\u0301"}, Eq(key="s", value="\u00e9"), False),  # code points, no folding
         ({"n": True}, Eq(key="n", value=1), False),  # bool is not a number
         ({"n": True}, Gt(key="n", value=0), False),
         ({"n": "1"}, Eq(key="n", value=1), False),  # types never mix

@@ -6,8 +6,9 @@ the two on random metadata and random filters):
 - a missing key fails every comparison and passes ``$ne``/``$nin``; every leaf is a
   ``CASE`` or an ``IS TRUE`` test, so it is true or false, never NULL, and ``NOT`` is an
   exact negation;
-- types never mix: a leaf first checks ``jsonb_typeof`` (``'number'`` excludes
-  booleans, so a bool is not a number);
+- types never mix: an order leaf first checks ``jsonb_typeof`` (``'number'`` excludes
+  booleans, so a bool is not a number), and an equality leaf (``$eq``, ``$in`` and their
+  negations) is jsonb containment, whose equality never mixes types either;
 - numbers compare as ``numeric``, by exact value across int and float: the store writes
   top-level floats as their exact binary value in decimal (``schema.filter_json``),
   and float operands are bound the same way;
@@ -26,6 +27,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 from psycopg import sql
 
 from protocol._filters import (
@@ -55,6 +57,8 @@ _FALSE = sql.SQL("false")
 _BIG = 10**400
 _SYMBOL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}
+# Decimals as JSON numbers, digit for digit: an equality probe's operand stays exact.
+_PROBE_ENCODER = msgspec.json.Encoder(decimal_format="number")
 
 
 def _representable(text: str) -> int | None:
@@ -135,46 +139,38 @@ class FilterSql:
         )
 
     def _in(self, key: str, operands: list[Scalar]) -> sql.Composable:
-        """The key's value equals one of ``operands``, with the type rules."""
+        """The key's value equals one of ``operands``, with the type rules: one jsonb
+        containment test ``column @> {key: operand}`` per operand.
+
+        Containment of a scalar under a top-level key is jsonb equality, which is the
+        type rules': a number equals a number by numeric value (``7`` and ``7.0``;
+        operands written exactly, as :func:`_number`), never a bool or a string; strings
+        are equal byte for byte (``COLLATE "C"``'s equality); ``null`` only equals
+        ``null``; a list or an object holds no scalar at a key (``{"k": [1]}`` does not
+        contain ``{"k": 1}``); a missing key fails. It is one operator per row, where
+        ``jsonb_typeof`` and a ``numeric`` cast were several (``benches/README.md``, "pg
+        at scale": the filtered exact read).
+        """
         if _representable(key) is not None:
             return _FALSE  # no stored key holds a NUL or a lone surrogate
-        value, text = self._value(key)
-        strings = [v for v in operands if isinstance(v, str) and _representable(v) is None]
-        flags = sorted({v for v in operands if isinstance(v, bool)})
-        numbers = [
-            exact
-            for v in operands
-            if isinstance(v, int | float) and not isinstance(v, bool)
-            for exact in [_number(v)]
-            if exact is not None
-        ]
-        parts: list[sql.Composable] = []
-        if any(v is None for v in operands):
-            parts.append(sql.SQL("jsonb_typeof({}) = 'null'").format(value))
-        if strings:
-            parts.append(
-                sql.SQL(
-                    "CASE WHEN jsonb_typeof({v}) = 'string' "
-                    'THEN {t} COLLATE "C" = ANY({p}::text[]) ELSE false END'
-                ).format(v=value, t=text, p=self.bind(strings))
-            )
-        if flags:
-            parts.append(
-                sql.SQL(
-                    "CASE WHEN jsonb_typeof({v}) = 'boolean' "
-                    "THEN ({v})::boolean = ANY({p}::boolean[]) ELSE false END"
-                ).format(v=value, p=self.bind(flags))
-            )
-        if numbers:
-            parts.append(
-                sql.SQL(
-                    "CASE WHEN jsonb_typeof({v}) = 'number' "
-                    "THEN ({v})::numeric = ANY({p}::numeric[]) ELSE false END"
-                ).format(v=value, p=self.bind(numbers))
-            )
-        if not parts:
+        probes: list[str] = []
+        for value in operands:
+            probe: Scalar | Decimal
+            if isinstance(value, str):
+                if _representable(value) is not None:
+                    continue  # no stored string holds one either
+                probe = value
+            elif value is None or isinstance(value, bool):
+                probe = value
+            else:
+                exact = _number(value)
+                if exact is None:
+                    continue  # an int too big to equal any stored number
+                probe = Decimal(exact)
+            probes.append(_PROBE_ENCODER.encode({key: probe}).decode("utf-8"))
+        if not probes:
             return _FALSE
-        return sql.SQL("(({}) IS TRUE)").format(sql.SQL(" OR ").join(parts))
+        return sql.SQL("(({} @> ANY({}::jsonb[])) IS TRUE)").format(self.column, self.bind(probes))
 
     def _order(self, key: str, op: str, operand: str | int | float) -> sql.Composable:
         if _representable(key) is not None:
