@@ -31,7 +31,7 @@ try:
     import psycopg
     from psycopg import sql
 
-    from actors._pg.reads import HNSW_SETTINGS, parse_vector
+    from actors._pg.reads import HNSW_CANDIDATES, HNSW_SETTINGS, parse_vector
     from actors._pg.store import open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     if os.environ.get(REQUIRED_ENV) == "1":
@@ -40,7 +40,14 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from actors import HashingEmbedder
 from actors._embedders import normalize_rows
-from protocol import Document, Poisoned, SearchRequest, UnifiedMessage, VectorStoreConfig
+from protocol import (
+    ConfigError,
+    Document,
+    Poisoned,
+    SearchRequest,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
 
 DIM = 16
 TIMEOUT = 60
@@ -225,7 +232,7 @@ async def test_hnsw_reads_run_with_the_documented_settings(
         async with open_pg_store(
             pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table, index="hnsw"
         ) as store:
-            await store.add_documents(docs(0, 400, rng))
+            await store.add_documents(docs(0, 1000, rng))
 
             def settings() -> list[str]:
                 with store._actor.pool.connection() as conn:
@@ -237,12 +244,76 @@ async def test_hnsw_reads_run_with_the_documented_settings(
 
             assert await trio.to_thread.run_sync(settings) == list(HNSW_SETTINGS.values())
             assert HNSW_SETTINGS["hnsw.iterative_scan"] == "relaxed_order"
-            # 200 even entries; a read of 90 is deeper than ef_search (64).
-            request = SearchRequest(vector=rng.standard_normal(DIM), k=90, filter={"even": True})
-            hits = await store.search(request)
-            assert len(hits) == 90 and all(h.document.metadata["even"] for h in hits)
+            even = {"even": True}
+            query = rng.standard_normal(DIM)
+            # A read of k asks the index for HNSW_CANDIDATES rows and keeps the best k by
+            # exact distance: the first k of a read of HNSW_CANDIDATES, under a filter too.
+            for flt in (None, even):
+                request = SearchRequest(vector=query, k=HNSW_CANDIDATES, filter=flt)
+                wide = [(h.document.id, h.score) for h in await store.search(request)]
+                assert len(wide) == HNSW_CANDIDATES
+                for k in (1, 5, HNSW_CANDIDATES - 1):
+                    hits = await store.search(SearchRequest(vector=query, k=k, filter=flt))
+                    assert [(h.document.id, h.score) for h in hits] == wide[:k]
+                if flt is None:  # the other statement, retrieve's
+                    report = await store.retrieve_embedding(query, 5)
+                    assert [(t.id, t.score) for t in report.turns] == wide[:5]
+            # 500 even entries; a read of 450 is deeper than ef_search.
+            assert int(HNSW_SETTINGS["hnsw.ef_search"]) < 450
+            hits = await store.search(SearchRequest(vector=query, k=450, filter=even))
+            assert len(hits) == 450 and all(h.document.metadata["even"] for h in hits)
             scores = [h.score for h in hits]
             assert scores == sorted(scores, reverse=True)
+
+
+async def test_ef_search_sets_the_candidate_list_of_every_connection(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    rng = np.random.default_rng(4)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table, index="hnsw", ef_search=20
+        ) as store:
+            await store.add_documents(docs(0, 300, rng))
+
+            def shown() -> str:
+                with store._actor.pool.connection() as conn:
+                    conn.execute("SELECT '[1]'::vector")
+                    return str(conn.execute("SHOW hnsw.ef_search").fetchone()[0])  # type: ignore[index]
+
+            assert await trio.to_thread.run_sync(shown) == "20"
+            # Reads still fetch HNSW_CANDIDATES (the list grows to it for them), and a
+            # read deeper than that gets as many hits as it asks for.
+            query = rng.standard_normal(DIM)
+            assert len(await store.search(SearchRequest(vector=query, k=5))) == 5
+            assert len(await store.search(SearchRequest(vector=query, k=120))) == 120
+
+
+@pytest.mark.parametrize(
+    ("index", "ef_search", "says"),
+    [
+        ("hnsw", 0, "an int in [1, 1000]"),
+        ("hnsw", 1001, "an int in [1, 1000]"),
+        ("hnsw", True, "ef_search"),
+        ("hnsw", 64.0, "ef_search"),
+        (None, 64, "needs index='hnsw'"),
+    ],
+)
+async def test_a_bad_ef_search_is_refused_before_connecting(
+    index: str | None, ef_search: object, says: str
+) -> None:
+    with trio.fail_after(TIMEOUT), pytest.raises(ConfigError) as caught:
+        async with open_pg_store(
+            "host=/nonexistent dbname=none",
+            cfg(),
+            HashingEmbedder(DIM),
+            index=index,
+            ef_search=ef_search,  # type: ignore[arg-type]
+        ):
+            pass  # pragma: no cover
+    message = str(caught.value)
+    assert "ef_search" in message and says in message and repr(ef_search) in message
 
 
 def test_the_c_stemmer_stems_like_the_pure_python_one() -> None:

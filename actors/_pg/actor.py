@@ -50,7 +50,7 @@ from .._prepare import clamp_k
 from .._ranked import Ranked
 from .._store_hooks import check_query_profile, checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
-from .reads import Reads
+from .reads import DEFAULT_EF_SEARCH, Reads
 from .schema import (
     Names,
     check_pg_text,
@@ -99,6 +99,7 @@ class _PgStoreActor(CrashableActor):
         acquire_timeout: float,
         counts: Counts,
         hnsw: bool = False,
+        ef_search: int = DEFAULT_EF_SEARCH,
         keyword_index: bool = True,
         profile: EmbeddingProfile | None = None,
         embed_timeout: float | None = None,
@@ -125,7 +126,7 @@ class _PgStoreActor(CrashableActor):
         self.what = "pg store actor"
         self.logger = logger
         self._statements = Statements(names)
-        self.reads = Reads(names, hnsw=hnsw)
+        self.reads = Reads(names, hnsw=hnsw, ef_search=ef_search)
         # The table's setting when it was opened: whether a write's preparation computes
         # the BM25 terms (the commit follows the table as it is then; see sql.py).
         self.keyword_index = keyword_index

@@ -115,28 +115,43 @@ def parse_vector(text: str) -> npt.NDArray[np.float32]:
 
 
 #: The settings every approximate read runs with, set on each of the pool's connections
-#: when it connects (README, "pg at scale"). Measured at 100k entries of 384 floats on
-#: pgvector's index defaults (m = 16, ef_construction = 64), over five index builds:
-#: recall@10 0.97-1.00 unfiltered at ef_search 64 (0.96-0.98 at pgvector's 40), and
-#: 0.97-0.98 under a filter that keeps 1% of the rows. ``relaxed_order`` keeps the
-#: candidates that ``strict_order`` drops to stay in distance order (0.88-0.90 under
-#: that filter), and every read sorts its hits again. ``max_scan_tuples`` is
-#: pgvector's default. A read of more than ``ef_search`` hits raises it to ``k``
-#: (:meth:`Reads.ef_search`).
+#: when it connects (README, "pg at scale"), on pgvector's index defaults (m = 16,
+#: ef_construction = 64). Measured through ``search`` with :data:`HNSW_CANDIDATES`, at
+#: 1M entries of 384 floats: recall@10 0.90 at ef_search 64 (enough at 100k: 0.97-1.00
+#: over five builds), 0.95 at 200, 0.98 at 400, which costs about 2.4 ms more than 200
+#: (``benches/README.md``, "pg at scale"). ``relaxed_order`` keeps the candidates that
+#: ``strict_order`` drops to stay in distance order, and every read sorts its hits
+#: again. ``max_scan_tuples`` is pgvector's default. A read of more than ``ef_search``
+#: hits raises it for its transaction (:meth:`Reads.ef_search`).
+DEFAULT_EF_SEARCH = 400
 HNSW_SETTINGS: dict[str, str] = {
-    "hnsw.ef_search": "64",
+    "hnsw.ef_search": str(DEFAULT_EF_SEARCH),
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.max_scan_tuples": "20000",
 }
-_EF_SEARCH = int(HNSW_SETTINGS["hnsw.ef_search"])
+#: An approximate read asks the index for at least this many rows and keeps the best
+#: ``k`` by exact distance. Under a selective filter the iterative scan meets matching
+#: rows roughly, not exactly, in distance order, so the first ``k`` it finds miss some
+#: nearer ones: at 1M entries and a filter keeping 1% of them, recall@10 was 0.86 with
+#: ``k`` rows fetched and 0.95 with 64. Unfiltered, the 64 are within ef_search's first
+#: candidate list, so they cost only their transfer.
+HNSW_CANDIDATES = 64
+
+
+def hnsw_settings(ef_search: int) -> dict[str, str]:
+    """:data:`HNSW_SETTINGS` with the store's own ``ef_search``
+    (``open_pg_store(..., ef_search=)``)."""
+    return {**HNSW_SETTINGS, "hnsw.ef_search": str(ef_search)}
 
 
 class Reads:
     """The read statements of one table. ``hnsw``: rank through the approximate index."""
 
-    def __init__(self, names: Names, *, hnsw: bool) -> None:
+    def __init__(self, names: Names, *, hnsw: bool, ef_search: int = DEFAULT_EF_SEARCH) -> None:
         self.names = names
         self.hnsw = hnsw
+        # What each pooled connection holds (``hnsw_settings``).
+        self.base_ef_search = ef_search
         f = {"table": names.table, "meta": names.meta, "cols": sql.SQL(_DOC_COLUMNS)}
         # One statement, so the hits, the count in scope and the counters come from one
         # snapshot. The exact order is pgvector's negative inner product, ascending, with
@@ -152,8 +167,8 @@ class Reads:
             "h.message, h.meta_raw "
             "FROM {meta} m{scope} "
             "LEFT JOIN LATERAL (SELECT {cols}, embedding <#> %(q)s::vector AS dist "
-            "FROM {table}{where} ORDER BY {order} LIMIT %(k)s) h ON true "
-            "ORDER BY h.dist, h.seq DESC"
+            "FROM {table}{where} ORDER BY {order} LIMIT %(fetch)s) h ON true "
+            "ORDER BY h.dist, h.seq DESC LIMIT %(k)s"
         )
         self.read_all = sql.SQL(read).format(
             count=sql.SQL("m.entries"), scope=sql.SQL(""), where=sql.SQL(""), order=order, **f
@@ -205,16 +220,22 @@ class Reads:
             "WHERE {filter} GROUP BY p.seq ORDER BY score DESC, p.seq DESC LIMIT %(depth)s"
         )
 
+    def fetch(self, k: int) -> int:
+        """How many rows a read of ``k`` asks the index for: ``k`` when exact; at least
+        :data:`HNSW_CANDIDATES` through HNSW, of which the read keeps the best ``k`` by
+        exact distance."""
+        return max(k, HNSW_CANDIDATES) if self.hnsw else k
+
     def ef_search(self, k: int) -> int:
         """``hnsw.ef_search`` for a read of ``k``: the candidate list is never shorter
-        than ``k`` (pgvector returns at most ef_search rows per scan iteration), and
-        pgvector caps it at 1000."""
-        return min(max(_EF_SEARCH, k), 1000)
+        than what the read fetches (pgvector returns at most ef_search rows per scan
+        iteration), and pgvector caps it at 1000."""
+        return min(max(self.base_ef_search, self.fetch(k)), 1000)
 
     def _approximate(self, conn: psycopg.Connection[Any], k: int) -> None:
         # The connection already holds HNSW_SETTINGS; only a read deeper than their
         # ef_search pays a round trip to raise it, for its transaction only.
-        if self.hnsw and self.ef_search(k) > _EF_SEARCH:
+        if self.hnsw and self.ef_search(k) > self.base_ef_search:
             conn.execute(
                 "SELECT set_config('hnsw.ef_search', %s, true)", (str(self.ef_search(k)),)
             )
@@ -223,7 +244,7 @@ class Reads:
         self, conn: psycopg.Connection[Any], query: str, k: int, namespace: str | None
     ) -> tuple[RetrievalReport, Counts]:
         self._approximate(conn, k)
-        params: dict[str, object] = {"q": query, "k": k}
+        params: dict[str, object] = {"q": query, "k": k, "fetch": self.fetch(k)}
         if namespace is None:
             rows = conn.execute(self.read_all, params).fetchall()
         else:
@@ -293,10 +314,11 @@ class Reads:
             filter=where.where,
             order=sql.SQL("dist" if self.hnsw else "dist, seq DESC"),
         )
-        params = {**where.params, "q": query, "ns": namespace, "depth": depth}
+        params = {**where.params, "q": query, "ns": namespace, "depth": self.fetch(depth)}
         rows = conn.execute(statement, params).fetchall()
         if self.hnsw:
             rows.sort(key=lambda row: (row[9], -row[0]))
+            del rows[depth:]
         return [
             (DocRow(row), -float(row[9]), parse_vector(row[10]) if vectors else None)
             for row in rows

@@ -89,7 +89,7 @@ from .._ranked import Ranked, RankedList
 from .._store import StoreStatistics
 from .._store_hooks import ranked_event, retrieve_event, search_event
 from .actor import _PgStoreActor
-from .reads import HNSW_SETTINGS
+from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
     MAX_DIMENSIONS,
     Names,
@@ -379,6 +379,7 @@ async def open_pg_store(
     connect_timeout: float = 10.0,
     statement_timeout: float = 60.0,
     index: str | None = None,
+    ef_search: int | None = None,
     keyword_index: bool | None = None,
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
@@ -414,6 +415,10 @@ async def open_pg_store(
             (``scanned`` still counts the entries in scope). Filters and namespaces use
             pgvector 0.8's iterative scans, so they do not starve the result. A store
             opened without ``index`` stays exact even on a table that has the index.
+        ef_search: with ``index="hnsw"``, the length of the index's candidate list
+            (pgvector's ``hnsw.ef_search``, 1 to 1000), or None for 400: recall@10 of
+            0.98 at 1M entries of 384 floats (README, "pg at scale"). Lower is faster
+            and less exact; a read deeper than it raises it for that read.
         keyword_index: the table's BM25 postings (``<table>_terms``), which ``bm25``
             and ``hybrid`` search read. ``None`` (the default) keeps the table's
             setting; a new table has the index. ``False`` empties the postings and
@@ -475,13 +480,21 @@ async def open_pg_store(
     EmbedderAdapter(embedder)  # validates the embedder before anything connects
     if index not in (None, "hnsw"):
         raise ConfigError(f"index is {index!r}; expected None (exact) or 'hnsw'")
+    if ef_search is not None:
+        if index != "hnsw":
+            raise ConfigError(
+                f"ef_search is {ef_search!r:.60} with index={index!r}; it sets the HNSW "
+                "index's candidate list, so it needs index='hnsw'"
+            )
+        check_int("ef_search", ef_search, minimum=1, maximum=1000)
+    ef = DEFAULT_EF_SEARCH if ef_search is None else ef_search
     if keyword_index is not None and not isinstance(keyword_index, bool):
         raise ConfigError(
             f"keyword_index is {keyword_index!r:.60}; expected None (the table's "
             "setting), True or False"
         )
     profile, bound = _embedder_profile(embedder, config)
-    pool = _new_pool(dsn, names, pool_size, connect, statement_ms)
+    pool = _new_pool(dsn, names, pool_size, connect, statement_ms, hnsw_settings(ef))
     try:
         opened = await trio.to_thread.run_sync(
             _open_pool, pool, names, config, connect, where, bound, index == "hnsw", keyword_index
@@ -499,6 +512,7 @@ async def open_pg_store(
             acquire_timeout=connect,
             counts=Counts(*opened.counts),
             hnsw=index == "hnsw",
+            ef_search=ef,
             keyword_index=opened.keyword_index,
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
             embed_timeout=embed_timeout,
@@ -531,15 +545,20 @@ def _embedder_profile(
 
 
 def _new_pool(
-    dsn: str, names: Names, pool_size: int, connect: float, statement_ms: int
+    dsn: str,
+    names: Names,
+    pool_size: int,
+    connect: float,
+    statement_ms: int,
+    hnsw: dict[str, str],
 ) -> psycopg_pool.ConnectionPool[Any]:
     """A closed pool of autocommit connections, each with the statement timeout set."""
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         # The HNSW settings are set on every connection (an exact read ignores them),
         # so that an approximate read needs no round trip of its own to set them.
-        names = ["statement_timeout", *HNSW_SETTINGS]
-        values = [f"{statement_ms}ms", *HNSW_SETTINGS.values()]
+        names = ["statement_timeout", *hnsw]
+        values = [f"{statement_ms}ms", *hnsw.values()]
         conn.execute(
             "SELECT set_config(name, value, false) FROM unnest(%s::text[], %s::text[]) "
             "AS s(name, value)",
