@@ -56,6 +56,7 @@ __all__ = [
     "bound_profile",
     "exact_text",
     "filter_json",
+    "jsonb_binary",
     "profile_json",
     "check_pg_text",
     "ensure_schema",
@@ -174,6 +175,33 @@ def filter_json(metadata: dict[str, Any]) -> str:
     if text is None or "\\u0000" in text:
         text = _FILTER_ENCODER.encode(_jsonb_safe(exact)).decode("utf-8")
     return text
+
+
+def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
+    """jsonb's binary input form (a version byte, 1, then the text) of
+    :func:`filter_json`'s text of ``metadata``.
+
+    ``compact`` is the metadata as compact JSON (``actors._prepare.metadata_json``, which
+    the size check made): it is that very text, and is reused, when the metadata has no
+    top-level float and it holds no NUL escape and is valid UTF-8 (no lone surrogate).
+    """
+    if not compact:
+        return b"\x01{}"
+    if (
+        b"\\u0000" not in compact
+        and not any(isinstance(value, float) for value in metadata.values())
+        and (compact.isascii() or _utf8(compact))
+    ):
+        return b"\x01" + compact
+    return b"\x01" + filter_json(metadata).encode("utf-8")
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def profile_json(profile: object) -> str | None:
