@@ -13,7 +13,6 @@ from typing import Any
 
 from protocol import VectorStoreConfig
 from protocol._json import check_json_object
-from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import term_counts, token_counts
@@ -32,12 +31,16 @@ from .sql import PreparedEntries
 __all__ = ["prepare_documents", "prepare_turns"]
 
 
-def _metadata(metadata: dict[str, Any], compact: bytes) -> tuple[bytes, bytes | None]:
-    """The jsonb copy that filters read (in jsonb's binary input form) and the exact
-    metadata as msgpack (the surrogate form when it holds a lone surrogate), or None for
-    ``{}``. ``compact`` is the metadata as compact JSON (``metadata_json``), reused when
-    it is the filter text already."""
-    return jsonb_binary(metadata, compact), (pack(metadata) if metadata else None)
+def _metadata(
+    metadata: list[dict[str, Any]], compact: list[bytes]
+) -> tuple[list[bytes], list[bytes | None]]:
+    """Each entry's jsonb copy that filters read (in jsonb's binary input form) and its
+    exact metadata as msgpack (the surrogate form when it holds a lone surrogate), or
+    None for ``{}``. ``compact`` is each metadata as compact JSON (``metadata_json``),
+    reused where it is the filter text already."""
+    jsonb = [jsonb_binary(m, c) for m, c in zip(metadata, compact, strict=True)]
+    raw = exact_msgpack_many(metadata)  # one encode call for the batch
+    return jsonb, [r if m else None for m, r in zip(metadata, raw, strict=True)]
 
 
 def _plain(strings: list[str]) -> bool:
@@ -90,7 +93,7 @@ async def prepare_turns(
     batch = check_turns(
         request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
     )
-    filter_text, raw = _metadata(metadata, batch.metadata_json)
+    [filter_text], [raw] = _metadata([metadata], [batch.metadata_json])
     if batch.ids is not None and not _plain(batch.ids):
         for entry_id in batch.ids:
             check_pg_text("id", entry_id)
@@ -137,9 +140,7 @@ async def prepare_documents(
                 check_pg_text("document source_id", document.source_id)
     survivors = batch.survivors
     keep = len(survivors)
-    metadata = [
-        _metadata(d.metadata, m) for d, m in zip(survivors, batch.metadata_json, strict=True)
-    ]
+    jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
     texts = [d.text for d in survivors]
     raw = await document_vectors(embedder, survivors, config.dimensions)
     vectors, zero = _binary(raw, keep, config.dimensions)
@@ -150,8 +151,8 @@ async def prepare_documents(
         payloads=[None] * keep,
         texts=searchable,
         exact=exact,
-        metadata=[m[0] for m in metadata],
-        meta_raw=[m[1] for m in metadata],
+        metadata=jsonb,
+        meta_raw=meta_raw,
         ids=[d.id for d in survivors if d.id is not None],
         source_ids=[d.source_id for d in survivors],
         doc_lens=lengths,

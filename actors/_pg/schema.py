@@ -236,10 +236,14 @@ def vector_literal(row: npt.NDArray[np.float32]) -> str:
 def vector_binary(rows: npt.NDArray[np.float32]) -> list[bytes]:
     """pgvector's binary input of each float32 row: the width and a zero (int16 each),
     then the floats, big-endian. The very same bits as the row, unlike any text form."""
-    width = rows.shape[1]
-    header = struct.pack(">hh", width, 0)
-    big = np.ascontiguousarray(rows, dtype=">f4")
-    return [header + row.tobytes() for row in big]
+    count, width = rows.shape
+    size = 4 + 4 * width
+    # Every row's bytes in one buffer (its header, then its floats), cut into rows.
+    out = np.empty((count, size), dtype=np.uint8)
+    out[:, :4] = np.frombuffer(struct.pack(">hh", width, 0), dtype=np.uint8)
+    out[:, 4:] = np.ascontiguousarray(rows, dtype=">f4").view(np.uint8).reshape(count, 4 * width)
+    buffer = out.tobytes()
+    return [buffer[i : i + size] for i in range(0, count * size, size)]
 
 
 # --- schema ----------------------------------------------------------------------------------
