@@ -13,6 +13,7 @@ from typing import Any
 
 from protocol import VectorStoreConfig
 from protocol._json import check_json_object
+from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import term_counts, token_counts
@@ -39,8 +40,7 @@ def _metadata(
     None for ``{}``. ``compact`` is each metadata as compact JSON (``metadata_json``),
     reused where it is the filter text already."""
     jsonb = [jsonb_binary(m, c) for m, c in zip(metadata, compact, strict=True)]
-    raw = exact_msgpack_many(metadata)  # one encode call for the batch
-    return jsonb, [r if m else None for m, r in zip(metadata, raw, strict=True)]
+    return jsonb, [pack(m) if m else None for m in metadata]
 
 
 def _plain(strings: list[str]) -> bool:

@@ -187,12 +187,12 @@ def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
     """
     if not compact:
         return b"\x01{}"
-    if (
-        b"\\u0000" not in compact
-        and not any(isinstance(value, float) for value in metadata.values())
-        and (compact.isascii() or _utf8(compact))
-    ):
-        return b"\x01" + compact
+    if b"\\u0000" not in compact and (compact.isascii() or _utf8(compact)):
+        for value in metadata.values():
+            if isinstance(value, float):
+                break
+        else:
+            return b"\x01" + compact
     return b"\x01" + filter_json(metadata).encode("utf-8")
 
 
