@@ -91,8 +91,9 @@ class Statements:
         self.names = names
         f = {"table": names.table, "meta": names.meta, "terms": names.terms}
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
-        # And whether the table keeps a keyword index, read under the lock that any
-        # switch of it takes (schema.ensure_schema), so a batch follows the table.
+        # The write lock, and whether the table keeps a keyword index, read under the
+        # lock that any switch of it takes (schema.ensure_schema), so a batch follows
+        # the table.
         self.lock_meta_keyword = sql.SQL(
             "SELECT entries, keyword_index FROM {meta} FOR UPDATE"
         ).format(**f)
