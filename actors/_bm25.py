@@ -56,6 +56,7 @@ __all__ = [
     "idf",
     "term_counts",
     "token_count",
+    "token_counts",
     "tokenize",
 ]
 
@@ -89,6 +90,22 @@ def tokenize(text: str) -> list[str]:
 def token_count(text: str) -> int:
     """How many BM25 tokens ``text`` holds (its BM25 length), without stemming them."""
     return len(_TOKEN.findall(text.lower()))
+
+
+# For ASCII text, the characters ``_TOKEN`` takes are its letters and digits: any other
+# byte becomes a space, so the tokens are the bytes' whitespace-separated words.
+_ASCII_TOKENS = bytes(b if b < 128 and chr(b).isalnum() else 0x20 for b in range(256))
+
+
+def token_counts(texts: list[str]) -> list[int]:
+    """``[token_count(t) for t in texts]``, an ASCII text counted by one byte
+    translation and a split instead of a regex over its lowercased copy."""
+    return [
+        len(text.encode("ascii").translate(_ASCII_TOKENS).split())
+        if text.isascii()
+        else token_count(text)
+        for text in texts
+    ]
 
 
 def term_counts(texts: list[str]) -> tuple[list[int], list[dict[str, int]]]:

@@ -263,13 +263,12 @@ def metadata_json(
     """
     if not metadata:
         return b""
-    if checked:
-        try:
-            encoded = _JSON_ENCODER.encode(metadata)
-        except UnicodeEncodeError:
-            encoded = compact_json(metadata, what=what)
-    else:
-        encoded = compact_json(check_json_object(metadata, what=what), what=what)
+    if not checked:
+        check_json_object(metadata, what=what)
+    try:
+        encoded = _JSON_ENCODER.encode(metadata)  # checked: encode without checking again
+    except UnicodeEncodeError:
+        encoded = compact_json(metadata, what=what)
     # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
     # 1 KB of JSON, measured), and the store keeps these bytes.
     return bytes(memoryview(encoded))
@@ -282,8 +281,9 @@ def document_bytes(document: Document) -> int:
 
 
 def _document_bytes(document: Document, metadata: int) -> int:
+    text = document.text
     return entry_bytes(
-        _utf8_len(document.text),
+        len(text) if text.isascii() else _utf8_len(text),
         metadata=metadata,
         entry_id=document.id,
         source_id=document.source_id,
@@ -354,7 +354,7 @@ def check_not_reserved(entry_id: str, what: str = "id") -> None:
     """Refuse an id of the form ``turn-<digits>``: the store names the turns stored
     without ids that way (``turn-<sequence>``), so a caller's id of that form could name
     two live entries at once."""
-    if _RESERVED_ID.fullmatch(entry_id):
+    if entry_id.startswith("turn-") and _RESERVED_ID.fullmatch(entry_id):
         raise ConfigError(
             f"{what} {entry_id!r} has the form turn-<number>, which the store keeps for the "
             "turns it names itself; expected another id"
@@ -604,7 +604,8 @@ def check_documents(
             raise ConfigError(
                 f"document {i} of the batch is a {type(document).__name__}; expected Document"
             )
-        document = document.with_id()
+        if document.id is None:
+            document = document.with_id()
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
         meta = metadata_json(document.metadata, "document metadata")

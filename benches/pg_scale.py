@@ -346,7 +346,13 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         ).fetchone()
     assert server is not None
     out["server"] = {"postgresql": server[0], "pgvector": server[1]}
-    for table in ("bench_store", "bench_turns", "bench_breakdown", "bench_nokw"):
+    for table in (
+        "bench_store",
+        "bench_turns",
+        "bench_breakdown",
+        "bench_breakdown_nokw",
+        "bench_nokw",
+    ):
         for suffix in ("_terms", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
         admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
@@ -452,9 +458,18 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                 flush=True,
             )
         out["load_average"]["after_ingest"] = loadavg()
-        out["write_breakdown"] = await write_breakdown(
-            dsn, config, lookup, texts, ids, metas, vectors, args.breakdown_batches
-        )
+        for key, keyword_index in (
+            ("write_breakdown", True),
+            ("write_breakdown_no_keyword_index", False),
+        ):
+            out[key] = await write_breakdown(
+                dsn,
+                config,
+                lookup,
+                (texts, ids, metas, vectors),
+                args.breakdown_batches,
+                keyword_index=keyword_index,
+            )
         out["ingest"] = {
             name: {
                 "rows": rows_done[name],
@@ -472,9 +487,28 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             "copy_store_schema",
         ):
             if name in out["ingest"]:
-                out["ingest"][name]["ratio_to_copy_p50"] = (
-                    out["ingest"][name]["rows_per_s_p50"] / out["ingest"]["copy"]["rows_per_s_p50"]
+                row = out["ingest"][name]
+                copy = out["ingest"]["copy"]
+                row["ratio_to_copy_p50"] = row["rows_per_s_p50"] / copy["rows_per_s_p50"]
+                row["ratio_to_copy_p10"] = row["rows_per_s_p10"] / copy["rows_per_s_p10"]
+                # Each round's ratio to the reference's rows/s in the same round (the
+                # two ran back to back), which cancels load that drifts between rounds.
+                paired = [a / b for a, b in zip(ingest[name], ingest["copy"], strict=True)]
+                row["round_ratio_p50"] = pct(paired, 50)
+                row["round_ratio_p10"] = pct(paired, 10)
+                print(
+                    f"  {name}: {row['rows_per_s_p50']:,.0f} rows/s p50 "
+                    f"({row['rows_per_s_p10']:,.0f} p10) against copy's "
+                    f"{copy['rows_per_s_p50']:,.0f} ({copy['rows_per_s_p10']:,.0f}): "
+                    f"{row['ratio_to_copy_p50']:.3f}x (p10 {row['ratio_to_copy_p10']:.3f}x); "
+                    f"per round {row['round_ratio_p50']:.3f}x (p10 {row['round_ratio_p10']:.3f}x)",
+                    flush=True,
                 )
+        if args.ingest_only:
+            out["load_average"]["end"] = loadavg()
+            ref.close()
+            admin.close()
+            return out
         for table in ("bench_store", "bench_copy"):
             admin.execute(f"VACUUM ANALYZE {table}")
             admin.execute(
@@ -520,11 +554,10 @@ async def write_breakdown(
     dsn: str,
     config: VectorStoreConfig,
     embedder: Any,
-    texts: list[str],
-    ids: list[str],
-    metas: list[dict[str, Any]],
-    vectors: np.ndarray,
+    data: tuple[list[str], list[str], list[dict[str, Any]], np.ndarray],
     batches: int,
+    *,
+    keyword_index: bool,
 ) -> dict[str, Any]:
     """Where one add_documents batch's time goes, per phase (p50 over ``batches``
     batches of BATCH rows, written to a table of their own): building the Documents
@@ -535,10 +568,14 @@ async def write_breakdown(
     from actors._pg.prepare import prepare_documents
     from protocol.messages import UpsertDocuments
 
+    texts, ids, metas, vectors = data
     adapter = EmbedderAdapter(embedder, dimensions=DIMS)
     phases: dict[str, list[float]] = {"documents": [], "prepare": [], "add_documents": []}
     postings = 0
-    async with open_pg_store(dsn, config, embedder, table="bench_breakdown") as store:
+    table = "bench_breakdown" if keyword_index else "bench_breakdown_nokw"
+    async with open_pg_store(
+        dsn, config, embedder, table=table, keyword_index=keyword_index
+    ) as store:
         await store.clear()
         for b in range(batches):
             rows = range(b * BATCH, (b + 1) * BATCH)
@@ -549,12 +586,15 @@ async def write_breakdown(
             ]
             t1 = time.perf_counter()
             prepared = await prepare_documents(
-                UpsertDocuments(documents=batch, namespace="memory-default"), config, adapter
+                UpsertDocuments(documents=batch, namespace="memory-default"),
+                config,
+                adapter,
+                keyword_index=keyword_index,
             )
             t2 = time.perf_counter()
             await store.add_documents(batch)
             t3 = time.perf_counter()
-            postings += sum(len(t) for t in prepared.terms)
+            postings += sum(len(t) for t in prepared.terms or [])
             phases["documents"].append(t1 - t0)
             phases["prepare"].append(t2 - t1)
             phases["add_documents"].append(t3 - t2)
@@ -563,7 +603,8 @@ async def write_breakdown(
     out["postings_per_row"] = postings / (batches * BATCH)
     d, pr, ad = (out[k]["p50_ms"] for k in ("documents", "prepare", "add_documents"))
     print(
-        f"  write breakdown per batch of {BATCH}: documents {d:.0f} ms, phase 1 {pr:.0f} ms, "
+        f"  write breakdown per batch of {BATCH} ({table}): documents {d:.0f} ms, "
+        f"phase 1 {pr:.0f} ms, "
         f"add_documents {ad:.0f} ms (commit about {ad - pr:.0f} ms), "
         f"{out['postings_per_row']:.1f} postings a row",
         flush=True,
@@ -974,7 +1015,14 @@ def main() -> int:
         help="rows stored through store_turns (into a table of their own)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "pg_scale.json")
+    parser.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="stop after ingestion and the write breakdown; write JSON only with --out",
+    )
     args = parser.parse_args()
+    if args.ingest_only and "--out" not in sys.argv:
+        args.out = None
     if args.dsn:
         result = trio.run(bench, args, args.dsn)
     else:
@@ -984,8 +1032,13 @@ def main() -> int:
                 conn.execute("ALTER SYSTEM SET maintenance_work_mem = '1GB'")
                 conn.execute("SELECT pg_reload_conf()")
             result = trio.run(bench, args, dsn)
+    if args.out is None:
+        return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.ingest_only:
+        print(f"wrote {args.out}")
+        return 0
     chart(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

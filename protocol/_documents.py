@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import warnings
 from typing import Any, Literal
 
@@ -300,7 +301,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         # request never carries a mutable array another task may still hold. The rules
         # are the store's (``actors._embedders.as_vector``): real numbers, flat, finite;
         # protocol does not import numpy, so arrays are recognised by their dtype.
-        if any(c.__name__ == "MaskedArray" for c in type(vector).__mro__):
+        if _masked(type(vector)):
             raise EmbeddingError(
                 f"{what} is a masked array; expected a plain array: fill the masked "
                 "components first (.filled())"
@@ -326,6 +327,10 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             # the per-component checks below cannot fail, so a bulk of precomputed
             # embeddings skips them. Any doubt (an overflowing sum) takes the slow path.
             return items
+        if (type(items) is list or type(items) is tuple) and _finite_floats(items):
+            # Python floats only, all finite: the per-component checks below cannot
+            # fail and would make the same floats (a fresh list: the caller's stays its).
+            return list(items)
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
             raise EmbeddingError(f"{what} is a {type(vector).__name__}; {_REAL_VECTOR}")
         out = [_component(i, x, what) for i, x in enumerate(items)]
@@ -335,6 +340,53 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _REAL_KINDS = ("f", "i", "u")
+
+
+def _masked(kind: type) -> bool:
+    """Whether ``kind`` is a numpy masked array, recognised by name (protocol does not
+    import numpy); a list, a tuple and numpy's own ndarray are not, without a look at
+    their MRO."""
+    if kind is list or kind is tuple or kind is getattr(sys.modules.get("numpy"), "ndarray", 0):
+        return False
+    return any(c.__name__ == "MaskedArray" for c in kind.__mro__)
+
+
+_MSGPACK = msgspec.msgpack.Encoder()
+# msgpack's float64 marker: msgspec writes every float as it (9 bytes), and nothing else
+# starts with it.
+FLOAT64_MARKER = 0xCB
+
+
+def msgpack_array_header(count: int) -> int:
+    """The size of msgpack's header of an array of ``count`` items."""
+    return 1 if count < 16 else 3 if count < 1 << 16 else 5
+
+
+def _finite_floats(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether ``items`` (a plain list or tuple) holds at least one item, each a Python
+    float (not a subclass, a bool or an int), all finite, checked at C speed.
+
+    msgspec encodes an exact float as 9 bytes that start with :data:`FLOAT64_MARKER`
+    and refuses a float subclass (numpy's float64 included), so an encoding exactly the
+    header plus 9 bytes per item, with the marker at each item's place, can only be
+    floats (each item starts where the one before it, 9 bytes long, ended). A finite sum
+    proves each finite; an overflowing one only means the caller takes the slow path.
+    """
+    count = len(items)
+    if not count:
+        return False
+    try:
+        encoded = _MSGPACK.encode(items)
+    except Exception:  # TypeError for another type; any doubt is the slow path's
+        return False
+    head = msgpack_array_header(count)
+    return (
+        len(encoded) == head + 9 * count
+        and encoded[head::9].count(FLOAT64_MARKER) == count
+        and math.isfinite(sum(items))
+    )
+
+
 _REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
 
 

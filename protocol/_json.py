@@ -29,6 +29,8 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
     because a value that would not survive a round trip through a JSON file is a bug
     waiting in someone's replay log.
     """
+    if type(value) is dict and _flat_json(value):
+        return
     if _depth > _MAX_DEPTH:
         raise JsonError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
     if value is None or isinstance(value, bool | str):
@@ -62,6 +64,24 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         f"{what} holds a {type(value).__name__} ({shown(value)}); expected a JSON value "
         "(None, bool, int, float, str, list or dict with str keys)"
     )
+
+
+def _flat_json(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is a dict of str keys and valid JSON scalars (the usual
+    metadata), checked in one loop; False sends it through :func:`check_json`'s
+    general walk, which then accepts nested values or raises its error."""
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return False
+        elif kind is not float or not math.isfinite(item):
+            return False
+    return True
 
 
 def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:

@@ -16,14 +16,14 @@ from protocol._json import check_json_object
 from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._bm25 import term_counts, token_count
+from .._bm25 import term_counts, token_counts
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
 from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
     check_pg_text,
     exact_text,
-    filter_json,
+    jsonb_binary,
     search_text,
     vector_binary,
 )
@@ -32,10 +32,22 @@ from .sql import PreparedEntries
 __all__ = ["prepare_documents", "prepare_turns"]
 
 
-def _metadata(metadata: dict[str, Any]) -> tuple[str, bytes | None]:
-    # The exact metadata is kept as msgpack (the surrogate form when it holds a lone
-    # surrogate); the jsonb copy that filters read replaces what jsonb cannot hold.
-    return filter_json(metadata), (pack(metadata) if metadata else None)
+def _metadata(
+    metadata: list[dict[str, Any]], compact: list[bytes]
+) -> tuple[list[bytes], list[bytes | None]]:
+    """Each entry's jsonb copy that filters read (in jsonb's binary input form) and its
+    exact metadata as msgpack (the surrogate form when it holds a lone surrogate), or
+    None for ``{}``. ``compact`` is each metadata as compact JSON (``metadata_json``),
+    reused where it is the filter text already."""
+    jsonb = [jsonb_binary(m, c) for m, c in zip(metadata, compact, strict=True)]
+    return jsonb, [pack(m) if m else None for m in metadata]
+
+
+def _plain(strings: list[str]) -> bool:
+    """Whether every string is ASCII without a NUL: then PostgreSQL text holds each as
+    it is (one look at all of them, for the usual batch)."""
+    joined = "".join(strings)
+    return joined.isascii() and "\x00" not in joined
 
 
 async def _embed(
@@ -55,10 +67,15 @@ def _texts(
     """The searchable and exact texts, the BM25 lengths (kept even without a keyword
     index, so that turning one on later needs no rewrite of the rows) and, with a
     keyword index, the BM25 terms."""
-    searchable = [search_text(t) for t in texts]
-    exact = [exact_text(t, s) for t, s in zip(texts, searchable, strict=True)]
+    exact: list[bytes | None]
+    if _plain(texts):
+        # Nothing to replace: each searchable text is the exact one.
+        searchable, exact = texts, [None] * len(texts)
+    else:
+        searchable = [search_text(t) for t in texts]
+        exact = [exact_text(t, s) for t, s in zip(texts, searchable, strict=True)]
     if not keyword_index:
-        return searchable, exact, [token_count(t) for t in texts], None
+        return searchable, exact, token_counts(texts), None
     lengths, terms = term_counts(texts)
     return searchable, exact, lengths, terms
 
@@ -73,12 +90,13 @@ async def prepare_turns(
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
     source = check_pg_text("source", check_name("source", request.source))
     metadata = check_json_object(request.metadata)
-    filter_text, raw = _metadata(metadata)
     batch = check_turns(
         request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
     )
-    for entry_id in batch.ids or ():
-        check_pg_text("id", entry_id)
+    [filter_text], [raw] = _metadata([metadata], [batch.metadata_json])
+    if batch.ids is not None and not _plain(batch.ids):
+        for entry_id in batch.ids:
+            check_pg_text("id", entry_id)
     survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
     vectors, zero = await _embed(embedder, texts, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index)
@@ -112,14 +130,17 @@ async def prepare_documents(
     batch = check_documents(
         request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
     )
-    for document in batch.unique:
-        assert document.id is not None
-        check_pg_text("document id", document.id)
-        if document.source_id is not None:
-            check_pg_text("document source_id", document.source_id)
+    names = [d.id for d in batch.unique if d.id is not None]
+    names += [d.source_id for d in batch.unique if d.source_id is not None]
+    if not _plain(names):
+        for document in batch.unique:
+            assert document.id is not None
+            check_pg_text("document id", document.id)
+            if document.source_id is not None:
+                check_pg_text("document source_id", document.source_id)
     survivors = batch.survivors
     keep = len(survivors)
-    metadata = [_metadata(d.metadata) for d in survivors]
+    jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
     texts = [d.text for d in survivors]
     raw = await document_vectors(embedder, survivors, config.dimensions)
     vectors, zero = _binary(raw, keep, config.dimensions)
@@ -130,8 +151,8 @@ async def prepare_documents(
         payloads=[None] * keep,
         texts=searchable,
         exact=exact,
-        metadata=[m[0] for m in metadata],
-        meta_raw=[m[1] for m in metadata],
+        metadata=jsonb,
+        meta_raw=meta_raw,
         ids=[d.id for d in survivors if d.id is not None],
         source_ids=[d.source_id for d in survivors],
         doc_lens=lengths,

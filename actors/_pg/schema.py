@@ -56,6 +56,7 @@ __all__ = [
     "bound_profile",
     "exact_text",
     "filter_json",
+    "jsonb_binary",
     "profile_json",
     "check_pg_text",
     "ensure_schema",
@@ -176,6 +177,33 @@ def filter_json(metadata: dict[str, Any]) -> str:
     return text
 
 
+def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
+    """jsonb's binary input form (a version byte, 1, then the text) of
+    :func:`filter_json`'s text of ``metadata``.
+
+    ``compact`` is the metadata as compact JSON (``actors._prepare.metadata_json``, which
+    the size check made): it is that very text, and is reused, when the metadata has no
+    top-level float and it holds no NUL escape and is valid UTF-8 (no lone surrogate).
+    """
+    if not compact:
+        return b"\x01{}"
+    if b"\\u0000" not in compact and (compact.isascii() or _utf8(compact)):
+        for value in metadata.values():
+            if isinstance(value, float):
+                break
+        else:
+            return b"\x01" + compact
+    return b"\x01" + filter_json(metadata).encode("utf-8")
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def profile_json(profile: object) -> str | None:
     """The part of an embedding profile that a table is bound to, as canonical JSON, or
     None when the embedder has no profile.
@@ -208,10 +236,14 @@ def vector_literal(row: npt.NDArray[np.float32]) -> str:
 def vector_binary(rows: npt.NDArray[np.float32]) -> list[bytes]:
     """pgvector's binary input of each float32 row: the width and a zero (int16 each),
     then the floats, big-endian. The very same bits as the row, unlike any text form."""
-    width = rows.shape[1]
-    header = struct.pack(">hh", width, 0)
-    big = np.ascontiguousarray(rows, dtype=">f4")
-    return [header + row.tobytes() for row in big]
+    count, width = rows.shape
+    size = 4 + 4 * width
+    # Every row's bytes in one buffer (its header, then its floats), cut into rows.
+    out = np.empty((count, size), dtype=np.uint8)
+    out[:, :4] = np.frombuffer(struct.pack(">hh", width, 0), dtype=np.uint8)
+    out[:, 4:] = np.ascontiguousarray(rows, dtype=">f4").view(np.uint8).reshape(count, 4 * width)
+    buffer = out.tobytes()
+    return [buffer[i : i + size] for i in range(0, count * size, size)]
 
 
 # --- schema ----------------------------------------------------------------------------------

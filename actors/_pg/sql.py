@@ -7,13 +7,11 @@ reads are in ``reads.py``; the filter translation in ``filters.py``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 import psycopg
 from psycopg import sql
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
 
 from protocol import Cleared, DeleteResult
 
@@ -42,7 +40,8 @@ class PreparedEntries:
         payloads: a turn's message as msgpack, or None for a document.
         texts: the searchable text (``schema.search_text``).
         exact: the exact text where the searchable one differs, else None.
-        metadata: the jsonb text that filters read (``schema.filter_json``).
+        metadata: the jsonb that filters read (``schema.filter_json``), in jsonb's
+            binary input form (``schema.jsonb_binary``).
         meta_raw: the exact metadata as msgpack, or None for ``{}``.
         ids: one id per entry, or None for turns named ``turn-<sequence>``.
         source_ids: a document's source id, or None.
@@ -58,7 +57,7 @@ class PreparedEntries:
     payloads: list[bytes | None]
     texts: list[str]
     exact: list[bytes | None]
-    metadata: list[str]
+    metadata: list[bytes]
     meta_raw: list[bytes | None]
     ids: list[str] | None
     source_ids: list[str | None]
@@ -78,38 +77,10 @@ class Committed:
     zero_norm: int
 
 
-class _Vector(bytes):
-    """A vector already in pgvector's binary input form."""
-
-
-class _Jsonb(str):
-    """A jsonb value already encoded as JSON text."""
-
-
-class _JsonbDumper(Dumper):
-    """jsonb's binary form is a version byte (1) and the JSON text."""
-
-    format = Format.BINARY
-    oid: ClassVar[int] = 3802  # type: ignore[misc]
-
-    def dump(self, obj: Any) -> bytes:
-        return b"\x01" + str(obj).encode("utf-8")
-
-
-def _vector_dumper(oid: int) -> type[Dumper]:
-    class VectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            return bytes(obj)
-
-    VectorDumper.oid = oid
-    return VectorDumper
-
-
-# COPY's column types, by oid: int8, text x4, bytea x2, jsonb, bytea, int4, (the
-# vector, looked up), bool.
-_ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 3802, 17, 23, 16]
+# COPY's column types, by oid, for psycopg's binary dumpers: int8, text x4, bytea x2,
+# then the jsonb and the vector as bytea (their values are already in their types'
+# binary input form, which binary COPY sends as they are), int4, bool.
+_ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 17, 17, 23, 17, 16]
 _TERM_TYPES = [20, 25, 25, 23]
 
 
@@ -120,15 +91,16 @@ class Statements:
         self.names = names
         f = {"table": names.table, "meta": names.meta, "terms": names.terms}
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
-        # The embedding column's type oid, for the binary COPY (the extension's schema
-        # may be anywhere on the search path, so it is asked, with the lock).
-        # And whether the table keeps a keyword index, read under the lock that any
-        # switch of it takes (schema.ensure_schema), so a batch follows the table.
-        self.lock_meta_oid = sql.SQL(
-            "SELECT m.entries, a.atttypid, m.keyword_index FROM {meta} m, pg_attribute a "
-            "WHERE a.attrelid = %s::regclass AND a.attname = 'embedding' FOR UPDATE OF m"
+        # The write lock, and whether the table keeps a keyword index, read under the
+        # lock that any switch of it takes (schema.ensure_schema), so a batch follows
+        # the table.
+        self.lock_meta_keyword = sql.SQL(
+            "SELECT entries, keyword_index FROM {meta} FOR UPDATE"
         ).format(**f)
-        self.next_seqs = sql.SQL("SELECT nextval(%s::regclass) FROM generate_series(1, %s)")
+        # A batch's n sequence numbers, as one block: the last one (the first is
+        # nextval's). Only writers draw from the sequence, under the meta row's lock, so
+        # no other draw comes between the two calls.
+        self.next_seqs = sql.SQL("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)")
         # A batch is written by COPY in binary (no per-row statement, no text parsing
         # of the vectors), inside the batch's one transaction: a failing row aborts the
         # COPY and so the whole batch (design §9: all or nothing).
@@ -187,14 +159,16 @@ class Statements:
         self, conn: psycopg.Connection[Any], p: PreparedEntries, cap: int
     ) -> tuple[Committed, Counts]:
         """Replace the batch's live ids, insert it, evict the oldest past the cap."""
-        locked = conn.execute(self.lock_meta_oid, (self.names.table_regclass,)).fetchone()
+        locked = conn.execute(self.lock_meta_keyword).fetchone()
         assert locked is not None
-        entries, vector_oid, keyword_index = int(locked[0]), int(locked[1]), bool(locked[2])
+        entries, keyword_index = int(locked[0]), bool(locked[1])
         n = len(p.vectors)
-        seqs = sorted(
-            int(r[0])
-            for r in conn.execute(self.next_seqs, (self.names.seq_regclass, n)).fetchall()
-        )
+        seqs: list[int] = []
+        if n:
+            seq = self.names.seq_regclass
+            row = conn.execute(self.next_seqs, (seq, seq, n)).fetchone()
+            assert row is not None
+            seqs = list(range(int(row[0]) - n + 1, int(row[0]) + 1))
         ids = [f"turn-{seq}" for seq in seqs] if p.ids is None else p.ids
         evicted = evicted_zero = replaced = replaced_zero = 0
         if n:
@@ -206,7 +180,7 @@ class Statements:
             terms = None
             if keyword_index:
                 terms = p.terms if p.terms is not None else term_counts(p.texts)[1]
-            self._copy(conn, p, seqs, ids, vector_oid, terms)
+            self._copy(conn, p, seqs, ids, terms)
             excess = entries - replaced + n - cap
             if excess > 0:
                 # Insert first, then evict: the sequence guard keeps the new rows.
@@ -235,23 +209,21 @@ class Statements:
         p: PreparedEntries,
         seqs: list[int],
         ids: list[str],
-        vector_oid: int,
         terms: list[dict[str, int]] | None,
     ) -> None:
         """COPY the batch's rows and (unless ``terms`` is None) BM25 postings in, in
         binary."""
-        ns, source = p.namespace, p.source
+        n = len(seqs)
         with conn.cursor() as cur:
-            # On this cursor only, by oid (set_types picks each column's dumper by oid):
-            # the vectors and the jsonb are already in their binary form.
-            cur.adapters.register_dumper(_Vector, _vector_dumper(vector_oid))
-            cur.adapters.register_dumper(_Jsonb, _JsonbDumper)
             with cur.copy(self.copy_entries) as copy:
-                copy.set_types([*_ENTRY_TYPES[:11], vector_oid, _ENTRY_TYPES[11]])
+                copy.set_types(_ENTRY_TYPES)
                 write = copy.write_row
+                # Each row as zip makes it: no per-row tuple of our own.
                 for row in zip(
                     seqs,
                     ids,
+                    [p.namespace] * n,
+                    [p.source] * n,
                     p.source_ids,
                     p.texts,
                     p.exact,
@@ -263,17 +235,14 @@ class Statements:
                     p.zero,
                     strict=True,
                 ):
-                    seq, i, sid, text, exact, payload, meta, raw, dl, vec, zero = row
-                    write(
-                        (seq, i, ns, source, sid, text, exact, payload, meta, raw, dl, vec, zero)
-                    )
+                    write(row)
             if terms is not None and any(terms):
                 with cur.copy(self.copy_terms) as copy:
                     copy.set_types(_TERM_TYPES)
                     write = copy.write_row
                     for seq, counts in zip(seqs, terms, strict=True):
                         for term, tf in counts.items():
-                            write((seq, term, ns, tf))
+                            write((seq, term, p.namespace, tf))
 
     def delete(
         self,

@@ -422,7 +422,7 @@ async def open_pg_store(
         keyword_index: the table's BM25 postings (``<table>_terms``), which ``bm25``
             and ``hybrid`` search read. ``None`` (the default) keeps the table's
             setting; a new table has the index. ``False`` empties the postings and
-            makes every write, from any process, skip them: writes are about 2x faster
+            makes every write, from any process, skip them: writes are about 2.7x faster
             (``benches/README.md``, "pg at scale"), and a ``bm25`` or ``hybrid`` search
             then raises ConfigError. ``True`` on a table without one builds the
             postings of every entry in the open's transaction (the writers wait), so
