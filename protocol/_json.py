@@ -29,8 +29,8 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
     because a value that would not survive a round trip through a JSON file is a bug
     waiting in someone's replay log.
     """
-    if type(value) is dict and _flat_json(value):
-        return
+    if _depth < _MAX_DEPTH and type(value) is dict and _flat_json(value):
+        return  # its items are at most _MAX_DEPTH deep: the walk would accept them
     if _depth > _MAX_DEPTH:
         raise JsonError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
     if value is None or isinstance(value, bool | str):

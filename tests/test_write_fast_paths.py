@@ -155,6 +155,21 @@ def test_flat_metadata_errors_are_the_general_walks(value: Any, needle: str) -> 
         check_json(value, what="metadata")
 
 
+def test_a_flat_dict_at_the_depth_limit_is_still_too_deep() -> None:
+    """The fast path for flat dicts keeps the walk's depth limit: a flat dict's items
+    sit one level below it, so at the limit the dict is refused, just under it not."""
+
+    def chain(depth: int) -> dict[str, Any]:
+        value: dict[str, Any] = {"leaf": 1}
+        for _ in range(depth):
+            value = {"down": value}
+        return value
+
+    check_json(chain(63))  # the leaf dict at depth 63, its item at 64
+    with pytest.raises(JsonError, match="nested deeper than 64"):
+        check_json(chain(64))
+
+
 async def test_bad_batches_are_refused_as_before_through_the_store() -> None:
     config = VectorStoreConfig(dimensions=DIM, max_entries=100, max_entry_bytes=4096)
     good = [0.5] * DIM
