@@ -181,8 +181,7 @@ class RecallActor:
             bm25_weight=settings.bm25_weight,
             neighbor_weight=settings.neighbor_weight,
         )
-        # Boost.
-        # Entity links read the top DEPTH after focus, and only lift hits among them.
+        # Boost. Entity links read the top DEPTH after focus, and only lift hits among them.
         keep = max(request.k, DEPTH) if settings.link_weight > 0 else request.k
         fused = await self.focus(request, keys, scores, texts, named, keep)
         if settings.link_weight > 0:
@@ -297,10 +296,9 @@ class RecallActor:
     async def dated(
         self, request: Recall, keys: list[str], texts: dict[str, str], mentions: list[DateMention]
     ) -> set[str] | None:
-        """Which of ``keys`` are dated near a date of ``mentions``, when that tells them
-        apart: the set when some dated key is near and some is not, an empty set when
-        ``keys`` are every hit and it does not, None when it is not decided by ``keys``
-        alone (each is near, or none is dated near)."""
+        """The ``keys`` dated near a date of ``mentions`` when that tells them apart
+        (some dated key is near and some is not), else None: then no key is dated near,
+        or every dated key is, and for ``keys`` short of every hit the others decide."""
         # A dense hit's text so far is its projection: its date line is in the entry.
         unread = [key for key in keys if key not in texts]
         if unread:
