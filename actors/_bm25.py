@@ -54,10 +54,12 @@ __all__ = [
     "K1",
     "Bm25Index",
     "idf",
+    "stem_words",
     "term_counts",
     "token_count",
     "token_counts",
     "tokenize",
+    "words_of",
 ]
 
 K1 = 1.2
@@ -85,6 +87,12 @@ def tokenize(text: str) -> list[str]:
     characters."""
     words: list[str] = _STEMMER.stemWords(_TOKEN.findall(text.lower()))
     return words
+
+
+def words_of(text: str) -> list[str]:
+    """The lowercased runs of alphanumeric characters of ``text``, before stemming."""
+    found: list[str] = _TOKEN.findall(text.lower())
+    return found
 
 
 def token_count(text: str) -> int:
@@ -117,8 +125,7 @@ def term_counts(texts: list[str]) -> tuple[list[int], list[dict[str, int]]]:
     :func:`tokenize` and a ``Counter`` per text; the stems are the same.
     """
     found = [_TOKEN.findall(text.lower()) for text in texts]
-    vocab = list({word for words in found for word in words})
-    stems = dict(zip(vocab, _STEMMER.stemWords(vocab), strict=True))
+    stems = stem_words({word for words in found for word in words})
     counts: list[dict[str, int]] = []
     for words in found:
         tf: dict[str, int] = {}
@@ -127,6 +134,13 @@ def term_counts(texts: list[str]) -> tuple[list[int], list[dict[str, int]]]:
             tf[stem] = tf.get(stem, 0) + 1
         counts.append(tf)
     return [len(words) for words in found], counts
+
+
+def stem_words(words: Iterable[str]) -> dict[str, str]:
+    """Each of ``words`` (lowercased tokens) with its stem, in one call into the
+    stemmer."""
+    vocab = list(words)
+    return dict(zip(vocab, _STEMMER.stemWords(vocab), strict=True))
 
 
 def idf(n_docs: int, df: int) -> float:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from protocol._checks import check_int
 from protocol._errors import ConfigError
 
-__all__ = ["RRF_K", "FusedHit", "mmr", "neighbor_boost", "rrf"]
+__all__ = ["RRF_K", "FusedHit", "fuse_hybrid", "mmr", "neighbor_boost", "rrf"]
 
 RRF_K = 60
 K = TypeVar("K", bound=Hashable)
@@ -130,6 +130,96 @@ def neighbor_boost(
         boosted.append((hit.score + weight * lent, position, hit))
     boosted.sort(key=lambda item: (-item[0], item[1]))
     return [FusedHit(key=h.key, score=score, ranks=h.ranks) for score, _, h in boosted]
+
+
+def fuse_hybrid(
+    dense: Sequence[K],
+    keyword: Sequence[K],
+    sequences: Mapping[K, int],
+    *,
+    k: float,
+    dense_weight: float,
+    bm25_weight: float,
+    neighbor_weight: float,
+) -> tuple[list[K], npt.NDArray[np.float64]]:
+    """Hybrid recall's fusion over arrays: the keys and scores of
+    ``neighbor_boost(rrf({"dense": dense, "bm25": keyword}, ...), sequences,
+    neighbor_weight)`` (or of the ``rrf`` alone when ``neighbor_weight`` is 0), in the
+    same order and the same floats, without a :class:`FusedHit` or a ranks dict per
+    candidate.
+
+    Each IEEE operation of the two reference functions is done once per candidate in
+    the same order (``0.0 + w / (k + r)``, plus the BM25 addend; the neighbour's lent
+    score times the weight, added), and the two sorts use the same keys (the fused
+    score, then the best rank and its list; the boosted score, then the position), so
+    the result is bit-identical; ``tests/test_fusion.py`` compares them.
+
+    The arguments are taken as checked (``RecallSettings`` checks the constants).
+
+    Raises:
+        ConfigError: a key repeated within one list.
+    """
+    index: dict[K, int] = dict(zip(dense, range(len(dense)), strict=False))
+    if len(index) != len(dense):
+        raise ConfigError("list 'dense' holds a key more than once")
+    n_dense = len(dense)
+    keys = list(dense)
+    at = np.empty(len(keyword), dtype=np.intp)
+    for j, key in enumerate(keyword):
+        c = index.get(key)
+        if c is None:
+            c = index[key] = len(keys)
+            keys.append(key)
+        at[j] = c
+    if np.unique(at).shape[0] != at.shape[0]:
+        raise ConfigError("list 'bm25' holds a key more than once")
+    m = len(keys)
+    scores = np.zeros(m, dtype=np.float64)
+    dense_ranks = np.arange(1, n_dense + 1, dtype=np.float64)
+    keyword_ranks = np.arange(1, len(keyword) + 1, dtype=np.float64)
+    scores[:n_dense] += float(dense_weight) / (k + dense_ranks)
+    scores[at] += float(bm25_weight) / (k + keyword_ranks)
+    # The tie-break of rrf: the best (rank, list index) pair.
+    best_rank = np.zeros(m, dtype=np.float64)
+    best_list = np.zeros(m, dtype=np.intp)
+    best_rank[:n_dense] = dense_ranks
+    better = (at >= n_dense) | (keyword_ranks < best_rank[at])
+    best_rank[at[better]] = keyword_ranks[better]
+    best_list[at[better]] = 1
+    order = np.lexsort((best_list, best_rank, -scores))
+    fused = scores[order]
+    if neighbor_weight > 0 and m:
+        seq_of = [sequences.get(keys[i]) for i in order.tolist()]
+        has = np.array([s is not None for s in seq_of], dtype=np.bool_)
+        seqs = np.array([0 if s is None else s for s in seq_of], dtype=np.int64)
+        # The lender of a sequence is its last hit in fused order, as in the reference's
+        # dict comprehension.
+        by_seq = np.argsort(seqs[has], kind="stable")
+        lender_seqs, lender_scores = seqs[has][by_seq], fused[has][by_seq]
+        last = np.ones(lender_seqs.shape[0], dtype=np.bool_)
+        last[:-1] = lender_seqs[1:] != lender_seqs[:-1]
+        lender_seqs, lender_scores = lender_seqs[last], lender_scores[last]
+        lent = np.maximum(
+            _lent(lender_seqs, lender_scores, seqs - 1),
+            _lent(lender_seqs, lender_scores, seqs + 1),
+        )
+        lent[~has] = 0.0
+        boosted = fused + float(neighbor_weight) * lent
+        again = np.argsort(-boosted, kind="stable")
+        order, fused = order[again], boosted[again]
+    return [keys[i] for i in order.tolist()], fused
+
+
+def _lent(
+    seqs: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], wanted: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """The score of the hit with each ``wanted`` sequence (``seqs`` ascending, distinct),
+    0.0 where there is none."""
+    if seqs.shape[0] == 0:
+        return np.zeros(wanted.shape[0], dtype=np.float64)
+    at = np.minimum(np.searchsorted(seqs, wanted), seqs.shape[0] - 1)
+    out: npt.NDArray[np.float64] = np.where(seqs[at] == wanted, scores[at], 0.0)
+    return out
 
 
 def _as_matrix(what: str, value: Any, ndim: int) -> npt.NDArray[np.float64]:

@@ -19,10 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ._bm25 import tokenize
+from ._bm25 import stem_words, tokenize, words_of
 from ._focus import speaker_of
 
-__all__ = ["ANCHORS", "DEPTH", "RARE_SHARE", "body_terms", "link_terms", "linked", "rare"]
+__all__ = [
+    "ANCHORS",
+    "DEPTH",
+    "RARE_SHARE",
+    "bodies_terms",
+    "body_terms",
+    "link_terms",
+    "linked",
+    "rare",
+]
 
 #: How many of the best hits are anchors.
 ANCHORS = 5
@@ -37,9 +46,19 @@ RARE_SHARE = 0.02
 def body_terms(text: str) -> set[str]:
     """The BM25 terms of ``text`` without its leading ``"Name: "`` (the speaker is
     speaker focus's business) and without numbers."""
-    speaker = speaker_of(text)
-    body = text[len(speaker) + 2 :] if speaker is not None else text
-    return {t for t in tokenize(body) if not t.isdigit()}
+    return bodies_terms([text])[0]
+
+
+def bodies_terms(texts: Sequence[str]) -> list[set[str]]:
+    """:func:`body_terms` of each of ``texts``, each distinct word of them stemmed once
+    (one call into the stemmer): the same sets."""
+    words = []
+    for text in texts:
+        speaker = speaker_of(text)
+        body = text[len(speaker) + 2 :] if speaker is not None else text
+        words.append(set(words_of(body)))
+    stems = stem_words(set().union(*words))
+    return [{t for w in found if not (t := stems[w]).isdigit()} for found in words]
 
 
 def link_terms(
@@ -52,8 +71,8 @@ def link_terms(
     name. Rarity is not judged here (see :func:`rare`)."""
     left_out = set(tokenize(query)) | {t for s in speakers for t in tokenize(s)}
     terms: dict[str, set[str]] = {}
-    for key, text in anchors.items():
-        for term in body_terms(text) - left_out:
+    for key, body in zip(anchors, bodies_terms(list(anchors.values())), strict=True):
+        for term in body - left_out:
             terms.setdefault(term, set()).add(key)
     return terms
 
@@ -81,8 +100,8 @@ def linked(
         return mine is None or theirs is None or abs(mine - theirs) > 1
 
     out = set()
-    for key, text in candidates.items():
-        shared: Sequence[str] = [t for t in body_terms(text) if t in terms]
+    for key, body in zip(candidates, bodies_terms(list(candidates.values())), strict=True):
+        shared: Sequence[str] = [t for t in body if t in terms]
         if any(apart(key, anchor) for t in shared for anchor in terms[t]):
             out.add(key)
     return out

@@ -11,14 +11,16 @@ channel must read, and the full turns of the fused top ``k`` only.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import attrs
 
 __all__ = ["Ranked", "RankedList"]
 
 
-@attrs.frozen(slots=True)
-class Ranked:
-    """One entry of a ranked list, not yet materialized.
+class Ranked(NamedTuple):
+    """One entry of a ranked list, not yet materialized (a named tuple: a read builds
+    a few hundred per recall, at half the cost of a frozen attrs class).
 
     Attributes:
         id: the entry's id (a turn stored without one has ``turn-<sequence>``).

@@ -25,6 +25,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import attrs
+import numpy as np
+import numpy.typing as npt
 import trio
 
 from protocol import RetrievalReport, RetrievedTurn, projection
@@ -34,13 +37,29 @@ from protocol.events import Recalled, RecallFailed
 from protocol.messages import Recall
 
 from ._events import EventHub, now
-from ._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
-from ._fusion import FusedHit, neighbor_boost, rrf
+from ._focus import (
+    DateMention,
+    entry_date,
+    named_speakers,
+    near,
+    query_dates,
+    speaker_of,
+    without_names,
+)
+from ._fusion import fuse_hybrid
 from ._handle import Store, StoreHandleBase
 from ._links import ANCHORS, DEPTH, link_terms, linked, rare
 from ._mailbox import Mailbox
 
 __all__ = ["RecallActor"]
+
+
+@attrs.frozen(slots=True)
+class Hit:
+    """One fused hit of hybrid recall: its id and its score so far."""
+
+    key: str
+    score: float
 
 
 def unique_by_content(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
@@ -56,7 +75,7 @@ def unique_by_content(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
     return kept
 
 
-def boost(fused: list[FusedHit[str]], factor: dict[str, float]) -> list[FusedHit[str]]:
+def boost(fused: list[Hit], factor: dict[str, float]) -> list[Hit]:
     """``fused`` with each hit's score multiplied by its ``factor`` (1.0 for a hit not
     in it), best first; ties keep their order."""
     if all(f == 1.0 for f in factor.values()):
@@ -65,10 +84,7 @@ def boost(fused: list[FusedHit[str]], factor: dict[str, float]) -> list[FusedHit
         enumerate(fused),
         key=lambda item: (-item[1].score * factor.get(item[1].key, 1.0), item[0]),
     )
-    return [
-        FusedHit(key=h.key, score=h.score * factor.get(h.key, 1.0), ranks=h.ranks)
-        for _, h in scored
-    ]
+    return [Hit(h.key, h.score * factor.get(h.key, 1.0)) for _, h in scored]
 
 
 class RecallActor:
@@ -153,20 +169,21 @@ class RecallActor:
         # The BM25 hits' cosines come with the dense list (``also``), so a keyword hit
         # that makes the top k never needs the dense list deepened to reach it.
         dense = await store._dense_ranked(namespace, embedded, depth, also=list(texts))
-        # Fuse.
-        fused: list[FusedHit[str]] = rrf(
-            {"dense": [h.id for h in dense.hits], "bm25": [h.id for h in keyword]},
-            k=settings.rrf_k,
-            weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
-        )
-        # Boost.
+        # Fuse and lend each hit its neighbours' scores, over arrays.
         sequences = {h.id: h.sequence for h in dense.hits}
         sequences.update((h.id, h.sequence) for h in keyword)
-        if settings.neighbor_weight > 0:
-            fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-        # Entity links read the top DEPTH after focus, and only lift hits among them.
+        keys, scores = fuse_hybrid(
+            [h.id for h in dense.hits],
+            [h.id for h in keyword],
+            sequences,
+            k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            bm25_weight=settings.bm25_weight,
+            neighbor_weight=settings.neighbor_weight,
+        )
+        # Boost. Entity links read the top DEPTH after focus, and only lift hits among them.
         keep = max(request.k, DEPTH) if settings.link_weight > 0 else request.k
-        fused = await self.focus(request, fused, texts, named, keep)
+        fused = await self.focus(request, keys, scores, texts, named, keep)
         if settings.link_weight > 0:
             fused = (await self.links(request, fused, sequences))[: request.k]
         # Materialize the top k, each with its cosine.
@@ -181,8 +198,8 @@ class RecallActor:
         return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
 
     async def links(
-        self, request: Recall, fused: list[FusedHit[str]], sequences: dict[str, int]
-    ) -> list[FusedHit[str]]:
+        self, request: Recall, fused: list[Hit], sequences: dict[str, int]
+    ) -> list[Hit]:
         """``fused`` with its best ``ANCHORS`` hits (each content once), and the hits of
         its top ``DEPTH`` linked to one (``actors/_links.py``), boosted by
         ``link_weight``; ties keep their order. Two reads: the top hits' projections,
@@ -212,66 +229,93 @@ class RecallActor:
     async def focus(
         self,
         request: Recall,
-        fused: list[FusedHit[str]],
+        keys: list[str],
+        scores: npt.NDArray[np.float64],
         texts: dict[str, str],
         named: frozenset[str],
         keep: int,
-    ) -> list[FusedHit[str]]:
-        """The best ``keep`` of ``fused`` once the hits said by a ``named``
-        speaker, and those dated near a date the query names, are boosted
-        (``speaker_weight``, ``date_weight``), best first; ties keep their order.
+    ) -> list[Hit]:
+        """The best ``keep`` of the fused hits (``keys`` with their ``scores``, best
+        first) once the hits said by a ``named`` speaker, and those dated near a date
+        the query names, are boosted (``speaker_weight``, ``date_weight``), best first;
+        ties keep their order.
 
         ``texts`` holds each BM25 hit's text; a dense-only hit's text is its
         projection (which starts with the speaker), read only when a speaker is named
         or a date is; the dates are in the entries' own texts, read for the dense-only
         hits when the query names a date.
 
-        ``fused`` is best first and a boost only multiplies, so with speaker focus
-        alone a hit whose score times the largest factor stays below the ``keep``-th best
-        score cannot make the top ``keep``: only the hits before it are read and boosted.
-        The time channel reads every hit (whether a date tells hits apart depends on
-        all of them).
+        The hits are best first and a boost only multiplies, so a hit whose score times
+        the largest factor stays below the ``keep``-th best score cannot make the top
+        ``keep``: only the hits before it (the *reach*) are read and boosted. Whether a
+        date tells hits apart (some dated hit is near it and some is not) depends on
+        every hit; it is decided on the reach when the reach holds both kinds, and
+        only otherwise are the other hits' texts read too.
         """
         settings = request.settings
         mentions = query_dates(request.query) if settings.date_weight > 0 else []
         if not (named or mentions):
-            return fused[:keep]
-        if not mentions and len(fused) > keep:
-            # The same product as a boosted hit's below, so the comparison is exact.
-            reach = 1.0 * (1.0 + settings.speaker_weight)
-            kth = fused[keep - 1].score
-            end = next(
-                (i for i in range(keep, len(fused)) if fused[i].score * reach < kth),
-                len(fused),
-            )
-            fused = fused[:end]
-        factor = dict.fromkeys((h.key for h in fused), 1.0)
-        unread = [key for key in factor if key not in texts]
+            return _hits(keys, scores, range(min(keep, len(keys))))
+        # The same product as the largest boosted factor below, so the comparison is exact.
+        largest = 1.0
+        if named:
+            largest *= 1.0 + settings.speaker_weight
+        if mentions:
+            largest *= 1.0 + settings.date_weight
+        end = len(keys)
+        if end > keep:
+            below = np.flatnonzero(scores[keep:] * largest < scores[keep - 1])
+            if below.shape[0]:
+                end = keep + int(below[0])
+        reach = keys[:end]
+        factor = np.ones(end, dtype=np.float64)
+        unread = [key for key in reach if key not in texts]
         if unread:
             texts.update(await self.store._texts(request.namespace, unread, projections=True))
         if named:
-            for key in factor:
+            lift = 1.0 + settings.speaker_weight
+            for i, key in enumerate(reach):
                 if speaker_of(texts.get(key, "")) in named:
-                    factor[key] *= 1.0 + settings.speaker_weight
+                    factor[i] *= lift
         if mentions:
-            # A dense hit's text so far is its projection: its date line is in the entry.
-            unread = [key for key in factor if "\nDate: " not in texts.get(key, "")]
-            if unread:
-                texts.update(await self.store._texts(request.namespace, unread, projections=False))
-            days = {key: entry_date(texts.get(key, "")) for key in factor}
-            close = {
-                key for key, day in days.items() if day and any(near(m, day) for m in mentions)
-            }
-            # A date every dated hit is near tells nothing apart.
-            if close and close != {key for key, day in days.items() if day}:
-                for key in close:
-                    factor[key] *= 1.0 + settings.date_weight
-        if all(f == 1.0 for f in factor.values()):
-            return fused[:keep]
-        boosted = sorted(
-            enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
-        )
-        return [
-            FusedHit(key=h.key, score=h.score * factor[h.key], ranks=h.ranks)
-            for _, h in boosted[:keep]
-        ]
+            close = await self.dated(request, reach, texts, mentions)
+            if close is None:
+                # Not decided within the reach: every hit decides.
+                close = await self.dated(request, keys, texts, mentions) or set()
+            if close:
+                lift = 1.0 + settings.date_weight
+                for i, key in enumerate(reach):
+                    if key in close:
+                        factor[i] *= lift
+        if not np.any(factor != 1.0):
+            return _hits(keys, scores, range(min(keep, end)))
+        boosted = scores[:end] * factor
+        order = np.argsort(-boosted, kind="stable")[:keep]
+        return [Hit(keys[i], float(boosted[i])) for i in order.tolist()]
+
+    async def dated(
+        self, request: Recall, keys: list[str], texts: dict[str, str], mentions: list[DateMention]
+    ) -> set[str] | None:
+        """The ``keys`` dated near a date of ``mentions`` when that tells them apart
+        (some dated key is near and some is not), else None: then no key is dated near,
+        or every dated key is, and for ``keys`` short of every hit the others decide."""
+        # A dense hit's text so far is its projection: its date line is in the entry.
+        unread = [key for key in keys if key not in texts]
+        if unread:
+            texts.update(await self.store._texts(request.namespace, unread, projections=True))
+        unread = [key for key in keys if "\nDate: " not in texts.get(key, "")]
+        if unread:
+            texts.update(await self.store._texts(request.namespace, unread, projections=False))
+        close, far = set(), False
+        for key in keys:
+            day = entry_date(texts.get(key, ""))
+            if day:
+                if any(near(m, day) for m in mentions):
+                    close.add(key)
+                else:
+                    far = True
+        return close if close and far else None
+
+
+def _hits(keys: list[str], scores: npt.NDArray[np.float64], at: range) -> list[Hit]:
+    return [Hit(keys[i], float(scores[i])) for i in at]

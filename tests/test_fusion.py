@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from actors._fusion import mmr, rrf
+from actors._fusion import fuse_hybrid, mmr, neighbor_boost, rrf
 from protocol import ConfigError
 
 # --- RRF -----------------------------------------------------------------------------
@@ -67,6 +67,71 @@ def test_rrf_agrees_with_the_reference(
     assert [h.key for h in rrf(lists, k=k, weights=weights, limit=3)] == [
         key for key, _, _ in expected[:3]
     ]
+
+
+@given(
+    dense=st.lists(st.integers(0, 40), unique=True, max_size=30),
+    keyword=st.lists(st.integers(0, 40), unique=True, max_size=30),
+    # Few distinct sequences, so neighbours, gaps, shared and missing sequences all occur.
+    sequences=st.dictionaries(st.integers(0, 40), st.integers(0, 12)),
+    k=st.sampled_from([10, 10.0, 60, 0.5, 7.25]),
+    dense_weight=st.sampled_from([0.0, 1, 1.0, 0.7, 2.5]),
+    bm25_weight=st.sampled_from([0.0, 1.0, 0.3, 3]),
+    neighbor_weight=st.sampled_from([0.0, 0.5, 1, 0.1]),
+)
+# Two hits share a sequence: the later one in fused order lends to its neighbour.
+@example(
+    dense=[0, 1, 2],
+    keyword=[2],
+    sequences={0: 5, 1: 5, 2: 6},
+    k=10,
+    dense_weight=1.0,
+    bm25_weight=1.0,
+    neighbor_weight=0.5,
+)
+def test_fuse_hybrid_is_rrf_then_the_neighbor_boost(
+    dense: list[int],
+    keyword: list[int],
+    sequences: dict[int, int],
+    k: float,
+    dense_weight: float,
+    bm25_weight: float,
+    neighbor_weight: float,
+) -> None:
+    """Hybrid recall's array fusion gives the keys, order and floats of the two
+    reference functions it replaces, ties and equal scores included."""
+    fused = rrf(
+        {"dense": dense, "bm25": keyword},
+        k=k,
+        weights={"dense": dense_weight, "bm25": bm25_weight},
+    )
+    if neighbor_weight > 0:
+        fused = neighbor_boost(fused, sequences, neighbor_weight)
+    keys, scores = fuse_hybrid(
+        dense,
+        keyword,
+        sequences,
+        k=k,
+        dense_weight=dense_weight,
+        bm25_weight=bm25_weight,
+        neighbor_weight=neighbor_weight,
+    )
+    assert keys == [h.key for h in fused]
+    assert scores.tolist() == [h.score for h in fused]
+
+
+def test_fuse_hybrid_refuses_a_repeated_key() -> None:
+    for dense, keyword in (([1, 2, 1], [3]), ([1], [3, 2, 3])):
+        with pytest.raises(ConfigError, match="more than once"):
+            fuse_hybrid(
+                dense,
+                keyword,
+                {},
+                k=10,
+                dense_weight=1.0,
+                bm25_weight=1.0,
+                neighbor_weight=0.5,
+            )
 
 
 def test_rrf_worked_example() -> None:

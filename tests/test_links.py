@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 from test_recall_quality import ranked
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index, tokenize
-from actors._links import body_terms, link_terms, linked, rare
+from actors._focus import speaker_of
+from actors._links import bodies_terms, body_terms, link_terms, linked, rare
 from protocol import (
     ConfigError,
     Document,
@@ -33,6 +36,26 @@ STORE = VectorStoreConfig(max_entries=64, dimensions=DIM, max_entry_bytes=4096)
 def test_body_terms_leave_out_the_speaker_and_numbers() -> None:
     assert body_terms("John: I read 2 books by Paulo") == set(tokenize("I read books by Paulo"))
     assert body_terms("no speaker here") == set(tokenize("no speaker here"))
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["John:", "Ann", "Running", "runs", "ran", "2023", "3rd", "dying"])
+            | st.text(max_size=8),
+        ).map(" ".join),
+        max_size=6,
+    )
+)
+def test_bodies_terms_stem_a_batch_as_each_text_alone(texts: list[str]) -> None:
+    """One stemmer call for a batch gives each text the terms it had alone."""
+
+    def alone(text: str) -> set[str]:
+        speaker = speaker_of(text)
+        body = text[len(speaker) + 2 :] if speaker is not None else text
+        return {t for t in tokenize(body) if not t.isdigit()}
+
+    assert bodies_terms(texts) == [alone(text) for text in texts]
 
 
 def test_link_terms_are_the_anchors_words_the_query_does_not_hold() -> None:

@@ -15,12 +15,15 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index
 from actors._events import EventHub
 from actors._focus import (
+    _SPEAKER,
     DateMention,
     entry_date,
     named_speakers,
@@ -293,10 +296,37 @@ async def test_hybrid_recall_over_documents_and_an_empty_namespace() -> None:
         ("Melanie said: hi", None),
         ("Melanie:hi", None),
         ("", None),
+        ("A" + "b" * 39 + ": forty characters", "A" + "b" * 39),
+        ("A" + "b" * 40 + ": forty-one characters", None),
+        ("Ann Bo Cy: at 9:30", "Ann Bo Cy"),
     ],
 )
 def test_speaker_of_reads_a_leading_name(text: str, speaker: str | None) -> None:
     assert speaker_of(text) == speaker
+
+
+def reference_speaker_of(text: str) -> str | None:
+    """``speaker_of`` as the regex over the whole text says it."""
+    match = _SPEAKER.match(text)
+    if match is None or len(match.group(1)) > 40:
+        return None
+    name = match.group(1)
+    return name if all(word[0].isupper() for word in name.split(" ")) else None
+
+
+@given(
+    st.lists(
+        st.sampled_from(["Ann", "bob", "Émile", "O'Neil", "A-b", "X1", "Z", "The", " ", ":"])
+        | st.text(alphabet="Ab9 :.'-_\n", max_size=6),
+        max_size=12,
+    ).map("".join)
+    | st.text(max_size=60)
+)
+def test_speaker_of_reads_the_head_as_the_regex_reads_the_text(text: str) -> None:
+    """The head-only, cached ``speaker_of`` answers as the regex over the whole text,
+    long and colon-less texts included."""
+    assert speaker_of(text) == reference_speaker_of(text)
+    assert speaker_of(text + ": more") == reference_speaker_of(text + ": more")
 
 
 def test_named_speakers_need_someone_else() -> None:

@@ -231,8 +231,48 @@ async def check_memory(store: Any) -> None:
             ], query
 
 
+async def check_time_reach(store: Any) -> None:
+    """The time channel decides on the hits that can still reach the top k when they
+    tell it (some dated near the query's date, some not), and reads every hit when
+    they do not: here the only dated hit within reach is near the date, so whether it
+    is boosted depends on a hit dated far off ranked beyond the reach."""
+    rng = random.Random(11)
+    near_line = "Ann: the garden"
+    config = MemoryConfig(namespace=NS, strategies=[Offload(turns=1)])
+    async with open_memory(store=store, memory=config) as memory:
+        near_message = UnifiedMessage.user(near_line)
+        await memory.compress([near_message, UnifiedMessage.user("(next)")], date="3 June, 2023")
+    # Written after it, so that the far entry below is no neighbour of the near one.
+    await store.add_texts(
+        [f"garden bread market {' '.join(rng.choice(WORDS) for _ in range(3))}" for _ in range(8)]
+        + [f"filler {i} " + " ".join(rng.choice(WORDS[6:]) for _ in range(4)) for i in range(40)],
+        namespace=NS,
+    )
+    actor = RecallActor(store, EventHub(), 4)
+    settings = RecallSettings(link_weight=0.0)
+    query = "garden bread market on 3 June, 2023"
+    lifted: dict[bool, bool] = {}
+    for far in (False, True):
+        if far:
+            async with open_memory(store=store, memory=config) as memory:
+                far_message = UnifiedMessage.user("Bob: zebra quartz")
+                await memory.compress(
+                    [far_message, UnifiedMessage.user("(next)")], date="20 August, 2023"
+                )
+        for k in (1, 3, 5):
+            request = Recall(query=query, k=k, namespace=NS, settings=settings)
+            got = await actor.hybrid(request)
+            assert got == await public_hybrid(store, request), (far, k)
+            if k == 3:
+                lifted[far] = any(projection(t.message) == near_line for t in got.turns)
+    # The far hit is what makes the near one's date tell hits apart.
+    assert lifted == {False: False, True: True}, lifted
+
+
 CHECKS = pytest.mark.parametrize(
-    "check", [check_reads, check_hybrid, check_memory], ids=["reads", "hybrid", "memory"]
+    "check",
+    [check_reads, check_hybrid, check_memory, check_time_reach],
+    ids=["reads", "hybrid", "memory", "time-reach"],
 )
 
 
