@@ -223,6 +223,20 @@ async def test_every_delete_takes_its_postings(
     assert (ids, postings, orphans, counters[0]) == ([], 0, 0, 0)
 
 
+async def shown_settings(store: Any, names: list[str]) -> list[str]:
+    """What ``SHOW`` gives for ``names`` on one of the store's pooled connections."""
+
+    def show() -> list[str]:
+        with store._actor.pool.connection() as conn:
+            conn.execute("SELECT '[1]'::vector")  # loads pgvector's settings
+            return [
+                str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+                for name in names
+            ]
+
+    return await trio.to_thread.run_sync(show)
+
+
 async def test_hnsw_reads_run_with_the_documented_settings(
     pg_dsn: str,  # noqa: F811
     pg_table: str,  # noqa: F811
@@ -233,16 +247,8 @@ async def test_hnsw_reads_run_with_the_documented_settings(
             pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table, index="hnsw"
         ) as store:
             await store.add_documents(docs(0, 1000, rng))
-
-            def settings() -> list[str]:
-                with store._actor.pool.connection() as conn:
-                    conn.execute("SELECT '[1]'::vector")  # loads pgvector's settings
-                    return [
-                        str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
-                        for name in HNSW_SETTINGS
-                    ]
-
-            assert await trio.to_thread.run_sync(settings) == list(HNSW_SETTINGS.values())
+            names = list(HNSW_SETTINGS)
+            assert await shown_settings(store, names) == list(HNSW_SETTINGS.values())
             assert HNSW_SETTINGS["hnsw.iterative_scan"] == "relaxed_order"
             even = {"even": True}
             query = rng.standard_normal(DIM)
@@ -276,13 +282,7 @@ async def test_ef_search_sets_the_candidate_list_of_every_connection(
             pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table, index="hnsw", ef_search=20
         ) as store:
             await store.add_documents(docs(0, 300, rng))
-
-            def shown() -> str:
-                with store._actor.pool.connection() as conn:
-                    conn.execute("SELECT '[1]'::vector")
-                    return str(conn.execute("SHOW hnsw.ef_search").fetchone()[0])  # type: ignore[index]
-
-            assert await trio.to_thread.run_sync(shown) == "20"
+            assert await shown_settings(store, ["hnsw.ef_search"]) == ["20"]
             # Reads still fetch HNSW_CANDIDATES (the list grows to it for them), and a
             # read deeper than that gets as many hits as it asks for.
             query = rng.standard_normal(DIM)
