@@ -31,6 +31,7 @@ try:
     import psycopg
     from psycopg import sql
 
+    from actors._pg import reads as reads_module
     from actors._pg.reads import HNSW_CANDIDATES, HNSW_SETTINGS, parse_vector
     from actors._pg.store import open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
@@ -240,6 +241,7 @@ async def shown_settings(store: Any, names: list[str]) -> list[str]:
 async def test_hnsw_reads_run_with_the_documented_settings(
     pg_dsn: str,  # noqa: F811
     pg_table: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(3)
     with trio.fail_after(TIMEOUT):
@@ -252,8 +254,12 @@ async def test_hnsw_reads_run_with_the_documented_settings(
             assert HNSW_SETTINGS["hnsw.iterative_scan"] == "relaxed_order"
             even = {"even": True}
             query = rng.standard_normal(DIM)
-            # A read of k asks the index for HNSW_CANDIDATES rows and keeps the best k by
-            # exact distance: the first k of a read of HNSW_CANDIDATES, under a filter too.
+            # A table this small fetches k rows a read; one of more than HNSW_FETCH_FROM
+            # entries asks the index for HNSW_CANDIDATES and keeps the best k by exact
+            # distance: the first k of a read of HNSW_CANDIDATES, under a filter too.
+            assert store._actor.reads.fetch(5) == 5
+            monkeypatch.setattr(reads_module, "HNSW_FETCH_FROM", len(store) - 1)
+            assert store._actor.reads.fetch(5) == HNSW_CANDIDATES
             for flt in (None, even):
                 request = SearchRequest(vector=query, k=HNSW_CANDIDATES, filter=flt)
                 wide = [(h.document.id, h.score) for h in await store.search(request)]

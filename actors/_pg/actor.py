@@ -127,6 +127,7 @@ class _PgStoreActor(CrashableActor):
         self.logger = logger
         self._statements = Statements(names)
         self.reads = Reads(names, hnsw=hnsw, ef_search=ef_search)
+        self.reads.table_entries = counts.entries
         # The table's setting when it was opened: whether a write's preparation computes
         # the BM25 terms (the commit follows the table as it is then; see sql.py).
         self.keyword_index = keyword_index
@@ -138,6 +139,7 @@ class _PgStoreActor(CrashableActor):
         """Keep the newest counters seen; a slow read never moves them backwards."""
         if counts.version >= self.counts.version:
             self.counts = counts
+            self.reads.table_entries = counts.entries
 
     # --- the database ------------------------------------------------------------------
 
