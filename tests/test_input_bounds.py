@@ -187,6 +187,14 @@ def nested_list(depth: int) -> Any:
     return value
 
 
+def nested_dict(depth: int) -> dict[str, Any]:
+    """A flat dict ``{"leaf": 1}`` under ``depth`` levels of ``{"down": ...}``."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth):
+        value = {"down": value}
+    return value
+
+
 DEEP = 900
 
 
@@ -325,6 +333,12 @@ async def test_hostile_metadata_is_refused_not_a_crash(
             turn = [UnifiedMessage.user("pears")]
             with pytest.raises(JsonError, match="nested deeper than 64"):
                 await store.store_turns(turn, metadata={"a": nested_list(100_000)})
+            # Dicts whose leaf's item is one level too deep: a flat dict's fast path once
+            # skipped the limit (one level less is accepted: test_write_fast_paths.py).
+            with pytest.raises(JsonError, match="nested deeper than 64"):
+                await store.store_turns(turn, metadata={"a": nested_dict(63)})
+            with pytest.raises(JsonError, match="nested deeper than 64"):
+                await store.add_documents([Document(text="x", metadata={"a": nested_dict(63)})])
             # An int past what Python prints: the error describes it instead.
             with pytest.raises(JsonError, match=r"an int of \d+ bits"):
                 await store.store_turns(turn, metadata={"a": 10**5000})
