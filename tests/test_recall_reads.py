@@ -172,20 +172,26 @@ async def check_reads(store: Any) -> None:
     assert [t.id for t in await store._turns(NS, stale)] == [third.id]
 
 
+def count_dense_reads(store: Any) -> list[int]:
+    """Wrap the store's ``_dense_ranked`` so that each call adds one to the returned
+    counter's only item."""
+    count = [0]
+    dense_ranked = store._dense_ranked
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await dense_ranked(*args, **kwargs)
+
+    store._dense_ranked = counted
+    return count
+
+
 async def check_hybrid(store: Any) -> None:
     await fill(store)
     actor = RecallActor(store, EventHub(), 4)
     # Recall reads the dense list once: a BM25 hit that makes the top k brings its
     # cosine with it (``also``), where the dense list used to be deepened to find it.
-    dense_reads = 0
-    dense_ranked = store._dense_ranked
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal dense_reads
-        dense_reads += 1
-        return await dense_ranked(*args, **kwargs)
-
-    store._dense_ranked = counted
+    dense_reads = count_dense_reads(store)
     for query in QUERIES:
         # The reference predates entity links (tests/test_links.py covers them).
         for settings in [
@@ -196,9 +202,9 @@ async def check_hybrid(store: Any) -> None:
         ]:
             for k in (1, 5, 40):
                 request = Recall(query=query, k=k, namespace=NS, settings=settings)
-                dense_reads = 0
+                dense_reads[0] = 0
                 got = await actor.hybrid(request)
-                assert dense_reads == 1, (query, settings, k, dense_reads)
+                assert dense_reads == [1], (query, settings, k, dense_reads)
                 assert got == await public_hybrid(store, request), (query, settings, k)
 
 
@@ -209,20 +215,12 @@ async def check_memory(store: Any) -> None:
     await fill(store)
     settings = RecallSettings(fetch_k=3, link_weight=0.0)
     config = MemoryConfig(namespace=NS, recall=settings, min_similarity=None)
-    dense_reads = 0
-    dense_ranked = store._dense_ranked
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal dense_reads
-        dense_reads += 1
-        return await dense_ranked(*args, **kwargs)
-
-    store._dense_ranked = counted
+    dense_reads = count_dense_reads(store)
     async with open_memory(store=store, memory=config) as memory:
         for query in QUERIES:
-            dense_reads = 0
+            dense_reads[0] = 0
             report = await memory.retrieve(query, k=5)
-            assert dense_reads == 1, (query, dense_reads)
+            assert dense_reads == [1], (query, dense_reads)
             want = await public_hybrid(
                 store, Recall(query=query, k=5, namespace=NS, settings=settings)
             )
