@@ -197,10 +197,11 @@ class StoreSchemaFloor:
         from protocol._surrogates import pack
 
         self.conn = conn
-        for name in ("bench_floor_terms", "bench_floor"):
+        for name in ("bench_floor_terms", "bench_floor", "bench_floor_ns"):
             conn.execute(f"DROP TABLE IF EXISTS {name}")
         conn.execute("CREATE TABLE bench_floor (LIKE bench_store INCLUDING ALL)")
         conn.execute("CREATE TABLE bench_floor_terms (LIKE bench_store_terms INCLUDING ALL)")
+        conn.execute("CREATE TABLE bench_floor_ns (LIKE bench_store_ns INCLUDING ALL)")
         t = time.perf_counter()
         counts = [Counter(tokenize(text)) for text in texts]
         self.lengths = [sum(c.values()) for c in counts]
@@ -257,12 +258,22 @@ class StoreSchemaFloor:
                             )
                         )
                 with cur.copy(
-                    "COPY bench_floor_terms (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
+                    "COPY bench_floor_terms (seq, term, namespace, tf, doc_len) "
+                    "FROM STDIN (FORMAT binary)"
                 ) as copy:
-                    copy.set_types(["int8", "text", "text", "int4"])
+                    copy.set_types(["int8", "text", "text", "int4", "int4"])
                     for i in batch:
+                        length = self.lengths[i]
                         for term, tf in self.terms[i].items():
-                            copy.write_row((i, term, "memory-default", tf))
+                            copy.write_row((i, term, "memory-default", tf, length))
+                # The store's one statement a batch for its namespace's counts (T_ns).
+                cur.execute(
+                    "INSERT INTO bench_floor_ns VALUES ('memory-default', %s, %s) "
+                    "ON CONFLICT (namespace) DO UPDATE SET "
+                    "entries = bench_floor_ns.entries + excluded.entries, "
+                    "total_len = bench_floor_ns.total_len + excluded.total_len",
+                    (len(batch), sum(self.lengths[i] for i in batch)),
+                )
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -353,7 +364,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         "bench_breakdown_nokw",
         "bench_nokw",
     ):
-        for suffix in ("_terms", "", "_meta"):
+        for suffix in ("_terms", "_ns", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
         admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
     copy_reference_table(admin)
@@ -729,9 +740,7 @@ async def keyword_reads(
 
     reads = Reads(Names("bench_store"), hnsw=False)
     where = translate(None, psql.Identifier("metadata"))
-    statement = psql.SQL(reads._bm25).format(
-        table=reads.names.table, terms=reads.names.terms, filter=where.where
-    )
+    statement = reads.bm25_statement(where)
 
     def hand(query: str) -> list[Any]:
         terms, qtfs = query_terms(query)

@@ -790,7 +790,7 @@ async def bench_pg(quick: bool) -> dict[str, Any]:
             )
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for suffix in ("_terms", "", "_meta"):
+            for suffix in ("_terms", "_ns", "", "_meta"):
                 conn.execute(
                     pgsql.SQL("DROP TABLE IF EXISTS {}").format(pgsql.Identifier(name + suffix))
                 )

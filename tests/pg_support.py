@@ -144,9 +144,32 @@ def drop_table(dsn: str, table: str) -> None:
     from psycopg import sql
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in (f"{table}_terms", table, f"{table}_meta"):
+        for name in (f"{table}_terms", f"{table}_ns", table, f"{table}_meta"):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(f"{table}_seq")))
+
+
+def namespace_counts(dsn: str, table: str) -> dict[str, tuple[int, int]]:
+    """A store's ``<table>_ns`` rows (entries and total BM25 length per namespace),
+    checked against the same counted from its entries: they must agree, with no row
+    for a namespace that holds nothing."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn) as conn:
+        kept = conn.execute(
+            sql.SQL("SELECT namespace, entries, total_len FROM {}").format(
+                sql.Identifier(f"{table}_ns")
+            )
+        ).fetchall()
+        counted = conn.execute(
+            sql.SQL("SELECT namespace, count(*), sum(doc_len) FROM {} GROUP BY 1").format(
+                sql.Identifier(table)
+            )
+        ).fetchall()
+    got = {str(ns): (int(n), int(total)) for ns, n, total in kept}
+    assert got == {str(ns): (int(n), int(total)) for ns, n, total in counted}
+    return got
 
 
 def pg_store_opener() -> Any:

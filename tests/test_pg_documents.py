@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from pg_support import (  # noqa: F401
     REQUIRED_ENV,
     drop_table,
+    namespace_counts,
     new_table_name,
     pg_dsn,
     pg_table,
@@ -440,9 +441,12 @@ async def test_pg_store_matches_the_in_memory_store(
     config = cfg(max_entries=6, dimensions=16)
     with trio.fail_after(TIMEOUT):
         async with open_store(config, embedder) as mem, fresh_pg_store(config, embedder) as pg:
+            table = pg._actor.names.table_name
             for step, op in enumerate(ops):
                 assert await _apply(pg, op, step) == await _apply(mem, op, step)
                 assert pg.usage() == mem.usage()
+                # BM25's N and lengths, and scoped counts, as the entries say.
+                await trio.to_thread.run_sync(namespace_counts, session_dsn(), table)
             for space in ("a", "b"):
                 ids = [f"d{i}" for i in range(7)] + [f"turn-{s}" for s in range(60)]
                 want = sorted(await mem.get_by_ids(ids, namespace=space), key=lambda d: d.id)

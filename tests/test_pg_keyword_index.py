@@ -1,5 +1,6 @@
 """The pg store's per-table keyword index (``open_pg_store(..., keyword_index=)``) and the
-in-place migration of version 2 tables, through ``open_pg_store`` against a real server.
+in-place migration of version 2 and 3 tables, through ``open_pg_store`` against a real
+server.
 
 - ``keyword_index=False`` writes no BM25 posting, refuses a ``bm25`` or ``hybrid`` search
   with a ConfigError naming the table and the way out, and still answers similarity
@@ -9,9 +10,10 @@ in-place migration of version 2 tables, through ``open_pg_store`` against a real
   store);
 - a store opened before another process switched the index follows the table at its
   next write, either way;
-- a version 2 table is migrated in place when opened (its entries and postings kept); a
-  version 1 or a newer version is refused with the table, the version found and the one
-  expected.
+- a version 3 table (postings without lengths, no ``T_ns``) and a version 2 table are
+  migrated in place when opened: the same entries, postings and BM25 hits, the
+  namespaces' counts made; a version 1 or a newer version is refused with the table,
+  the version found and the one expected.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import trio
 from pg_support import (  # noqa: F401 (pg_dsn, pg_table and session_dsn are fixtures)
     REQUIRED_ENV,
     drop_table,
+    namespace_counts,
     new_table_name,
     pg_dsn,
     pg_table,
@@ -157,6 +160,7 @@ async def test_turning_the_index_on_builds_the_postings_of_every_entry(
             ) as a:
                 assert flag(pg_dsn, pg_table)
                 assert postings(pg_dsn, pg_table) == postings(pg_dsn, reference) > 0
+                assert all_visible(pg_dsn, pg_table)
                 async with (
                     open_pg_store(pg_dsn, cfg(), embedder, table=reference) as b,
                     open_store(cfg(), embedder) as mem,
@@ -264,9 +268,19 @@ async def test_a_bad_keyword_index_is_refused_before_connecting(bad: object) -> 
 
 
 def _make_version(dsn: str, table: str, version: int) -> None:
-    """Turn a version 3 table into what an older (or newer) trio-recall left."""
+    """Turn a version 4 table into what an older (or newer) trio-recall left."""
     meta = sql.Identifier(f"{table}_meta")
+    terms = sql.Identifier(f"{table}_terms")
     with psycopg.connect(dsn) as conn:
+        if version <= 3:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(f"{table}_ns")))
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(f"{table}_terms_idx")))
+            conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN doc_len").format(terms))
+            conn.execute(
+                sql.SQL("CREATE INDEX {} ON {} (namespace, term) INCLUDE (seq, tf)").format(
+                    sql.Identifier(f"{table}_terms_idx"), terms
+                )
+            )
         if version == 2:
             conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN keyword_index").format(meta))
             conn.execute(
@@ -275,34 +289,68 @@ def _make_version(dsn: str, table: str, version: int) -> None:
         conn.execute(sql.SQL("UPDATE {} SET schema_version = %s").format(meta), (version,))
 
 
-async def test_a_version_2_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+def all_visible(dsn: str, table: str) -> bool:
+    """Whether every page of the postings is marked all-visible (what lets BM25 read
+    them through their index alone): the open that built them vacuumed them."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT relpages, relallvisible FROM pg_class WHERE oid = %s::regclass",
+            (f"{table}_terms",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]) > 0 and int(row[1]) == int(row[0])
+
+
+def lengths_agree(dsn: str, table: str) -> bool:
+    """Every posting carries its entry's doc_len."""
+    return not _query(
+        dsn,
+        "SELECT count(*) FROM {terms} p JOIN {t} t USING (seq) WHERE p.doc_len <> t.doc_len",
+        table,
+    )
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_an_older_table_is_migrated_in_place(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+    version: int,
+) -> None:
     embedder = HashingEmbedder(DIM)
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             await store.add_documents(docs(0, 20))
-            before = await bm25_hits(store, "cat dog")
-        _make_version(pg_dsn, pg_table, 2)
+            await store.store_turns([UnifiedMessage.user("cat owl")], namespace="other")
+            before = {q: await bm25_hits(store, q) for q in QUERIES}
+            counts = namespace_counts(pg_dsn, pg_table)
+        _make_version(pg_dsn, pg_table, version)
         kept = postings(pg_dsn, pg_table)
-        assert row_options(pg_dsn, pg_table) is None
+        assert (row_options(pg_dsn, pg_table) is None) == (version == 2)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 3
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 4
             assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
             assert flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == kept
-            assert await bm25_hits(store, "cat dog") == before
-            assert store.usage().entries == 20
+            assert lengths_agree(pg_dsn, pg_table) and all_visible(pg_dsn, pg_table)
+            assert namespace_counts(pg_dsn, pg_table) == counts
+            for query, hits in before.items():
+                assert await bm25_hits(store, query) == hits
+            assert store.usage().entries == 21
             await store.add_documents(docs(20, 5))
             assert postings(pg_dsn, pg_table) > kept
-        # A version 2 table opened straight into keyword_index=False: migrated, emptied.
-        _make_version(pg_dsn, pg_table, 2)
+            assert lengths_agree(pg_dsn, pg_table)
+            assert namespace_counts(pg_dsn, pg_table)["memory-default"][0] == 25
+        # An older table opened straight into keyword_index=False: migrated, emptied.
+        _make_version(pg_dsn, pg_table, version)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False):
             assert not flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == 0
+            assert namespace_counts(pg_dsn, pg_table)["memory-default"][0] == 25
 
 
 @pytest.mark.parametrize(
     ("version", "says"),
-    [(1, "migrates version 2 in place"), (4, "made by a newer trio-recall")],
+    [(1, "migrates versions 2 and 3 in place"), (5, "made by a newer trio-recall")],
 )
 async def test_other_versions_are_refused_and_left_alone(
     pg_dsn: str,  # noqa: F811
@@ -320,7 +368,7 @@ async def test_other_versions_are_refused_and_left_alone(
                 pass  # pragma: no cover
         message = str(caught.value)
         assert repr(pg_table) in message and f"schema version {version}" in message
-        assert "reads version 3" in message and says in message
+        assert "reads version 4" in message and says in message
         assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == version
         assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 5
 
@@ -357,3 +405,36 @@ async def test_open_memory_refuses_hybrid_recall_over_a_table_without_the_index(
             async with open_memory(store=store, memory=MemoryConfig(namespace="mem")) as memory:
                 report = await memory.retrieve("owl tree")
                 assert [t.id for t in report.turns][:1] == [owl]
+
+
+async def test_the_namespaces_counts_follow_every_write(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+    """``T_ns`` (BM25's N and lengths, a scoped read's count) after inserts, upserts,
+    deletes, eviction across namespaces and both clears: it agrees with the entries, a
+    namespace's row goes with its last entry, and a scoped read counts from it."""
+    embedder = HashingEmbedder(DIM)
+    config = VectorStoreConfig(max_entries=12, dimensions=DIM, max_entry_bytes=1024)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, config, embedder, table=pg_table) as store:
+            await store.add_documents(docs(0, 5), namespace="a")
+            await store.add_documents(docs(0, 4), namespace="b")
+            assert namespace_counts(pg_dsn, pg_table).keys() == {"a", "b"}
+            await store.upsert(docs(3, 4), namespace="a")  # replaces d3 and d4
+            assert namespace_counts(pg_dsn, pg_table)["a"][0] == 7
+            assert (await store.retrieve_in("a", "cat", 3)).scanned == 7
+            await store.delete(["d0", "d1"], namespace="b")
+            assert namespace_counts(pg_dsn, pg_table)["b"][0] == 2
+            # 9 entries, then 6 turns in "c": the oldest 3 (a's d0, d1, d2) are evicted.
+            await store.store_turns(
+                [UnifiedMessage.user(f"owl {i}") for i in range(6)], namespace="c"
+            )
+            counts = namespace_counts(pg_dsn, pg_table)
+            assert {ns: n for ns, (n, _) in counts.items()} == {"a": 4, "b": 2, "c": 6}
+            assert (await store.clear("b")).removed == 2
+            assert namespace_counts(pg_dsn, pg_table).keys() == {"a", "c"}
+            assert (await store.retrieve_in("b", "cat", 3)).scanned == 0
+            await store.delete([f"d{i}" for i in range(3, 7)], namespace="a")
+            assert namespace_counts(pg_dsn, pg_table).keys() == {"c"}
+            assert (await store.clear()).removed == 6
+            assert namespace_counts(pg_dsn, pg_table) == {}
+            hits = await store.search(SearchRequest(query="owl", k=3, kind="bm25", namespace="c"))
+            assert hits == []

@@ -94,6 +94,11 @@ class FilterSql:
         self.params: dict[str, Any] = {}
         self.where: sql.Composable = _TRUE
 
+    @property
+    def unfiltered(self) -> bool:
+        """Whether the condition is the constant true (no filter)."""
+        return self.where is _TRUE
+
     def bind(self, value: Any) -> sql.Composable:
         name = f"f{len(self.params)}"
         self.params[name] = value

@@ -6,9 +6,12 @@ dense list, the BM25 list and the documents come from one snapshot.
 
 **BM25 runs in SQL**, over the ``T_terms`` postings that each write fills (the tokens
 come from ``actors._bm25.tokenize``, in Python, so both stores tokenize alike). A query
-reads the postings of its own terms only, through the ``(namespace, term)`` index, and
-the namespace's N and total length through the ``(namespace, seq) INCLUDE (doc_len)``
-index, so its cost grows with the postings of the query's terms, not with the table.
+reads the postings of its own terms only, each with its entry's length, through the
+``(namespace, term) INCLUDE (seq, tf, doc_len)`` index alone, and the namespace's N and
+total length from its ``T_ns`` row, so its cost grows with the postings of the query's
+terms, not with the table. Only a filtered search joins the entries, for their metadata.
+(At 1M entries the join, for ``doc_len``, and the namespace's count were 1.9 of a
+3-word query's 2.1 s; benches/README.md, "pg at scale".)
 The formula is ``actors._bm25``'s (Okapi, k1 = 1.2, b = 0.75, Lucene's idf, statistics
 from the namespace only), evaluated in float8 with the same operations in the same
 order (the per-term sum is ``sum(... ORDER BY term order)``), so the scores agree with
@@ -158,7 +161,12 @@ class Reads:
         self.base_ef_search = ef_search
         # The table's live entries as last seen (the actor keeps it: ``observe``).
         self.table_entries = 0
-        f = {"table": names.table, "meta": names.meta, "cols": sql.SQL(_DOC_COLUMNS)}
+        f = {
+            "table": names.table,
+            "meta": names.meta,
+            "ns": names.namespaces,
+            "cols": sql.SQL(_DOC_COLUMNS),
+        }
         # One statement, so the hits, the count in scope and the counters come from one
         # snapshot. The exact order is pgvector's negative inner product, ascending, with
         # ties to the newest sequence; that second key also keeps the planner off an
@@ -167,6 +175,7 @@ class Reads:
         order = sql.SQL("dist" if hnsw else "dist, seq DESC")
         # Unscoped, the count is the meta row's, which every write keeps in its own
         # transaction: a second pass over the table cost a sixth of a 100k-row read.
+        # Scoped, it is the namespace's T_ns row, kept the same way.
         read = (
             "SELECT m.entries, m.evicted_entries, m.zero_norm_entries, m.version, {count}, "
             "h.dist, h.seq, h.id, h.namespace, h.source, h.source_id, h.text, h.exact_text, "
@@ -182,9 +191,10 @@ class Reads:
         where = sql.SQL(" WHERE namespace = %(ns)s")
         self.read_in = sql.SQL(read).format(
             count=sql.SQL("c.n"),
-            scope=sql.SQL(" CROSS JOIN (SELECT count(*) AS n FROM {table}{where}) c").format(
-                table=names.table, where=where
-            ),
+            scope=sql.SQL(
+                " CROSS JOIN (SELECT coalesce((SELECT entries FROM {ns} "
+                "WHERE namespace = %(ns)s), 0) AS n) c"
+            ).format(ns=names.namespaces),
             where=where,
             order=order,
             **f,
@@ -193,10 +203,10 @@ class Reads:
             "SELECT {cols} FROM {table} WHERE namespace = %s AND id = ANY(%s)"
         ).format(**f)
         self._term_counts = sql.SQL(
-            "SELECT (SELECT count(*) FROM {table} WHERE namespace = %s), q.term, "
+            "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %s), 0), q.term, "
             "(SELECT count(*) FROM {terms} p WHERE p.namespace = %s AND p.term = q.term) "
             "FROM unnest(%s::text[]) AS q(term)"
-        ).format(table=names.table, terms=names.terms)
+        ).format(ns=names.namespaces, terms=names.terms)
         self._cosines = sql.SQL(
             "SELECT id, seq, embedding <#> %s::vector FROM {table} "
             "WHERE namespace = %s AND id = ANY(%s)"
@@ -207,11 +217,13 @@ class Reads:
             "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
             "WHERE namespace = %(ns)s AND {filter} ORDER BY {order} LIMIT %(depth)s"
         )
+        # {join} is empty unless the search has a filter, which reads the entries'
+        # metadata: then ``JOIN T t ON t.seq = p.seq`` (see bm25).
         self._bm25 = (
             "WITH q AS (SELECT term, qtf, ord FROM unnest(%(terms)s::text[], "
             "%(qtfs)s::integer[]) WITH ORDINALITY AS q(term, qtf, ord)), "
-            "st AS (SELECT count(*)::float8 AS n, coalesce(sum(doc_len), 0)::float8 AS total "
-            "FROM {table} WHERE namespace = %(ns)s), "
+            "st AS (SELECT entries::float8 AS n, total_len::float8 AS total "
+            "FROM {ns} WHERE namespace = %(ns)s), "
             "w AS (SELECT q.term, q.ord, st.total / st.n AS avgdl, "
             "q.qtf * ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             "AS weight FROM q CROSS JOIN st CROSS JOIN LATERAL "
@@ -219,10 +231,9 @@ class Reads:
             "WHERE p.namespace = %(ns)s AND p.term = q.term) d "
             "WHERE st.n > 0 AND d.df > 0) "
             "SELECT p.seq, sum(w.weight * (p.tf * %(k1p1)s::float8) / (p.tf + %(k1)s::float8 "
-            "* (1.0::float8 - %(b)s::float8 + %(b)s::float8 * t.doc_len / w.avgdl)) "
+            "* (1.0::float8 - %(b)s::float8 + %(b)s::float8 * p.doc_len / w.avgdl)) "
             "ORDER BY w.ord) AS score "
-            "FROM w JOIN {terms} p ON p.namespace = %(ns)s AND p.term = w.term "
-            "JOIN {table} t ON t.seq = p.seq "
+            "FROM w JOIN {terms} p ON p.namespace = %(ns)s AND p.term = w.term{join} "
             "WHERE {filter} GROUP BY p.seq ORDER BY score DESC, p.seq DESC LIMIT %(depth)s"
         )
 
@@ -347,9 +358,7 @@ class Reads:
         terms, qtfs = query_terms(query)
         if not terms:
             return []
-        statement = sql.SQL(self._bm25).format(
-            table=self.names.table, terms=self.names.terms, filter=where.where
-        )
+        statement = self.bm25_statement(where)
         params = {
             **where.params,
             "terms": terms,
@@ -362,6 +371,17 @@ class Reads:
         }
         rows = conn.execute(statement, params).fetchall()
         return [(int(row[0]), float(row[1])) for row in rows]
+
+    def bm25_statement(self, where: FilterSql) -> sql.Composed:
+        """:meth:`bm25`'s statement for the filter ``where``."""
+        join = (
+            sql.SQL("")
+            if where.unfiltered
+            else sql.SQL(" JOIN {table} t ON t.seq = p.seq").format(table=self.names.table)
+        )
+        return sql.SQL(self._bm25).format(
+            ns=self.names.namespaces, terms=self.names.terms, join=join, filter=where.where
+        )
 
     def check_keyword_index(self, conn: psycopg.Connection[Any]) -> None:
         """Refuse a keyword read on a table without a keyword index, as the table is

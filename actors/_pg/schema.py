@@ -4,7 +4,7 @@ and the text, jsonb and vector forms values take in SQL.
 The statements live where they run: writes in ``sql.py``, reads in ``reads.py``, search
 in ``search.py``, filters in ``filters.py``, and the connection set-up in ``store.py``.
 
-Each store is four objects named after its table ``T``:
+Each store is five objects named after its table ``T``:
 
 - ``T``: one row per live entry, turn or document. ``(namespace, id)`` is unique: an id
   is unique within its namespace. ``text`` is the searchable copy of the entry's text
@@ -15,9 +15,15 @@ Each store is four objects named after its table ``T``:
   metadata as msgpack (``protocol._surrogates.pack``), which is what reads return.
   ``doc_len`` is the BM25 length of the text;
 - ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
-  frequency; every statement that deletes entries deletes their postings too (no
-  foreign key: its per-row check cost half of a bulk write; tables made before this
+  frequency and the entry's ``doc_len`` (so that BM25 reads the postings' index alone,
+  never the entries); every statement that deletes entries deletes their postings too
+  (no foreign key: its per-row check cost half of a bulk write; tables made before this
   keep theirs, ``ON DELETE CASCADE``, which is then a no-op);
+- ``T_ns``: one row per namespace that holds entries, with how many and their total
+  ``doc_len``: BM25's N and average length, and a scoped read's count, without counting
+  the namespace's entries (130 ms a read at 1M entries). Every statement that inserts
+  or deletes entries keeps it in the same statement, and a namespace's row goes with
+  its last entry;
 - ``T_meta``: one row, the table's version record and its counters. Its row lock is what
   serializes writers across processes, and it keeps the usage counters, so that they are
   in the database and every process sees one cap. ``keyword_index`` says whether writes
@@ -65,10 +71,11 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 3
-# Version 2 (before keyword_index) is migrated in place when opened: one added column,
-# and the entries table's row options.
-_MIGRATES_FROM = 2
+SCHEMA_VERSION = 4
+# Older versions migrated in place when opened, each to the next (see _migrate):
+# version 2 (before keyword_index) gains that column and the entries' row options;
+# version 3 (before T_ns and the postings' doc_len) gains both.
+_MIGRATES_FROM = (2, 3)
 # A row stays whole in its page up to 8,160 bytes (PostgreSQL's limit for this option)
 # instead of 2,032: with the default, a 384-float row with a text of about 165 bytes or
 # more (a turn's text is there twice: the text and the message) has its vector moved
@@ -99,6 +106,7 @@ class Names:
         self.index = sql.Identifier(f"{table}_ns_seq_idx")
         self.terms = sql.Identifier(f"{table}_terms")
         self.terms_index = sql.Identifier(f"{table}_terms_idx")
+        self.namespaces = sql.Identifier(f"{table}_ns")
         self.unique = sql.Identifier(f"{table}_ns_id_key")
         self.hnsw = sql.Identifier(f"{table}_hnsw_idx")
         # nextval() takes a regclass: the quoted name travels as a bound text parameter.
@@ -294,20 +302,31 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " seq bigint NOT NULL,"
             " term text NOT NULL,"
             " namespace text NOT NULL,"
-            " tf integer NOT NULL)"
+            " tf integer NOT NULL,"
+            " doc_len integer NOT NULL)"
         ).format(terms=names.terms, table=names.table),
         *_postings_keys(names),
+        _namespaces_ddl(names),
     ]
 
 
+def _namespaces_ddl(names: Names) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE {ns} ("
+        " namespace text PRIMARY KEY,"
+        " entries bigint NOT NULL,"
+        " total_len bigint NOT NULL)"
+    ).format(ns=names.namespaces)
+
+
 def _postings_keys(names: Names) -> list[sql.Composed]:
-    """The postings' key and index: BM25 reads a term's postings through the index;
-    deletes find an entry's through the key."""
+    """The postings' key and index: BM25 reads a term's postings (with their entries'
+    lengths) through the index alone; deletes find an entry's through the key."""
     return [
         sql.SQL("ALTER TABLE {terms} ADD PRIMARY KEY (seq, term)").format(terms=names.terms),
-        sql.SQL("CREATE INDEX {index} ON {terms} (namespace, term) INCLUDE (seq, tf)").format(
-            index=names.terms_index, terms=names.terms
-        ),
+        sql.SQL(
+            "CREATE INDEX {index} ON {terms} (namespace, term) INCLUDE (seq, tf, doc_len)"
+        ).format(index=names.terms_index, terms=names.terms),
     ]
 
 
@@ -348,8 +367,8 @@ def ensure_schema(
     stops writes from filling them. Either change takes the meta row's lock, so it waits
     for a write in flight, and every later write, from any process, follows it.
 
-    A version 2 table (made before ``keyword_index``) is migrated in place, in this same
-    transaction: the meta table gains the column (true) and the version becomes 3.
+    Older tables are migrated in place, in this same transaction (:func:`_migrate`):
+    version 2 (made before ``keyword_index``) to 3, then 3 to 4.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
@@ -363,7 +382,7 @@ def ensure_schema(
         )
         _ensure_pgvector(conn)
         _create_if_missing(conn, names, dimensions, max_entries, profile, keyword_index)
-        _migrate(conn, names)
+        built = _migrate(conn, names)
         version, dims, cap, entries, evicted, zero, commits, bound, kept = _read_meta(conn, names)
         _check_meta(names, version, dims, cap, bound, dimensions, max_entries, profile)
         if bound is None and profile is not None:
@@ -373,6 +392,7 @@ def ensure_schema(
         if keyword_index is not None and keyword_index != kept:
             _switch_keyword_index(conn, names, keyword_index)
             kept = keyword_index
+            built = keyword_index
         if hnsw:
             conn.execute(
                 sql.SQL(
@@ -380,33 +400,76 @@ def ensure_schema(
                     "USING hnsw (embedding vector_ip_ops)"
                 ).format(index=names.hnsw, table=names.table)
             )
+    if built and conn.autocommit:
+        # Freshly built postings are not yet marked all-visible, so BM25's index-only
+        # scans would visit the table's pages too until autovacuum came by (at 100k
+        # entries, 103 ms a 3-word query against 48 ms), and the planner would have no
+        # statistics for them. Outside the transaction: VACUUM cannot run in one.
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {terms}").format(terms=names.terms))
     return Opened((entries, evicted, zero, commits), profile if bound is None else bound, kept)
 
 
-def _migrate(conn: psycopg.Connection[Any], names: Names) -> None:
-    """Bring a version 2 table to version 3 (one added meta column, and the entries
-    table's row options), in the caller's transaction; any other version is left for
-    :func:`_check_meta` to refuse."""
+def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
+    """Bring an older table to :data:`SCHEMA_VERSION` in the caller's transaction, one
+    version at a time; any other version is left for :func:`_check_meta` to refuse.
+
+    - 2 to 3: the meta table gains ``keyword_index`` (true), the entries table its row
+      options;
+    - 3 to 4: ``T_ns`` is made from the entries, and the postings gain ``doc_len``:
+      they are emptied, then rebuilt from the texts if the table keeps a keyword index
+      (about a minute at 1M entries), with the wider index. The emptied postings table
+      takes the new column as NOT NULL, so a write from an older trio-recall still
+      running on the table fails whole instead of leaving postings without a length.
+
+    Returns whether it filled the postings.
+    """
     row = conn.execute(
         sql.SQL("SELECT schema_version FROM {meta}").format(meta=names.meta)
     ).fetchone()
-    if row is None or int(row[0]) != _MIGRATES_FROM:
-        return
+    if row is None or int(row[0]) not in _MIGRATES_FROM:
+        return False
+    version = int(row[0])
+    if version == 2:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {meta} ADD COLUMN IF NOT EXISTS keyword_index boolean NOT NULL "
+                "DEFAULT true"
+            ).format(meta=names.meta)
+        )
+        # Rows written from now on stay whole; older ones stay as they are until
+        # rewritten (VACUUM FULL of the table rewrites them all).
+        conn.execute(
+            sql.SQL("ALTER TABLE {table} SET (" + _ROW_OPTIONS + ")").format(table=names.table)
+        )
+    # 3 to 4. The meta row's lock first: no write of this version runs meanwhile.
+    locked = conn.execute(
+        sql.SQL("SELECT keyword_index FROM {meta} FOR UPDATE").format(meta=names.meta)
+    ).fetchone()
+    assert locked is not None
+    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute(_namespaces_ddl(names))
     conn.execute(
         sql.SQL(
-            "ALTER TABLE {meta} ADD COLUMN IF NOT EXISTS keyword_index boolean NOT NULL "
-            "DEFAULT true"
-        ).format(meta=names.meta)
+            "INSERT INTO {ns} (namespace, entries, total_len) "
+            "SELECT namespace, count(*), sum(doc_len) FROM {table} GROUP BY namespace"
+        ).format(ns=names.namespaces, table=names.table)
     )
-    # Rows written from now on stay whole; older ones stay as they are until rewritten
-    # (VACUUM FULL of the table rewrites them all).
+    _drop_postings_keys(conn, names)
+    conn.execute(sql.SQL("TRUNCATE {terms}").format(terms=names.terms))
     conn.execute(
-        sql.SQL("ALTER TABLE {table} SET (" + _ROW_OPTIONS + ")").format(table=names.table)
+        sql.SQL("ALTER TABLE {terms} ADD COLUMN doc_len integer NOT NULL").format(
+            terms=names.terms
+        )
     )
+    if bool(locked[0]):
+        _fill_postings(conn, names)
+    for statement in _postings_keys(names):
+        conn.execute(statement)
     conn.execute(
         sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
         (SCHEMA_VERSION,),
     )
+    return bool(locked[0])
 
 
 # Entries read per round trip while the postings of a table are built.
@@ -429,6 +492,13 @@ def _build_postings(conn: psycopg.Connection[Any], names: Names) -> None:
     """Fill the (empty) postings from every entry's text, with their key and index
     dropped while they fill and built once at the end: several times faster than
     keeping them up to date posting by posting."""
+    _drop_postings_keys(conn, names)
+    _fill_postings(conn, names)
+    for statement in _postings_keys(names):
+        conn.execute(statement)
+
+
+def _drop_postings_keys(conn: psycopg.Connection[Any], names: Names) -> None:
     key = conn.execute(
         "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
         (f'"{names.table_name}_terms"',),
@@ -440,20 +510,24 @@ def _build_postings(conn: psycopg.Connection[Any], names: Names) -> None:
             )
         )
     conn.execute(sql.SQL("DROP INDEX IF EXISTS {index}").format(index=names.terms_index))
+
+
+def _fill_postings(conn: psycopg.Connection[Any], names: Names) -> None:
+    """COPY every entry's postings into the empty postings table."""
     copy_postings = sql.SQL(
-        "COPY {terms} (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
+        "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
     ).format(terms=names.terms)
     with conn.cursor(name="trio_recall_backfill") as rows, conn.cursor() as cur:
-        rows.execute(sql.SQL("SELECT seq, namespace, text FROM {table}").format(table=names.table))
+        rows.execute(
+            sql.SQL("SELECT seq, namespace, text, doc_len FROM {table}").format(table=names.table)
+        )
         while chunk := rows.fetchmany(_BACKFILL_ROWS):
             _, counts = term_counts([str(r[2]) for r in chunk])
             with cur.copy(copy_postings) as copy:
-                copy.set_types([20, 25, 25, 23])
-                for (seq, namespace, _text), terms in zip(chunk, counts, strict=True):
+                copy.set_types([20, 25, 25, 23, 23])
+                for (seq, namespace, _text, doc_len), terms in zip(chunk, counts, strict=True):
                     for term, tf in terms.items():
-                        copy.write_row((seq, term, namespace, tf))
-    for statement in _postings_keys(names):
-        conn.execute(statement)
+                        copy.write_row((seq, term, namespace, tf, doc_len))
 
 
 def _ensure_pgvector(conn: psycopg.Connection[Any]) -> None:
@@ -555,6 +629,10 @@ def bound_profile(text: str | None) -> EmbeddingProfile | None:
     )
 
 
+def _migrates() -> str:
+    return " and ".join(str(v) for v in _MIGRATES_FROM)
+
+
 def _check_meta(
     names: Names,
     version: int,
@@ -568,16 +646,16 @@ def _check_meta(
     if version > SCHEMA_VERSION:
         raise ConfigError(
             f"table {names.table_name!r} has schema version {version}; this trio-recall "
-            f"reads version {SCHEMA_VERSION} (and migrates {_MIGRATES_FROM}): it was made "
+            f"reads version {SCHEMA_VERSION} (and migrates {_migrates()}): it was made "
             "by a newer trio-recall, so open it with that one"
         )
     if version != SCHEMA_VERSION:
         raise ConfigError(
             f"table {names.table_name!r} has schema version {version}; this trio-recall "
-            f"reads version {SCHEMA_VERSION} and migrates version {_MIGRATES_FROM} in "
+            f"reads version {SCHEMA_VERSION} and migrates versions {_migrates()} in "
             f"place. Version {version} tables (before documents) are not migrated: "
-            "export its entries, drop the table (and its _meta, _terms and _seq) or "
-            "open another one"
+            "export its entries, drop the table (and its _meta, _terms, _ns and _seq) "
+            "or open another one"
         )
     if dims != dimensions:
         raise ConfigError(

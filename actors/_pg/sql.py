@@ -81,7 +81,7 @@ class Committed:
 # then the jsonb and the vector as bytea (their values are already in their types'
 # binary input form, which binary COPY sends as they are), int4, bool.
 _ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 17, 17, 23, 17, 16]
-_TERM_TYPES = [20, 25, 25, 23]
+_TERM_TYPES = [20, 25, 25, 23, 23]
 
 
 class Statements:
@@ -89,7 +89,12 @@ class Statements:
 
     def __init__(self, names: Names) -> None:
         self.names = names
-        f = {"table": names.table, "meta": names.meta, "terms": names.terms}
+        f = {
+            "table": names.table,
+            "meta": names.meta,
+            "terms": names.terms,
+            "ns": names.namespaces,
+        }
         self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
         # The write lock, and whether the table keeps a keyword index, read under the
         # lock that any switch of it takes (schema.ensure_schema), so a batch follows
@@ -109,24 +114,43 @@ class Statements:
             "metadata, meta_raw, doc_len, embedding, zero_norm) FROM STDIN (FORMAT binary)"
         ).format(**f)
         self.copy_terms = sql.SQL(
-            "COPY {terms} (seq, term, namespace, tf) FROM STDIN (FORMAT binary)"
+            "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
         ).format(**f)
         # Every delete takes its entries' BM25 postings in the same statement: the
         # postings table has no foreign key, whose per-row check was half of a bulk
         # write's time (tables made before keep theirs; its cascade then finds nothing).
-        postings = "postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)) "
+        # It also takes them out of their namespaces' counts (T_ns): a namespace's row
+        # goes with its last entry, so the table does not grow with namespaces gone.
+        gone = "RETURNING seq, zero_norm, namespace, doc_len"
+        after = (
+            "postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)), "
+            "per AS (SELECT namespace, count(*) AS n, sum(doc_len) AS len FROM gone "
+            "GROUP BY namespace), "
+            "kept AS (UPDATE {ns} s SET entries = s.entries - per.n, "
+            "total_len = s.total_len - per.len FROM per "
+            "WHERE s.namespace = per.namespace AND s.entries > per.n), "
+            "emptied AS (DELETE FROM {ns} s USING per "
+            "WHERE s.namespace = per.namespace AND s.entries <= per.n) "
+        )
+        counted = "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+        # The replaced entries and the batch that replaces them are in one namespace:
+        # its count changes once, by the batch's size (%s) less what it replaced.
         self.replace = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s) "
-            "RETURNING seq, zero_norm), "
-            + postings
-            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+            + gone
+            + "), postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)), "
+            "counted AS (INSERT INTO {ns} AS s (namespace, entries, total_len) "
+            "SELECT %s, %s - count(*), %s - coalesce(sum(doc_len), 0) FROM gone "
+            "ON CONFLICT (namespace) DO UPDATE SET entries = s.entries + excluded.entries, "
+            "total_len = s.total_len + excluded.total_len) " + counted
         ).format(**f)
         self.evict = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE seq IN "
             "(SELECT seq FROM {table} WHERE seq < %s ORDER BY seq LIMIT %s) "
-            "RETURNING seq, zero_norm), "
-            + postings
-            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
+            + gone
+            + "), "
+            + after
+            + counted
         ).format(**f)
         self.update_meta = sql.SQL(
             "UPDATE {meta} SET entries = entries + %s, evicted_entries = evicted_entries + %s, "
@@ -138,13 +162,12 @@ class Statements:
         ).format(**f)
         self.delete_in = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE id = ANY(%s) AND namespace = %s "
-            "RETURNING seq, id, zero_norm), " + postings + "SELECT id, zero_norm FROM gone"
+            + gone
+            + ", id), "
+            + after
+            + "SELECT id, zero_norm FROM gone"
         ).format(**f)
-        clear = (
-            "WITH gone AS (DELETE FROM {table}{scope} RETURNING seq, zero_norm), "
-            + postings
-            + "SELECT count(*), count(*) FILTER (WHERE zero_norm) FROM gone"
-        )
+        clear = "WITH gone AS (DELETE FROM {table}{scope} " + gone + "), " + after + counted
         self.clear_all = sql.SQL(clear).format(scope=sql.SQL(""), **f)
         self.clear_in = sql.SQL(clear).format(scope=sql.SQL(" WHERE namespace = %s"), **f)
 
@@ -174,7 +197,9 @@ class Statements:
         if n:
             # An id is unique within its namespace: a live one is replaced (its row goes,
             # the new row gets a new sequence), which frees its place before eviction.
-            row = conn.execute(self.replace, (p.namespace, ids)).fetchone()
+            row = conn.execute(
+                self.replace, (p.namespace, ids, p.namespace, n, sum(p.doc_lens))
+            ).fetchone()
             assert row is not None
             replaced, replaced_zero = int(row[0]), int(row[1])
             terms = None
@@ -240,9 +265,9 @@ class Statements:
                 with cur.copy(self.copy_terms) as copy:
                     copy.set_types(_TERM_TYPES)
                     write = copy.write_row
-                    for seq, counts in zip(seqs, terms, strict=True):
+                    for seq, counts, length in zip(seqs, terms, p.doc_lens, strict=True):
                         for term, tf in counts.items():
-                            write((seq, term, p.namespace, tf))
+                            write((seq, term, p.namespace, tf, length))
 
     def delete(
         self,
