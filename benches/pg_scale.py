@@ -730,7 +730,8 @@ async def keyword_reads(
 ) -> dict[str, Any]:
     """BM25 and hybrid search p50/p90 at full size, and, as their reference, the BM25
     statement itself (``Reads.bm25``'s SQL) run by hand on one connection: what the
-    keyword read costs in SQL, without the store around it."""
+    keyword read costs in SQL, without the store around it. ``_row``: the same searches
+    with a whole row's text as the query."""
     from psycopg import sql as psql
 
     from actors._bm25 import K1, B
@@ -756,13 +757,24 @@ async def keyword_reads(
         }
         return ref.execute(statement, params).fetchall()
 
-    times: dict[str, list[float]] = {"bm25": [], "hybrid": [], "hand_bm25_sql": []}
+    times: dict[str, list[float]] = {
+        "bm25": [],
+        "hybrid": [],
+        "hand_bm25_sql": [],
+        "bm25_row": [],
+        "hybrid_row": [],
+    }
     same = 0
     for query in keyword_queries(texts, count, rng):
+        # And a whole row's text (8 to 24 words, as long as a user's message), through
+        # the store: what hybrid recall asks with each turn.
+        row = rng.choice(texts).rstrip(".")
         calls: dict[str, Callable[[], Any]] = {
             "bm25": lambda q=query: store.search(SearchRequest(query=q, k=K, kind="bm25")),
             "hybrid": lambda q=query: store.search(SearchRequest(query=q, k=K, kind="hybrid")),
             "hand_bm25_sql": lambda q=query: hand(q),
+            "bm25_row": lambda q=row: store.search(SearchRequest(query=q, k=K, kind="bm25")),
+            "hybrid_row": lambda q=row: store.search(SearchRequest(query=q, k=K, kind="hybrid")),
         }
         order = list(calls)
         rng.shuffle(order)

@@ -86,7 +86,7 @@ def table_state(dsn: str, table: str) -> tuple[list[str], int, int, tuple[Any, .
             ).format(terms, t)
         ).fetchone()
         counters = conn.execute(
-            sql.SQL("SELECT entries, evicted_entries, zero_norm_entries FROM {}").format(meta)
+            sql.SQL("SELECT live_entries, evicted_entries, zero_norm_entries FROM {}").format(meta)
         ).fetchone()
     assert postings is not None and orphans is not None and counters is not None
     return ids, int(postings[0]), int(orphans[0]), tuple(counters)

@@ -177,7 +177,7 @@ class Reads:
         # transaction: a second pass over the table cost a sixth of a 100k-row read.
         # Scoped, it is the namespace's T_ns row, kept the same way.
         read = (
-            "SELECT m.entries, m.evicted_entries, m.zero_norm_entries, m.version, {count}, "
+            "SELECT m.live_entries, m.evicted_entries, m.zero_norm_entries, m.version, {count}, "
             "h.dist, h.seq, h.id, h.namespace, h.source, h.source_id, h.text, h.exact_text, "
             "h.message, h.meta_raw "
             "FROM {meta} m{scope} "
@@ -186,7 +186,7 @@ class Reads:
             "ORDER BY h.dist, h.seq DESC LIMIT %(k)s"
         )
         self.read_all = sql.SQL(read).format(
-            count=sql.SQL("m.entries"), scope=sql.SQL(""), where=sql.SQL(""), order=order, **f
+            count=sql.SQL("m.live_entries"), scope=sql.SQL(""), where=sql.SQL(""), order=order, **f
         )
         where = sql.SQL(" WHERE namespace = %(ns)s")
         self.read_in = sql.SQL(read).format(

@@ -49,7 +49,7 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from protocol import ConfigError, EmbeddingProfile
+from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
 from protocol._surrogates import replace_surrogates
 
 from .._bm25 import term_counts
@@ -106,7 +106,10 @@ class Names:
         self.index = sql.Identifier(f"{table}_ns_seq_idx")
         self.terms = sql.Identifier(f"{table}_terms")
         self.terms_index = sql.Identifier(f"{table}_terms_idx")
-        self.namespaces = sql.Identifier(f"{table}_ns")
+        self.namespaces_name = f"{table}_ns"
+        self.namespaces = sql.Identifier(self.namespaces_name)
+        self.terms_name = f"{table}_terms"
+        self.seq_name = f"{table}_seq"
         self.unique = sql.Identifier(f"{table}_ns_id_key")
         self.hnsw = sql.Identifier(f"{table}_hnsw_idx")
         # nextval() takes a regclass: the quoted name travels as a bound text parameter.
@@ -267,7 +270,8 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " max_entries bigint NOT NULL,"
             # The embedding profile the table is bound to (see profile_json), or NULL.
             " profile text,"
-            " entries bigint NOT NULL DEFAULT 0,"
+            # Named live_entries from version 4 on (see _migrate).
+            " live_entries bigint NOT NULL DEFAULT 0,"
             " evicted_entries bigint NOT NULL DEFAULT 0,"
             " zero_norm_entries bigint NOT NULL DEFAULT 0,"
             " version bigint NOT NULL DEFAULT 0,"
@@ -376,10 +380,9 @@ def ensure_schema(
             not migrated, dimensions, capacity or embedding profile.
     """
     with conn.transaction():
-        conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('trio_recall:schema:' || %s))",
-            (names.table_name,),
-        )
+        # Each step reads what the one before it (or another process) committed.
+        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        _schema_lock(conn, names)
         _ensure_pgvector(conn)
         _create_if_missing(conn, names, dimensions, max_entries, profile, keyword_index)
         built = _migrate(conn, names)
@@ -404,9 +407,51 @@ def ensure_schema(
         # Freshly built postings are not yet marked all-visible, so BM25's index-only
         # scans would visit the table's pages too until autovacuum came by (at 100k
         # entries, 103 ms a 3-word query against 48 ms), and the planner would have no
-        # statistics for them. Outside the transaction: VACUUM cannot run in one.
-        conn.execute(sql.SQL("VACUUM (ANALYZE) {terms}").format(terms=names.terms))
+        # statistics for them. Outside the transaction: VACUUM cannot run in one; and
+        # without the session's statement timeout (at 1M entries, 15M postings), which
+        # is set back after.
+        timeout = conn.execute("SHOW statement_timeout").fetchone()
+        conn.execute("SET statement_timeout = 0")
+        try:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {terms}").format(terms=names.terms))
+        finally:
+            if timeout is not None:
+                conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0],))
     return Opened((entries, evicted, zero, commits), profile if bound is None else bound, kept)
+
+
+def _schema_lock(conn: psycopg.Connection[Any], names: Names) -> None:
+    """Take the table's schema lock; another process may hold it for a migration or a
+    keyword index build (about 80 s at 1M entries), which the session's statement
+    timeout bounds: past it, say so instead of failing as an unreachable server."""
+    try:
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('trio_recall:schema:' || %s))",
+                (names.table_name,),
+            )
+    except psycopg.errors.QueryCanceled:
+        timeout = conn.execute("SHOW statement_timeout").fetchone()
+        raise StoreUnavailable(
+            f"table {names.table_name!r} is being set up by another process (a schema "
+            "migration or a keyword index build holds its schema lock; at 1M entries "
+            f"either takes about 80 s), longer than the statement timeout "
+            f"({timeout[0] if timeout else '?'}); open it again once that is done, or "
+            "with a longer statement_timeout"
+        ) from None
+
+
+def _refuse_taken_names(conn: psycopg.Connection[Any], names: Names, wanted: list[str]) -> None:
+    """Refuse to create relations whose names another object already has (a store
+    named ``<table>_ns`` or ``<table>_terms`` has an entries table of that name)."""
+    for name in wanted:
+        row = conn.execute("SELECT to_regclass(%s)", (f'"{name}"',)).fetchone()
+        if row is not None and row[0] is not None:
+            raise ConfigError(
+                f"table {names.table_name!r} needs the name {name!r} for its own use, "
+                f"but a relation {name!r} already exists (another store's table?); "
+                "pick another table name, or rename that relation"
+            )
 
 
 def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
@@ -417,9 +462,11 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
       options;
     - 3 to 4: ``T_ns`` is made from the entries, and the postings gain ``doc_len``:
       they are emptied, then rebuilt from the texts if the table keeps a keyword index
-      (about a minute at 1M entries), with the wider index. The emptied postings table
-      takes the new column as NOT NULL, so a write from an older trio-recall still
-      running on the table fails whole instead of leaving postings without a length.
+      (about 80 s at 1M entries), with the wider index. The meta row's ``entries``
+      becomes ``live_entries``: every write and read of an older trio-recall names it,
+      so a process still running one on the table fails loudly at its next call rather
+      than write without keeping ``T_ns`` (this version's writers check the schema
+      version under the write lock instead, so later migrations need no such rename).
 
     Returns whether it filled the postings.
     """
@@ -447,6 +494,10 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
     ).fetchone()
     assert locked is not None
     conn.execute("SET LOCAL statement_timeout = 0")
+    _refuse_taken_names(conn, names, [names.namespaces_name])
+    conn.execute(
+        sql.SQL("ALTER TABLE {meta} RENAME COLUMN entries TO live_entries").format(meta=names.meta)
+    )
     conn.execute(_namespaces_ddl(names))
     conn.execute(
         sql.SQL(
@@ -553,8 +604,9 @@ def _create_if_missing(
     profile: str | None,
     keyword_index: bool | None,
 ) -> None:
-    """Create the four objects and the meta row when the table has no meta table; refuse
-    a table of that name that is not a trio-recall store."""
+    """Create the five objects and the meta row when the table has no meta table; refuse
+    a table of that name that is not a trio-recall store, or a name another object
+    already has."""
     row = conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
         (names.table_regclass, names.meta_regclass),
@@ -567,6 +619,7 @@ def _create_if_missing(
             "table: it is not a trio-recall store; pick another table name"
         )
     if not meta_exists:
+        _refuse_taken_names(conn, names, [names.terms_name, names.namespaces_name, names.seq_name])
         for statement in _ddl(names, dimensions):
             conn.execute(statement)
         conn.execute(
@@ -596,7 +649,7 @@ def _read_meta(
             "schema_version",
             "dimensions",
             "max_entries",
-            "entries",
+            "live_entries" if "live_entries" in row else "entries",
             "evicted_entries",
             "zero_norm_entries",
             "version",

@@ -13,10 +13,10 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from protocol import Cleared, DeleteResult
+from protocol import Cleared, ConfigError, DeleteResult
 
 from .._bm25 import term_counts
-from .schema import Names
+from .schema import SCHEMA_VERSION, Names
 
 __all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]
 
@@ -84,6 +84,17 @@ _ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 17, 17, 23, 17, 16]
 _TERM_TYPES = [20, 25, 25, 23, 23]
 
 
+def _check_version(names: Names, version: int) -> None:
+    """Refuse to write a table that a newer trio-recall migrated while this store had
+    it open: this version's statements would not keep what that one needs."""
+    if version != SCHEMA_VERSION:
+        raise ConfigError(
+            f"table {names.table_name!r} is now at schema version {version} (another "
+            f"process migrated it since this store opened it at {SCHEMA_VERSION}); "
+            "nothing was written: reopen it with the trio-recall that migrated it"
+        )
+
+
 class Statements:
     """The write SQL of one table, composed once; every value is a bound parameter."""
 
@@ -95,12 +106,16 @@ class Statements:
             "terms": names.terms,
             "ns": names.namespaces,
         }
-        self.lock_meta = sql.SQL("SELECT entries FROM {meta} FOR UPDATE").format(**f)
+        # Every write starts here: the lock, and the table's schema version, which a
+        # newer trio-recall may have migrated since this store opened.
+        self.lock_meta = sql.SQL(
+            "SELECT live_entries, schema_version FROM {meta} FOR UPDATE"
+        ).format(**f)
         # The write lock, and whether the table keeps a keyword index, read under the
         # lock that any switch of it takes (schema.ensure_schema), so a batch follows
         # the table.
         self.lock_meta_keyword = sql.SQL(
-            "SELECT entries, keyword_index FROM {meta} FOR UPDATE"
+            "SELECT live_entries, keyword_index, schema_version FROM {meta} FOR UPDATE"
         ).format(**f)
         # A batch's n sequence numbers, as one block: the last one (the first is
         # nextval's). Only writers draw from the sequence, under the meta row's lock, so
@@ -153,12 +168,13 @@ class Statements:
             + counted
         ).format(**f)
         self.update_meta = sql.SQL(
-            "UPDATE {meta} SET entries = entries + %s, evicted_entries = evicted_entries + %s, "
+            "UPDATE {meta} SET live_entries = live_entries + %s, "
+            "evicted_entries = evicted_entries + %s, "
             "zero_norm_entries = zero_norm_entries + %s, version = version + 1 "
-            "RETURNING entries, evicted_entries, zero_norm_entries, version"
+            "RETURNING live_entries, evicted_entries, zero_norm_entries, version"
         ).format(**f)
         self.read_counts = sql.SQL(
-            "SELECT entries, evicted_entries, zero_norm_entries, version FROM {meta}"
+            "SELECT live_entries, evicted_entries, zero_norm_entries, version FROM {meta}"
         ).format(**f)
         self.delete_in = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE id = ANY(%s) AND namespace = %s "
@@ -170,6 +186,11 @@ class Statements:
         clear = "WITH gone AS (DELETE FROM {table}{scope} " + gone + "), " + after + counted
         self.clear_all = sql.SQL(clear).format(scope=sql.SQL(""), **f)
         self.clear_in = sql.SQL(clear).format(scope=sql.SQL(" WHERE namespace = %s"), **f)
+
+    def _lock(self, conn: psycopg.Connection[Any]) -> None:
+        locked = conn.execute(self.lock_meta).fetchone()
+        assert locked is not None
+        _check_version(self.names, int(locked[1]))
 
     def _finish(
         self, conn: psycopg.Connection[Any], d_entries: int, d_evicted: int, d_zero: int
@@ -184,6 +205,7 @@ class Statements:
         """Replace the batch's live ids, insert it, evict the oldest past the cap."""
         locked = conn.execute(self.lock_meta_keyword).fetchone()
         assert locked is not None
+        _check_version(self.names, int(locked[2]))
         entries, keyword_index = int(locked[0]), bool(locked[1])
         n = len(p.vectors)
         seqs: list[int] = []
@@ -276,7 +298,7 @@ class Statements:
         storable: list[str],
         namespace: str | None,
     ) -> tuple[DeleteResult, Counts]:
-        conn.execute(self.lock_meta)
+        self._lock(conn)
         gone: dict[str, bool] = {}
         if storable and namespace is not None:
             rows = conn.execute(self.delete_in, (storable, namespace)).fetchall()
@@ -296,7 +318,7 @@ class Statements:
     def clear(
         self, conn: psycopg.Connection[Any], namespace: str | None
     ) -> tuple[Cleared, Counts]:
-        conn.execute(self.lock_meta)
+        self._lock(conn)
         if namespace is None:
             row = conn.execute(self.clear_all).fetchone()
         else:

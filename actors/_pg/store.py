@@ -389,9 +389,10 @@ async def open_pg_store(
 
     The first open of ``table`` creates it (and the pgvector extension if the role may),
     its ``<table>_meta`` row (schema version, dimensions, capacity, embedding profile and
-    the usage counters), its ``<table>_terms`` BM25 postings and its ``<table>_seq``
-    sequence. Later opens, from any process, check that the dimensions, ``max_entries``
-    and the embedding profile match. Leaving the block stops the actor and
+    the usage counters), its ``<table>_terms`` BM25 postings, its ``<table>_ns``
+    counts per namespace and its ``<table>_seq`` sequence. Later opens, from any
+    process, check that the dimensions, ``max_entries`` and the embedding profile
+    match. Leaving the block stops the actor and
     closes the pool; a request still queued is not applied and its caller gets
     ``trio.ClosedResourceError``. A commit already running finishes first.
 
