@@ -31,6 +31,7 @@ from protocol import (
 from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
+from ._precomputed import embedding_matrix
 from ._prepare import check_ids, check_name, turns_request
 from ._ranked import Ranked, RankedList
 
@@ -105,7 +106,11 @@ class StoreHandleBase(Generic[ActorT]):
         return result
 
     async def add_documents(
-        self, documents: Sequence[Document], namespace: str | None = None
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = None,
+        *,
+        embeddings: object = None,
     ) -> list[str]:
         """Store documents, all or nothing, and return their ids in input order.
 
@@ -114,14 +119,24 @@ class StoreHandleBase(Generic[ActorT]):
         live in the namespace replaces it (see :meth:`upsert`). ``namespace=None`` is the
         default namespace. Blocks and behaves on cancellation like :meth:`store_turns`.
 
+        ``embeddings``: the documents' precomputed embeddings as one 2-D array of real
+        numbers, row i for document i (a numpy array, or anything ``numpy.asarray``
+        takes), instead of ``Document(embedding=...)`` on each: the same stored vectors,
+        without a Python float per component, which is what a bulk load of precomputed
+        vectors spends most of its time on (benches/README.md, "pg at scale"). The
+        embedder is not called. The array is copied before this returns.
+
         Raises:
             EntryTooLarge: a document's text, ids and metadata are over
                 ``max_entry_bytes`` (``actors._prepare.document_bytes``).
-            ConfigError: not a list of Documents, or one id with two different contents.
-            EmbeddingError, EmbedderError: the batch could not be embedded.
+            ConfigError: not a list of Documents, one id with two different contents
+                (or rows), or ``embeddings`` beside a document's own embedding.
+            EmbeddingError, EmbedderError: the batch could not be embedded, or
+                ``embeddings`` is not a finite real matrix with one row per document of
+                the store's width.
             Poisoned: the actor has crashed.
         """
-        return await self.upsert(documents, namespace)
+        return await self.upsert(documents, namespace, embeddings=embeddings)
 
     async def add_texts(
         self,
@@ -129,12 +144,16 @@ class StoreHandleBase(Generic[ActorT]):
         metadatas: Sequence[dict[str, Any]] | None = None,
         ids: Sequence[str] | None = None,
         namespace: str | None = None,
+        *,
+        embeddings: object = None,
     ) -> list[str]:
         """Store plain texts as documents (:meth:`add_documents`), all or nothing.
 
         ``metadatas`` and ``ids``, when given, are lists as long as ``texts``: text i
         gets metadata i and id i. Without ids each document's id is its content hash
-        (``document_id``). Blocks and behaves on cancellation like :meth:`store_turns`.
+        (``document_id``). ``embeddings``, when given, is their precomputed embeddings
+        (see :meth:`add_documents`). Blocks and behaves on cancellation like
+        :meth:`store_turns`.
 
         Raises:
             ConfigError: ``texts``, ``metadatas`` or ``ids`` is not a list (a lone str is
@@ -161,24 +180,32 @@ class StoreHandleBase(Generic[ActorT]):
             )
             for i, text in enumerate(texts)
         ]
-        return await self.add_documents(documents, namespace)
+        return await self.add_documents(documents, namespace, embeddings=embeddings)
 
     async def upsert(
-        self, documents: Sequence[Document], namespace: str | None = None
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = None,
+        *,
+        embeddings: object = None,
     ) -> list[str]:
         """Store documents; the same id replaces the vector, text and metadata.
 
         A replaced document gets a new sequence number, so it counts as the newest entry
-        for FIFO eviction and for ties. Returns the ids in input order. Blocks, and
-        behaves on cancellation, like :meth:`store_turns`.
+        for FIFO eviction and for ties. Returns the ids in input order. ``embeddings``
+        as in :meth:`add_documents`. Blocks, and behaves on cancellation, like
+        :meth:`store_turns`.
         """
         if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
             raise ConfigError(
                 f"documents is a {type(documents).__name__}; expected a list of Document"
             )
         space = self._namespace(namespace)
+        matrix = embedding_matrix(embeddings, len(documents))
         with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
-        result = await self._request(UpsertDocuments(documents=with_ids, namespace=space))
+        result = await self._request(
+            UpsertDocuments(documents=with_ids, namespace=space, embeddings=matrix)
+        )
         assert isinstance(result, DocumentsUpserted)
         return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
 
@@ -346,7 +373,11 @@ class Store(Protocol):
     ) -> TurnsStored: ...
 
     async def add_documents(
-        self, documents: Sequence[Document], namespace: str | None = ...
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
     ) -> list[str]: ...
 
     async def add_texts(
@@ -355,6 +386,8 @@ class Store(Protocol):
         metadatas: Sequence[dict[str, Any]] | None = ...,
         ids: Sequence[str] | None = ...,
         namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
     ) -> list[str]: ...
 
     async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...

@@ -14,27 +14,38 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from protocol import EmbeddingError
 from protocol._documents import FLOAT64_MARKER, Document, msgpack_array_header
 
 from ._embedders import EmbedderAdapter, _real_type, as_matrix, as_vector
 
-__all__ = ["document_vectors"]
+__all__ = ["document_vectors", "embedding_matrix"]
 
 _MSGPACK = msgspec.msgpack.Encoder()
 
 
 async def document_vectors(
-    embedder: EmbedderAdapter, documents: Sequence[Document], dimensions: int
+    embedder: EmbedderAdapter,
+    documents: Sequence[Document],
+    dimensions: int,
+    *,
+    embeddings: npt.NDArray[np.float64] | None = None,
 ) -> object:
     """The batch's raw vectors, in order: the embedder's output when no document has
     an embedding (unchanged, so the store's fast paths still apply), else a float64
     ``[len(documents), dimensions]`` array.
 
+    ``embeddings`` is the documents' rows of the request's matrix
+    (``UpsertDocuments.embeddings``, as ``check_documents`` cut them): then the vectors
+    are those rows, checked, with no embedder call.
+
     Raises:
-        EmbeddingError: a precomputed embedding of the wrong width (nothing is embedded
-            then), or a bad vector from the embedder.
+        EmbeddingError: a precomputed embedding of the wrong width or not finite
+            (nothing is embedded then), or a bad vector from the embedder.
         EmbedderError: the embedder failed.
     """
+    if embeddings is not None:
+        return _checked_rows(embeddings, dimensions)
     missing = [i for i, d in enumerate(documents) if d.embedding is None]
     if len(missing) == len(documents):
         return await embedder.documents([d.text for d in documents])
@@ -52,6 +63,23 @@ async def document_vectors(
         raw = await embedder.documents([documents[i].text for i in missing])
         out[missing] = as_matrix(raw, len(missing), dimensions)
     return out
+
+
+def _checked_rows(matrix: npt.NDArray[np.float64], dimensions: int) -> npt.NDArray[np.float64]:
+    """The batch's rows of ``embeddings=``, of the store's width and finite."""
+    if matrix.shape[1] != dimensions:
+        raise EmbeddingError(
+            f"embeddings have {matrix.shape[1]} columns; this store takes {dimensions} "
+            "(dimensions)"
+        )
+    finite = np.isfinite(matrix).all(axis=1)
+    if not bool(finite.all()):
+        bad = int(np.flatnonzero(~finite)[0])
+        raise EmbeddingError(
+            f"embeddings row {bad} of the stored batch holds a NaN or an infinity; "
+            "expected finite numbers"
+        )
+    return matrix
 
 
 def _all_at_once(documents: Sequence[Document], dimensions: int) -> npt.NDArray[np.float64] | None:
@@ -107,3 +135,47 @@ def _float_matrix(rows: list[list[float]], dimensions: int) -> npt.NDArray[np.fl
     big = np.ndarray(shape, dtype=">f8", buffer=encoded, offset=first + 1, strides=strides)
     matrix = big.astype(np.float64)
     return matrix if bool(np.isfinite(matrix).all()) else None
+
+
+def embedding_matrix(value: object, count: int) -> bytes | None:
+    """``add_documents(..., embeddings=value)`` for ``count`` documents as
+    ``UpsertDocuments.embeddings`` (a C-ordered float64 matrix's bytes), or None.
+
+    Raises:
+        EmbeddingError: not a 2-D array of real numbers with ``count`` rows, or a
+            component that is not finite.
+    """
+    if value is None:
+        return None
+    if isinstance(value, np.ma.MaskedArray):
+        raise EmbeddingError(
+            "embeddings is a masked array; expected a plain array: fill the masked "
+            "components first (.filled())"
+        )
+    if isinstance(value, str | bytes):
+        raise EmbeddingError(f"embeddings is a {type(value).__name__}; expected a 2-D array")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise EmbeddingError(
+            f"embeddings is a {type(value).__name__} numpy cannot read as an array "
+            f"({error}); expected a 2-D array of real numbers"
+        ) from None
+    if array.dtype.kind not in ("f", "i", "u") or array.dtype.itemsize > 8:
+        raise EmbeddingError(
+            f"embeddings have dtype {array.dtype} and shape {array.shape}; expected real "
+            "numbers (a float or int dtype of at most 64 bits)"
+        )
+    if array.ndim != 2 or array.shape[0] != count:
+        raise EmbeddingError(
+            f"embeddings have shape {array.shape} for {count} documents; expected one "
+            "row per document (a 2-D array)"
+        )
+    matrix = np.ascontiguousarray(array, dtype=np.float64)
+    finite = np.isfinite(matrix).all(axis=1)
+    if not bool(finite.all()):
+        bad = int(np.flatnonzero(~finite)[0])
+        raise EmbeddingError(
+            f"embeddings row {bad} holds a NaN or an infinity; expected finite numbers"
+        )
+    return matrix.tobytes()

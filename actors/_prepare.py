@@ -28,7 +28,7 @@ The memory an in-memory store holds is then bounded as ``actors._arena`` says
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -578,12 +578,15 @@ class DocumentBatch:
         survivors: the newest ``max_entries`` of them (a longer batch drops its head).
         dropped: how many the head lost.
         metadata_json: each survivor's metadata as compact JSON (``b""`` for ``{}``).
+        embeddings: the survivors' rows of the request's ``embeddings`` (float64, a
+            copy), or None when it has none.
     """
 
     unique: list[Document]
     survivors: list[Document]
     dropped: int
     metadata_json: list[bytes] = attrs.field(factory=list)
+    embeddings: npt.NDArray[np.float64] | None = None
 
 
 def check_documents(
@@ -599,6 +602,8 @@ def check_documents(
     """
     unique: dict[str, Document] = {}
     metas: dict[str, bytes] = {}
+    first: dict[str, int] = {}
+    row_of = _embedding_rows(request)
     for i, document in enumerate(request.documents):
         if not isinstance(document, Document):
             raise ConfigError(
@@ -613,13 +618,16 @@ def check_documents(
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
         seen = unique.get(document.id)
-        if seen is not None and seen != document:
+        if seen is not None and (
+            seen != document or (row_of is not None and row_of(first[document.id]) != row_of(i))
+        ):
             raise ConfigError(
                 f"document id {document.id!r} appears twice in the batch with different "
                 "content; expected one version per id"
             )
         unique[document.id] = document
         metas[document.id] = meta
+        first.setdefault(document.id, i)
     documents = list(unique.values())
     head = len(documents) - min(len(documents), max_entries)
     survivors = documents[head:]
@@ -628,7 +636,37 @@ def check_documents(
         survivors=survivors,
         dropped=head,
         metadata_json=[metas[d.id] for d in survivors if d.id is not None],
+        embeddings=None
+        if request.embeddings is None or not request.documents
+        else np.frombuffer(request.embeddings, dtype=np.float64).reshape(
+            len(request.documents), -1
+        )[[first[d.id] for d in survivors if d.id is not None]],
     )
+
+
+def _embedding_rows(request: UpsertDocuments) -> Callable[[int], bytes] | None:
+    """Row i of the request's ``embeddings`` as bytes, or None without them; refuses
+    ``embeddings`` that are not whole float64 rows, one per document, or a document
+    that carries its own embedding beside them."""
+    data = request.embeddings
+    if data is None:
+        return None
+    count = len(request.documents)
+    whole = isinstance(data, bytes) and (len(data) % (8 * count) == 0 if count else not data)
+    if not whole:
+        got = f"{len(data)} bytes" if isinstance(data, bytes) else f"a {type(data).__name__}"
+        raise ConfigError(
+            f"embeddings are {got} for {count} documents; expected the bytes of a "
+            "C-ordered float64 array with one row per document"
+        )
+    for i, document in enumerate(request.documents):
+        if isinstance(document, Document) and document.embedding is not None:
+            raise ConfigError(
+                f"document {i} of the batch has its own embedding and embeddings were "
+                "given for the batch; pass one or the other"
+            )
+    size = len(data) // count if count else 0
+    return lambda i: data[i * size : (i + 1) * size]
 
 
 def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tuple[None, None]:

@@ -339,7 +339,9 @@ class _StoreActor(CrashableActor):
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
-        raw = await document_vectors(self.embedder, survivors, self.config.dimensions)
+        raw = await document_vectors(
+            self.embedder, survivors, self.config.dimensions, embeddings=batch.embeddings
+        )
         vectors, scale, zero = checked_rows(raw, keep, self.config.dimensions)
         sparse = await self._embed_sparse(texts)
         return _Prepared(

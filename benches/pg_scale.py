@@ -363,6 +363,8 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         "bench_breakdown",
         "bench_breakdown_nokw",
         "bench_nokw",
+        "bench_matrix",
+        "bench_matrix_nokw",
     ):
         for suffix in ("_terms", "_ns", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
@@ -390,6 +392,8 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     ingest: dict[str, list[float]] = {
         "add_documents": [],
         "add_documents_no_keyword_index": [],
+        "add_documents_matrix": [],
+        "add_documents_matrix_no_keyword_index": [],
         "store_turns": [],
         "copy": [],
         "copy_store_schema": [],
@@ -409,6 +413,10 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             table="bench_turns",
         ) as turns_store,
         open_pg_store(dsn, config, lookup, table="bench_nokw", keyword_index=False) as nokw,
+        open_pg_store(dsn, config, lookup, table="bench_matrix") as matrix,
+        open_pg_store(
+            dsn, config, lookup, table="bench_matrix_nokw", keyword_index=False
+        ) as matrix_nokw,
     ):
         rounds = max(1, n // args.round_rows)
         per_round = n // rounds
@@ -425,6 +433,15 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                     for i in range(s, e)
                 ]
                 await target.add_documents(batch)
+
+        async def matrix_round(r: int, target: Any) -> None:
+            # The documents without a vector each, and the batch's rows as one array.
+            for s in range(r * per_round, (r + 1) * per_round, BATCH):
+                e = min(s + BATCH, (r + 1) * per_round)
+                batch = [
+                    Document(text=texts[i], id=ids[i], metadata=metas[i]) for i in range(s, e)
+                ]
+                await target.add_documents(batch, embeddings=vectors[s:e])
 
         async def turns_round(r: int) -> None:
             start = r * turns_per_round
@@ -443,6 +460,11 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         work: dict[str, tuple[Callable[[int], Any], int]] = {
             "add_documents": (docs_round, per_round),
             "add_documents_no_keyword_index": (lambda r: docs_round(r, nokw), per_round),
+            "add_documents_matrix": (lambda r: matrix_round(r, matrix), per_round),
+            "add_documents_matrix_no_keyword_index": (
+                lambda r: matrix_round(r, matrix_nokw),
+                per_round,
+            ),
             "store_turns": (turns_round, turns_per_round),
             "copy": (copy_round, per_round),
             "copy_store_schema": (
@@ -494,6 +516,8 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         for name in (
             "add_documents",
             "add_documents_no_keyword_index",
+            "add_documents_matrix",
+            "add_documents_matrix_no_keyword_index",
             "store_turns",
             "copy_store_schema",
         ):

@@ -61,10 +61,17 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
 
 class UpsertDocuments(Msg, frozen=True, kw_only=True, tag="upsert_documents"):
     """Store documents, all or nothing; a document whose id is live in the namespace is
-    replaced (new vector, text and metadata, and a new sequence number)."""
+    replaced (new vector, text and metadata, and a new sequence number).
+
+    ``embeddings``: the documents' precomputed embeddings as one matrix, row i for
+    document i, in the bytes of a C-ordered float64 array of ``len(documents)`` rows
+    (what ``add_documents(..., embeddings=)`` sends: no Python float per component), or
+    None. With it, no document may carry its own ``embedding``.
+    """
 
     documents: list[Document]
     namespace: str = DEFAULT_NAMESPACE
+    embeddings: bytes | None = None
 
 
 class Delete(Msg, frozen=True, kw_only=True, tag="delete"):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -12,7 +12,13 @@ import msgspec
 import numpy as np
 import pytest
 import trio
-from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
+from pg_support import (  # noqa: F401 (pg_dsn and pg_table are fixtures)
+    drop_table,
+    new_table_name,
+    pg_dsn,
+    pg_store_opener,
+    pg_table,
+)
 
 from actors import (
     CachedEmbedder,
@@ -56,13 +62,23 @@ class CountingEmbedder(HashingEmbedder):
 
 
 @pytest.fixture(params=["memory", "pg"])
-def backend(request: pytest.FixtureRequest) -> Any:
+def backend(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An opener of the backend's store; ``.twin``, where there is one, opens a second
+    store of the same kind (pg: on a table of its own, dropped afterwards)."""
     if request.param == "memory":
-        return lambda embedder: open_store(CONFIG, embedder)
+        yield lambda embedder: open_store(CONFIG, embedder)
+        return
     dsn = request.getfixturevalue("pg_dsn")
     table = request.getfixturevalue("pg_table")
     opener = pg_store_opener()
-    return lambda embedder: opener(dsn, CONFIG, embedder, table=table)
+    twin = new_table_name()
+
+    def open_pg(embedder: object, table: str = table) -> Any:
+        return opener(dsn, CONFIG, embedder, table=table)
+
+    open_pg.twin = lambda embedder: open_pg(embedder, twin)  # type: ignore[attr-defined]
+    yield open_pg
+    drop_table(dsn, twin)
 
 
 @asynccontextmanager
@@ -119,6 +135,86 @@ def test_document_embedding_is_checked_like_any_vector() -> None:
     ]:
         with pytest.raises(EmbeddingError, match=needle):
             Document(text="x", embedding=bad)  # type: ignore[arg-type]
+
+
+# --- add_documents(..., embeddings=matrix) -------------------------------------------------
+
+
+def _rows(count: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, DIM)).astype(np.float32)
+
+
+async def _stored(store: Any, query: np.ndarray) -> list[tuple[str, float]]:
+    report = await store.retrieve_embedding(query, 10)
+    return [(t.id, t.score) for t in report.turns]
+
+
+async def test_a_matrix_of_embeddings_stores_what_documents_would(backend: Any) -> None:
+    """``add_documents(docs, embeddings=m)``, ``upsert`` and ``add_texts`` store the very
+    vectors that ``Document(embedding=m[i])`` would, without calling the embedder; an
+    id given twice keeps one entry, and the same id with other rows is refused."""
+    embedder = CountingEmbedder(DIM)
+    m = _rows(6)
+    texts = [f"text {i}" for i in range(6)]
+    with trio.fail_after(30):
+        async with opened(backend, embedder) as a, opened(backend_twin(backend), embedder) as b:
+            ids = await a.add_documents(
+                [Document(text=t, id=f"d{i}") for i, t in enumerate(texts[:4])], embeddings=m[:4]
+            )
+            await b.add_documents(
+                [Document(text=t, id=f"d{i}", embedding=m[i]) for i, t in enumerate(texts[:4])]
+            )
+            assert ids == [f"d{i}" for i in range(4)]
+            await a.add_texts(texts[4:], ids=["d4", "d5"], embeddings=m[4:].tolist())
+            await b.add_texts(texts[4:], ids=["d4", "d5"])
+            await b.upsert(
+                [
+                    Document(text=t, id=f"d{i + 4}", embedding=m[i + 4])
+                    for i, t in enumerate(texts[4:])
+                ]
+            )
+            assert embedder.batches == [texts[4:]]  # b's add_texts only
+            for q in _rows(3, seed=1):
+                assert await _stored(a, q) == await _stored(b, q)
+            # Duplicates: the same id and the same row is one entry; other rows refused.
+            twice = [Document(text="x", id="x"), Document(text="x", id="x")]
+            await a.upsert(twice, embeddings=np.stack([m[0], m[0]]))
+            assert len(a) == 7
+            with pytest.raises(ConfigError, match="appears twice in the batch"):
+                await a.upsert(twice, embeddings=m[:2])
+
+
+async def test_bad_embedding_matrices_change_nothing(backend: Any) -> None:
+    embedder = CountingEmbedder(DIM)
+    docs = [Document(text="a", id="a"), Document(text="b", id="b")]
+    good = _rows(2)
+    nan = good.copy()
+    nan[1, 3] = np.nan
+    cases: list[tuple[object, type[Exception], str]] = [
+        (good[:1], EmbeddingError, r"shape \(1, 16\) for 2 documents"),
+        (good[:, :-1], EmbeddingError, f"15 columns; this store takes {DIM}"),
+        (good.reshape(-1), EmbeddingError, r"shape \(32,\)"),
+        (nan, EmbeddingError, "row 1 holds a NaN or an infinity"),
+        (good.astype(np.complex64), EmbeddingError, "dtype complex64"),
+        (np.ma.masked_array(good), EmbeddingError, "masked array"),
+        ("1.0", EmbeddingError, "embeddings is a str"),
+        ([[1.0] * DIM, [1.0] * (DIM - 1)], EmbeddingError, "embeddings"),
+    ]
+    with trio.fail_after(30):
+        async with opened(backend, embedder) as store:
+            for bad, error, needle in cases:
+                with pytest.raises(error, match=needle):
+                    await store.add_documents(docs, embeddings=bad)
+            with pytest.raises(ConfigError, match="has its own embedding"):
+                await store.add_documents(
+                    [docs[0], Document(text="c", embedding=good[0])], embeddings=good
+                )
+            assert embedder.batches == [] and store.is_empty()
+
+
+def backend_twin(backend: Any) -> Any:
+    """A second store like ``backend``'s (pg: on a table of its own)."""
+    return getattr(backend, "twin", backend)
 
 
 # --- index(force_update=..., key_encoder=...) ------------------------------------------------

@@ -142,7 +142,9 @@ async def prepare_documents(
     keep = len(survivors)
     jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
     texts = [d.text for d in survivors]
-    raw = await document_vectors(embedder, survivors, config.dimensions)
+    raw = await document_vectors(
+        embedder, survivors, config.dimensions, embeddings=batch.embeddings
+    )
     vectors, zero = _binary(raw, keep, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index)
     return PreparedEntries(
