@@ -32,7 +32,13 @@ try:
     from psycopg import sql
 
     from actors._pg import reads as reads_module
-    from actors._pg.reads import HNSW_CANDIDATES, HNSW_SETTINGS, parse_vector
+    from actors._pg.reads import (
+        DEFAULT_EF_SEARCH,
+        HNSW_CANDIDATES,
+        HNSW_FILTERED_EF_SEARCH,
+        HNSW_SETTINGS,
+        parse_vector,
+    )
     from actors._pg.store import open_pg_store
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     if os.environ.get(REQUIRED_ENV) == "1":
@@ -258,8 +264,13 @@ async def test_hnsw_reads_run_with_the_documented_settings(
             # entries asks the index for HNSW_CANDIDATES and keeps the best k by exact
             # distance: the first k of a read of HNSW_CANDIDATES, under a filter too.
             assert store._actor.reads.fetch(5) == 5
+            reads = store._actor.reads
+            assert reads.ef_search(5, filtered=True) == reads.ef_search(5) == DEFAULT_EF_SEARCH
             monkeypatch.setattr(reads_module, "HNSW_FETCH_FROM", len(store) - 1)
             assert store._actor.reads.fetch(5) == HNSW_CANDIDATES
+            # And a filtered read there takes the longer candidate list.
+            assert reads.ef_search(5, filtered=True) == HNSW_FILTERED_EF_SEARCH
+            assert reads.ef_search(5) == DEFAULT_EF_SEARCH
             for flt in (None, even):
                 request = SearchRequest(vector=query, k=HNSW_CANDIDATES, filter=flt)
                 wide = [(h.document.id, h.score) for h in await store.search(request)]
@@ -281,6 +292,7 @@ async def test_hnsw_reads_run_with_the_documented_settings(
 async def test_ef_search_sets_the_candidate_list_of_every_connection(
     pg_dsn: str,  # noqa: F811
     pg_table: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(4)
     with trio.fail_after(TIMEOUT):
@@ -289,6 +301,10 @@ async def test_ef_search_sets_the_candidate_list_of_every_connection(
         ) as store:
             await store.add_documents(docs(0, 300, rng))
             assert await shown_settings(store, ["hnsw.ef_search"]) == ["20"]
+            # The store's own ef_search serves filtered reads on a big table too.
+            monkeypatch.setattr(reads_module, "HNSW_FETCH_FROM", len(store) - 1)
+            assert store._actor.reads.ef_search(5, filtered=True) == HNSW_CANDIDATES
+            monkeypatch.undo()
             # Reads still fetch HNSW_CANDIDATES (the list grows to it for them), and a
             # read deeper than that gets as many hits as it asks for.
             query = rng.standard_normal(DIM)

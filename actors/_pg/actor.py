@@ -50,7 +50,7 @@ from .._prepare import clamp_k
 from .._ranked import Ranked
 from .._store_hooks import check_query_profile, checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
-from .reads import DEFAULT_EF_SEARCH, Reads
+from .reads import Reads
 from .schema import (
     Names,
     check_pg_text,
@@ -99,7 +99,7 @@ class _PgStoreActor(CrashableActor):
         acquire_timeout: float,
         counts: Counts,
         hnsw: bool = False,
-        ef_search: int = DEFAULT_EF_SEARCH,
+        ef_search: int | None = None,
         keyword_index: bool = True,
         profile: EmbeddingProfile | None = None,
         embed_timeout: float | None = None,

@@ -143,6 +143,14 @@ HNSW_SETTINGS: dict[str, str] = {
 #: ef_search's first candidate list, so they cost only their transfer.
 HNSW_CANDIDATES = 64
 HNSW_FETCH_FROM = 250_000
+#: ``hnsw.ef_search`` of a read with a metadata filter on a table of more than
+#: :data:`HNSW_FETCH_FROM` entries, unless the store was opened with its own
+#: ``ef_search``. At 1M entries and a 1% filter, two builds of the index gave recall@10
+#: 0.953 and 0.948 at 400 (so the target sat on the noise of the build), 0.955 at 800
+#: and 0.963 at 1000, all at about the same time (150 ms: the iterative scan, not the
+#: list, is what a selective filter costs). Unfiltered reads keep the base: there 1000
+#: would cost 4x for 0.99 against 0.98.
+HNSW_FILTERED_EF_SEARCH = 1000
 
 
 def hnsw_settings(ef_search: int) -> dict[str, str]:
@@ -154,11 +162,13 @@ def hnsw_settings(ef_search: int) -> dict[str, str]:
 class Reads:
     """The read statements of one table. ``hnsw``: rank through the approximate index."""
 
-    def __init__(self, names: Names, *, hnsw: bool, ef_search: int = DEFAULT_EF_SEARCH) -> None:
+    def __init__(self, names: Names, *, hnsw: bool, ef_search: int | None = None) -> None:
         self.names = names
         self.hnsw = hnsw
-        # What each pooled connection holds (``hnsw_settings``).
-        self.base_ef_search = ef_search
+        # What each pooled connection holds (``hnsw_settings``), and what a filtered
+        # read on a big table takes: the store's own ef_search, if it was given one.
+        self.base_ef_search = DEFAULT_EF_SEARCH if ef_search is None else ef_search
+        self.filtered_ef_search = HNSW_FILTERED_EF_SEARCH if ef_search is None else ef_search
         # The table's live entries as last seen (the actor keeps it: ``observe``).
         self.table_entries = 0
         f = {
@@ -246,19 +256,24 @@ class Reads:
             return max(k, HNSW_CANDIDATES)
         return k
 
-    def ef_search(self, k: int) -> int:
+    def ef_search(self, k: int, *, filtered: bool = False) -> int:
         """``hnsw.ef_search`` for a read of ``k``: the candidate list is never shorter
         than what the read fetches (pgvector returns at most ef_search rows per scan
-        iteration), and pgvector caps it at 1000."""
-        return min(max(self.base_ef_search, self.fetch(k)), 1000)
+        iteration), a filtered read on a big table takes
+        :data:`HNSW_FILTERED_EF_SEARCH`, and pgvector caps it at 1000."""
+        base = self.base_ef_search
+        if filtered and self.table_entries > HNSW_FETCH_FROM:
+            base = self.filtered_ef_search
+        return min(max(base, self.fetch(k)), 1000)
 
-    def _approximate(self, conn: psycopg.Connection[Any], k: int) -> None:
-        # The connection already holds HNSW_SETTINGS; only a read deeper than their
-        # ef_search pays a round trip to raise it, for its transaction only.
-        if self.hnsw and self.ef_search(k) > self.base_ef_search:
-            conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)", (str(self.ef_search(k)),)
-            )
+    def _approximate(
+        self, conn: psycopg.Connection[Any], k: int, *, filtered: bool = False
+    ) -> None:
+        # The connection already holds HNSW_SETTINGS; only a read that needs a longer
+        # list pays a round trip to raise it, for its transaction only.
+        ef = self.ef_search(k, filtered=filtered)
+        if self.hnsw and ef > self.base_ef_search:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
 
     def retrieve(
         self, conn: psycopg.Connection[Any], query: str, k: int, namespace: str | None
@@ -326,7 +341,7 @@ class Reads:
     ) -> list[tuple[DocRow, float, npt.NDArray[np.float32] | None]]:
         """The exact top ``depth`` in ``namespace`` that pass the filter: each hit's row,
         its cosine similarity and, with ``vectors``, its stored vector."""
-        self._approximate(conn, depth)
+        self._approximate(conn, depth, filtered=not where.unfiltered)
         statement = sql.SQL(self._dense).format(
             cols=sql.SQL(_DOC_COLUMNS),
             table=self.names.table,
