@@ -137,9 +137,9 @@ class Statements:
         # It also takes them out of their namespaces' counts (T_ns): a namespace's row
         # goes with its last entry, so the table does not grow with namespaces gone.
         gone = "RETURNING seq, zero_norm, namespace, doc_len"
+        postings = "postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)), "
         after = (
-            "postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)), "
-            "per AS (SELECT namespace, count(*) AS n, sum(doc_len) AS len FROM gone "
+            postings + "per AS (SELECT namespace, count(*) AS n, sum(doc_len) AS len FROM gone "
             "GROUP BY namespace), "
             "kept AS (UPDATE {ns} s SET entries = s.entries - per.n, "
             "total_len = s.total_len - per.len FROM per "
@@ -153,8 +153,9 @@ class Statements:
         self.replace = sql.SQL(
             "WITH gone AS (DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s) "
             + gone
-            + "), postings AS (DELETE FROM {terms} WHERE seq IN (SELECT seq FROM gone)), "
-            "counted AS (INSERT INTO {ns} AS s (namespace, entries, total_len) "
+            + "), "
+            + postings
+            + "counted AS (INSERT INTO {ns} AS s (namespace, entries, total_len) "
             "SELECT %s, %s - count(*), %s - coalesce(sum(doc_len), 0) FROM gone "
             "ON CONFLICT (namespace) DO UPDATE SET entries = s.entries + excluded.entries, "
             "total_len = s.total_len + excluded.total_len) " + counted
