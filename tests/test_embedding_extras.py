@@ -212,6 +212,24 @@ async def test_bad_embedding_matrices_change_nothing(backend: Any) -> None:
             assert embedder.batches == [] and store.is_empty()
 
 
+async def test_documents_loaded_with_a_matrix_are_what_a_memory_recalls(backend: Any) -> None:
+    """The user's path: a memory over a store bulk-loaded with ``embeddings=`` recalls
+    those documents by their vectors and their words (hybrid recall, the default)."""
+    embedder = HashingEmbedder(DIM)
+    texts = ["the owl sits in the old oak", "a red kite over the hill", "fresh bread at dawn"]
+    matrix = np.stack([embedder.embed(t) for t in texts])
+    with trio.fail_after(30):
+        async with opened(backend, embedder) as store, open_memory(store=store) as memory:
+            ids = await store.add_documents(
+                [Document(text=t, id=f"m{i}") for i, t in enumerate(texts)],
+                namespace=memory.config.namespace,
+                embeddings=matrix,
+            )
+            for i, query in enumerate(["owl oak", "red kite", "bread dawn"]):
+                report = await memory.retrieve(query)
+                assert [t.id for t in report.turns][:1] == [ids[i]]
+
+
 def backend_twin(backend: Any) -> Any:
     """A second store like ``backend``'s (pg: on a table of its own)."""
     return getattr(backend, "twin", backend)

@@ -510,3 +510,33 @@ async def test_an_open_that_waits_past_its_timeout_on_a_migration_says_so(
         holder.execute("ROLLBACK")
     message = str(caught.value)
     assert repr(pg_table) in message and "being set up by another process" in message
+
+
+async def test_a_memory_over_an_older_table_recalls_after_the_migration(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """The user's path after an upgrade: ``open_memory`` over a store whose table an
+    older trio-recall made migrates it on open, then hybrid recall (the default) finds
+    what it found before, and new turns are counted in ``T_ns``."""
+    embedder = HashingEmbedder(DIM)
+    config = MemoryConfig(namespace="mem")
+    queries = ["owl tree", "fish rock", "cat"]
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store,
+            open_memory(store=store, memory=config) as memory,
+        ):
+            for text in ("the owl sits in the tree", "a fish under the rock", "the cat"):
+                await memory.remember(text)
+            before = [[t.id for t in (await memory.retrieve(q)).turns] for q in queries]
+        _make_version(pg_dsn, pg_table, 3)
+        async with (
+            open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store,
+            open_memory(store=store, memory=config) as memory,
+        ):
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 4
+            after = [[t.id for t in (await memory.retrieve(q)).turns] for q in queries]
+            assert after == before and all(after)
+            await memory.remember("an owl again")
+            assert namespace_counts(pg_dsn, pg_table)["mem"][0] == 4
