@@ -72,14 +72,17 @@ def _checked_rows(matrix: npt.NDArray[np.float64], dimensions: int) -> npt.NDArr
             f"embeddings have {matrix.shape[1]} columns; this store takes {dimensions} "
             "(dimensions)"
         )
+    _refuse_non_finite(matrix, " of the stored batch")
+    return matrix
+
+
+def _refuse_non_finite(matrix: npt.NDArray[np.float64], where: str) -> None:
     finite = np.isfinite(matrix).all(axis=1)
     if not bool(finite.all()):
         bad = int(np.flatnonzero(~finite)[0])
         raise EmbeddingError(
-            f"embeddings row {bad} of the stored batch holds a NaN or an infinity; "
-            "expected finite numbers"
+            f"embeddings row {bad}{where} holds a NaN or an infinity; expected finite numbers"
         )
-    return matrix
 
 
 def _all_at_once(documents: Sequence[Document], dimensions: int) -> npt.NDArray[np.float64] | None:
@@ -172,10 +175,5 @@ def embedding_matrix(value: object, count: int) -> bytes | None:
             "row per document (a 2-D array)"
         )
     matrix = np.ascontiguousarray(array, dtype=np.float64)
-    finite = np.isfinite(matrix).all(axis=1)
-    if not bool(finite.all()):
-        bad = int(np.flatnonzero(~finite)[0])
-        raise EmbeddingError(
-            f"embeddings row {bad} holds a NaN or an infinity; expected finite numbers"
-        )
+    _refuse_non_finite(matrix, "")
     return matrix.tobytes()

@@ -627,7 +627,8 @@ def check_documents(
             )
         unique[document.id] = document
         metas[document.id] = meta
-        first.setdefault(document.id, i)
+        if row_of is not None:
+            first.setdefault(document.id, i)
     documents = list(unique.values())
     head = len(documents) - min(len(documents), max_entries)
     survivors = documents[head:]
