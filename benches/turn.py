@@ -32,7 +32,13 @@ their own ``put`` and ``add_texts`` produce, without embedding.
 (``embed_with_report``, which the store calls for documents and queries, for ours;
 the LangChain ``Embeddings`` adapter's
 methods for theirs); "the rest" is the turn's wall time minus that. Contenders are
-interleaved round-robin, one turn each per round, in an order shuffled every round.
+interleaved round-robin, one turn each per round, in an order shuffled every round,
+back to back unless ``--pause`` puts a sleep between turns (where a real dispatcher
+waits on the model). Both have an effect on this machine (``benches/README.md``): back
+to back, a turn right after a two-thread BLAS call shares a core with OpenBLAS's worker
+while it spin-waits (up to about 0.1 s), which slowed our embedder's calls up to 1.6×
+at 100k entries; after a pause of 0.2 s every contender's embedder calls ran about 1.8×
+slower, at every size.
 Writes ``benches/results/turn.json`` and ``benches/results/turn.png``.
 """
 
@@ -248,6 +254,7 @@ async def bench_size(
     turns: int,
     slow_turns: int,
     skip: set[str],
+    pause: float,
 ) -> dict[str, Any]:
     from langchain_core.vectorstores import InMemoryVectorStore
     from langgraph.store.base import PutOp
@@ -402,7 +409,7 @@ async def bench_size(
         gc.collect()
         gc.freeze()
         try:
-            samples = await interleave(contenders, clock)
+            samples = await interleave(contenders, clock, pause)
         finally:
             gc.unfreeze()
     out["stages"] = {
@@ -413,10 +420,12 @@ async def bench_size(
 
 
 async def interleave(
-    contenders: dict[str, tuple[Turn, int]], clock: EmbedClock
+    contenders: dict[str, tuple[Turn, int]], clock: EmbedClock, pause: float
 ) -> dict[str, dict[str, list[float]]]:
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in contenders}
     for name, t in schedule({name: reps for name, (_, reps) in contenders.items()}):
+        if pause:  # outside the timed turn: the model's latency
+            await trio.sleep(pause)
         clock.take()
         sample = await contenders[name][0](t)
         spent = clock.take()
@@ -551,13 +560,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model = MiniLMEmbedder()
     clock = EmbedClock()
     clock_model(model, clock)
-    results: dict[str, Any] = {"machine": machine(), "k": K, "sizes": []}
+    results: dict[str, Any] = {"machine": machine(), "k": K, "pause": args.pause, "sizes": []}
     turns = 6 if args.quick else args.turns
     for n in args.sizes:
         slow = max(2, turns // 4) if n >= 100_000 else max(3, turns // 2)
         print(f"... {n} entries", file=sys.stderr, flush=True)
         results["sizes"].append(
-            await bench_size(n, model, clock, texts, vectors, turns, slow, set(args.skip))
+            await bench_size(
+                n, model, clock, texts, vectors, turns, slow, set(args.skip), args.pause
+            )
         )
     results["load_average_end"] = os.getloadavg()
     return results
@@ -578,6 +589,9 @@ def main(argv: list[str] | None = None) -> None:
         "--sizes", default=",".join(map(str, SIZES)), help="comma-separated entry counts"
     )
     parser.add_argument("--skip", action="append", default=[], choices=["langchain", "langgraph"])
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="seconds between turns (the model's latency)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.sizes = [int(x) for x in args.sizes.split(",")]
