@@ -255,6 +255,7 @@ async def bench_size(
     slow_turns: int,
     skip: set[str],
     pause: float,
+    profile_turns: int,
 ) -> dict[str, Any]:
     from langchain_core.vectorstores import InMemoryVectorStore
     from langgraph.store.base import PutOp
@@ -264,7 +265,7 @@ async def bench_size(
     conversation = texts  # the turns of each request, in order
     system = UnifiedMessage.system("You are a helpful assistant with a long memory.")
     dims = table.shape[1]
-    capacity = n + 2 * (turns + slow_turns + 8) + 64
+    capacity = n + 2 * (turns + slow_turns + 8 + profile_turns) + 64
     config = VectorStoreConfig(max_entries=capacity, dimensions=dims, max_entry_bytes=8192)
     memory_config = MemoryConfig(strategies=[Offload(turns=2)])
     out: dict[str, Any] = {"entries": n}
@@ -410,6 +411,8 @@ async def bench_size(
         gc.freeze()
         try:
             samples = await interleave(contenders, clock, pause)
+            if profile_turns:
+                out["profile"] = await profiled(ours, turns, profile_turns)
         finally:
             gc.unfreeze()
     out["stages"] = {
@@ -443,6 +446,54 @@ async def interleave(
         for key, value in sample.items():
             samples[name].setdefault(key, []).append(value)
     return samples
+
+
+# Where a turn's time goes on the trio thread: (label, file, function). The embedder's
+# calls and the scans that run in worker threads are not on it, so they show only as
+# the time their caller waits, which cProfile does not count.
+PARTS = (
+    ("compaction (the offload)", "actors/_compaction.py", "compress"),
+    ("  the store's write", "actors/_store_actor.py", "_handle"),
+    ("hybrid recall", "actors/_recall.py", "hybrid"),
+    ("  BM25 list", "actors/_store.py", "_bm25_ranked"),
+    ("  dense list (the scan inline)", "actors/_store.py", "_dense_ranked"),
+    ("  fusion", "actors/_fusion.py", "fuse_hybrid"),
+    ("  focus", "actors/_recall.py", "focus"),
+    ("  entity links", "actors/_recall.py", "links"),
+    ("  the top k as turns", "actors/_store.py", "_turns"),
+    ("injection", "actors/_injection.py", "inject"),
+)
+ALL = "all on the trio thread"
+
+
+async def profiled(ours: Turn, start: int, count: int) -> dict[str, float]:
+    """Seconds per turn of each of ``PARTS`` over ``count`` more turns of ours, under
+    cProfile (which inflates Python's share: read the parts against each other)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        for t in range(start, start + count):
+            await ours(t)
+    finally:
+        profiler.disable()
+    # Each function's row: (calls, primitive calls, own time, cumulative time, callers).
+    table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats
+    # Less trio's waits for I/O and threads (epoll), where the trio thread is idle.
+    busy = (row[2] for (_, _, name), row in table.items() if "epoll" not in name)
+    spent = {ALL: sum(busy) / count}
+    for label, file, function in PARTS:
+        spent[label] = (
+            sum(
+                row[3]
+                for (path, _, name), row in table.items()
+                if name == function and path.replace(os.sep, "/").endswith(file)
+            )
+            / count
+        )
+    return spent
 
 
 # --- report -----------------------------------------------------------------------------
@@ -480,6 +531,11 @@ def report(results: dict[str, Any]) -> list[str]:
                     value = f"{s['p50'] * 1e3:9.3f} {s['p90'] * 1e3:9.3f}"
                 lines.append(f"{size['entries']:>8} {name:<30} {key:<20} {value}")
         lines.append("")
+    for size in results["sizes"]:
+        if "profile" in size:
+            lines.append(f"{size['entries']:>8} ours, profiled (cProfile, ms per turn)")
+            lines += [f"{'':>8} {k:<40} {v * 1e3:9.3f}" for k, v in size["profile"].items()]
+            lines.append("")
     targets: list[tuple[str, float, str, bool]] = []
     by_n = {s["entries"]: s["stages"] for s in results["sizes"]}
     if 10_000 in by_n and OURS in by_n[10_000]:
@@ -567,7 +623,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"... {n} entries", file=sys.stderr, flush=True)
         results["sizes"].append(
             await bench_size(
-                n, model, clock, texts, vectors, turns, slow, set(args.skip), args.pause
+                n,
+                model,
+                clock,
+                texts,
+                vectors,
+                turns,
+                slow,
+                set(args.skip),
+                args.pause,
+                args.profile,
             )
         )
     results["load_average_end"] = os.getloadavg()
@@ -591,6 +656,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip", action="append", default=[], choices=["langchain", "langgraph"])
     parser.add_argument(
         "--pause", type=float, default=0.0, help="seconds between turns (the model's latency)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="after the timed rounds, profile this many more turns of ours (cProfile)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
