@@ -253,9 +253,7 @@ async def bench_size(
     vectors: Vectors,
     turns: int,
     slow_turns: int,
-    skip: set[str],
-    pause: float,
-    profile_turns: int,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     from langchain_core.vectorstores import InMemoryVectorStore
     from langgraph.store.base import PutOp
@@ -265,7 +263,7 @@ async def bench_size(
     conversation = texts  # the turns of each request, in order
     system = UnifiedMessage.system("You are a helpful assistant with a long memory.")
     dims = table.shape[1]
-    capacity = n + 2 * (turns + slow_turns + 8 + profile_turns) + 64
+    capacity = n + 2 * (turns + slow_turns + 8 + args.profile) + 64
     config = VectorStoreConfig(max_entries=capacity, dimensions=dims, max_entry_bytes=8192)
     memory_config = MemoryConfig(strategies=[Offload(turns=2)])
     out: dict[str, Any] = {"entries": n}
@@ -311,7 +309,7 @@ async def bench_size(
         contenders: dict[str, tuple[Turn, int]] = {"trio-recall Memory.turn": (ours, turns)}
 
         lc_emb = lc_embeddings(model, clock)
-        if "langchain" not in skip:
+        if "langchain" not in args.skip:
             started = time.perf_counter()
             lc = InMemoryVectorStore(lc_emb)
             for i in range(n):
@@ -334,7 +332,7 @@ async def bench_size(
 
             contenders["langchain InMemoryVectorStore"] = (langchain, slow_turns)
 
-        if "langgraph" not in skip:
+        if "langgraph" not in args.skip:
             from langgraph.store.base import Item
 
             started = time.perf_counter()
@@ -410,9 +408,9 @@ async def bench_size(
         gc.collect()
         gc.freeze()
         try:
-            samples = await interleave(contenders, clock, pause)
-            if profile_turns:
-                out["profile"] = await profiled(ours, turns, profile_turns)
+            samples = await interleave(contenders, clock, args.pause)
+            if args.profile:
+                out["profile"] = await profiled(ours, turns, args.profile)
         finally:
             gc.unfreeze()
     out["stages"] = {
@@ -453,7 +451,7 @@ async def interleave(
 # the time their caller waits, which cProfile does not count.
 PARTS = (
     ("compaction (the offload)", "actors/_compaction.py", "compress"),
-    ("  the store's write", "actors/_store_actor.py", "_handle"),
+    ("the store's write (the store actor's task)", "actors/_store_actor.py", "_handle"),
     ("hybrid recall", "actors/_recall.py", "hybrid"),
     ("  BM25 list", "actors/_store.py", "_bm25_ranked"),
     ("  dense list (the scan inline)", "actors/_store.py", "_dense_ranked"),
@@ -534,7 +532,7 @@ def report(results: dict[str, Any]) -> list[str]:
     for size in results["sizes"]:
         if "profile" in size:
             lines.append(f"{size['entries']:>8} ours, profiled (cProfile, ms per turn)")
-            lines += [f"{'':>8} {k:<40} {v * 1e3:9.3f}" for k, v in size["profile"].items()]
+            lines += [f"{'':>8} {k:<44} {v * 1e3:9.3f}" for k, v in size["profile"].items()]
             lines.append("")
     targets: list[tuple[str, float, str, bool]] = []
     by_n = {s["entries"]: s["stages"] for s in results["sizes"]}
@@ -622,18 +620,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         slow = max(2, turns // 4) if n >= 100_000 else max(3, turns // 2)
         print(f"... {n} entries", file=sys.stderr, flush=True)
         results["sizes"].append(
-            await bench_size(
-                n,
-                model,
-                clock,
-                texts,
-                vectors,
-                turns,
-                slow,
-                set(args.skip),
-                args.pause,
-                args.profile,
-            )
+            await bench_size(n, model, clock, texts, vectors, turns, slow, args)
         )
     results["load_average_end"] = os.getloadavg()
     return results
