@@ -28,7 +28,7 @@ from pg_support import (  # noqa: F401 - pg_dsn and pg_table are fixtures
     pg_table,
 )
 
-from actors.cli._location import _postmaster_dsn
+from actors.cli._embedded import running
 
 # A command starts Python and, on a data directory, a PostgreSQL server: seconds each on
 # two busy cores. The limit is for a hang, not for speed.
@@ -76,7 +76,7 @@ def js(*args: str, **kw: Any) -> Any:
 
 
 def server_running(data: Path) -> bool:
-    return _postmaster_dsn(data / "pg") is not None
+    return running(data)
 
 
 def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:

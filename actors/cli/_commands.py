@@ -159,10 +159,12 @@ def _where(args: argparse.Namespace) -> Any:
     return where
 
 
-async def _with_service(args: argparse.Namespace, body: Callable[[Any], Awaitable[int]]) -> int:
+async def _with_service(
+    args: argparse.Namespace, body: Callable[[Any], Awaitable[int]], *, watch: bool = False
+) -> int:
     from ._location import open_location
 
-    async with open_location(_where(args), embedder=args.embedder) as service:
+    async with open_location(_where(args), embedder=args.embedder, watch=watch) as service:
         return await body(service)
 
 
@@ -287,7 +289,8 @@ async def _mcp(args: argparse.Namespace) -> int:
         await serve(service, http=args.http, namespace=args.namespace)
         return 0
 
-    return await _with_service(args, body)
+    # A server runs for hours: it keeps its embedded PostgreSQL up.
+    return await _with_service(args, body, watch=True)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

