@@ -47,7 +47,7 @@ def root() -> Iterator[Path]:
 def long_path(root: Path) -> Path:
     """A data directory whose socket path would be over 100 bytes, with a space, quotes
     and non-ASCII letters in it."""
-    data = root / "it's a \"memory\" dir ü" / ("x" * 60) / "data"
+    data = root / 'it\'s a "memory" dir ü' / ("x" * 60) / "data"
     assert len(os.fsencode(data / "pg" / ".s.PGSQL.5432")) > 104
     return data
 
@@ -187,9 +187,7 @@ def test_a_data_dir_with_spaces_quotes_and_non_ascii_works(root: Path, path: str
 
 def _damage(pgdata: Path, how: str) -> None:
     pidfile = pgdata / "postmaster.pid"
-    whole = (
-        f"{os.getpid()}\n{pgdata}\n1700000000\n5432\n{pgdata}\n\n  1234   5678\nready   \n"
-    )
+    whole = f"{os.getpid()}\n{pgdata}\n1700000000\n5432\n{pgdata}\n\n  1234   5678\nready   \n"
     pidfile.write_bytes(
         {
             "empty": b"",
@@ -248,6 +246,4 @@ def test_a_half_created_cluster_is_created_again(root: Path) -> None:
     assert made.returncode == 0, made.stderr
     assert "half-created" in made.stderr and made.stderr.count("\n") == 1
     assert not list(data.glob("pg.new-*"))
-    assert [hit["text"] for hit in js("search", "fresh", "--data", str(data))] == [
-        "a fresh start"
-    ]
+    assert [hit["text"] for hit in js("search", "fresh", "--data", str(data))] == ["a fresh start"]
