@@ -12,6 +12,7 @@ embedded PostgreSQL from the ``pg`` extra's wheel.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,12 +64,13 @@ def _env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
-    """An initialized client session with ``trio-recall mcp ARGS`` over stdio."""
+async def stdio_session(*args: str, errlog: Any = None) -> AsyncIterator[ClientSession]:
+    """An initialized client session with ``trio-recall mcp ARGS`` over stdio (the
+    server's stderr goes to ``errlog``, a file, when given)."""
     command = server_command(*args)
     params = StdioServerParameters(command=command[0], args=command[1:], env=_env(), cwd=ROOT)
     # The server's stderr goes to a file, shown when the test fails.
-    with tempfile.TemporaryFile("w+") as errlog:
+    with contextlib.nullcontext(errlog) if errlog else tempfile.TemporaryFile("w+") as errlog:
         try:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
@@ -339,6 +341,32 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(data_dir: Path)
             carol = await call(session, "recall", query="note", namespace="carol")
             assert [h["text"] for h in carol["hits"]] == ["a note for carol"]
             assert (await call(session, "memory_stats"))["entries"] == 2
+
+
+async def test_a_running_server_starts_its_killed_postgres_again(data_dir: Path) -> None:
+    """kill -9 of the embedded PostgreSQL under a running ``trio-recall mcp``: the server
+    starts it again (as the next command would), says so on stderr, and serves on."""
+    from actors.cli._embedded import cluster_of, running
+    from actors.cli._embedded import _postmaster as postmaster
+
+    args = ["--data", str(data_dir), "--embedder", "hashing"]
+    with trio.fail_after(300), tempfile.TemporaryFile("w+") as errlog:
+        async with stdio_session(*args, errlog=errlog) as session:
+            kept = await call(session, "remember", text="the boat is moored at pier 9")
+            first = postmaster(cluster_of(data_dir).pgdata)
+            assert first is not None
+            os.kill(first.pid, signal.SIGKILL)
+            while not running(data_dir) or postmaster(cluster_of(data_dir).pgdata) == first:
+                await trio.sleep(0.1)
+            # The acknowledged memory survived the crash, and writes work again.
+            hits = (await call(session, "recall", query="where is the boat"))["hits"]
+            assert [hit["id"] for hit in hits] == [kept["id"]]
+            await call(session, "remember", text="the oars are in the shed")
+            assert (await call(session, "memory_stats"))["entries"] == 2
+        errlog.seek(0)
+        said = errlog.read()
+    assert "had stopped; starting it again" in said and "runs again" in said, said
+    assert not running(data_dir)
 
 
 async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
