@@ -67,7 +67,16 @@ import attrs
 
 from protocol import ConfigError, StoreUnavailable
 
-__all__ = ["PORT", "SERVER_USER", "Cluster", "Notice", "ensure_running", "running", "stop"]
+__all__ = [
+    "PORT",
+    "SERVER_USER",
+    "Cluster",
+    "Notice",
+    "ensure_running",
+    "postmaster_pid",
+    "running",
+    "stop",
+]
 
 #: Something that tells the user one line (the command line prints it on stderr).
 Notice = Callable[[str], None]
@@ -321,9 +330,15 @@ def _wait_gone(processes: list[Any], timeout: float) -> bool:
     return True
 
 
+def postmaster_pid(data: Path) -> int | None:
+    """The pid of the embedded server of data directory ``data``, or None if none runs."""
+    process = _postmaster(cluster_of(data).pgdata)
+    return None if process is None else int(process.pid)
+
+
 def running(data: Path) -> bool:
     """Whether the embedded server of data directory ``data`` runs."""
-    return _postmaster(cluster_of(data).pgdata) is not None
+    return postmaster_pid(data) is not None
 
 
 def _ready(cluster: Cluster, account: Account) -> bool:
