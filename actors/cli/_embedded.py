@@ -359,12 +359,26 @@ def _complete(pgdata: Path) -> bool:
     return (pgdata / _MARKER).is_file() or (pgdata / "postmaster.opts").is_file()
 
 
-def _server_log_tail(log: Path) -> str:
+def _log_size(log: Path) -> int:
     try:
-        lines = log.read_text(errors="replace").strip().splitlines()
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _server_log_tail(log: Path, since: int = 0) -> str:
+    """What the server logged from byte ``since`` on: its first FATAL line, else its
+    last line."""
+    try:
+        with log.open("rb") as stream:
+            stream.seek(since)
+            lines = stream.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return "no server log"
-    return lines[-1].strip() if lines else "the server log is empty"
+    fatal = [line.strip() for line in lines if "FATAL:" in line]
+    if fatal:
+        return fatal[0]
+    return lines[-1].strip() if lines else "nothing"
 
 
 def _create(cluster: Cluster, account: Account, notice: Notice) -> None:
@@ -471,25 +485,30 @@ def _start(cluster: Cluster, account: Account) -> None:
             with contextlib.suppress(Exception):
                 process.kill()
         _wait_gone(orphans, 5.0)
-    # No process runs on this cluster: whatever postmaster.pid says is stale.
-    (pgdata / "postmaster.pid").unlink(missing_ok=True)
-    if cluster.socket_dir(account) != pgdata:
-        _private_dir(cluster.socket_dir(account).parent, account)
-        _private_dir(cluster.socket_dir(account), account)
+    socket_dir = cluster.socket_dir(account)
+    if socket_dir != pgdata:
+        _private_dir(socket_dir.parent, account)
+        _private_dir(socket_dir, account)
     pgdata.chmod(0o700)  # the socket's directory when it is pg/ itself
+    # No process runs on this cluster: its lock files are stale. PostgreSQL would refuse
+    # to start over one whose pid is alive, which a reused pid, or a killed server that
+    # nobody has reaped (a zombie), is.
+    for lock in (pgdata / "postmaster.pid", socket_dir / f"{_SOCKET}.lock"):
+        lock.unlink(missing_ok=True)
     deadline = time.monotonic() + _START_TIMEOUT
+    since = _log_size(cluster.log)
     _spawn(cluster, account)
     started = time.monotonic()
     while not _ready(cluster, account):
         if time.monotonic() > deadline:
             raise StoreUnavailable(
                 f"the embedded PostgreSQL in {pgdata} was not ready within "
-                f"{_START_TIMEOUT:.0f} s; its log says: {_server_log_tail(cluster.log)}"
+                f"{_START_TIMEOUT:.0f} s; its log says: {_server_log_tail(cluster.log, since)}"
             )
         if time.monotonic() - started > 1.0 and _postmaster(pgdata) is None:
             raise StoreUnavailable(
                 f"the embedded PostgreSQL in {pgdata} would not start; its log says: "
-                f"{_server_log_tail(cluster.log)}"
+                f"{_server_log_tail(cluster.log, since)}"
             )
         time.sleep(_POLL)
 
