@@ -405,11 +405,12 @@ async def _watch(data: Path, cluster: Cluster, notice: Notice) -> None:
 
     while True:
         await trio.sleep(WATCH_INTERVAL)
-        if running(cluster.data):
+        # A thread: with a damaged postmaster.pid, finding the server scans processes.
+        if await trio.to_thread.run_sync(running, cluster.data):
             continue
         with _open_lock(data / "server.lock") as state:
             await _wait_flock(state, True, f"{data / 'server.lock'}")
-            if running(cluster.data):
+            if await trio.to_thread.run_sync(running, cluster.data):
                 continue  # another command started it meanwhile
             notice(f"the embedded PostgreSQL in {data} had stopped; starting it again")
             try:
