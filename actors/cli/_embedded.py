@@ -341,14 +341,18 @@ def running(data: Path) -> bool:
     return postmaster_pid(data) is not None
 
 
-def _ready(cluster: Cluster, account: Account) -> bool:
-    """Whether the server has said it is ready and its socket is there."""
+def _said_ready(cluster: Cluster) -> bool:
+    """Whether ``postmaster.pid`` says the server is ready (its eighth line)."""
     try:
         lines = (cluster.pgdata / "postmaster.pid").read_bytes().splitlines()
     except OSError:
         return False
-    status = lines[7].strip() if len(lines) > 7 else b""
-    return status == b"ready" and (cluster.socket_dir(account) / _SOCKET).exists()
+    return len(lines) > 7 and lines[7].strip() == b"ready"
+
+
+def _ready(cluster: Cluster, account: Account) -> bool:
+    """Whether the server has said it is ready and its socket is where it belongs."""
+    return _said_ready(cluster) and (cluster.socket_dir(account) / _SOCKET).exists()
 
 
 # --- creating the cluster --------------------------------------------------------------
@@ -579,7 +583,7 @@ def ensure_running(cluster: Cluster, notice: Notice) -> str:
         while not _ready(cluster, account):
             if _gone(postmaster):
                 return ensure_running(cluster, notice)  # it was stopping: start anew
-            if time.monotonic() > deadline:
+            if _said_ready(cluster) or time.monotonic() > deadline:
                 raise StoreUnavailable(
                     f"a PostgreSQL server (pid {postmaster.pid}) runs on {cluster.pgdata} "
                     f"without its socket in {cluster.socket_dir(account)}: it was started "
