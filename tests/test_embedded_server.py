@@ -220,12 +220,23 @@ async def test_a_damaged_postmaster_pid_under_a_running_server(root: Path) -> No
         async with embedded_server(data):
             _damage(data / "pg", "garbage")
             assert running(data)
-            done = await trio.run_process(
-                [*_cli_argv(), "add", "still here", "--data", str(data), "--embedder", "hashing"],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+            # Not a timing: a command that waited for the server to say "ready" in the
+            # damaged file would reach the 60 s start limit.
+            with trio.fail_after(45):
+                done = await trio.run_process(
+                    [
+                        *_cli_argv(),
+                        "add",
+                        "still here",
+                        "--data",
+                        str(data),
+                        "--embedder",
+                        "hashing",
+                    ],
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
             assert done.returncode == 0, done.stderr.decode()
     assert not running(data)
 

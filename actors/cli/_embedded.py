@@ -350,9 +350,15 @@ def _said_ready(cluster: Cluster) -> bool:
     return len(lines) > 7 and lines[7].strip() == b"ready"
 
 
-def _ready(cluster: Cluster, account: Account) -> bool:
-    """Whether the server has said it is ready and its socket is where it belongs."""
-    return _said_ready(cluster) and (cluster.socket_dir(account) / _SOCKET).exists()
+def _ready(cluster: Cluster, account: Account, pid: int | None = None) -> bool:
+    """Whether the server (postmaster ``pid``, when known) has said it is ready and its
+    socket is where it belongs. When ``postmaster.pid`` is damaged (it does not name
+    ``pid``), the socket alone says so: PostgreSQL makes it as it becomes ready."""
+    if not (cluster.socket_dir(account) / _SOCKET).exists():
+        return False
+    if pid is not None and _pid_guess(cluster.pgdata) != pid:
+        return True
+    return _said_ready(cluster)
 
 
 # --- creating the cluster --------------------------------------------------------------
@@ -580,7 +586,7 @@ def ensure_running(cluster: Cluster, notice: Notice) -> str:
     postmaster = _postmaster(cluster.pgdata)
     if postmaster is not None:
         deadline = time.monotonic() + _START_TIMEOUT
-        while not _ready(cluster, account):
+        while not _ready(cluster, account, postmaster.pid):
             if _gone(postmaster):
                 return ensure_running(cluster, notice)  # it was stopping: start anew
             if _said_ready(cluster) or time.monotonic() > deadline:
