@@ -108,7 +108,8 @@ class Harness:
             # A new data directory, killed at a random point once its creation begins.
             fresh = self.root / f"fresh-{self.counts[kind]}"
             building = lambda: bool(list(fresh.glob("pg.new-*")))  # noqa: E731
-            self.killed_add(fresh, self.rng.uniform(0.0, 1.2), after=building)
+            # initdb takes about half a second here.
+            self.killed_add(fresh, self.rng.uniform(0.0, 0.6), after=building)
             if building():
                 self.counts["killed during creation"] += 1
             self.add(fresh)
@@ -143,7 +144,7 @@ class Harness:
     def run(self, rounds: int) -> None:
         self.add(self.data)
         for number in range(rounds):
-            kind = FAULTS[number] if number < 3 else self.rng.choice(FAULTS[1:])
+            kind = FAULTS[number] if number < 3 else self.rng.choice(FAULTS)
             self.fault(kind)
             self.add(self.data)
         self.check()
