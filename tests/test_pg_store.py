@@ -124,7 +124,7 @@ async def test_hostile_values_are_bound_never_spliced(opener: Any, pg_dsn: str) 
             assert (await store.retrieve_in("a\x00b", "x", 1)).scanned == 0
             assert (await store.delete(["a\x00"])).missing == ["a\x00"]
             assert store.is_empty()
-            # Metadata may hold them: reads return it exactly (jsonb keeps a U+FFFD copy).
+            # Metadata may hold them: reads return it exactly (jsonb keeps an escaped copy).
             odd = {"k": "a\x00", "\x00": "\ud800"}
             stored = await store.store_turns([msg("x")], metadata=odd)
             assert (await store.retrieve("x", 1)).turns[0].metadata == odd
