@@ -215,7 +215,8 @@ def test_import_takes_a_line_holding_one_long_token(
     pg_table: str,  # noqa: F811
 ) -> None:
     """A line whose text is one 10,000-byte token (a key, a hex blob) is imported like
-    any other, with the lines after it, and found by that token (issue 29)."""
+    any other, with the lines after it, and found by that token: the btree on the terms
+    refused it once, and the import stopped there."""
     token = "".join(f"{i:08x}" for i in range(1250))
     source = tmp_path / "in.jsonl"
     lines = [{"text": "before"}, {"text": f"the key is {token}"}, {"text": "after"}]

@@ -2,8 +2,8 @@
 counters, reopening, lost connections, hostile input), the state machine, and
 ``actors.testing.WriteConformance`` (design §3's rules, shared with the in-memory store).
 
-Also what the pg store does with texts the in-memory store takes (issue 29: the paths a
-user takes, ``Memory.remember``, the auto-store of the user's input and ``Offload``,
+Also what the pg store does with texts the in-memory store takes (through the paths a
+user takes: ``Memory.remember``, the auto-store of the user's input and ``Offload``,
 with a text of one long token) and with database errors: a deterministic one (a value
 PostgreSQL refuses, a program limit) is never retried, rolls back, changes nothing and
 is a ``ConfigError`` naming what PostgreSQL refused; a transient one is retried, then
@@ -327,7 +327,7 @@ async def test_a_transient_loss_is_retried_and_the_batch_lands_once(
             assert len(set(seqs)) == 2
 
 
-# --- issue 29: a long token through the user's paths ---------------------------------------
+# --- a text of one long token through the user's paths ------------------------------------
 
 
 @pytest.mark.parametrize("path", ["remember", "auto-store", "offload"])
