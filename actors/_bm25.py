@@ -18,6 +18,16 @@ one term. Stemming is the classic recall gain of keyword search: on LoCoMo it ra
 BM25's R@25 from 0.630 to 0.674, and the default hybrid recall's by about 0.01
 (``benches/recall_quality.py``). Words of other languages mostly pass through unchanged.
 
+A term longer than :data:`MAX_TERM_BYTES` in UTF-8 (a hex blob, a key, a long run of
+CJK characters, which has no spaces to split it) is replaced by its digest,
+:func:`index_term`: ``"#"`` and the first 32 hex digits of the SHA-256 of its UTF-8.
+Equal terms have equal digests, so every score and ranking is the one the term itself
+would give (two distinct terms share a digest with probability about 2**-128), and no
+term of the tokenizer starts with ``"#"``, so a digest never equals a word. It keeps the
+index small whatever the text (a 10,000-byte token is a 33-byte term), and it is what
+lets PostgreSQL index every term: its btree takes at most 2,704 bytes a row. Both stores
+tokenize with this module, so they map alike.
+
 Each document belongs to a group (the store passes its namespace id). A query scoped to
 a group takes its statistics (N, avgdl, df) from that group's documents only, so one
 namespace's scores never depend on, and so never reveal, another's documents; an
@@ -32,6 +42,7 @@ from-scratch computation that evaluates the same formula in the same order.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from array import array
@@ -52,8 +63,10 @@ __all__ = [
     "BM25_BYTES_PER_DOCUMENT",
     "BM25_BYTES_PER_TEXT_BYTE",
     "K1",
+    "MAX_TERM_BYTES",
     "Bm25Index",
     "idf",
+    "index_term",
     "stem_words",
     "term_counts",
     "token_count",
@@ -70,6 +83,15 @@ BM25_BYTES_PER_TEXT_BYTE = 64
 #: The fixed part of one indexed document's memory.
 BM25_BYTES_PER_DOCUMENT = 256
 _TOKEN = re.compile(r"[^\W_]+")
+#: The longest term, in UTF-8 bytes, that the index keeps as itself; a longer one is
+#: its digest (:func:`index_term`). Above every word of a natural language (English's
+#: longest are about 45 letters) and every usual digest (SHA-512's 128 hex digits), so
+#: what it changes is only the rare long token; far below PostgreSQL's btree limit with
+#: the longest namespace beside it (``actors._prepare.MAX_NAMESPACE_BYTES``).
+MAX_TERM_BYTES = 128
+# A character the tokenizer never emits (a term is alphanumeric), so a digest cannot
+# equal a word's term.
+_DIGEST_PREFIX = "#"
 
 
 # With PyStemmer installed (a dependency), snowballstemmer runs its C build
@@ -82,11 +104,31 @@ if hasattr(_STEMMER, "maxCacheSize"):
     _STEMMER.maxCacheSize = 0
 
 
+def index_term(stem: str) -> str:
+    """The term the index keeps for a stem: the stem itself, or, past
+    :data:`MAX_TERM_BYTES` UTF-8 bytes, ``"#"`` and 32 hex digits of its SHA-256 (the
+    SQL ``'#' || left(encode(sha256(convert_to(stem, 'UTF8')), 'hex'), 32)``, which is
+    how a table written before the limit is migrated)."""
+    # At most 4 bytes a character: a stem this short is within the limit however coded.
+    if len(stem) * 4 <= MAX_TERM_BYTES:
+        return stem
+    encoded = stem.encode("utf-8", "surrogatepass")
+    if len(encoded) <= MAX_TERM_BYTES:
+        return stem
+    return _DIGEST_PREFIX + hashlib.sha256(encoded).hexdigest()[:32]
+
+
+def _index_terms(stems: list[str]) -> list[str]:
+    """:func:`index_term` of each stem (almost always a no-op, so checked at once)."""
+    if max(map(len, stems), default=0) * 4 <= MAX_TERM_BYTES:
+        return stems
+    return [index_term(stem) for stem in stems]
+
+
 def tokenize(text: str) -> list[str]:
-    """The BM25 tokens of ``text``: the stems of its lowercased runs of alphanumeric
-    characters."""
-    words: list[str] = _STEMMER.stemWords(_TOKEN.findall(text.lower()))
-    return words
+    """The BM25 terms of ``text``: the stems of its lowercased runs of alphanumeric
+    characters, each as :func:`index_term` keeps it."""
+    return _index_terms(_STEMMER.stemWords(_TOKEN.findall(text.lower())))
 
 
 def words_of(text: str) -> list[str]:
@@ -137,10 +179,10 @@ def term_counts(texts: list[str]) -> tuple[list[int], list[dict[str, int]]]:
 
 
 def stem_words(words: Iterable[str]) -> dict[str, str]:
-    """Each of ``words`` (lowercased tokens) with its stem, in one call into the
-    stemmer."""
+    """Each of ``words`` (lowercased tokens) with its term: its stem, as
+    :func:`index_term` keeps it, in one call into the stemmer."""
     vocab = list(words)
-    return dict(zip(vocab, _STEMMER.stemWords(vocab), strict=True))
+    return dict(zip(vocab, _index_terms(_STEMMER.stemWords(vocab)), strict=True))
 
 
 def idf(n_docs: int, df: int) -> float:

@@ -49,7 +49,7 @@ from protocol import (
     payload_bytes,
     projection,
 )
-from protocol._checks import check_int
+from protocol._checks import check_int, shown
 from protocol._json import check_json_object, compact_json
 from protocol._surrogates import pack, unpack_metadata
 from protocol.messages import StoreTurns, UpsertDocuments
@@ -58,6 +58,8 @@ from ._embedders import as_matrix, normalize_rows
 
 __all__ = [
     "BLOCK_OVERHEAD",
+    "MAX_ID_BYTES",
+    "MAX_NAMESPACE_BYTES",
     "DocumentBatch",
     "TurnBatch",
     "check_documents",
@@ -65,6 +67,7 @@ __all__ = [
     "check_int",
     "check_k",
     "check_name",
+    "check_name_size",
     "check_not_reserved",
     "check_store_config",
     "check_turns",
@@ -347,6 +350,29 @@ def _arguments_surplus(message: UnifiedMessage) -> int:
     return surplus
 
 
+#: The longest id (a turn's or a document's) any store takes, in UTF-8 bytes, and the
+#: longest namespace a write takes. Both backends refuse a longer one alike
+#: (:func:`check_name_size`): PostgreSQL indexes ``(namespace, id)`` in a btree, whose
+#: rows hold at most 2,704 bytes, and these two (with the row's headers, about 20
+#: bytes) stay under it; its other indexes hold a namespace beside a BM25 term of at
+#: most ``actors._bm25.MAX_TERM_BYTES``. The CLI and MCP doors take at most 256 bytes.
+MAX_ID_BYTES = 2048
+MAX_NAMESPACE_BYTES = 512
+
+
+def check_name_size(what: str, value: str, limit: int) -> None:
+    """Refuse a name (an id, a namespace) of more than ``limit`` UTF-8 bytes."""
+    # At most 4 bytes a character: a short name needs no encoding to be measured.
+    if len(value) * 4 <= limit:
+        return
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ConfigError(
+            f"{what} {shown(value)} is {size} bytes in UTF-8; a store takes at most "
+            f"{limit} (every backend alike: PostgreSQL indexes it in a btree)"
+        )
+
+
 _RESERVED_ID = re.compile(r"turn-[0-9]+")
 
 
@@ -445,13 +471,15 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
 
     Raises:
         ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
-            one non-empty str (ids) or one str (texts) per turn; a repeated id.
+            one non-empty str (ids) or one str (texts) per turn; a repeated id; an id
+            over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
         JsonError: the metadata is not a JSON object, or a tool call's arguments are
             not JSON.
         EntryTooLarge: a turn over the cap; ``.index`` names it.
     """
     turns = request.turns
     count = len(turns)
+    check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     ids = None if request.ids is None else _check_turn_ids(request.ids, count)
     texts = request.texts
     if texts is not None:
@@ -465,6 +493,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
     else:
         all_ascii = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
+    # After the sizes: an id that also makes its turn too large is EntryTooLarge.
+    for entry_id in ids or ():
+        check_name_size("id", entry_id, MAX_ID_BYTES)
     keep = min(count, max_entries)
     head = count - keep
     survivors = list(turns[head:])
@@ -597,9 +628,11 @@ def check_documents(
     given twice must carry the same content, and is then stored once.
 
     Raises:
-        ConfigError: not a Document, or one id with two different contents.
+        ConfigError: not a Document, one id with two different contents, an id over
+            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
+    check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     unique: dict[str, Document] = {}
     metas: dict[str, bytes] = {}
     first: dict[str, int] = {}
@@ -617,6 +650,7 @@ def check_documents(
         size = _document_bytes(document, len(meta))
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
+        check_name_size("document id", document.id, MAX_ID_BYTES)
         seen = unique.get(document.id)
         if seen is not None and (
             seen != document or (row_of is not None and row_of(first[document.id]) != row_of(i))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from collections import Counter
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors._bm25 import Bm25Index, tokenize
+from actors._bm25 import MAX_TERM_BYTES, Bm25Index, index_term, stem_words, term_counts, tokenize
 from protocol import ConfigError
 
 
@@ -51,6 +52,37 @@ def test_tokenize_lowercases_and_splits_on_non_alphanumerics() -> None:
     assert tokenize("Hello, World! x_y  42nd café") == ["hello", "world", "x", "y", "42nd", "café"]
     assert tokenize("") == []
     assert tokenize("...") == []
+
+
+def test_a_term_past_the_limit_is_its_digest() -> None:
+    at_limit = "a" * (MAX_TERM_BYTES - 1) + "7"
+    wide = "\u00e9" * (MAX_TERM_BYTES // 2)  # at the limit in UTF-8 bytes
+    assert tokenize(f"{at_limit} {wide}") == [at_limit, wide]
+    over = at_limit + "8"
+    [term] = tokenize(f"x {over.upper()} y")[1:2]
+    digest = hashlib.sha256(over.encode("utf-8")).hexdigest()[:32]
+    assert term == "#" + digest == index_term(over)
+    assert tokenize("\u00e9" + wide) == [index_term("\u00e9" + wide)]
+    # One byte apart, two terms; the stem is what is hashed ("...runs" is "...run").
+    assert len({index_term(over), index_term(over[:-1] + "9")}) == 2
+    assert tokenize(("x" * 200) + "runs") == tokenize(("x" * 200) + "run")
+    # Every path to terms maps them alike.
+    text = f"{over} running {over}"
+    lengths, [counts] = term_counts([text])
+    assert (lengths, counts) == ([3], {index_term(over): 2, "run": 1})
+    assert stem_words([over, "running"]) == {over: index_term(over), "running": "run"}
+
+
+def test_a_long_token_is_found_and_costs_a_short_term() -> None:
+    token = "f" * 9_999 + "7"
+    index = Bm25Index(4)
+    index.add(0, f"the key {token} end")
+    index.add(1, "the key " + token[:-1] + "8 end")
+    index.add(2, "nothing here")
+    assert index.scores(token)[0].tolist() == [0]
+    assert index.scores(token.upper())[0].tolist() == [0]
+    assert sorted(index.scores("key")[0].tolist()) == [0, 1]
+    assert max(len(t) for t in index._vocab) == 1 + 32
 
 
 def test_one_document_scores_its_idf() -> None:

@@ -209,6 +209,24 @@ def test_import_is_incremental_and_export_round_trips(
     assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
 
 
+def test_import_takes_a_line_holding_one_long_token(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A line whose text is one 10,000-byte token (a key, a hex blob) is imported like
+    any other, with the lines after it, and found by that token: the btree on the terms
+    refused it once, and the import stopped there."""
+    token = "".join(f"{i:08x}" for i in range(1250))
+    source = tmp_path / "in.jsonl"
+    lines = [{"text": "before"}, {"text": f"the key is {token}"}, {"text": "after"}]
+    source.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    assert js("import", str(source), *on_pg) == {"added": 3, "updated": 0, "skipped": 0}
+    hits = js("search", token, "-k", "1", *on_pg)
+    assert [h["text"] for h in hits] == [f"the key is {token}"]
+
+
 def _read_all(fd: int) -> str:
     chunks = []
     while True:

@@ -1,6 +1,6 @@
 """The pg store's per-table keyword index (``open_pg_store(..., keyword_index=)``) and the
-in-place migration of version 2 and 3 tables, through ``open_pg_store`` against a real
-server.
+in-place migration of version 2, 3 and 4 tables, through ``open_pg_store`` against a
+real server.
 
 - ``keyword_index=False`` writes no BM25 posting, refuses a ``bm25`` or ``hybrid`` search
   with a ConfigError naming the table and the way out, and still answers similarity
@@ -12,15 +12,19 @@ server.
   next write, either way;
 - a version 3 table (postings without lengths, no ``T_ns``) and a version 2 table are
   migrated in place when opened: the same entries, postings and BM25 hits, the
-  namespaces' counts made; a version 1 or a newer version is refused with the table,
-  the version found and the one expected.
+  namespaces' counts made; a version 4 table gets its long terms' digests and its
+  escaped metadata strings, with the same BM25 hits and exact filters after; a version
+  1 or a newer version is refused with the table, the version found and the one
+  expected.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import string
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -46,6 +50,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
 
 from actors import HashingEmbedder, open_memory, open_store
+from actors._bm25 import _STEMMER, MAX_TERM_BYTES, words_of
 from protocol import (
     ConfigError,
     Document,
@@ -56,14 +61,15 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
 )
+from protocol._surrogates import replace_surrogates, unpack_metadata
 
 DIM = 16
 TIMEOUT = 60
 WORDS = ["cat", "dog", "fish", "owl", "tree", "rock", "running", "runs"]
 
 
-def cfg() -> VectorStoreConfig:
-    return VectorStoreConfig(max_entries=1000, dimensions=DIM, max_entry_bytes=1024)
+def cfg(max_entry_bytes: int = 1024) -> VectorStoreConfig:
+    return VectorStoreConfig(max_entries=1000, dimensions=DIM, max_entry_bytes=max_entry_bytes)
 
 
 def docs(start: int, count: int) -> list[Document]:
@@ -268,11 +274,56 @@ async def test_a_bad_keyword_index_is_refused_before_connecting(bad: object) -> 
     assert "keyword_index" in str(caught.value) and repr(bad) in str(caught.value)
 
 
+def _lossy(value: Any) -> Any:
+    """What version 4 wrote in the jsonb metadata: each NUL and lone surrogate as U+FFFD,
+    every other character as itself."""
+    if isinstance(value, str):
+        return replace_surrogates(value.replace("\x00", "\ufffd"))
+    if isinstance(value, list):
+        return [_lossy(item) for item in value]
+    if isinstance(value, dict):
+        return {_lossy(key): _lossy(item) for key, item in value.items()}
+    return value
+
+
+def _version_4_postings_and_metadata(conn: psycopg.Connection[Any], table: str) -> None:
+    """Rewrite every posting with its stem as the term (version 4 had no digests) and
+    every metadata as version 4 encoded it (the tests' metadata has no floats)."""
+    names = {
+        "t": sql.Identifier(table),
+        "terms": sql.Identifier(f"{table}_terms"),
+        "meta": sql.Identifier(f"{table}_meta"),
+    }
+    rows = conn.execute(
+        sql.SQL("SELECT seq, namespace, text, doc_len, meta_raw FROM {t}").format(**names)
+    ).fetchall()
+    postings, metadata = [], []
+    for seq, namespace, text, doc_len, raw in rows:
+        stems = Counter(_STEMMER.stemWords(words_of(text)))
+        postings += [(seq, term, namespace, tf, doc_len) for term, tf in stems.items()]
+        if raw is not None:
+            metadata.append((json.dumps(_lossy(unpack_metadata(raw)), ensure_ascii=False), seq))
+    indexed = conn.execute(sql.SQL("SELECT keyword_index FROM {meta}").format(**names))
+    with conn.cursor() as cur:
+        if indexed.fetchone() == (True,):
+            cur.execute(sql.SQL("TRUNCATE {terms}").format(**names))
+            cur.executemany(
+                sql.SQL("INSERT INTO {terms} VALUES (%s, %s, %s, %s, %s)").format(**names),
+                postings,
+            )
+        cur.executemany(
+            sql.SQL("UPDATE {t} SET metadata = %s::jsonb WHERE seq = %s").format(**names),
+            metadata,
+        )
+
+
 def _make_version(dsn: str, table: str, version: int) -> None:
-    """Turn a version 4 table into what an older (or newer) trio-recall left."""
+    """Turn a version 5 table into what an older (or newer) trio-recall left."""
     meta = sql.Identifier(f"{table}_meta")
     terms = sql.Identifier(f"{table}_terms")
     with psycopg.connect(dsn) as conn:
+        if version <= 4:
+            _version_4_postings_and_metadata(conn, table)
         if version <= 3:
             conn.execute(
                 sql.SQL("ALTER TABLE {} RENAME COLUMN live_entries TO entries").format(meta)
@@ -317,7 +368,7 @@ def lengths_agree(dsn: str, table: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 async def test_an_older_table_is_migrated_in_place(
     pg_dsn: str,  # noqa: F811
     pg_table: str,  # noqa: F811
@@ -334,11 +385,12 @@ async def test_an_older_table_is_migrated_in_place(
         kept = postings(pg_dsn, pg_table)
         assert (row_options(pg_dsn, pg_table) is None) == (version == 2)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 4
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 5
             assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
             assert flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == kept
-            assert lengths_agree(pg_dsn, pg_table) and vacuumed(pg_dsn, pg_table)
+            assert lengths_agree(pg_dsn, pg_table)
+            assert vacuumed(pg_dsn, pg_table) == (version < 4)  # 4 rebuilds no postings
             assert namespace_counts(pg_dsn, pg_table) == counts
             for query, hits in before.items():
                 assert await bm25_hits(store, query) == hits
@@ -357,7 +409,7 @@ async def test_an_older_table_is_migrated_in_place(
 
 @pytest.mark.parametrize(
     ("version", "says"),
-    [(1, "migrates versions 2 and 3 in place"), (5, "made by a newer trio-recall")],
+    [(1, "migrates versions 2, 3 and 4 in place"), (6, "made by a newer trio-recall")],
 )
 async def test_other_versions_are_refused_and_left_alone(
     pg_dsn: str,  # noqa: F811
@@ -375,9 +427,53 @@ async def test_other_versions_are_refused_and_left_alone(
                 pass  # pragma: no cover
         message = str(caught.value)
         assert repr(pg_table) in message and f"schema version {version}" in message
-        assert "reads version 4" in message and says in message
+        assert "reads version 5" in message and says in message
         assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == version
         assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 5
+
+
+async def test_a_version_4_table_gets_digests_and_exact_filters(
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A version 4 table could hold terms between ``MAX_TERM_BYTES`` and the btree's
+    limit (about 2,700 bytes) as themselves, and NUL or lone surrogates in its jsonb as
+    U+FFFD: after the migration, a search for such a term finds it as before, and
+    filters on those strings match as in memory."""
+    embedder = HashingEmbedder(DIM)
+    token = "".join(f"{i:08x}" for i in range(125))  # one 1,000-byte token
+    rows = [
+        Document(id="long", text=f"the key {token}", metadata={"k\x00": "a\x00", "s": "\x01"}),
+        Document(id="fffd", text="the plain key", metadata={"k\ufffd": "a\ufffd"}),
+        Document(id="hangul", text="x", metadata={"h": "\ud7ff", "s": "\ud800"}),
+        *docs(0, 5),
+    ]
+    filters: list[tuple[dict[str, Any], list[str]]] = [
+        ({"k\x00": "a\x00"}, ["long"]),
+        ({"k\ufffd": "a\ufffd"}, ["fffd"]),
+        ({"k\x00": {"$exists": True}}, ["long"]),
+        ({"h": "\ud7ff"}, ["hangul"]),
+        ({"s": {"$gt": "\x00"}}, ["long", "hangul"]),
+        ({"s": {"$gt": "\ud7ff"}}, ["hangul"]),
+    ]
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, cfg(8192), embedder, table=pg_table) as store:
+            await store.add_documents(rows)
+            before = {q: await bm25_hits(store, q) for q in (token, "key", *QUERIES)}
+        _make_version(pg_dsn, pg_table, 4)
+        kept = postings(pg_dsn, pg_table)
+        longest = "SELECT max(octet_length(term)) FROM {terms}"
+        assert _query(pg_dsn, longest, pg_table) > MAX_TERM_BYTES
+        async with open_pg_store(pg_dsn, cfg(8192), embedder, table=pg_table) as store:
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 5
+            assert postings(pg_dsn, pg_table) == kept
+            assert _query(pg_dsn, longest, pg_table) <= MAX_TERM_BYTES
+            for query, hits in before.items():
+                assert await bm25_hits(store, query) == hits
+            assert [i for i, _ in before[token]] == ["long"]
+            for where, expected in filters:
+                hits = await store.search(SearchRequest(query="x", k=20, filter=where))
+                assert sorted(h.document.id or "" for h in hits) == sorted(expected), where
 
 
 async def test_open_memory_refuses_hybrid_recall_over_a_table_without_the_index(
@@ -457,7 +553,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             await store.add_documents(docs(0, 3))
-            _make_version(pg_dsn, pg_table, 5)
+            _make_version(pg_dsn, pg_table, 6)
             for write in (
                 store.add_documents(docs(3, 2)),
                 store.store_turns([UnifiedMessage.user("owl")]),
@@ -467,7 +563,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
                 with pytest.raises(ConfigError) as caught:
                     await write
                 message = str(caught.value)
-                assert repr(pg_table) in message and "schema version 5" in message
+                assert repr(pg_table) in message and "schema version 6" in message
             assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 3
 
 
@@ -535,7 +631,7 @@ async def test_a_memory_over_an_older_table_recalls_after_the_migration(
             open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store,
             open_memory(store=store, memory=config) as memory,
         ):
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 4
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 5
             after = [[t.id for t in (await memory.retrieve(q)).turns] for q in queries]
             assert after == before and all(after)
             await memory.remember("an owl again")

@@ -2,6 +2,13 @@
 counters, reopening, lost connections, hostile input), the state machine, and
 ``actors.testing.WriteConformance`` (design §3's rules, shared with the in-memory store).
 
+Also what the pg store does with texts the in-memory store takes (through the paths a
+user takes: ``Memory.remember``, the auto-store of the user's input and ``Offload``,
+with a text of one long token) and with database errors: a deterministic one (a value
+PostgreSQL refuses, a program limit) is never retried, rolls back, changes nothing and
+is a ``ConfigError`` naming what PostgreSQL refused; a transient one is retried, then
+``StoreUnavailable``; anything else is raised unchanged, at once.
+
 Scores come from pgvector's float32 ``<#>``, so they are compared with a tolerance of
 1e-5 against a float64 reference (see ``actors/_pg/store.py``); rankings and ties are
 compared exactly.
@@ -9,7 +16,10 @@ compared exactly.
 
 from __future__ import annotations
 
+import logging
 import os
+import random
+import string
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,18 +49,25 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from hypothesis.stateful import run_state_machine_as_test
 
-from actors import HashingEmbedder
+from actors import HashingEmbedder, open_memory
 from actors.testing import SCORE_TOLERANCE, VectorStoreMachine, WriteConformance, inject_crash
+from actors.testing._conformance_inputs import long_token
 from protocol import (
     ConfigError,
+    Document,
+    MemoryConfig,
+    Offload,
     Poisoned,
     RetrievalReport,
     UnifiedMessage,
+    UnifiedRequest,
     VectorStoreConfig,
 )
 
 DIM = 8
 TIMEOUT = 20
+# A text of one 10,000-byte token, and the recall of it, fit in this config.
+ROOMY = VectorStoreConfig(max_entries=64, dimensions=64, max_entry_bytes=65_536)
 
 
 def cfg(max_entries: int = 8, dimensions: int = DIM, **kw: Any) -> VectorStoreConfig:
@@ -124,7 +141,7 @@ async def test_hostile_values_are_bound_never_spliced(opener: Any, pg_dsn: str) 
             assert (await store.retrieve_in("a\x00b", "x", 1)).scanned == 0
             assert (await store.delete(["a\x00"])).missing == ["a\x00"]
             assert store.is_empty()
-            # Metadata may hold them: reads return it exactly (jsonb keeps a U+FFFD copy).
+            # Metadata may hold them: reads return it exactly (jsonb keeps an escaped copy).
             odd = {"k": "a\x00", "\x00": "\ud800"}
             stored = await store.store_turns([msg("x")], metadata=odd)
             assert (await store.retrieve("x", 1)).turns[0].metadata == odd
@@ -308,6 +325,157 @@ async def test_a_transient_loss_is_retried_and_the_batch_lands_once(
             assert sorted(texts) == ["new 1", "new 2"]
             assert (store.usage().entries, store.usage().evicted_entries) == (2, 2)
             assert len(set(seqs)) == 2
+
+
+# --- a text of one long token through the user's paths ------------------------------------
+
+
+@pytest.mark.parametrize("path", ["remember", "auto-store", "offload"])
+async def test_a_memory_over_pg_stores_and_recalls_a_long_token(opener: Any, path: str) -> None:
+    token = long_token(10_000)
+    text = f"the vault key is {token}"
+    config = MemoryConfig(
+        strategies=[Offload(turns=2)] if path == "offload" else [],
+        auto_store_user_input=path == "auto-store",
+    )
+    with trio.fail_after(TIMEOUT):
+        async with (
+            opener(ROOMY, HashingEmbedder(64), retry_delay=0.01) as store,
+            open_memory(store=store, memory=config) as memory,
+        ):
+            await memory.remember("an ordinary memory about the garden")
+            if path == "remember":
+                await memory.remember(text)
+            else:
+                messages = [UnifiedMessage.user(text), UnifiedMessage.assistant("noted")]
+                if path == "offload":
+                    messages.append(UnifiedMessage.user("what else?"))
+                turned = await memory.turn(UnifiedRequest(model="m", messages=messages))
+                assert turned.report.compression.last_error is None
+            assert len(store) == (3 if path == "offload" else 2)
+            hits = (await memory.retrieve(token, k=1)).turns
+            assert [token in h.message.text() for h in hits] == [True]
+            hits = (await memory.retrieve("vault key", k=1)).turns
+            assert [token in h.message.text() for h in hits] == [True]
+
+
+# --- database errors: transient ones are retried, refused values are a ConfigError ----------
+
+
+def _raise(sqlstate: str) -> Any:
+    """A statement that makes PostgreSQL raise ``sqlstate``, deterministically."""
+
+    def run(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(
+            "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '"
+            + sqlstate
+            + "', MESSAGE = 'refused on purpose'; END $$"
+        )
+
+    return run
+
+
+def _btree_overflow(conn: psycopg.Connection[Any]) -> None:
+    """A real ``program_limit_exceeded``: a key past a btree's row limit (2,704 bytes),
+    random so that PostgreSQL cannot compress it below."""
+    rng = random.Random(7)
+    conn.execute("CREATE TEMPORARY TABLE probe (k text PRIMARY KEY) ON COMMIT DROP")
+    key = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(8000))
+    conn.execute("INSERT INTO probe VALUES (%s)", (key,))
+
+
+class _Counted:
+    """``fn`` counting how many times it was tried."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.attempts = 0
+
+    def __call__(self, conn: psycopg.Connection[Any]) -> Any:
+        self.attempts += 1
+        return self.fn(conn)
+
+
+@pytest.mark.parametrize("write", [True, False])
+@pytest.mark.parametrize(
+    ("fn", "says"),
+    [
+        (_btree_overflow, "54000 program_limit_exceeded: index row size"),
+        (_raise("54001"), "54001 statement_too_complex: refused on purpose"),
+        (_raise("22023"), "22023 invalid_parameter_value: refused on purpose"),
+        (lambda conn: conn.execute("SELECT 1 / 0"), "22012 division_by_zero"),
+        (lambda conn: conn.execute("SELECT %s::text", ("a\x00b",)), "NUL"),
+    ],
+)
+async def test_a_refused_statement_is_a_config_error_at_once(
+    opener: Any, caplog: pytest.LogCaptureFixture, fn: Any, says: str, write: bool
+) -> None:
+    counted = _Counted(fn)
+    with trio.fail_after(TIMEOUT):
+        async with opener(cfg(), HashingEmbedder(DIM), retries=3, retry_delay=0.01) as store:
+            with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as caught:
+                await store._actor.call(counted, write=write, what="probe")
+            assert counted.attempts == 1
+            assert "retrying" not in caplog.text
+            message = str(caught.value)
+            assert message.startswith("probe: PostgreSQL refused it") and says in message
+            assert "not retried" in message
+            assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+@pytest.mark.parametrize("sqlstate", ["40001", "40P01", "57P01", "53300", "55P03", "08006"])
+async def test_a_transient_error_is_retried_then_unavailable(
+    opener: Any, caplog: pytest.LogCaptureFixture, sqlstate: str
+) -> None:
+    counted = _Counted(_raise(sqlstate))
+    with trio.fail_after(TIMEOUT):
+        async with opener(cfg(), HashingEmbedder(DIM), retries=2, retry_delay=0.01) as store:
+            with caplog.at_level(logging.WARNING), pytest.raises(StoreUnavailable) as caught:
+                await store._actor.call(counted, write=True, what="probe")
+            assert counted.attempts == 3
+            assert "failed after 3 attempt(s)" in str(caught.value)
+            assert caplog.text.count("retrying") == 2
+
+
+@pytest.mark.parametrize("sqlstate", ["42P01", "23505", "XX000", "55006"])
+async def test_any_other_database_error_is_raised_at_once(opener: Any, sqlstate: str) -> None:
+    counted = _Counted(_raise(sqlstate))
+    with trio.fail_after(TIMEOUT):
+        async with opener(cfg(), HashingEmbedder(DIM), retries=3, retry_delay=0.01) as store:
+            with pytest.raises(psycopg.Error) as caught:
+                await store._actor.call(counted, write=True, what="probe")
+            assert caught.value.sqlstate == sqlstate
+            assert counted.attempts == 1
+
+
+async def test_a_write_the_database_refuses_changes_nothing(
+    opener: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole write path: a statement of the batch's transaction that PostgreSQL
+    refuses rolls the batch back, reaches the caller as a ConfigError, and leaves the
+    store usable (not poisoned, not retried)."""
+    with trio.fail_after(TIMEOUT):
+        async with opener(cfg(), HashingEmbedder(DIM), retries=3, retry_delay=0.01) as store:
+            await store.add_documents([Document(id="kept", text="kept")])
+            statements = store._actor._statements
+            original = statements.store
+            calls: list[int] = []
+
+            def refusing(conn: psycopg.Connection[Any], *args: Any) -> Any:
+                calls.append(1)
+                result = original(conn, *args)  # the batch is written, then refused
+                _raise("54000")(conn)
+                return result
+
+            monkeypatch.setattr(statements, "store", refusing)
+            with pytest.raises(ConfigError, match="upsert: PostgreSQL refused it"):
+                await store.add_documents([Document(id="new", text="new")])
+            monkeypatch.setattr(statements, "store", original)
+            assert calls == [1]
+            assert await store.get_by_ids(["new"]) == []
+            assert (await store.refresh()).entries == 1
+            await store.add_documents([Document(id="after", text="after")])
+            assert len(store) == 2
 
 
 # --- the conformance state machine ----------------------------------------------------------

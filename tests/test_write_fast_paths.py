@@ -220,6 +220,10 @@ def test_vector_binary_is_the_row_form() -> None:
         {"\ud83d": 1},
         {"unicode": "héllo wörld", "emoji": "\U0001f600"},
         {"esc": "back\\u0000slash"},
+        {"soh": "a\x01"},  # the escapes of jsonb_string: the filter text differs
+        {"\x01": 1},
+        {"hangul": "\ud7ff"},
+        {"esc": "back\\u0001slash"},
     ],
 )
 def test_jsonb_reuses_the_compact_json_only_where_it_is_the_filter_text(

@@ -9,6 +9,7 @@ worker thread from the pool's read connections.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,7 +60,7 @@ from .schema import (
 from .search import run_search
 from .sql import Counts, PreparedEntries, Statements
 
-__all__ = ["_Envelope", "_PgStoreActor", "_representable"]
+__all__ = ["_Envelope", "_PgStoreActor", "_representable", "refused", "transient"]
 
 logger = logging.getLogger("trio_recall.pg_store")
 
@@ -68,6 +69,53 @@ T = TypeVar("T")
 
 class _AmbiguousCommit(Exception):
     """The connection broke during COMMIT: the server may or may not have applied it."""
+
+
+# What a retry may cure (SQLSTATE classes, then single states): a lost or refused
+# connection (08), a transaction rolled back by a serialization failure or a deadlock
+# (40), the server out of a resource such as connections or memory (53), an operator
+# or a timeout ending the statement or the server (57: admin and crash shutdown,
+# cannot connect now, query canceled, which is also the statement timeout), a system
+# error such as an I/O failure (58), and a lock that was not available (55P03).
+_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+_TRANSIENT_STATES = frozenset({"55P03"})
+# What PostgreSQL refuses of the values themselves, every time: a data exception (22: a
+# value out of range, a bad encoding, a division by zero) and a program limit exceeded
+# (54: an index row past its btree's limit, a statement too complex).
+_REFUSED_CLASSES = frozenset({"22", "54"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def transient(error: psycopg.Error) -> bool:
+    """Whether retrying ``error`` may succeed: a connection or pool failure on the
+    client's side (an ``OperationalError`` without a SQLSTATE), or a state in
+    :data:`_TRANSIENT_CLASSES` or :data:`_TRANSIENT_STATES`. Anything else fails the
+    same way each time, so it is never retried."""
+    state = error.sqlstate
+    if state is None:
+        return isinstance(error, psycopg.OperationalError)
+    return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
+
+
+def refused(what: str, error: psycopg.Error) -> ConfigError | None:
+    """The :class:`~protocol.ConfigError` for a statement PostgreSQL refuses for its
+    values (SQLSTATE class 22 or 54, or a value psycopg cannot send, such as a NUL in a
+    text), or None for any other error."""
+    state = error.sqlstate
+    if state is None:
+        if not isinstance(error, psycopg.DataError):
+            return None
+        name = type(error).__name__
+    elif state[:2] in _REFUSED_CLASSES:
+        # psycopg names each state's class after its condition: ProgramLimitExceeded.
+        name = f"{state} {_CAMEL.sub('_', type(error).__name__).lower()}"
+    else:
+        return None
+    return ConfigError(
+        f"{what}: PostgreSQL refused it ({name}: {str(error).strip()}); it was rolled "
+        "back, so nothing changed, and it was not retried, since it would fail the "
+        "same way again"
+    )
 
 
 _Envelope = Envelope[StoreRequest]
@@ -157,9 +205,16 @@ class _PgStoreActor(CrashableActor):
         it runs to its end, so the caller learns whether it committed. It is bounded by
         the server's ``statement_timeout``.
 
+        Only what a retry may cure is retried (:func:`transient`). Any other database
+        error rolls the transaction back and is raised at once: one that PostgreSQL
+        raises for the statement's values as a ``ConfigError`` (:func:`refused`),
+        anything else (a table changed under the store, a bug) as it is.
+
         Raises:
-            StoreUnavailable: the database failed every attempt (the message names
-                ``what``), or a write's connection was lost while committing.
+            StoreUnavailable: the database failed every attempt with a transient error
+                (the message names ``what``), or a write's connection was lost while
+                committing.
+            ConfigError: PostgreSQL refused the statement for its values.
         """
         limiter = self.write_limiter if write else self.read_limiter
         attempt = 0
@@ -175,7 +230,12 @@ class _PgStoreActor(CrashableActor):
                     f"{what}: the connection was lost while committing ({cause}); the "
                     "server may or may not have applied it, so it was not retried"
                 ) from cause
-            except psycopg.OperationalError as error:
+            except psycopg.Error as error:
+                if not transient(error):
+                    config_error = refused(what, error)
+                    if config_error is not None:
+                        raise config_error from error
+                    raise
                 if attempt >= self.retries:
                     rolled = " and was rolled back; nothing was applied" if write else ""
                     raise StoreUnavailable(
@@ -217,7 +277,8 @@ class _PgStoreActor(CrashableActor):
                 raise armed
             result, counts = await self._commit(request, prepared)
         except VectorStoreError as error:
-            # StoreUnavailable: the transaction rolled back, the store is still sound.
+            # StoreUnavailable, or a ConfigError for a statement PostgreSQL refused:
+            # the transaction rolled back, the store is still sound.
             envelope.reply.fail(error)
             return
         except Exception as crash:

@@ -17,9 +17,10 @@ the two on random metadata and random filters):
   ``$ne`` and ``$nin``.
 
 Keys and operands are always bound parameters (named ``%(f<n>)s``); only fixed SQL
-text is composed. An operand PostgreSQL text cannot hold (a NUL, a lone surrogate) is
-never sent: no stored value can contain one, so each such leaf is rewritten into an
-equivalent one over a representable operand (see :func:`_order_str`).
+text is composed. Every key and str operand is bound in the form the stored metadata
+holds its strings in (``schema.jsonb_string``, which escapes a NUL or a lone surrogate
+and keeps equality and code point order), so a key or a value holding one is found,
+compared and ordered exactly as the in-memory store does.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from protocol._filters import (
     check_filter,
 )
 
+from .schema import jsonb_string
+
 __all__ = ["FilterSql", "translate"]
 
 _TRUE = sql.SQL("true")
@@ -59,14 +62,6 @@ _SYMBOL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}
 # Decimals as JSON numbers, digit for digit: an equality probe's operand stays exact.
 _PROBE_ENCODER = msgspec.json.Encoder(decimal_format="number")
-
-
-def _representable(text: str) -> int | None:
-    """The index of the first character PostgreSQL text cannot hold, or None."""
-    for i, ch in enumerate(text):
-        if ch == "\x00" or "\ud800" <= ch <= "\udfff":
-            return i
-    return None
 
 
 def _number(value: int | float) -> str | None:
@@ -117,9 +112,9 @@ class FilterSql:
             case Gt() | Gte() | Lt() | Lte():
                 return self._order(node.key, _ORDER_OPS[type(node)], node.value)
             case Exists(key=key, value=present):
-                if _representable(key) is not None:
-                    return _FALSE if present else _TRUE
-                test = sql.SQL("jsonb_exists({}, {})").format(self.column, self.bind(key))
+                test = sql.SQL("jsonb_exists({}, {})").format(
+                    self.column, self.bind(jsonb_string(key))
+                )
                 return test if present else sql.SQL("NOT {}").format(test)
             case And(filters=children):
                 if not children:
@@ -137,7 +132,7 @@ class FilterSql:
 
     def _value(self, key: str) -> tuple[sql.Composable, sql.Composable]:
         """``(metadata -> key, metadata ->> key)`` with the key bound once."""
-        placeholder = self.bind(key)
+        placeholder = self.bind(jsonb_string(key))
         return (
             sql.SQL("({} -> {})").format(self.column, placeholder),
             sql.SQL("({} ->> {})").format(self.column, placeholder),
@@ -156,15 +151,12 @@ class FilterSql:
         ``jsonb_typeof`` and a ``numeric`` cast were several (``benches/README.md``, "pg
         at scale": the filtered exact read).
         """
-        if _representable(key) is not None:
-            return _FALSE  # no stored key holds a NUL or a lone surrogate
+        key = jsonb_string(key)
         probes: list[str] = []
         for value in operands:
             probe: Scalar | Decimal
             if isinstance(value, str):
-                if _representable(value) is not None:
-                    continue  # no stored string holds one either
-                probe = value
+                probe = jsonb_string(value)
             elif value is None or isinstance(value, bool):
                 probe = value
             else:
@@ -178,11 +170,9 @@ class FilterSql:
         return sql.SQL("(({} @> ANY({}::jsonb[])) IS TRUE)").format(self.column, self.bind(probes))
 
     def _order(self, key: str, op: str, operand: str | int | float) -> sql.Composable:
-        if _representable(key) is not None:
-            return _FALSE
         value, text = self._value(key)
         if isinstance(operand, str):
-            operand, op = _order_str(operand, op)
+            operand = jsonb_string(operand)  # the stored form keeps code point order
             return sql.SQL(
                 "CASE WHEN jsonb_typeof({v}) = 'string' THEN {t} COLLATE \"C\" {o} {p} "
                 "ELSE false END"
@@ -191,27 +181,6 @@ class FilterSql:
             "CASE WHEN jsonb_typeof({v}) = 'number' THEN ({v})::numeric {o} {p}::numeric "
             "ELSE false END"
         ).format(v=value, o=sql.SQL(_SYMBOL[op]), p=self.bind(_clamp(operand)))
-
-
-def _order_str(operand: str, op: str) -> tuple[str, str]:
-    """An equivalent comparison over a representable operand, for stored strings (which
-    hold no NUL and no lone surrogate).
-
-    Write the operand ``t = p + c + r``, with ``c`` its first unrepresentable character.
-    For a stored ``s``, comparing with ``t`` is decided within ``p`` unless ``s`` starts
-    with ``p``; if it does, by ``s``'s next character against ``c``, with ``s == p``
-    below ``t``. A NUL is below every stored character, so ``s > t ⟺ s > p`` and
-    ``s < t ⟺ s <= p``. A surrogate sits just below U+E000 for stored characters, so with
-    ``u = p + "\\ue000"``, ``s > t ⟺ s >= u`` and ``s < t ⟺ s < u``. Equality never
-    holds, so ``>=`` acts as ``>`` and ``<=`` as ``<``.
-    """
-    cut = _representable(operand)
-    if cut is None:
-        return operand, op
-    prefix = operand[:cut]
-    if operand[cut] == "\x00":
-        return prefix, "gt" if op in ("gt", "gte") else "lte"
-    return prefix + "\ue000", "gte" if op in ("gt", "gte") else "lt"
 
 
 def translate(node: Filter | None, column: sql.Composable) -> FilterSql:

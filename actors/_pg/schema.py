@@ -10,9 +10,11 @@ Each store is five objects named after its table ``T``:
   is unique within its namespace. ``text`` is the searchable copy of the entry's text
   (NUL and lone surrogates replaced); ``exact_text`` keeps the exact text, only where it
   differs. ``metadata`` is the jsonb that filters read, with top-level floats written as
-  their exact decimal value (so that numbers compare exactly, as in Python) and each NUL
-  or lone surrogate (which jsonb cannot hold) as U+FFFD; ``meta_raw`` is the exact
-  metadata as msgpack (``protocol._surrogates.pack``), which is what reads return.
+  their exact decimal value (so that numbers compare exactly, as in Python) and each
+  string (keys included) in :func:`jsonb_string`'s form, which jsonb can hold and which
+  keeps equality and code point order (a NUL or a lone surrogate is escaped);
+  ``meta_raw`` is the exact metadata as msgpack (``protocol._surrogates.pack``), which
+  is what reads return.
   ``doc_len`` is the BM25 length of the text;
 - ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
   frequency and the entry's ``doc_len`` (so that BM25 reads the postings' index alone,
@@ -50,9 +52,9 @@ import psycopg
 from psycopg import sql
 
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
-from protocol._surrogates import replace_surrogates
+from protocol._surrogates import replace_surrogates, unpack_metadata
 
-from .._bm25 import term_counts
+from .._bm25 import MAX_TERM_BYTES, term_counts
 
 __all__ = [
     "MAX_DIMENSIONS",
@@ -63,6 +65,7 @@ __all__ = [
     "exact_text",
     "filter_json",
     "jsonb_binary",
+    "jsonb_string",
     "profile_json",
     "check_pg_text",
     "ensure_schema",
@@ -71,11 +74,12 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Older versions migrated in place when opened, each to the next (see _migrate):
 # version 2 (before keyword_index) gains that column and the entries' row options;
-# version 3 (before T_ns and the postings' doc_len) gains both.
-_MIGRATES_FROM = (2, 3)
+# version 3 (before T_ns and the postings' doc_len) gains both; version 4 (before
+# long terms were digests and metadata strings escaped) is rewritten where it differs.
+_MIGRATES_FROM = (2, 3, 4)
 # A row stays whole in its page up to 8,160 bytes (PostgreSQL's limit for this option)
 # instead of 2,032: with the default, a 384-float row with a text of about 165 bytes or
 # more (a turn's text is there twice: the text and the message) has its vector moved
@@ -141,14 +145,44 @@ def search_text(text: str) -> str:
     return replace_surrogates(text.replace("\x00", "\ufffd"))
 
 
+# What jsonb_string escapes: NUL and \x01 (with \x01 as the escape), lone surrogates
+# and U+D7FF (with U+D7FF as the escape).
+_JSONB_ESCAPED = re.compile("[\x00\x01\ud7ff-\udfff]")
+
+
+def _jsonb_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 1:
+        return "\x01" + chr(code + 1)
+    return "\ud7ff" + chr(0x1000 + code - 0xD7FF)
+
+
+def jsonb_string(value: str) -> str:
+    r"""A str as the jsonb metadata holds it (keys and values): jsonb holds no NUL and
+    no lone surrogate, so those are written as two characters, and so are the two
+    characters that serve as escapes. The form keeps equality (one str, one form) and
+    code point order (``a < b`` exactly when their forms are), so a filter compares
+    the form of its operand with the stored forms and answers as Python does.
+
+    ``"\x00"`` is ``"\x01\x01"`` and ``"\x01"`` is ``"\x01\x02"``: every other
+    character is above both. U+D7FF is ``"\ud7ff\u1000"`` and a surrogate ``c`` is
+    ``"\ud7ff"`` and ``chr(0x1000 + c - 0xD7FF)``: between U+D7FE and U+E000, in
+    order. Any other str is itself. (``"\x01"`` and U+D7FF are rare: a control
+    character and an unassigned code point.)
+    """
+    if _JSONB_ESCAPED.search(value) is None:
+        return value
+    return _JSONB_ESCAPED.sub(_jsonb_escape, value)
+
+
 def _jsonb_safe(value: Any) -> Any:
-    """A JSON value with :func:`search_text` applied to every str, keys included."""
+    """A JSON value with :func:`jsonb_string` applied to every str, keys included."""
     if isinstance(value, str):
-        return search_text(value)
+        return jsonb_string(value)
     if isinstance(value, list):
         return [_jsonb_safe(item) for item in value]
     if isinstance(value, dict):
-        return {search_text(key): _jsonb_safe(item) for key, item in value.items()}
+        return {jsonb_string(key): _jsonb_safe(item) for key, item in value.items()}
     return value
 
 
@@ -169,9 +203,9 @@ def filter_json(metadata: dict[str, Any]) -> str:
     which is less than the int ``10**23 - 1``, but its repr ``1e+23`` is not. Nested
     values are never compared by a filter (keys are top-level), so they are left alone.
 
-    jsonb cannot hold a NUL or a lone surrogate, so each one, in a key or a string, is
-    U+FFFD here (:func:`search_text`): a filter reads ``{"k": "a\\ud83d"}`` as
-    ``{"k": "a\\ufffd"}``. Reads return the exact metadata from ``meta_raw``.
+    Every str, keys and nested values included, is in :func:`jsonb_string`'s form,
+    which jsonb can hold (a NUL or a lone surrogate is escaped) and which filters bind
+    their keys and operands in. Reads return the exact metadata from ``meta_raw``.
     """
     exact = {
         key: Decimal(value) if isinstance(value, float) else value
@@ -181,11 +215,16 @@ def filter_json(metadata: dict[str, Any]) -> str:
         text: str | None = _FILTER_ENCODER.encode(exact).decode("utf-8")
     except UnicodeEncodeError:
         text = None
-    # JSON writes a NUL as this escape (an escaped backslash before "u0000" is a false
-    # alarm, which only costs the copy).
-    if text is None or "\\u0000" in text:
+    if text is None or _escapes(text):
         text = _FILTER_ENCODER.encode(_jsonb_safe(exact)).decode("utf-8")
     return text
+
+
+def _escapes(text: str) -> bool:
+    """Whether JSON text (valid UTF-8) may hold a str that :func:`jsonb_string`
+    changes: JSON writes NUL and \\x01 as these escapes (an escaped backslash before
+    "u0000" is a false alarm, which only costs a copy), and U+D7FF as itself."""
+    return "\\u0000" in text or "\\u0001" in text or "\ud7ff" in text
 
 
 def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
@@ -194,11 +233,16 @@ def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
 
     ``compact`` is the metadata as compact JSON (``actors._prepare.metadata_json``, which
     the size check made): it is that very text, and is reused, when the metadata has no
-    top-level float and it holds no NUL escape and is valid UTF-8 (no lone surrogate).
+    top-level float, holds no str that :func:`jsonb_string` changes and is valid UTF-8
+    (no lone surrogate).
     """
     if not compact:
         return b"\x01{}"
-    if b"\\u0000" not in compact and (compact.isascii() or _utf8(compact)):
+    if (
+        b"\\u0000" not in compact
+        and b"\\u0001" not in compact
+        and (compact.isascii() or (b"\xed\x9f\xbf" not in compact and _utf8(compact)))
+    ):
         for value in metadata.values():
             if isinstance(value, float):
                 break
@@ -372,7 +416,7 @@ def ensure_schema(
     for a write in flight, and every later write, from any process, follows it.
 
     Older tables are migrated in place, in this same transaction (:func:`_migrate`):
-    version 2 (made before ``keyword_index``) to 3, then 3 to 4.
+    version 2 (made before ``keyword_index``) to 3, then 3 to 4, then 4 to 5.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
@@ -466,7 +510,8 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
       becomes ``live_entries``: every write and read of an older trio-recall names it,
       so a process still running one on the table fails loudly at its next call rather
       than write without keeping ``T_ns`` (this version's writers check the schema
-      version under the write lock instead, so later migrations need no such rename).
+      version under the write lock instead, so later migrations need no such rename);
+    - 4 to 5: see :func:`_migrate_4_to_5`.
 
     Returns whether it filled the postings.
     """
@@ -476,6 +521,21 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
     if row is None or int(row[0]) not in _MIGRATES_FROM:
         return False
     version = int(row[0])
+    # The meta row's lock first: no write of this version runs meanwhile.
+    conn.execute(sql.SQL("SELECT 1 FROM {meta} FOR UPDATE").format(meta=names.meta))
+    conn.execute("SET LOCAL statement_timeout = 0")
+    built = version < 4 and _migrate_to_4(conn, names, version)
+    _migrate_4_to_5(conn, names)
+    conn.execute(
+        sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
+        (SCHEMA_VERSION,),
+    )
+    return built
+
+
+def _migrate_to_4(conn: psycopg.Connection[Any], names: Names, version: int) -> bool:
+    """Versions 2 and 3 to 4 (see :func:`_migrate`), under the meta row's lock; returns
+    whether it filled the postings."""
     if version == 2:
         conn.execute(
             sql.SQL(
@@ -488,12 +548,9 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
         conn.execute(
             sql.SQL("ALTER TABLE {table} SET (" + _ROW_OPTIONS + ")").format(table=names.table)
         )
-    # 3 to 4. The meta row's lock first: no write of this version runs meanwhile.
-    locked = conn.execute(
-        sql.SQL("SELECT keyword_index FROM {meta} FOR UPDATE").format(meta=names.meta)
-    ).fetchone()
-    assert locked is not None
-    conn.execute("SET LOCAL statement_timeout = 0")
+    # 3 to 4.
+    kept = conn.execute(sql.SQL("SELECT keyword_index FROM {meta}").format(meta=names.meta))
+    keyword_index = bool(kept.fetchone() == (True,))
     _refuse_taken_names(conn, names, [names.namespaces_name])
     conn.execute(
         sql.SQL("ALTER TABLE {meta} RENAME COLUMN entries TO live_entries").format(meta=names.meta)
@@ -512,15 +569,50 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
             terms=names.terms
         )
     )
-    if bool(locked[0]):
+    if keyword_index:
         _fill_postings(conn, names)
     for statement in _postings_keys(names):
         conn.execute(statement)
+    return keyword_index
+
+
+def _migrate_4_to_5(conn: psycopg.Connection[Any], names: Names) -> None:
+    """Version 4 to 5, under the meta row's lock: rewrite what version 5 writes
+    otherwise, and nothing else (one scan of the postings and one of the metadata).
+
+    - A posting whose term is longer than ``MAX_TERM_BYTES`` (a version 4 table kept
+      terms of up to about 2,700 bytes, the btree's limit) gets the term's digest,
+      computed in SQL exactly as ``actors._bm25.index_term`` computes it, so reads
+      find it by the same mapping as new postings. Term frequencies and lengths are
+      unchanged: a term and its digest count alike.
+    - The jsonb metadata of an entry whose exact metadata holds a str that
+      :func:`jsonb_string` escapes is rewritten from ``meta_raw``. Version 4 wrote a
+      NUL or a lone surrogate as U+FFFD (so filters could not tell them apart, nor
+      find them), and U+0001 and U+D7FF as themselves: such an entry's jsonb text holds
+      U+FFFD, the escape ``\u0001`` or U+D7FF, which is what is looked for.
+    """
     conn.execute(
-        sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
-        (SCHEMA_VERSION,),
+        sql.SQL(
+            "UPDATE {terms} SET term = '#' || left(encode(sha256(convert_to(term, 'UTF8')), "
+            "'hex'), 32) WHERE octet_length(term) > %s"
+        ).format(terms=names.terms),
+        (MAX_TERM_BYTES,),
     )
-    return bool(locked[0])
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT seq, meta_raw FROM {table} WHERE meta_raw IS NOT NULL AND "
+            "(strpos(metadata::text, %s) > 0 OR strpos(metadata::text, %s) > 0 "
+            "OR strpos(metadata::text, %s) > 0)"
+        ).format(table=names.table),
+        ("\ufffd", "\\u0001", "\ud7ff"),
+    ).fetchall()
+    with conn.cursor() as cur:
+        cur.executemany(
+            sql.SQL("UPDATE {table} SET metadata = %s::jsonb WHERE seq = %s").format(
+                table=names.table
+            ),
+            [(filter_json(unpack_metadata(bytes(raw))), seq) for seq, raw in rows],
+        )
 
 
 # Entries read per round trip while the postings of a table are built.
@@ -683,7 +775,8 @@ def bound_profile(text: str | None) -> EmbeddingProfile | None:
 
 
 def _migrates() -> str:
-    return " and ".join(str(v) for v in _MIGRATES_FROM)
+    *rest, last = (str(v) for v in _MIGRATES_FROM)
+    return f"{', '.join(rest)} and {last}" if rest else last
 
 
 def _check_meta(

@@ -88,7 +88,7 @@ from .._prepare import check_ids, check_int, check_k, check_name, check_store_co
 from .._ranked import Ranked, RankedList
 from .._store import StoreStatistics
 from .._store_hooks import ranked_event, retrieve_event, search_event
-from .actor import _PgStoreActor
+from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
     MAX_DIMENSIONS,
@@ -604,7 +604,13 @@ def _open_pool(
                 hnsw=hnsw,
                 keyword_index=keyword_index,
             )
-    except psycopg.OperationalError as error:
+    except (psycopg.OperationalError, psycopg.DataError) as error:
+        # A value or a limit PostgreSQL refuses is refused again: not "unreachable".
+        refusal = refused(f"opening table {names.table_name!r}", error)
+        if refusal is not None:
+            raise refusal from error
+        if not isinstance(error, psycopg.OperationalError):
+            raise
         raise StoreUnavailable(
             f"could not reach PostgreSQL at {where} within {timeout} s: "
             f"{type(error).__name__}: {str(error).strip()}"

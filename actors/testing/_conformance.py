@@ -52,12 +52,13 @@ from protocol import (
 
 from ._conformance_base import _ids
 from ._conformance_checks import check_namespace_walk, mmr_reference
+from ._conformance_inputs import InputShapeTests
 from ._conformance_keywords import KeywordSearchTests
 
 __all__ = ["StoreConformance"]
 
 
-class StoreConformance(KeywordSearchTests):
+class StoreConformance(KeywordSearchTests, InputShapeTests):
     """Conformance tests for a document store. Subclass it; see the module docs.
 
     Its settings and helpers are :class:`~actors.testing._conformance_base.ConformanceBase`'s

@@ -40,11 +40,14 @@ from protocol import (
     EntryTooLarge,
     JsonError,
     Poisoned,
+    SearchRequest,
     ToolCall,
     UnifiedMessage,
     payload_bytes,
 )
 
+from .._prepare import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
+from ._conformance_inputs import long_token
 from ._crash import inject_crash
 from ._document_writes import DocumentWriteCases
 from ._write_base import (
@@ -532,6 +535,28 @@ class WriteConformance(DocumentWriteCases):
                 with pytest.raises(EntryTooLarge):
                     await store.store_turns([_msg("z" * 250)])
                 await store.store_turns([_msg("z" * 255)], source="s")
+                assert len(store) == 2
+
+    async def test_a_turn_of_one_long_token_with_the_longest_id_is_stored(self) -> None:
+        token = long_token(10_000)
+        text = f"the marmot said {token}"
+        longest, space = "t" * MAX_ID_BYTES, "n" * MAX_NAMESPACE_BYTES
+        config = self.config(dimensions=64, max_entry_bytes=32_768)
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store(config) as store:
+                stored = await store.store_turns([_msg(text)], namespace=space, ids=[longest])
+                assert stored.ids == [longest]
+                await store.store_turns([_msg("the marmot slept")], namespace=space)
+                report = await store.retrieve_in(space, text, k=1)
+                assert [(h.id, h.message.text()) for h in report.turns] == [(longest, text)]
+                for query, found in ((token, [longest]), ("marmot", [longest, "turn-1"])):
+                    request = SearchRequest(query=query, kind="bm25", k=5, namespace=space)
+                    hits = await store.search(request)
+                    assert sorted(h.document.id or "" for h in hits) == sorted(found)
+                with pytest.raises(ConfigError, match=f"{MAX_ID_BYTES + 1} bytes"):
+                    await store.store_turns([_msg("a")], namespace=space, ids=[longest + "x"])
+                with pytest.raises(ConfigError, match=f"{MAX_NAMESPACE_BYTES + 1} bytes"):
+                    await store.store_turns([_msg("a")], namespace=space + "n")
                 assert len(store) == 2
 
     # --- a crash: Poisoned -----------------------------------------------------------------
