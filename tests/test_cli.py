@@ -49,8 +49,9 @@ def _embedded_pg() -> None:
 
 
 def cli(
-    *args: str, input: str | None = None, stderr: Any = subprocess.PIPE, **env: str
-) -> subprocess.CompletedProcess[str]:
+    *args: str, input: str | bytes | None = None, stderr: Any = subprocess.PIPE, **env: str
+) -> subprocess.CompletedProcess[Any]:
+    """``trio-recall ARGS``; bytes ``input`` makes stdout and stderr bytes too."""
     environ = {**os.environ, **env}
     environ.pop("TRIO_RECALL_DATA", None)
     return subprocess.run(
@@ -58,14 +59,14 @@ def cli(
         input=input,
         stdout=subprocess.PIPE,
         stderr=stderr,
-        text=True,
+        text=not isinstance(input, bytes),
         timeout=TIMEOUT,
         env=environ,
         check=False,
     )
 
 
-def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[Any]:
     result = cli(*args, **kw)
     assert result.returncode == 0, (args, result.returncode, result.stderr)
     return result
@@ -317,6 +318,15 @@ BAD = [
     (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
     (["import", "{two_ids}", "--in-memory"], 2, "line 2 has the id 'x', which line 1"),
     (["import", "{latin1}", "--in-memory"], 2, "line 1 is not UTF-8"),
+    # The line a byte is on, not the first line of the chunk the decoder read ahead.
+    (["import", "{late_latin1}", "--in-memory"], 2, "line 300 is not UTF-8"),
+    (["import", "{deep}", "--in-memory"], 2, "line 2 is nested deeper than 64 levels"),
+    (["add", "x", "--metadata", "[" * 3000 + "]" * 3000, "--in-memory"], 2, "nested deeper"),
+    (
+        ["search", "q", "--filter", '{"a": ' * 3000 + "1" + "}" * 3000, "--in-memory"],
+        2,
+        "nested deeper",
+    ),
     (["stats", "--data", "{a_file}"], 1, "is not a directory"),
     (["stats", "--dsn", "postgresql://u@127.0.0.1:1/x"], 1, "could not reach PostgreSQL"),
     (["stats", "--dsn", "{dsn}", "--table", "Bad-Name"], 1, "table is 'Bad-Name'"),
@@ -346,12 +356,17 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F8
         "bad_key": tmp_path / "key.jsonl",
         "two_ids": tmp_path / "ids.jsonl",
         "latin1": tmp_path / "latin1.jsonl",
+        "late_latin1": tmp_path / "late.jsonl",
+        "deep": tmp_path / "deep.jsonl",
         "a_file": tmp_path / "a_file",
     }
     files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
     files["bad_key"].write_text('{"text": "x", "meta": {}}\n')
     files["two_ids"].write_text('{"id": "x", "text": "one"}\n{"id": "x", "text": "two"}\n')
     files["latin1"].write_bytes('{"text": "café"}\n'.encode("latin-1"))
+    files["late_latin1"].write_bytes(b'{"text": "fine"}\n' * 299 + b'{"text": "caf\xe9"}\n')
+    nested = '{"a": ' * 3000 + "1" + "}" * 3000
+    files["deep"].write_text(f'{{"text": "x"}}\n{{"text": "x", "metadata": {nested}}}\n')
     files["a_file"].write_text("")
     values = {name: str(path) for name, path in files.items()} | {"dsn": pg_dsn}
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -379,3 +394,23 @@ def test_every_command_has_help() -> None:
         assert result.stdout.startswith(f"usage: trio-recall {command}")
         for flag in ("--data", "--dsn", "--in-memory", "--embedder", "--namespace", "--json"):
             assert flag in result.stdout, (command, flag)
+
+
+# --- stdin and stdout, FIFOs, devices and links: import and export as Unix tools ---------
+
+
+def test_stdin_is_read_like_a_file() -> None:
+    """``add -`` and ``import -`` read bytes and decode them strictly, as ``import FILE``
+    does: the C.UTF-8 locale gives sys.stdin ``surrogateescape``, which would store an
+    invalid byte as a lone surrogate."""
+    latin1 = "café\n".encode("latin-1")
+    added = cli("add", "-", "--in-memory", "--embedder", "hashing", input=latin1, LC_ALL="C")
+    assert added.returncode == 2, added
+    assert added.stdout == b"" and added.stderr.count(b"\n") == 1
+    assert b"stdin is not UTF-8 (invalid continuation byte at byte 4)" in added.stderr
+    lines = b'{"text": "one"}\n{"text": "two"}\n' + b'{"text": "caf\xe9"}\n'
+    imported = cli("import", "-", "--in-memory", input=lines, LC_ALL="C")
+    assert imported.returncode == 2 and imported.stdout == b""
+    assert b"stdin line 3 is not UTF-8 (invalid continuation byte" in imported.stderr
+    good = ok("add", "-", "--in-memory", "--embedder", "hashing", input="naïve café\n".encode())
+    assert len(good.stdout.strip()) == 32

@@ -134,8 +134,10 @@ def _one_line(text: str) -> str:
 def _json_arg(flag: str, value: str | None) -> Any:
     if value is None:
         return None
+    from protocol._json import loads_json
+
     try:
-        return json.loads(value)
+        return loads_json(value, what=flag)
     except json.JSONDecodeError as error:
         raise UsageError(
             f"{flag} is {value[:60]!r}, which is not JSON ({error.msg} at character "
@@ -167,8 +169,13 @@ async def _with_service(args: argparse.Namespace, body: Callable[[Any], Awaitabl
 
 
 async def _add(args: argparse.Namespace) -> int:
-    # `echo text | trio-recall add -` remembers the text, not its final newline.
-    text = sys.stdin.read().rstrip("\n") if args.text == "-" else args.text
+    text = args.text
+    if text == "-":
+        from ._jsonl import decode_utf8
+
+        # Bytes, decoded strictly, as import reads a file (not stdin's surrogateescape).
+        # `echo text | trio-recall add -` remembers the text, not its final newline.
+        text = decode_utf8(sys.stdin.buffer.read(), "stdin", "text in UTF-8").rstrip("\n")
     metadata = _json_arg("--metadata", args.metadata)
 
     async def body(service: Any) -> int:
