@@ -10,9 +10,11 @@ extra's wheel; without it the tests skip, and fail with ``TRIO_RECALL_PG_REQUIRE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
+import stat
 import subprocess
 import sys
 import time
@@ -190,16 +192,7 @@ def test_import_is_incremental_and_export_round_trips(
 
     # Into a new data directory (an embedded server), with a progress bar on a terminal.
     data = tmp_path / "copy"
-    leader, follower = pty.openpty()
-    try:
-        imported = cli("import", str(exported), "--data", str(data), stderr=follower)
-        os.close(follower)
-        follower = -1
-        bar = _read_all(leader)
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
+    imported, bar = cli_on_terminal("import", str(exported), "--data", str(data))
     assert imported.returncode == 0, bar
     assert "import [" in bar and "100%" in bar and "4/4" in bar
     copy = tmp_path / "copy.jsonl"
@@ -208,6 +201,22 @@ def test_import_is_incremental_and_export_round_trips(
     # export - writes stdout; --namespace exports one namespace.
     bob = ok("export", "-", "--namespace", "bob", "--data", str(data)).stdout.splitlines()
     assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
+
+
+def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
+    """``trio-recall ARGS`` with stderr on a terminal (a pty): the result, and what the
+    terminal showed."""
+    leader, follower = pty.openpty()
+    try:
+        result = cli(*args, stderr=follower)
+        os.close(follower)
+        follower = -1
+        shown = _read_all(leader)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    return result, shown
 
 
 def _read_all(fd: int) -> str:
@@ -414,3 +423,129 @@ def test_stdin_is_read_like_a_file() -> None:
     assert b"stdin line 3 is not UTF-8 (invalid continuation byte" in imported.stderr
     good = ok("add", "-", "--in-memory", "--embedder", "hashing", input="naïve café\n".encode())
     assert len(good.stdout.strip()) == 32
+
+
+def _seed(on_pg: list[str], tmp_path: Path, texts: list[str]) -> list[str]:
+    """Import ``texts`` as memories; return the lines ``export`` writes for them."""
+    source = tmp_path / "seed.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    ok("import", str(source), *on_pg)
+    return str(ok("export", "-", *on_pg).stdout).splitlines(keepends=True)
+
+
+def test_export_writes_through_fifos_and_links_and_replaces_regular_files(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    lines = _seed(on_pg, tmp_path, ["the kettle is broken", "buy milk", "ünïcödé 🐈"])
+    assert len(lines) == 3 and all(json.loads(line)["text"] for line in lines)
+    out = tmp_path / "out"  # every target is here; nothing else may appear
+    out.mkdir()
+
+    # `export -`: the memories and nothing else on stdout; the bar on stderr.
+    result, bar = cli_on_terminal("export", "-", *on_pg)
+    assert result.returncode == 0, bar
+    assert result.stdout.splitlines(keepends=True) == lines
+    assert "export [" in bar and "3/3" in bar
+
+    # A FIFO is written through: its reader gets the lines, and it stays a FIFO.
+    fifo = out / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        ok("export", str(fifo), *on_pg)
+        read, _ = reader.communicate(timeout=30)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        assert reader.stdout is not None
+        reader.stdout.close()
+    assert read.splitlines(keepends=True) == lines
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+    # A link to an open file (what /dev/stdout is) is written through, and the summary
+    # line stays off the stream that carries the memories.
+    own = out / "stdout"
+    own.symlink_to("/proc/self/fd/1")
+    assert ok("export", str(own), *on_pg).stdout.splitlines(keepends=True) == lines
+    assert os.readlink(own) == "/proc/self/fd/1"
+
+    # A link to a regular file: the target is replaced atomically, with its mode; the
+    # link stays a link.
+    real = out / "real.jsonl"
+    real.write_text("the previous export\n")
+    real.chmod(0o600)
+    link = out / "link.jsonl"
+    link.symlink_to("real.jsonl")
+    assert ok("export", str(link), *on_pg).stdout == f"exported 3 memories to {link}\n"
+    assert os.readlink(link) == "real.jsonl"
+    assert real.read_text().splitlines(keepends=True) == lines
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+
+    # A directory is refused before anything is written.
+    (out / "adir").mkdir()
+    refused = cli("export", str(out / "adir"), *on_pg)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "Is a directory" in refused.stderr
+    assert sorted(os.listdir(out)) == ["adir", "fifo", "link.jsonl", "real.jsonl", "stdout"]
+
+
+def test_export_writes_through_a_character_device(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A null device of the test's own (/dev/null's numbers), not /dev/null itself: if
+    export replaced it, it would replace the machine's /dev/null (as root it can)."""
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as error:
+        pytest.skip(f"cannot make a character device here (mknod needs root): {error}")
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    _seed(on_pg, tmp_path, ["written to nowhere"])
+    assert ok("export", str(null), *on_pg).stdout == f"exported 1 memories to {null}\n"
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and os.stat(null).st_rdev == os.makedev(1, 3)
+    assert sorted(os.listdir(tmp_path)) == ["null", "seed.jsonl"]
+
+
+def test_a_failed_export_leaves_the_old_file_and_no_partial(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A full disk (a 64 KiB tmpfs): once full before the export starts, so the last
+    flush fails (and closing the file fails again), once filled by the export."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+        kept = disk / "memories.jsonl"
+        kept.write_text("the previous export\n")
+        ballast = disk / "ballast"
+        with ballast.open("wb") as fill, contextlib.suppress(OSError):
+            fill.write(b"x" * 128 * 1024)  # ENOSPC: the disk is full
+        _seed(on_pg, tmp_path, ["a short memory"])
+        for texts in ([], [f"memory {i} " + "x" * 40_000 for i in range(4)]):
+            if texts:
+                ballast.unlink()
+                _seed(on_pg, tmp_path, texts)
+            full = cli("export", str(kept), *on_pg)
+            assert full.returncode == 1 and full.stdout == ""
+            assert full.stderr.count("\n") == 1 and "No space left on device" in full.stderr
+            left = {"memories.jsonl"} if texts else {"memories.jsonl", "ballast"}
+            assert set(os.listdir(disk)) == left
+            assert kept.read_text() == "the previous export\n"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -268,12 +268,15 @@ async def _import(args: argparse.Namespace) -> int:
 
 async def _export(args: argparse.Namespace) -> int:
     from ._jsonl import export_jsonl
+    from ._output import writes_stdout
 
     async def body(service: Any) -> int:
         count = await export_jsonl(service, args.file, namespace=args.namespace)
-        if args.json and args.file != "-":
+        if writes_stdout(args.file):
+            pass  # stdout carries the memories, and nothing else
+        elif args.json:
             _print_json({"exported": count, "file": args.file})
-        elif args.file != "-":
+        else:
             print(f"exported {count} memories to {args.file}")
         return 0
 

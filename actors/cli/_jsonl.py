@@ -22,27 +22,28 @@ decodes ahead of the line it returns) and is never stored as a lone surrogate (w
 ``surrogateescape``, stdin's error handler in the C locale, would make of it). JSON
 nested too deep to parse is refused as too deep (:func:`protocol._json.loads_json`).
 
-**Export** lists every entry (of one namespace, or all) oldest first, and writes the
-file through a ``.partial`` file renamed at the end, so an error never leaves half a
-file under the name asked for. It holds the list of entries in memory while it writes.
+**Export** lists every entry (of one namespace, or all) oldest first, and writes it
+where :func:`~actors.cli._output.open_output` says: stdout, through a FIFO or device,
+or by atomic replace of a regular file, so an error never leaves half a file under the
+name asked for. It holds the list of entries in memory while it writes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Collection, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
+import trio
 
 from protocol import Document, JsonError, document_id
 from protocol._json import loads_json
 
 from .._indexing import Record, hash_document, index
 from .._prepare import document_bytes
+from ._output import open_output
 from ._progress import Progress
 from ._service import ToolInputError, _metadata, _name, _namespace, _text
 
@@ -244,7 +245,7 @@ async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
     return totals
 
 
-def _line(doc: Document, namespace: str) -> str:
+def _line(doc: Document, namespace: str) -> bytes:
     value = {
         "id": doc.id,
         "namespace": namespace,
@@ -252,40 +253,47 @@ def _line(doc: Document, namespace: str) -> str:
         "source": doc.source_id,
         "metadata": doc.metadata,
     }
-    line = json.dumps(value, ensure_ascii=False)
+    line = json.dumps(value, ensure_ascii=False) + "\n"
     try:
-        line.encode("utf-8")
+        return line.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate (kept exactly by the store) is written as its JSON escape.
-        line = json.dumps(value)
-    return line + "\n"
-
-
-def _open_text(path: Path) -> Any:
-    # A local file, written line by line as the store is read.
-    return open(path, "w", encoding="utf-8")
+        return (json.dumps(value) + "\n").encode("ascii")
 
 
 async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int:
-    """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout), oldest
+    """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout; see
+    :func:`~actors.cli._output.open_output` for FIFOs, devices and links), oldest
     first; the number written.
+
+    The target is opened first (a FIFO waits there for its reader; cancelling the wait
+    leaves the opening thread behind until the process exits), then the store is read.
 
     Raises:
         ToolInputError: a bad namespace.
-        OSError: the file cannot be written (nothing is left under its name).
+        OSError: the target cannot be written (a regular file keeps its old content,
+            and no partial file is left).
     """
-    import numpy as np
-
     store = service.store
     space = None if namespace is None else _name("--namespace", namespace)
+    out = await trio.to_thread.run_sync(open_output, path, abandon_on_cancel=True)
+    try:
+        written = await _write(store, space, out.stream)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return written
+
+
+async def _write(store: Any, namespace: str | None, stream: BinaryIO) -> int:
+    import numpy as np
+
     # A zero vector scores 0.0 against every entry, so this lists them all (newest
     # first, the ties' order); no profile is needed for it.
     zero = np.zeros(store.config.dimensions, dtype=np.float32)
-    report = await store.retrieve_embedding(zero, max(store.capacity, 1), space)
+    report = await store.retrieve_embedding(zero, max(store.capacity, 1), namespace)
     entries = sorted(report.turns, key=lambda turn: turn.sequence)
-    target = None if path == "-" else Path(path)
-    partial = None if target is None else target.with_name(target.name + ".partial")
-    out = sys.stdout if partial is None else _open_text(partial)
     progress = Progress("export", len(entries))
     written = 0
     try:
@@ -296,18 +304,9 @@ async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int
             for memory_id in ids:
                 doc = found.get(memory_id)
                 if doc is not None:  # forgotten since the listing
-                    out.write(_line(doc, here))
+                    stream.write(_line(doc, here))
                     written += 1
             progress.advance(end - start)
-        out.flush()
-    except BaseException:
-        if partial is not None:
-            out.close()
-            partial.unlink(missing_ok=True)
-        raise
     finally:
         progress.close()
-    if partial is not None and target is not None:
-        out.close()
-        os.replace(partial, target)
     return written
