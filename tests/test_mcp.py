@@ -370,11 +370,15 @@ async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
 
 
 @asynccontextmanager
-async def http_server(*args: str) -> AsyncIterator[tuple[str, trio.Process]]:
-    """``trio-recall mcp --http 127.0.0.1:0 ARGS``, and the URL it says it serves on."""
-    command = server_command("--http", "127.0.0.1:0", *args)
+async def http_server(
+    *args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``trio-recall mcp --http BIND ARGS`` (with ``env`` added to its environment), and
+    the URL it says it serves on."""
+    command = server_command("--http", bind, *args)
+    environ = {**os.environ, **_env(), **(env or {})}
     process = await trio.lowlevel.open_process(
-        command, env={**os.environ, **_env()}, cwd=ROOT, stderr=subprocess.PIPE
+        command, env=environ, cwd=ROOT, stderr=subprocess.PIPE
     )
     assert process.stderr is not None
     said = b""
@@ -408,10 +412,27 @@ async def http_session(url: str) -> AsyncIterator[ClientSession]:
 # The SDK's HTTP client iterates httpx2/httpcore2 response streams through async
 # generators that it leaves to trio's finalizer, which warns (a client-side leak, not the
 # server's: pydantic/httpx2#1036, encode/httpx#3686). Only those warnings are ignored.
-@pytest.mark.filterwarnings(
+http_client_leaks = pytest.mark.filterwarnings(
     "ignore:Async generator 'httpx2\\.:ResourceWarning",
     "ignore:Async generator 'httpcore2\\.:ResourceWarning",
 )
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+async def assert_rebinding_refused(url: str) -> None:
+    """DNS rebinding: a page elsewhere cannot reach a loopback server (a foreign
+    ``Host`` or ``Origin`` header is refused)."""
+    async with httpx.AsyncClient() as http:
+        foreign_host = await http.post(url, json=PING, headers={**ACCEPT, "Host": "evil.example"})
+        foreign_origin = await http.post(
+            url, json=PING, headers={**ACCEPT, "Origin": "http://evil.example"}
+        )
+    assert foreign_host.status_code == 421
+    assert foreign_origin.status_code == 403
+
+
+@http_client_leaks
 async def test_streamable_http_round_trip() -> None:
     with trio.fail_after(120):
         async with http_server(*IN_MEMORY) as (url, process):
@@ -421,18 +442,7 @@ async def test_streamable_http_round_trip() -> None:
                 text = await refused(session, "recall", query="cat", k=0)
                 assert "k is 0" in text
                 await call(session, "memory_stats")
-            # DNS rebinding: a page elsewhere cannot reach the loopback server.
-            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-            headers = {"Accept": "application/json, text/event-stream"}
-            async with httpx.AsyncClient() as http:
-                foreign_host = await http.post(
-                    url, json=ping, headers={**headers, "Host": "evil.example"}
-                )
-                foreign_origin = await http.post(
-                    url, json=ping, headers={**headers, "Origin": "http://evil.example"}
-                )
-            assert foreign_host.status_code == 421
-            assert foreign_origin.status_code == 403
+            await assert_rebinding_refused(url)
             # A second client sees the first one's memories: one store behind the port.
             async with http_session(url) as session:
                 assert (await call(session, "memory_stats"))["entries"] == 1
@@ -440,3 +450,13 @@ async def test_streamable_http_round_trip() -> None:
             process.send_signal(signal.SIGTERM)
             await process.wait()
             assert process.returncode == 128 + signal.SIGTERM
+
+
+@http_client_leaks
+async def test_every_loopback_address_gets_the_rebinding_protection() -> None:
+    with trio.fail_after(120):
+        async with http_server(*IN_MEMORY, bind="127.0.0.2:0") as (url, _):
+            assert url.startswith("http://127.0.0.2:")
+            await assert_rebinding_refused(url)
+            async with http_session(url) as session:
+                assert (await call(session, "memory_stats"))["entries"] == 0

@@ -17,9 +17,10 @@ Transports: stdio (the default; the SDK diverts the process's stdout to stderr w
 serves, so nothing else can corrupt the protocol stream) ends when the client closes
 stdin; streamable HTTP (``--http HOST:PORT``, at ``/mcp``) is served by Hypercorn's trio
 worker until the process is interrupted, and says where it listens on stderr (port 0
-picks a free port). On a loopback host the SDK checks the ``Host`` and ``Origin``
-headers (DNS rebinding protection). The server has no authentication: on any other host
-it warns on stderr that whoever can reach the port can read and change the memory.
+picks a free port). On every loopback address (127.0.0.0/8, ``::1``, ``localhost``:
+``_http_auth.is_loopback``) the SDK checks the ``Host`` and ``Origin`` headers (DNS
+rebinding protection). The server has no authentication: on any other host it warns on
+stderr that whoever can reach the port can read and change the memory.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ import mcp_types as types
 import trio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from protocol import ConfigError, VectorStoreError
 from protocol._surrogates import replace_surrogates, replace_surrogates_json
 
+from ._http_auth import is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
@@ -49,7 +52,8 @@ log = logging.getLogger("trio_recall.mcp")
 SERVER_NAME = "trio-recall"
 #: The path of the streamable HTTP endpoint.
 HTTP_PATH = "/mcp"
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# The names a loopback server answers to, besides the address it is bound to.
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 @attrs.frozen
@@ -368,6 +372,20 @@ async def serve(
         await _serve_http(server, *http)
 
 
+def _rebinding_protection(host: str) -> TransportSecuritySettings | None:
+    """The SDK's Host/Origin check for a loopback ``host``: the loopback names and the
+    address itself, on any port. None elsewhere, where the host's names are not known
+    here."""
+    if not is_loopback(host):
+        return None
+    names = dict.fromkeys([*_LOOPBACK_NAMES, f"[{host}]" if ":" in host else host])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:*" for name in names],
+    )
+
+
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
     # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
     try:
@@ -378,13 +396,17 @@ async def _serve_http(server: Server[Any], host: str, port: int) -> None:
             f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
             f"'trio-recall[mcp]'): {error}"
         ) from error
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    app = server.streamable_http_app(
+        streamable_http_path=HTTP_PATH,
+        host=host,
+        transport_security=_rebinding_protection(host),
+    )
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None  # our own line says where it listens
     config.graceful_timeout = 1.0
-    if host not in _LOOPBACK:
+    if not is_loopback(host):
         print(
             f"trio-recall mcp: warning: serving on {host}, which is not loopback, without "
             "authentication: whoever can reach this port can read and change the memory",
