@@ -293,11 +293,37 @@ async def _mcp(args: argparse.Namespace) -> int:
             f"trio-recall mcp needs the mcp extra (pip install 'trio-recall[mcp]'): {error}"
         ) from error
 
+    token = _http_token(args)
+
     async def body(service: Any) -> int:
-        await serve(service, http=args.http, namespace=args.namespace)
+        await serve(service, http=args.http, namespace=args.namespace, token=token)
         return 0
 
     return await _with_service(args, body)
+
+
+def _http_token(args: argparse.Namespace) -> str | None:
+    """``mcp``'s bearer token, checked before the store opens: a bad token setting, or
+    none on an address that is not loopback, is bad usage (exit status 2)."""
+    import os
+
+    from protocol import ConfigError
+
+    from ._http_auth import check_http, read_token
+
+    if args.http is None:
+        if args.token_file is not None:
+            raise UsageError(
+                "--token-file is given without --http; expected it with --http (over "
+                "stdio the host that launches the server is its one client)"
+            )
+        return None
+    try:
+        token = read_token(args.token_file, os.environ)
+        check_http(args.http[0], token)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    return token
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
