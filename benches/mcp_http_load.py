@@ -28,15 +28,14 @@ over time.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
-import platform
 import random
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,10 +50,12 @@ import httpx2
 import trio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from vector_store import machine  # this script's folder, as turn.py does
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("trio-recall")
 RESULTS = ROOT / "benches" / "results"
+DATA_ENV = "TRIO_RECALL_DATA"
 # How often the server's RSS is sampled, and the width of a throughput bin (seconds).
 SAMPLE_EVERY = 5.0
 
@@ -128,36 +129,44 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _stop(process: trio.Process) -> None:
+    """SIGTERM: the server closes the store and stops PostgreSQL (the temporary
+    directory goes next); a kill only if that takes a minute."""
+    process.terminate()
+    with trio.move_on_after(60):
+        await process.wait()
+    process.kill()
+
+
 @asynccontextmanager
 async def server(args: list[str], token_file: Path) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``trio-recall mcp --http 127.0.0.1:0 --token-file FILE ARGS``: its URL, and the
+    process; stopped on leaving."""
     command = [str(SCRIPT), "mcp", "--http", "127.0.0.1:0", "--token-file", str(token_file)]
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TRIO_RECALL_TOKEN", "TRIO_RECALL_DATA")
-    }
-    process = await trio.lowlevel.open_process(
-        [*command, *args], env=env, cwd=ROOT, stderr=subprocess.PIPE
+    # Neither the caller's token nor its data directory.
+    env = {k: v for k, v in os.environ.items() if k not in ("TRIO_RECALL_TOKEN", DATA_ENV)}
+    launch = functools.partial(
+        trio.run_process,
+        [*command, *args],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        check=False,
+        deliver_cancel=_stop,
     )
-    assert process.stderr is not None
-    said = b""
-    try:
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(launch)
+        assert process.stderr is not None
+        said = b""
         with trio.fail_after(300):
             while (found := re.search(rb"serving on (http://\S+/mcp)", said)) is None:
                 chunk = await process.stderr.receive_some()
                 if not chunk:
-                    raise SystemExit(f"the server exited before serving: {said.decode()}")
+                    raise RuntimeError(f"the server exited before serving: {said.decode()}")
                 said += chunk
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain, process.stderr)  # so a warning never blocks it
-            yield found.group(1).decode(), process
-            nursery.cancel_scope.cancel()
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        with trio.CancelScope(shield=True), trio.move_on_after(60):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        nursery.start_soon(_drain, process.stderr)  # so a warning never blocks it
+        yield found.group(1).decode(), process
+        nursery.cancel_scope.cancel()
 
 
 async def _drain(stream: Any) -> None:
@@ -305,13 +314,9 @@ async def run(options: argparse.Namespace) -> dict[str, Any]:
             "p99_ms": 1000 * quantile(latencies, 0.99) if latencies else None,
         }
     return {
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": load_after,
-        },
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
         "options": {
             "clients": options.clients,
             "seconds": options.seconds,
@@ -379,10 +384,10 @@ def chart(record: dict[str, Any], path: Path) -> bool:
     samples = record["rss_samples"]
     twin.plot([t for t, _ in samples], [v for _, v in samples], "C3.-")
     twin.set_ylabel("server RSS (MiB)", color="C3")
-    opts, load = record["options"], record["machine"]["load_average_before"][0]
+    opts, load = record["options"], record["load_average_before"][0]
     fig.suptitle(
         f"trio-recall mcp --http, {opts['clients']} clients, {opts['backend']}, "
-        f"{opts['embedder']}, {record['machine']['cpus']} cores, load {load:.1f}",
+        f"{opts['embedder']}, {record['machine']['cores']} cores, load {load:.1f}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -407,11 +412,12 @@ def main() -> int:
     record = trio.run(run, options)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(record, indent=2) + "\n")
-    machine, rss, cpu = record["machine"], record["server_rss_mib"], record["cpu_s"]
+    rss, cpu = record["server_rss_mib"], record["cpu_s"]
     print(
         f"{record['options']['clients']} clients, {record['elapsed_s']:.0f} s, "
         f"{record['options']['backend']}, {record['options']['embedder']}; load average "
-        f"{machine['load_average_before']} -> {machine['load_average_after']}"
+        f"{record['load_average_before']} -> {record['load_average_after']}; "
+        f"{record['machine']['cpu']}, {record['machine']['cores']} cores"
     )
     print(f"{'tool':<10} {'calls':>7} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for name, row in record["tools"].items():
