@@ -78,6 +78,22 @@ def js(*args: str, **kw: Any) -> Any:
     return json.loads(ok(*args, "--json", **kw).stdout)
 
 
+def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
+    """``trio-recall ARGS`` with stderr on a terminal (a pty): the result, and what the
+    terminal showed."""
+    leader, follower = pty.openpty()
+    try:
+        result = cli(*args, stderr=follower)
+        os.close(follower)
+        follower = -1
+        shown = _read_all(leader)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    return result, shown
+
+
 def server_running(data: Path) -> bool:
     return _postmaster_dsn(data / "pg") is not None
 
@@ -201,22 +217,6 @@ def test_import_is_incremental_and_export_round_trips(
     # export - writes stdout; --namespace exports one namespace.
     bob = ok("export", "-", "--namespace", "bob", "--data", str(data)).stdout.splitlines()
     assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
-
-
-def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
-    """``trio-recall ARGS`` with stderr on a terminal (a pty): the result, and what the
-    terminal showed."""
-    leader, follower = pty.openpty()
-    try:
-        result = cli(*args, stderr=follower)
-        os.close(follower)
-        follower = -1
-        shown = _read_all(leader)
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
-    return result, shown
 
 
 def _read_all(fd: int) -> str:
