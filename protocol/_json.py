@@ -11,9 +11,17 @@ import msgspec
 from ._checks import shown
 from ._errors import JsonError
 
-__all__ = ["canonical_json", "check_json", "compact_json", "check_json_object"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "canonical_json",
+    "check_json",
+    "check_json_object",
+    "compact_json",
+    "loads_json",
+]
 
-_MAX_DEPTH = 64
+#: The deepest a JSON value (metadata, tool-call arguments) may nest.
+MAX_JSON_DEPTH = 64
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 _SORTED = msgspec.json.Encoder(order="sorted")
@@ -29,10 +37,10 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
     because a value that would not survive a round trip through a JSON file is a bug
     waiting in someone's replay log.
     """
-    if _depth < _MAX_DEPTH and type(value) is dict and _flat_json(value):
-        return  # its items are at most _MAX_DEPTH deep: the walk would accept them
-    if _depth > _MAX_DEPTH:
-        raise JsonError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
+    if _depth < MAX_JSON_DEPTH and type(value) is dict and _flat_json(value):
+        return  # its items are at most MAX_JSON_DEPTH deep: the walk would accept them
+    if _depth > MAX_JSON_DEPTH:
+        raise _too_deep(what)
     if value is None or isinstance(value, bool | str):
         return
     if isinstance(value, int):
@@ -64,6 +72,32 @@ def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
         f"{what} holds a {type(value).__name__} ({shown(value)}); expected a JSON value "
         "(None, bool, int, float, str, list or dict with str keys)"
     )
+
+
+def _too_deep(what: str) -> JsonError:
+    return JsonError(
+        f"{what} is nested deeper than {MAX_JSON_DEPTH} levels; expected JSON at most "
+        f"{MAX_JSON_DEPTH} levels deep"
+    )
+
+
+def loads_json(text: str, *, what: str = "value") -> Any:
+    """``json.loads(text)``, with JSON nested too deep to parse refused as
+    :class:`JsonError` (the message of :func:`check_json`'s depth limit) rather than a
+    ``RecursionError``.
+
+    The parser recurses once per level and stops at the interpreter's recursion limit
+    (about a thousand levels); a value it does parse is still held to
+    :data:`MAX_JSON_DEPTH` where :func:`check_json` checks it (metadata, arguments).
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON.
+        JsonError: ``text`` nests deeper than the parser can go.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _too_deep(what) from None
 
 
 def _flat_json(value: dict[Any, Any]) -> bool:

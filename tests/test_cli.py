@@ -10,9 +10,11 @@ extra's wheel; without it the tests skip, and fail with ``TRIO_RECALL_PG_REQUIRE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
+import stat
 import subprocess
 import sys
 import time
@@ -49,8 +51,9 @@ def _embedded_pg() -> None:
 
 
 def cli(
-    *args: str, input: str | None = None, stderr: Any = subprocess.PIPE, **env: str
-) -> subprocess.CompletedProcess[str]:
+    *args: str, input: str | bytes | None = None, stderr: Any = subprocess.PIPE, **env: str
+) -> subprocess.CompletedProcess[Any]:
+    """``trio-recall ARGS``; bytes ``input`` makes stdout and stderr bytes too."""
     environ = {**os.environ, **env}
     environ.pop("TRIO_RECALL_DATA", None)
     return subprocess.run(
@@ -58,14 +61,14 @@ def cli(
         input=input,
         stdout=subprocess.PIPE,
         stderr=stderr,
-        text=True,
+        text=not isinstance(input, bytes),
         timeout=TIMEOUT,
         env=environ,
         check=False,
     )
 
 
-def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[Any]:
     result = cli(*args, **kw)
     assert result.returncode == 0, (args, result.returncode, result.stderr)
     return result
@@ -73,6 +76,22 @@ def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
 
 def js(*args: str, **kw: Any) -> Any:
     return json.loads(ok(*args, "--json", **kw).stdout)
+
+
+def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
+    """``trio-recall ARGS`` with stderr on a terminal (a pty): the result, and what the
+    terminal showed."""
+    leader, follower = pty.openpty()
+    try:
+        result = cli(*args, stderr=follower)
+        os.close(follower)
+        follower = -1
+        shown = _read_all(leader)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    return result, shown
 
 
 def server_running(data: Path) -> bool:
@@ -189,16 +208,7 @@ def test_import_is_incremental_and_export_round_trips(
 
     # Into a new data directory (an embedded server), with a progress bar on a terminal.
     data = tmp_path / "copy"
-    leader, follower = pty.openpty()
-    try:
-        imported = cli("import", str(exported), "--data", str(data), stderr=follower)
-        os.close(follower)
-        follower = -1
-        bar = _read_all(leader)
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
+    imported, bar = cli_on_terminal("import", str(exported), "--data", str(data))
     assert imported.returncode == 0, bar
     assert "import [" in bar and "100%" in bar and "4/4" in bar
     copy = tmp_path / "copy.jsonl"
@@ -335,6 +345,15 @@ BAD = [
     (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
     (["import", "{two_ids}", "--in-memory"], 2, "line 2 has the id 'x', which line 1"),
     (["import", "{latin1}", "--in-memory"], 2, "line 1 is not UTF-8"),
+    # The line a byte is on, not the first line of the chunk the decoder read ahead.
+    (["import", "{late_latin1}", "--in-memory"], 2, "line 300 is not UTF-8"),
+    (["import", "{deep}", "--in-memory"], 2, "line 2 is nested deeper than 64 levels"),
+    (["add", "x", "--metadata", "[" * 3000 + "]" * 3000, "--in-memory"], 2, "nested deeper"),
+    (
+        ["search", "q", "--filter", '{"a": ' * 3000 + "1" + "}" * 3000, "--in-memory"],
+        2,
+        "nested deeper",
+    ),
     (["stats", "--data", "{a_file}"], 1, "is not a directory"),
     (["stats", "--dsn", "postgresql://u@127.0.0.1:1/x"], 1, "could not reach PostgreSQL"),
     (["stats", "--dsn", "{dsn}", "--table", "Bad-Name"], 1, "table is 'Bad-Name'"),
@@ -364,12 +383,17 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F8
         "bad_key": tmp_path / "key.jsonl",
         "two_ids": tmp_path / "ids.jsonl",
         "latin1": tmp_path / "latin1.jsonl",
+        "late_latin1": tmp_path / "late.jsonl",
+        "deep": tmp_path / "deep.jsonl",
         "a_file": tmp_path / "a_file",
     }
     files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
     files["bad_key"].write_text('{"text": "x", "meta": {}}\n')
     files["two_ids"].write_text('{"id": "x", "text": "one"}\n{"id": "x", "text": "two"}\n')
     files["latin1"].write_bytes('{"text": "café"}\n'.encode("latin-1"))
+    files["late_latin1"].write_bytes(b'{"text": "fine"}\n' * 299 + b'{"text": "caf\xe9"}\n')
+    nested = '{"a": ' * 3000 + "1" + "}" * 3000
+    files["deep"].write_text(f'{{"text": "x"}}\n{{"text": "x", "metadata": {nested}}}\n')
     files["a_file"].write_text("")
     values = {name: str(path) for name, path in files.items()} | {"dsn": pg_dsn}
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -397,3 +421,149 @@ def test_every_command_has_help() -> None:
         assert result.stdout.startswith(f"usage: trio-recall {command}")
         for flag in ("--data", "--dsn", "--in-memory", "--embedder", "--namespace", "--json"):
             assert flag in result.stdout, (command, flag)
+
+
+# --- stdin and stdout, FIFOs, devices and links: import and export as Unix tools ---------
+
+
+def test_stdin_is_read_like_a_file() -> None:
+    """``add -`` and ``import -`` read bytes and decode them strictly, as ``import FILE``
+    does: the C.UTF-8 locale gives sys.stdin ``surrogateescape``, which would store an
+    invalid byte as a lone surrogate."""
+    latin1 = "café\n".encode("latin-1")
+    added = cli("add", "-", "--in-memory", "--embedder", "hashing", input=latin1, LC_ALL="C")
+    assert added.returncode == 2, added
+    assert added.stdout == b"" and added.stderr.count(b"\n") == 1
+    assert b"stdin is not UTF-8 (invalid continuation byte at byte 4)" in added.stderr
+    lines = b'{"text": "one"}\n{"text": "two"}\n' + b'{"text": "caf\xe9"}\n'
+    imported = cli("import", "-", "--in-memory", input=lines, LC_ALL="C")
+    assert imported.returncode == 2 and imported.stdout == b""
+    assert b"stdin line 3 is not UTF-8 (invalid continuation byte" in imported.stderr
+    good = ok("add", "-", "--in-memory", "--embedder", "hashing", input="naïve café\n".encode())
+    assert len(good.stdout.strip()) == 32
+
+
+def _seed(on_pg: list[str], tmp_path: Path, texts: list[str]) -> list[str]:
+    """Import ``texts`` as memories; return the lines ``export`` writes for them."""
+    source = tmp_path / "seed.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    ok("import", str(source), *on_pg)
+    return str(ok("export", "-", *on_pg).stdout).splitlines(keepends=True)
+
+
+def test_export_writes_through_fifos_and_links_and_replaces_regular_files(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    lines = _seed(on_pg, tmp_path, ["the kettle is broken", "buy milk", "ünïcödé 🐈"])
+    assert len(lines) == 3 and all(json.loads(line)["text"] for line in lines)
+    out = tmp_path / "out"  # every target is here; nothing else may appear
+    out.mkdir()
+
+    # `export -`: the memories and nothing else on stdout; the bar on stderr.
+    result, bar = cli_on_terminal("export", "-", *on_pg)
+    assert result.returncode == 0, bar
+    assert result.stdout.splitlines(keepends=True) == lines
+    assert "export [" in bar and "3/3" in bar
+
+    # A FIFO is written through: its reader gets the lines, and it stays a FIFO.
+    fifo = out / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        ok("export", str(fifo), *on_pg)
+        read, _ = reader.communicate(timeout=30)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        assert reader.stdout is not None
+        reader.stdout.close()
+    assert read.splitlines(keepends=True) == lines
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+    # A link to an open file (what /dev/stdout is) is written through, and the summary
+    # line stays off the stream that carries the memories.
+    own = out / "stdout"
+    own.symlink_to("/proc/self/fd/1")
+    assert ok("export", str(own), *on_pg).stdout.splitlines(keepends=True) == lines
+    assert os.readlink(own) == "/proc/self/fd/1"
+
+    # A link to a regular file: the target is replaced atomically, with its mode; the
+    # link stays a link.
+    real = out / "real.jsonl"
+    real.write_text("the previous export\n")
+    real.chmod(0o600)
+    link = out / "link.jsonl"
+    link.symlink_to("real.jsonl")
+    assert ok("export", str(link), *on_pg).stdout == f"exported 3 memories to {link}\n"
+    assert os.readlink(link) == "real.jsonl"
+    assert real.read_text().splitlines(keepends=True) == lines
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+
+    # A directory is refused before anything is written.
+    (out / "adir").mkdir()
+    refused = cli("export", str(out / "adir"), *on_pg)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "Is a directory" in refused.stderr
+    assert sorted(os.listdir(out)) == ["adir", "fifo", "link.jsonl", "real.jsonl", "stdout"]
+
+
+def test_export_writes_through_a_character_device(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A null device of the test's own (/dev/null's numbers), not /dev/null itself: if
+    export replaced it, it would replace the machine's /dev/null (as root it can)."""
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as error:
+        pytest.skip(f"cannot make a character device here (mknod needs root): {error}")
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    _seed(on_pg, tmp_path, ["written to nowhere"])
+    assert ok("export", str(null), *on_pg).stdout == f"exported 1 memories to {null}\n"
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and os.stat(null).st_rdev == os.makedev(1, 3)
+    assert sorted(os.listdir(tmp_path)) == ["null", "seed.jsonl"]
+
+
+def test_a_failed_export_leaves_the_old_file_and_no_partial(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """A full disk (a 64 KiB tmpfs): once full before the export starts, so the last
+    flush fails (and closing the file fails again), once filled by the export."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+        kept = disk / "memories.jsonl"
+        kept.write_text("the previous export\n")
+        ballast = disk / "ballast"
+        with ballast.open("wb") as fill, contextlib.suppress(OSError):
+            fill.write(b"x" * 128 * 1024)  # ENOSPC: the disk is full
+        _seed(on_pg, tmp_path, ["a short memory"])
+        for texts in ([], [f"memory {i} " + "x" * 40_000 for i in range(4)]):
+            if texts:
+                ballast.unlink()
+                _seed(on_pg, tmp_path, texts)
+            full = cli("export", str(kept), *on_pg)
+            assert full.returncode == 1 and full.stdout == ""
+            assert full.stderr.count("\n") == 1 and "No space left on device" in full.stderr
+            left = {"memories.jsonl"} if texts else {"memories.jsonl", "ballast"}
+            assert set(os.listdir(disk)) == left
+            assert kept.read_text() == "the previous export\n"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import trio
 
@@ -398,11 +399,15 @@ async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
 
 
 @asynccontextmanager
-async def http_server(*args: str) -> AsyncIterator[tuple[str, trio.Process]]:
-    """``trio-recall mcp --http 127.0.0.1:0 ARGS``, and the URL it says it serves on."""
-    command = server_command("--http", "127.0.0.1:0", *args)
+async def http_server(
+    *args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``trio-recall mcp --http BIND ARGS`` (with ``env`` added to its environment), and
+    the URL it says it serves on."""
+    command = server_command("--http", bind, *args)
+    environ = {**os.environ, **_env(), **(env or {})}
     process = await trio.lowlevel.open_process(
-        command, env={**os.environ, **_env()}, cwd=ROOT, stderr=subprocess.PIPE
+        command, env=environ, cwd=ROOT, stderr=subprocess.PIPE
     )
     assert process.stderr is not None
     said = b""
@@ -423,10 +428,15 @@ async def http_server(*args: str) -> AsyncIterator[tuple[str, trio.Process]]:
 
 
 @asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    """An initialized client session with the server at ``url`` (streamable HTTP)."""
+async def http_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized client session with the server at ``url`` (streamable HTTP),
+    sending ``Authorization: Bearer TOKEN`` when a token is given."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    # The SDK's own timeouts (create_mcp_http_client): a response stream may stay open.
+    timeout = httpx2.Timeout(30, read=300)
     async with (
-        streamable_http_client(url) as (read, write),
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -436,10 +446,27 @@ async def http_session(url: str) -> AsyncIterator[ClientSession]:
 # The SDK's HTTP client iterates httpx2/httpcore2 response streams through async
 # generators that it leaves to trio's finalizer, which warns (a client-side leak, not the
 # server's: pydantic/httpx2#1036, encode/httpx#3686). Only those warnings are ignored.
-@pytest.mark.filterwarnings(
+http_client_leaks = pytest.mark.filterwarnings(
     "ignore:Async generator 'httpx2\\.:ResourceWarning",
     "ignore:Async generator 'httpcore2\\.:ResourceWarning",
 )
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+async def assert_rebinding_refused(url: str) -> None:
+    """DNS rebinding: a page elsewhere cannot reach a loopback server (a foreign
+    ``Host`` or ``Origin`` header is refused)."""
+    async with httpx.AsyncClient() as http:
+        foreign_host = await http.post(url, json=PING, headers={**ACCEPT, "Host": "evil.example"})
+        foreign_origin = await http.post(
+            url, json=PING, headers={**ACCEPT, "Origin": "http://evil.example"}
+        )
+    assert foreign_host.status_code == 421
+    assert foreign_origin.status_code == 403
+
+
+@http_client_leaks
 async def test_streamable_http_round_trip() -> None:
     with trio.fail_after(120):
         async with http_server(*IN_MEMORY) as (url, process):
@@ -449,18 +476,7 @@ async def test_streamable_http_round_trip() -> None:
                 text = await refused(session, "recall", query="cat", k=0)
                 assert "k is 0" in text
                 await call(session, "memory_stats")
-            # DNS rebinding: a page elsewhere cannot reach the loopback server.
-            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-            headers = {"Accept": "application/json, text/event-stream"}
-            async with httpx.AsyncClient() as http:
-                foreign_host = await http.post(
-                    url, json=ping, headers={**headers, "Host": "evil.example"}
-                )
-                foreign_origin = await http.post(
-                    url, json=ping, headers={**headers, "Origin": "http://evil.example"}
-                )
-            assert foreign_host.status_code == 421
-            assert foreign_origin.status_code == 403
+            await assert_rebinding_refused(url)
             # A second client sees the first one's memories: one store behind the port.
             async with http_session(url) as session:
                 assert (await call(session, "memory_stats"))["entries"] == 1
@@ -468,3 +484,153 @@ async def test_streamable_http_round_trip() -> None:
             process.send_signal(signal.SIGTERM)
             await process.wait()
             assert process.returncode == 128 + signal.SIGTERM
+
+
+def write_token(path: Path, token: str, mode: int = 0o600) -> Path:
+    path.write_text(token + "\n")  # a final newline, as `echo` leaves it, is not the token's
+    path.chmod(mode)
+    return path
+
+
+TOKEN = "1f0e6d4c-the-right-token-9a8b"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+REMEMBER = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {"name": "remember", "arguments": {"text": "planted without the token"}},
+}
+
+
+@http_client_leaks
+async def test_http_with_a_token_answers_401_without_it(tmp_path: Path) -> None:
+    token_file = write_token(tmp_path / "token", TOKEN)
+    # --token-file wins over the environment's token.
+    env = {"TRIO_RECALL_TOKEN": "the-environments-token"}
+    with trio.fail_after(120):
+        async with (
+            http_server(*IN_MEMORY, "--token-file", str(token_file), env=env) as (url, _),
+            httpx.AsyncClient() as http,
+        ):
+            bearer = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
+            opened = await http.post(url, json=INITIALIZE, headers=bearer)
+            assert opened.status_code == 200, opened.text
+            session_id = opened.headers["mcp-session-id"]
+            wrong_tokens = [
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": f"Bearer {TOKEN}x"},
+                {"Authorization": f"Bearer {TOKEN[:-1]}"},
+                {"Authorization": f"Basic {TOKEN}"},
+                {"Authorization": "Bearer the-environments-token"},
+                {"Authorization": "Bearer"},
+            ]
+            for headers in wrong_tokens:
+                for body in (INITIALIZE, REMEMBER):
+                    # A session id opened with the token does not stand in for it.
+                    sent = {**ACCEPT, "mcp-session-id": session_id, **headers}
+                    answer = await http.post(url, json=body, headers=sent)
+                    assert answer.status_code == 401, (headers, answer.text)
+                    challenge = answer.headers["www-authenticate"]
+                    assert challenge.startswith('Bearer realm="trio-recall"'), challenge
+                    assert ('error="invalid_token"' in challenge) == bool(headers), challenge
+                for method in (http.get, http.delete):
+                    refused = await method(url, headers={**ACCEPT, **headers})
+                    assert refused.status_code == 401
+            # Nothing reached the store, and the server serves the right token.
+            async with http_session(url, token=TOKEN) as session:
+                assert (await call(session, "memory_stats"))["entries"] == 0
+                await call(session, "remember", text="stored with the token")
+                assert (await call(session, "memory_stats"))["entries"] == 1
+
+
+@http_client_leaks
+async def test_http_token_from_the_environment() -> None:
+    with trio.fail_after(120):
+        async with http_server(*IN_MEMORY, env={"TRIO_RECALL_TOKEN": TOKEN}) as (url, _):
+            async with httpx.AsyncClient() as http:
+                refused = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+            assert refused.status_code == 401
+            async with http_session(url, token=TOKEN) as session:
+                await call(session, "remember", text="via the environment's token")
+                assert (await call(session, "memory_stats"))["entries"] == 1
+
+
+async def test_http_refuses_to_start_without_a_usable_token(tmp_path: Path) -> None:
+    """Each refusal is one line and exit status 2, before the store opens or a port is
+    bound; a server that starts instead is stopped after a while and fails the case."""
+    loose = write_token(tmp_path / "loose", TOKEN, mode=0o644)
+    empty = write_token(tmp_path / "empty", "   ")
+    good = write_token(tmp_path / "good", TOKEN)
+    here = ["--http", "127.0.0.1:0"]
+    cases: list[tuple[list[str], dict[str, str], list[str]]] = [
+        (["--http", "0.0.0.0:0"], {}, ["0.0.0.0", "not loopback", "--token-file",
+                                       "TRIO_RECALL_TOKEN"]),
+        (["--http", "[::]:0"], {}, ["on ::", "not loopback"]),
+        ([*here, "--token-file", str(loose)], {}, [str(loose), "0o644", "chmod 600"]),
+        ([*here, "--token-file", str(empty)], {}, [str(empty), "empty"]),
+        ([*here, "--token-file", str(tmp_path / "nope")], {}, ["No such file"]),
+        (here, {"TRIO_RECALL_TOKEN": ""}, ["TRIO_RECALL_TOKEN is empty"]),
+        (here, {"TRIO_RECALL_TOKEN": "two words"}, ["TRIO_RECALL_TOKEN", "space"]),
+        (["--token-file", str(good)], {}, ["--token-file", "--http"]),
+    ]  # fmt: skip
+    for args, env, says in cases:
+        with trio.move_on_after(60) as waited:
+            done = await trio.run_process(
+                server_command(*args, *IN_MEMORY),
+                env={**os.environ, **_env(), **env},
+                stdin=subprocess.DEVNULL,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        assert not waited.cancelled_caught, f"{args} {env}: served instead of refusing"
+        stderr = done.stderr.decode()
+        assert done.returncode == 2, (args, env, done.returncode, stderr)
+        assert stderr.count("\n") == 1 and not done.stdout, (args, env, stderr)
+        for part in says:
+            assert part in stderr, (args, env, part, stderr)
+
+
+@http_client_leaks
+async def test_every_loopback_address_gets_the_rebinding_protection() -> None:
+    with trio.fail_after(120):
+        async with http_server(*IN_MEMORY, bind="127.0.0.2:0") as (url, _):
+            assert url.startswith("http://127.0.0.2:")
+            await assert_rebinding_refused(url)
+            async with http_session(url) as session:
+                assert (await call(session, "memory_stats"))["entries"] == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("127.255.255.254", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("0.0.0.0", False),
+        ("0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("::ffff:10.0.0.1", False),
+        ("localhost.example.com", False),  # a name is not resolved: not loopback
+        ("my-laptop", False),
+    ],
+)
+def test_which_hosts_are_loopback(host: str, loopback: bool) -> None:
+    from actors.cli._http_auth import is_loopback
+
+    assert is_loopback(host) is loopback

@@ -134,8 +134,10 @@ def _one_line(text: str) -> str:
 def _json_arg(flag: str, value: str | None) -> Any:
     if value is None:
         return None
+    from protocol._json import loads_json
+
     try:
-        return json.loads(value)
+        return loads_json(value, what=flag)
     except json.JSONDecodeError as error:
         raise UsageError(
             f"{flag} is {value[:60]!r}, which is not JSON ({error.msg} at character "
@@ -169,8 +171,13 @@ async def _with_service(
 
 
 async def _add(args: argparse.Namespace) -> int:
-    # `echo text | trio-recall add -` remembers the text, not its final newline.
-    text = sys.stdin.read().rstrip("\n") if args.text == "-" else args.text
+    text = args.text
+    if text == "-":
+        from ._jsonl import decode_utf8
+
+        # Bytes, decoded strictly, as import reads a file (not stdin's surrogateescape).
+        # `echo text | trio-recall add -` remembers the text, not its final newline.
+        text = decode_utf8(sys.stdin.buffer.read(), "stdin", "text in UTF-8").rstrip("\n")
     metadata = _json_arg("--metadata", args.metadata)
 
     async def body(service: Any) -> int:
@@ -263,12 +270,15 @@ async def _import(args: argparse.Namespace) -> int:
 
 async def _export(args: argparse.Namespace) -> int:
     from ._jsonl import export_jsonl
+    from ._output import writes_stdout
 
     async def body(service: Any) -> int:
         count = await export_jsonl(service, args.file, namespace=args.namespace)
-        if args.json and args.file != "-":
+        if writes_stdout(args.file):
+            pass  # stdout carries the memories, and nothing else
+        elif args.json:
             _print_json({"exported": count, "file": args.file})
-        elif args.file != "-":
+        else:
             print(f"exported {count} memories to {args.file}")
         return 0
 
@@ -285,12 +295,38 @@ async def _mcp(args: argparse.Namespace) -> int:
             f"trio-recall mcp needs the mcp extra (pip install 'trio-recall[mcp]'): {error}"
         ) from error
 
+    token = _http_token(args)
+
     async def body(service: Any) -> int:
-        await serve(service, http=args.http, namespace=args.namespace)
+        await serve(service, http=args.http, namespace=args.namespace, token=token)
         return 0
 
     # A server runs for hours: it keeps its embedded PostgreSQL up.
     return await _with_service(args, body, watch=True)
+
+
+def _http_token(args: argparse.Namespace) -> str | None:
+    """``mcp``'s bearer token, checked before the store opens: a bad token setting, or
+    none on an address that is not loopback, is bad usage (exit status 2)."""
+    import os
+
+    from protocol import ConfigError
+
+    from ._http_auth import check_http, read_token
+
+    if args.http is None:
+        if args.token_file is not None:
+            raise UsageError(
+                "--token-file is given without --http; expected it with --http (over "
+                "stdio the host that launches the server is its one client)"
+            )
+        return None
+    try:
+        token = read_token(args.token_file, os.environ)
+        check_http(args.http[0], token)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    return token
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

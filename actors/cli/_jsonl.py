@@ -16,30 +16,38 @@ incremental indexer, with a record manager whose records are the store's own doc
 (:class:`_StoreRecords`): a memory already there with the same text, metadata and source
 is skipped without being embedded, so importing a file again writes nothing.
 
-**Export** lists every entry (of one namespace, or all) oldest first, and writes the
-file through a ``.partial`` file renamed at the end, so an error never leaves half a
-file under the name asked for. It holds the list of entries in memory while it writes.
+Both read and write bytes: a file and stdin (``-``) are decoded alike, strictly as
+UTF-8, line by line, so an invalid byte is reported on its own line (a text stream
+decodes ahead of the line it returns) and is never stored as a lone surrogate (what
+``surrogateescape``, stdin's error handler in the C locale, would make of it). JSON
+nested too deep to parse is refused as too deep (:func:`protocol._json.loads_json`).
+
+**Export** lists every entry (of one namespace, or all) oldest first, and writes it
+where :func:`~actors.cli._output.open_output` says: stdout, through a FIFO or device,
+or by atomic replace of a regular file, so an error never leaves half a file under the
+name asked for. It holds the list of entries in memory while it writes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Collection, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
+import trio
 
-from protocol import Document, document_id
+from protocol import Document, JsonError, document_id
+from protocol._json import loads_json
 
 from .._indexing import Record, hash_document, index
 from .._prepare import document_bytes
+from ._output import open_output
 from ._progress import Progress
 from ._service import ToolInputError, _metadata, _name, _namespace, _text
 
-__all__ = ["export_jsonl", "import_jsonl", "read_jsonl"]
+__all__ = ["decode_utf8", "export_jsonl", "import_jsonl", "read_jsonl"]
 
 #: Memories per store write (import) and per read (export).
 BATCH = 256
@@ -55,75 +63,87 @@ class Line:
     document: Document
 
 
-def _parse(number: int, raw: str, namespace: str | None, cap: int) -> Line:
+def decode_utf8(raw: bytes, where: str, expected: str) -> str:
+    """``raw`` decoded strictly as UTF-8.
+
+    Raises:
+        ToolInputError: ``where`` is not UTF-8 (the message says at which byte, counted
+            from 1, and ``expected``).
+    """
     try:
-        value = json.loads(raw)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ToolInputError(
+            f"{where} is not UTF-8 ({error.reason} at byte {error.start + 1}); expected {expected}"
+        ) from None
+
+
+def _parse(where: str, number: int, raw: str, namespace: str | None, cap: int) -> Line:
+    """The memory on line ``number`` of ``where`` (a file name, or ``stdin``)."""
+    at = f"{where} line {number}"
+    try:
+        value = loads_json(raw, what=at)
     except json.JSONDecodeError as error:
         raise ToolInputError(
-            f"is not JSON ({error.msg} at column {error.colno}); expected a JSON object"
+            f"{at} is not JSON ({error.msg} at column {error.colno}); expected a JSON object"
         ) from None
+    except JsonError as error:
+        raise ToolInputError(str(error)) from None
     if not isinstance(value, dict):
-        raise ToolInputError(f"is a JSON {type(value).__name__}; expected an object")
+        raise ToolInputError(f"{at} is a JSON {type(value).__name__}; expected an object")
     unknown = sorted(set(value) - _KEYS)
     if unknown:
         raise ToolInputError(
-            f"has the key {unknown[0]!r}; expected only {', '.join(sorted(_KEYS))}"
+            f"{at} has the key {unknown[0]!r}; expected only {', '.join(sorted(_KEYS))}"
         )
     if "text" not in value:
-        raise ToolInputError("has no 'text'; every memory needs one")
-    text = _text("text", value["text"])
-    metadata = _metadata(value.get("metadata"))
-    source = value.get("source")
-    memory_id = value.get("id")
-    space = _namespace(namespace if namespace is not None else value.get("namespace"))
-    document = Document(
-        text=text,
-        id=document_id(text, metadata) if memory_id is None else _name("id", memory_id),
-        metadata=metadata,
-        source_id=None if source is None else _name("source", source),
-    )
+        raise ToolInputError(f"{at} has no 'text'; every memory needs one")
+    try:
+        text = _text("text", value["text"])
+        metadata = _metadata(value.get("metadata"))
+        source = value.get("source")
+        memory_id = value.get("id")
+        space = _namespace(namespace if namespace is not None else value.get("namespace"))
+        document = Document(
+            text=text,
+            id=document_id(text, metadata) if memory_id is None else _name("id", memory_id),
+            metadata=metadata,
+            source_id=None if source is None else _name("source", source),
+        )
+    except ToolInputError as error:
+        raise ToolInputError(f"{at} {error}") from None
     size = document_bytes(document)
     if size > cap:
         raise ToolInputError(
-            f"counts {size} bytes (text, id, source and metadata); a memory takes at most "
-            f"{cap} (max_entry_bytes)"
+            f"{at} counts {size} bytes (text, id, source and metadata); a memory takes at "
+            f"most {cap} (max_entry_bytes)"
         )
     return Line(number, space, document)
 
 
 def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
-    """Every memory of the file (``-``: stdin), checked; blank lines are skipped.
+    """Every memory of the file (``-``: stdin, read the same way), checked; blank lines
+    are skipped.
 
     Raises:
-        ToolInputError: a line that is not a memory (its number says which), or the
-            same id twice in one namespace with other content.
+        ToolInputError: a line that is not a memory (its number says which): not UTF-8,
+            not JSON, nested too deep, or refused by the rules of ``add``; or the same
+            id twice in one namespace with other content.
         OSError: the file cannot be read.
     """
     if namespace is not None:
         _name("--namespace", namespace)
     where = "stdin" if path == "-" else path
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     lines: list[Line] = []
     seen: dict[tuple[str, str], tuple[str, int]] = {}
     try:
-        number = 0
-        while True:
-            try:
-                raw = stream.readline()
-            except UnicodeDecodeError as error:
-                raise ToolInputError(
-                    f"{where} line {number + 1} is not UTF-8 ({error.reason}); expected "
-                    "JSON Lines in UTF-8"
-                ) from None
-            if not raw:
-                break
-            number += 1
-            if not raw.strip():
+        # A binary stream splits on b"\n" only, so a line is decoded once it is whole.
+        for number, raw in enumerate(stream, start=1):
+            text = decode_utf8(raw, f"{where} line {number}", "JSON Lines in UTF-8")
+            if not text.strip():
                 continue
-            try:
-                line = _parse(number, raw, namespace, cap)
-            except ToolInputError as error:
-                raise ToolInputError(f"{where} line {number} {error}") from None
+            line = _parse(where, number, text, namespace, cap)
             doc = line.document
             assert doc.id is not None
             digest = hash_document(doc, doc.source_id)
@@ -131,13 +151,13 @@ def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
             if first[0] != digest:
                 raise ToolInputError(
                     f"{where} line {number} has the id {doc.id!r}, which line {first[1]} "
-                    f"gives to other content in namespace {line.namespace!r}; expected "
-                    "one content per id"
+                    f"gives to other content in namespace {line.namespace!r}; expected one "
+                    "content per id"
                 )
             if first[1] == number:
                 lines.append(line)
     finally:
-        if stream is not sys.stdin:
+        if path != "-":
             stream.close()
     return lines
 
@@ -225,7 +245,7 @@ async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
     return totals
 
 
-def _line(doc: Document, namespace: str) -> str:
+def _line(doc: Document, namespace: str) -> bytes:
     value = {
         "id": doc.id,
         "namespace": namespace,
@@ -233,40 +253,47 @@ def _line(doc: Document, namespace: str) -> str:
         "source": doc.source_id,
         "metadata": doc.metadata,
     }
-    line = json.dumps(value, ensure_ascii=False)
+    line = json.dumps(value, ensure_ascii=False) + "\n"
     try:
-        line.encode("utf-8")
+        return line.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate (kept exactly by the store) is written as its JSON escape.
-        line = json.dumps(value)
-    return line + "\n"
-
-
-def _open_text(path: Path) -> Any:
-    # A local file, written line by line as the store is read.
-    return open(path, "w", encoding="utf-8")
+        return (json.dumps(value) + "\n").encode("ascii")
 
 
 async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int:
-    """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout), oldest
+    """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout; see
+    :func:`~actors.cli._output.open_output` for FIFOs, devices and links), oldest
     first; the number written.
+
+    The target is opened first (a FIFO waits there for its reader; cancelling the wait
+    leaves the opening thread behind until the process exits), then the store is read.
 
     Raises:
         ToolInputError: a bad namespace.
-        OSError: the file cannot be written (nothing is left under its name).
+        OSError: the target cannot be written (a regular file keeps its old content,
+            and no partial file is left).
     """
-    import numpy as np
-
     store = service.store
     space = None if namespace is None else _name("--namespace", namespace)
+    out = await trio.to_thread.run_sync(open_output, path, abandon_on_cancel=True)
+    try:
+        written = await _write(store, space, out.stream)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return written
+
+
+async def _write(store: Any, namespace: str | None, stream: BinaryIO) -> int:
+    import numpy as np
+
     # A zero vector scores 0.0 against every entry, so this lists them all (newest
     # first, the ties' order); no profile is needed for it.
     zero = np.zeros(store.config.dimensions, dtype=np.float32)
-    report = await store.retrieve_embedding(zero, max(store.capacity, 1), space)
+    report = await store.retrieve_embedding(zero, max(store.capacity, 1), namespace)
     entries = sorted(report.turns, key=lambda turn: turn.sequence)
-    target = None if path == "-" else Path(path)
-    partial = None if target is None else target.with_name(target.name + ".partial")
-    out = sys.stdout if partial is None else _open_text(partial)
     progress = Progress("export", len(entries))
     written = 0
     try:
@@ -277,18 +304,9 @@ async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int
             for memory_id in ids:
                 doc = found.get(memory_id)
                 if doc is not None:  # forgotten since the listing
-                    out.write(_line(doc, here))
+                    stream.write(_line(doc, here))
                     written += 1
             progress.advance(end - start)
-        out.flush()
-    except BaseException:
-        if partial is not None:
-            out.close()
-            partial.unlink(missing_ok=True)
-        raise
     finally:
         progress.close()
-    if partial is not None and target is not None:
-        out.close()
-        os.replace(partial, target)
     return written

@@ -17,9 +17,11 @@ Transports: stdio (the default; the SDK diverts the process's stdout to stderr w
 serves, so nothing else can corrupt the protocol stream) ends when the client closes
 stdin; streamable HTTP (``--http HOST:PORT``, at ``/mcp``) is served by Hypercorn's trio
 worker until the process is interrupted, and says where it listens on stderr (port 0
-picks a free port). On a loopback host the SDK checks the ``Host`` and ``Origin``
-headers (DNS rebinding protection). The server has no authentication: on any other host
-it warns on stderr that whoever can reach the port can read and change the memory.
+picks a free port). Over HTTP, a bearer token (``_http_auth.py``) is required of every
+request when one is given, and required to serve at all on an address that is not
+loopback. On every loopback address (127.0.0.0/8, ``::1``, ``localhost``) the SDK checks
+the ``Host`` and ``Origin`` headers (DNS rebinding protection); a browser page cannot
+send the token, so elsewhere the token is the protection.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ import mcp_types as types
 import trio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from protocol import ConfigError, VectorStoreError
 from protocol._surrogates import replace_surrogates, replace_surrogates_json
 
+from ._http_auth import BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
@@ -49,7 +53,8 @@ log = logging.getLogger("trio_recall.mcp")
 SERVER_NAME = "trio-recall"
 #: The path of the streamable HTTP endpoint.
 HTTP_PATH = "/mcp"
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# The names a loopback server answers to, besides the address it is bound to.
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 @attrs.frozen
@@ -339,6 +344,7 @@ async def serve(
     *,
     http: tuple[str, int] | None = None,
     namespace: str | None = None,
+    token: str | None = None,
 ) -> None:
     """Serve ``service`` as an MCP server until the client goes or the task is cancelled.
 
@@ -349,6 +355,9 @@ async def serve(
         namespace: the namespace of a tool call that names none (``trio-recall mcp
             --namespace NS``: one server per agent or project); ``None`` is the
             library's default namespace. A call may still name any namespace.
+        token: over HTTP, the bearer token every request must carry
+            (``_http_auth.read_token``); ``None``: no authentication, which only a
+            loopback ``host`` allows.
 
     With stdio it returns when the client closes stdin; with HTTP it runs until
     cancelled (the command line cancels it on SIGTERM and SIGHUP, then closes the store
@@ -356,8 +365,12 @@ async def serve(
     first, within a second.
 
     Raises:
+        ConfigError: HTTP on an address that is not loopback without a token (before
+            anything is bound).
         OSError: the HTTP port cannot be bound.
     """
+    if http is not None:
+        check_http(http[0], token)
     if namespace is not None:
         _namespace(namespace)  # a bad --namespace fails at launch, not at every call
     server = _build_server(service, namespace)
@@ -365,10 +378,24 @@ async def serve(
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     else:
-        await _serve_http(server, *http)
+        await _serve_http(server, *http, token=token)
 
 
-async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+def _rebinding_protection(host: str) -> TransportSecuritySettings | None:
+    """The SDK's Host/Origin check for a loopback ``host``: the loopback names and the
+    address itself, on any port. None elsewhere, where the host's names are not known
+    here."""
+    if not is_loopback(host):
+        return None
+    names = dict.fromkeys([*_LOOPBACK_NAMES, f"[{host}]" if ":" in host else host])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:*" for name in names],
+    )
+
+
+async def _serve_http(server: Server[Any], host: str, port: int, *, token: str | None) -> None:
     # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
     try:
         import hypercorn.config
@@ -378,20 +405,32 @@ async def _serve_http(server: Server[Any], host: str, port: int) -> None:
             f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
             f"'trio-recall[mcp]'): {error}"
         ) from error
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    app: Any = server.streamable_http_app(
+        streamable_http_path=HTTP_PATH,
+        host=host,
+        transport_security=_rebinding_protection(host),
+    )
+    if token is not None:
+        app = BearerAuth(app, token)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None  # our own line says where it listens
     config.graceful_timeout = 1.0
-    if host not in _LOOPBACK:
+    if not is_loopback(host):
         print(
-            f"trio-recall mcp: warning: serving on {host}, which is not loopback, without "
-            "authentication: whoever can reach this port can read and change the memory",
+            f"trio-recall mcp: warning: serving on {host}, which is not loopback, over plain "
+            "HTTP: the token and the memories cross the network unencrypted (put a TLS "
+            "proxy in front)",
             file=sys.stderr,
             flush=True,
         )
+    access = "bearer token required" if token is not None else "no token: loopback only"
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(hypercorn.trio.serve, app, config)
         for bind in binds:
-            print(f"trio-recall mcp: serving on {bind}{HTTP_PATH}", file=sys.stderr, flush=True)
+            print(
+                f"trio-recall mcp: serving on {bind}{HTTP_PATH} ({access})",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -169,7 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[HOST:]PORT",
         type=parse_http,
         help="serve streamable HTTP on HOST:PORT instead of stdio (HOST defaults to "
-        "127.0.0.1, loopback only)",
+        "127.0.0.1, loopback only; any other address needs a token)",
+    )
+    mcp.add_argument(
+        "--token-file",
+        metavar="FILE",
+        type=Path,
+        help="with --http: every request must send 'Authorization: Bearer TOKEN', TOKEN "
+        "being this file's one line (the file readable by its owner only); default "
+        "$TRIO_RECALL_TOKEN, else no token (loopback only)",
     )
 
     add = command(
