@@ -202,16 +202,37 @@ def _damage(pgdata: Path, how: str) -> None:
     )
 
 
-@pytest.mark.parametrize("how", ["empty", "truncated", "garbage", "binary", "reused"])
-def test_a_damaged_postmaster_pid_is_not_trusted(root: Path, how: str) -> None:
+def test_a_damaged_postmaster_pid_is_not_trusted_by_the_next_command(root: Path) -> None:
     data = root / "data"
     where = ["--data", str(data), "--embedder", "hashing"]
     first = ok("add", "the spare key is in the blue pot", *where).stdout.strip()
-    _damage(data / "pg", how)
+    _damage(data / "pg", "reused")
     assert not running(data)
     second = ok("add", "the bins go out on tuesday", *where).stdout.strip()
     hits = js("search", "key bins", "-k", "5", *where)
     assert {hit["id"] for hit in hits} == {first, second}
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "garbage", "binary", "reused"])
+async def test_a_damaged_postmaster_pid_is_not_trusted(root: Path, how: str) -> None:
+    """Every form of damage, through ``embedded_server`` (what each command opens; the
+    command itself is the test above)."""
+    import psycopg
+
+    data = root / "data"
+    with trio.fail_after(TIMEOUT):
+        async with embedded_server(data):
+            pass
+        _damage(data / "pg", how)
+        assert not running(data)
+        async with embedded_server(data) as dsn:
+
+            def select() -> object:
+                with psycopg.connect(dsn) as conn:
+                    return conn.execute("SELECT 1").fetchone()
+
+            assert await trio.to_thread.run_sync(select) == (1,)
+    assert not running(data)
 
 
 async def test_a_damaged_postmaster_pid_under_a_running_server(root: Path) -> None:
