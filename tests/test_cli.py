@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import pty
+import shlex
 import stat
 import subprocess
 import sys
@@ -441,6 +442,41 @@ def test_stdin_is_read_like_a_file() -> None:
     assert b"stdin line 3 is not UTF-8 (invalid continuation byte" in imported.stderr
     good = ok("add", "-", "--in-memory", "--embedder", "hashing", input="naïve café\n".encode())
     assert len(good.stdout.strip()) == 32
+
+
+def test_text_arguments_that_are_not_utf8_are_refused() -> None:
+    """argv's undecodable bytes reach Python as lone surrogates, which the store would
+    keep: refused, as ``import`` refuses such a line (a path may hold any bytes)."""
+    added = cli(b"add", b"caf\xe9", "--in-memory", "--embedder", "hashing")  # type: ignore[arg-type]
+    assert added.returncode == 2 and added.stdout == ""
+    assert added.stderr == (
+        "trio-recall: error: TEXT is not UTF-8 (it holds the byte 0xe9 at character 3); "
+        "expected UTF-8 text\n"
+    )
+    query = cli("search", b"\xff", "--in-memory", "--embedder", "hashing")  # type: ignore[arg-type]
+    assert query.returncode == 2 and "QUERY is not UTF-8" in query.stderr
+
+
+def test_a_reader_that_leaves_ends_export_quietly(
+    tmp_path: Path,
+    pg_dsn: str,  # noqa: F811
+    pg_table: str,  # noqa: F811
+) -> None:
+    """``export - | head -1``: no error line, the exit status of a tool SIGPIPE ended
+    (128 + 13), as a Unix tool's."""
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    source = tmp_path / "many.jsonl"
+    # More than a pipe holds (64 KiB), so export is still writing when head leaves.
+    source.write_text("".join(json.dumps({"text": f"memory {i} " + "pad " * 40}) + "\n"
+                              for i in range(2000)))  # fmt: skip
+    ok("import", str(source), *on_pg)
+    done = subprocess.run(
+        f"{' '.join(map(shlex.quote, [*_script(), 'export', '-', *on_pg]))} | head -1; "
+        'echo "status=${PIPESTATUS[0]}" >&2',
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert done.stdout.count("\n") == 1 and json.loads(done.stdout)["text"].startswith("memory")
+    assert done.stderr == "status=141\n", done.stderr
 
 
 def _seed(on_pg: list[str], tmp_path: Path, texts: list[str]) -> list[str]:

@@ -3,16 +3,19 @@ operation of the shared ``MemoryService`` (or import/export), and prints the res
 
 Output: plain text for people by default, one JSON document on stdout with ``--json``.
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
-input: a usage error, a bad argument, a bad import file); ``--debug`` adds the
-traceback. SIGTERM and SIGHUP cancel the command, so the embedded server is still
+input: a usage error, a bad argument, a text argument that is not UTF-8, a bad import
+file); ``--debug`` adds the traceback. A reader of stdout that leaves (``| head``) ends
+the command quietly with 141 (128 + SIGPIPE). SIGTERM and SIGHUP cancel the command, so the embedded server is still
 stopped on the way out (exit status 128 + the signal's number).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -23,12 +26,27 @@ import trio
 
 from ._parser import USAGE_ERROR, UsageError
 
-__all__ = ["FAILED", "INTERRUPTED", "run"]
+__all__ = ["BROKEN_PIPE", "FAILED", "INTERRUPTED", "run"]
 
 #: The exit status of a command that failed.
 FAILED = 1
 #: The exit status after Ctrl-C.
 INTERRUPTED = 130
+#: The exit status when the reader of stdout went away (``export - | head``): 128 +
+#: SIGPIPE, what a shell reports for a tool that SIGPIPE ended.
+BROKEN_PIPE = 141
+#: The arguments that are text (paths are not: a file name may hold any bytes).
+_TEXT_ARGUMENTS = {
+    "text": "TEXT",
+    "query": "QUERY",
+    "ids": "ID",
+    "metadata": "--metadata",
+    "filter": "--filter",
+    "namespace": "--namespace",
+    "source": "--source",
+    "table": "--table",
+    "dsn": "--dsn",
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     _quiet_logs(args.debug)
     status: list[int] = []
     try:
+        _check_utf8(args)
         trio.run(_main, args, status)
     except KeyboardInterrupt:
         sys.stderr.write("trio-recall: interrupted\n")
@@ -49,6 +68,23 @@ def run(args: argparse.Namespace) -> int:
             raise leaf from None
         return _report(leaf, debug=args.debug, error=error)
     return status[0] if status else 0
+
+
+def _check_utf8(args: argparse.Namespace) -> None:
+    """Refuse a text argument that is not UTF-8, as ``import`` refuses such a line
+    (Python hands argv's undecodable bytes on as lone surrogates, which the store would
+    keep)."""
+    for name, flag in _TEXT_ARGUMENTS.items():
+        value = getattr(args, name, None)
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str):
+                continue
+            escaped = [c for c in item if "\udc80" <= c <= "\udcff"]
+            if escaped:
+                raise UsageError(
+                    f"{flag} is not UTF-8 (it holds the byte 0x{ord(escaped[0]) - 0xDC00:02x} "
+                    f"at character {item.index(escaped[0])}); expected UTF-8 text"
+                )
 
 
 def _leaf(error: BaseException) -> BaseException:
@@ -71,6 +107,12 @@ def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
         traceback.print_exception(error)
     from protocol import VectorStoreError
 
+    if isinstance(leaf, BrokenPipeError):
+        # The reader left (`| head`): not an error to report, and stdout can take no
+        # more (not even the interpreter's last flush).
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     message = " ".join(str(leaf).split()) or type(leaf).__name__
     if _usage_error(leaf):
         sys.stderr.write(f"trio-recall: error: {message}\n")
