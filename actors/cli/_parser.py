@@ -26,8 +26,8 @@ PostgreSQL with pgvector (--dsn), or in this process only (--in-memory)."""
 
 _EPILOG = """\
 exit status: 0 done; 1 failed (including forget of an id that is not there);
-2 bad usage or input; 130 interrupted; 141 the reader of stdout left. Errors are one line on stderr (--debug prints
-the traceback)."""
+2 bad usage or input; 130 interrupted; 141 the reader of stdout left. Errors are one
+line on stderr (--debug prints the traceback)."""
 
 
 class UsageError(Exception):
