@@ -86,6 +86,8 @@ from ._store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from ._store import RetrievalReport as RetrievalReport
 from ._store import RetrievedTurn as RetrievedTurn
 from ._store import VectorStoreUsage as VectorStoreUsage
+from ._time import entry_text as entry_text
+from ._time import parse_time as parse_time
 
 __all__ = [
     "ClampOversizedMessages",
@@ -162,8 +164,10 @@ __all__ = [
     "contextual_entry",
     "digest_request",
     "document_id",
+    "entry_text",
     "inject",
     "parse_filter",
+    "parse_time",
     "payload_bytes",
     "projection",
     "render",

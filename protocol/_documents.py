@@ -14,6 +14,7 @@ search rather than given a second meaning.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
 import sys
@@ -27,6 +28,8 @@ from ._embedding import EmbeddingProfile
 from ._errors import ConfigError, EmbeddingError, FilterError
 from ._filters import Filter, FilterNode, parse_filter
 from ._json import canonical_json, check_json_object
+from ._memory import RecallSettings
+from ._time import check_conversation, check_time
 
 __all__ = [
     "HYBRID_LISTS",
@@ -39,10 +42,10 @@ __all__ = [
     "document_id",
 ]
 
-SearchKind = Literal["similarity", "mmr", "hybrid", "bm25"]
+SearchKind = Literal["recall", "similarity", "mmr", "hybrid", "bm25"]
 # The ranked lists a hybrid search fuses, by the names ScoredDocument.ranks uses.
 HYBRID_LISTS = ("dense", "bm25")
-_KINDS = ("similarity", "mmr", "hybrid", "bm25")
+_KINDS = ("recall", "similarity", "mmr", "hybrid", "bm25")
 
 
 def document_id(text: str, metadata: dict[str, Any] | None = None) -> str:
@@ -83,6 +86,16 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
             document. The rules are every vector's (see ``SearchRequest.vector``); the
             store also checks its width. Stored documents come back without it (the
             store keeps the normalized vector, not the caller's list).
+        occurred_at: when what the document says happened or was said: an aware
+            datetime (kept in UTC). None: the store stamps the time of the write, so a
+            stored document always comes back with one. Reads filter on it
+            (``SearchRequest.since``/``until``) and recall's time channel dates the
+            document by it.
+        conversation: the name of the conversation the document belongs to, or None.
+            Consecutive documents of one conversation are neighbours: recall lends each
+            hit a share of its neighbours' scores, and the store indexes a document
+            with its date and the one before it (:func:`protocol.entry_text`), while
+            ``text`` comes back as given.
 
     Raises:
         ConfigError: ``text`` is not a str, or ``id``/``source_id`` is not ``None`` or a
@@ -96,22 +109,41 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     source_id: str | None = None
     embedding: list[float] | None = None
+    occurred_at: dt.datetime | None = None
+    conversation: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ConfigError(f"document text is a {type(self.text).__name__}; expected a str")
         _check_optional_str("document id", self.id)
         _check_optional_str("document source_id", self.source_id)
+        msgspec.structs.force_setattr(
+            self, "occurred_at", check_time("document occurred_at", self.occurred_at)
+        )
+        check_conversation(self.conversation)
         check_json_object(self.metadata, what="document metadata")
         if self.embedding is not None:
             vector = SearchRequest._vector_list(self.embedding, what="document embedding")
             msgspec.structs.force_setattr(self, "embedding", vector)
 
     def with_id(self) -> Document:
-        """This document with its id filled in from :func:`document_id` when missing."""
+        """This document with its id filled in when missing: :func:`document_id`, or,
+        for a document with an ``occurred_at`` or a ``conversation``, the same hash over
+        those too."""
         if self.id is not None:
             return self
-        return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
+        if self.occurred_at is None and self.conversation is None:
+            return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
+        # The same words said twice in a conversation are two memories, not one.
+        blob = canonical_json(
+            {
+                "text": self.text,
+                "metadata": self.metadata,
+                "occurred_at": None if self.occurred_at is None else self.occurred_at.isoformat(),
+                "conversation": self.conversation,
+            }
+        )
+        return msgspec.structs.replace(self, id=hashlib.sha256(blob).hexdigest()[:32])
 
 
 def _check_real(what: str, value: object) -> float:
@@ -141,10 +173,15 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             checks its width and normalizes a copy.
         k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
             fewer entries match, all are returned.
-        kind: ``"similarity"``, ``"mmr"``, ``"hybrid"`` or ``"bm25"``.
+        kind: ``"recall"`` (the engine's tuned recall, which ``Memory.retrieve`` runs:
+            hybrid BM25 and dense lists, speaker focus, the time channel, entity links
+            and the neighbour boost, as ``settings`` says; it needs ``query`` and takes
+            no ``vector``, since it embeds the query without the speakers it names),
+            ``"similarity"``, ``"mmr"``, ``"hybrid"`` or ``"bm25"``.
         score_threshold: keep hits whose cosine similarity is ``>=`` this, in [-1, 1].
-            For ``mmr`` it filters the candidates before selection. Refused for
-            ``hybrid`` and ``bm25``.
+            For ``mmr`` it filters the candidates before selection; for ``recall`` it
+            is the relevance floor, applied after ranking. Refused for ``hybrid`` and
+            ``bm25``.
         fetch_k: for ``mmr``, how many exact nearest candidates MMR chooses from; for
             ``hybrid``, how deep each list (dense and BM25) is before fusion. Must be
             ``>= k`` for those kinds; ignored by ``similarity`` and ``bm25``.
@@ -155,6 +192,12 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         rrf_k: the reciprocal rank fusion constant for ``hybrid``, > 0 (60 by default).
         weights: ``hybrid`` list weights by list name (``"dense"``, ``"bm25"``), each a
             finite number >= 0; a list left out weighs 1.0.
+        since, until: keep entries whose ``occurred_at`` is ``>= since`` and
+            ``< until`` (aware datetimes; either may be None), applied before top-k
+            like a filter.
+        settings: for ``recall``, its :class:`RecallSettings` (None: the defaults, as
+            ``Memory`` uses them); ``fetch_k``, ``rrf_k`` and ``weights`` of this request
+            are then not used. Refused for other kinds.
         profile: the :class:`EmbeddingProfile` of the model that made ``vector``. A
             store bound to a profile (its embedder has one) refuses a non-zero
             ``vector`` without it, and any ``profile`` of another provider, model,
@@ -184,12 +227,48 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     rrf_k: float = 60
     weights: dict[str, float] | None = None
     profile: EmbeddingProfile | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    settings: RecallSettings | None = None
 
     def __post_init__(self) -> None:
         self._check_query()
         self._check_scores()
         self._check_scope()
         self._check_fusion()
+        self._check_recall()
+
+    def _check_recall(self) -> None:
+        """The time window and recall's settings."""
+        since = check_time("since", self.since)
+        until = check_time("until", self.until)
+        if since is not None and until is not None and since > until:
+            raise ConfigError(
+                f"since is {since.isoformat()} and until is {until.isoformat()}; expected "
+                "since <= until"
+            )
+        msgspec.structs.force_setattr(self, "since", since)
+        msgspec.structs.force_setattr(self, "until", until)
+        if self.settings is not None:
+            if self.kind != "recall":
+                raise ConfigError(
+                    f"settings is for recall search; this is a {self.kind} search "
+                    "(expected settings=None, or kind='recall')"
+                )
+            if not isinstance(self.settings, RecallSettings):
+                raise ConfigError(
+                    f"settings is a {type(self.settings).__name__}; expected RecallSettings"
+                )
+        if self.kind == "recall" and self.weights is not None:
+            raise ConfigError(
+                "weights is for hybrid search; recall weighs its lists by "
+                "RecallSettings.dense_weight and bm25_weight (settings=)"
+            )
+
+    @property
+    def recall_settings(self) -> RecallSettings:
+        """``settings``, or the defaults."""
+        return RecallSettings() if self.settings is None else self.settings
 
     def _check_query(self) -> None:
         """The kind, what it searches with (text, vector or both), and k/fetch_k."""
@@ -200,7 +279,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         if self.vector is not None:
             msgspec.structs.force_setattr(self, "vector", self._vector_list(self.vector))
         has_query, has_vector = self.query is not None, self.vector is not None
-        if self.kind in ("hybrid", "bm25"):
+        if self.kind in ("hybrid", "bm25", "recall"):
             if not has_query:
                 raise ConfigError(
                     f"{self.kind} search needs query text (BM25 reads it); got query=None"
@@ -209,6 +288,11 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(
                     "bm25 search ranks by keywords alone and takes no vector; use hybrid "
                     "search to combine the two"
+                )
+            if self.kind == "recall" and has_vector:
+                raise ConfigError(
+                    "recall search embeds its query itself (without the speakers it "
+                    "names) and takes no vector; use hybrid search with a vector"
                 )
         elif has_query == has_vector:
             raise ConfigError(
@@ -436,8 +520,15 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
         raw_score: the backend's own score for the ranking, kept for auditing:
             the cosine similarity for ``similarity``/``mmr`` on the in-memory store and
             pgvector's distance (``<#>``, the negative inner product: lower is nearer)
-            on PostgreSQL; the fused score for ``hybrid``; the BM25 score for ``bm25``.
-            None for a hit that no store made.
+            on PostgreSQL; the fused score for ``hybrid``; the BM25 score for ``bm25``;
+            recall's final (fused and boosted) score for ``recall``. None for a hit
+            that no store made.
+        rank: for ``recall``, the hit's 1-based place in the answer; else None.
+        channels: for ``recall``, what lifted the hit, in this order: ``"dense"`` and
+            ``"bm25"`` (the lists it was found in), ``"speaker"`` (said by a speaker the
+            query names), ``"date"`` (dated near a date the query names),
+            ``"neighbor"`` (beside a strong hit in its conversation), ``"link"`` (an
+            anchor, or linked to one by a rare shared word). Empty for other kinds.
     """
 
     document: Document
@@ -445,6 +536,8 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
     ranks: dict[str, int] = msgspec.field(default_factory=dict)
     sequence: int | None = None
     raw_score: float | None = None
+    rank: int | None = None
+    channels: list[str] = msgspec.field(default_factory=list)
 
 
 class DeleteResult(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", tag_field="kind"):

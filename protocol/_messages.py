@@ -10,6 +10,7 @@ Users rarely build these: the handles and ``Memory`` do.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import msgspec
@@ -46,6 +47,8 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
 
     ``ids``, when given, names each turn (an explicit memory's id); an id already live
     in the namespace is replaced. Without ids, each turn's id is ``turn-<sequence>``.
+    ``occurred_at`` (None: the time of the write) and ``conversation`` apply to every
+    turn of the batch, in order (see :class:`~protocol.Document`).
     ``texts``, when given, is what each turn is indexed and embedded by, in place of
     its projection (for example the turn with its context, see
     :func:`protocol.contextual_entry`); the message itself is kept and returned as is.
@@ -57,6 +60,8 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     ids: list[str] | None = None
     texts: list[str] | None = None
+    occurred_at: dt.datetime | None = None
+    conversation: str | None = None
 
 
 class UpsertDocuments(Msg, frozen=True, kw_only=True, tag="upsert_documents"):
@@ -142,6 +147,8 @@ class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     namespace: str
     min_similarity: float | None = None
     settings: RecallSettings = msgspec.field(default_factory=RecallSettings)
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
 
 
 class Inject(Msg, frozen=True, kw_only=True, tag="inject"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import msgspec
@@ -31,7 +32,12 @@ class VectorStoreUsage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetrievedTurn(msgspec.Struct, frozen=True, kw_only=True):
-    """One hit. ``score`` is cosine similarity in [-1, 1]."""
+    """One hit. ``score`` is cosine similarity in [-1, 1].
+
+    ``occurred_at`` is when the entry happened (its write time unless the writer said),
+    ``conversation`` the conversation it belongs to; ``rank`` and ``channels`` are
+    recall's (see :class:`~protocol.ScoredDocument`), for a hit recall ranked.
+    """
 
     message: UnifiedMessage
     score: float
@@ -40,6 +46,10 @@ class RetrievedTurn(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     metadata: dict[str, Any]
     id: str
+    occurred_at: dt.datetime | None = None
+    conversation: str | None = None
+    rank: int | None = None
+    channels: list[str] = msgspec.field(default_factory=list)
 
 
 class RetrievalReport(msgspec.Struct, frozen=True, kw_only=True):
