@@ -1054,80 +1054,148 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
+class QueryEmbedder:
+    """The latency run's embedder: the entries come with their cached vectors; a query is
+    embedded by MiniLM itself while ``live`` (what every real query pays: the
+    ``similarity`` and ``recall`` searches), else from the cache (the ``Memory.retrieve``
+    rows, which time recall alone)."""
+
+    def __init__(self, minilm: CachedEmbedder) -> None:
+        self.minilm = minilm
+        self.dimensions = DIMENSIONS
+        self.live = False
+
+    def embed(self, text: str) -> Vector:
+        if self.live:
+            return np.asarray(self.minilm.model().embed(text), dtype=np.float32)
+        return self.minilm.embed(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> Vector:
+        if self.live:
+            return np.asarray(self.minilm.model().embed_batch(list(texts)), dtype=np.float32)
+        return self.minilm.embed_batch(texts)
+
+
 async def latency(
-    convs: list[Conversation], minilm: CachedEmbedder, entries: int, rounds: int
+    convs: list[Conversation],
+    minilm: CachedEmbedder,
+    entries: int,
+    rounds: int,
+    only: set[str] | None = None,
 ) -> dict[str, Any]:
-    """``Memory.retrieve`` (k = 25) over ``entries`` context entries, for each default
-    configuration, interleaved: one call each per question, in an order shuffled per
+    """Search latency (k = 25) over ``entries`` context entries on the in-memory store,
+    every contender interleaved: one call each per question, in an order shuffled per
     question, so the machine's load hits them alike. The entries are the conversations'
     turns repeated (each copy's text marked, so no two are the same content) with their
-    cached MiniLM vectors; the queries are cached too (each is asked once, untimed,
-    first), so this times recall itself; ``embed`` is MiniLM embedding one question,
-    which a real query adds to every configuration."""
+    cached MiniLM vectors. The contenders:
+
+    - ``similarity`` and ``recall``: ``StoreHandle.search(SearchRequest(kind=...))``,
+      each query embedded by MiniLM in the call (what a real query pays);
+    - each default configuration (``only`` keeps some): ``Memory.retrieve`` with the
+      query's embeddings cached (each is asked once, untimed, first), so that this
+      times recall itself;
+    - ``embed``: MiniLM embedding one question, alone.
+
+    A store whose ``kind="recall"`` is not the engine yet (its hits carry no ``rank``)
+    has ``recall`` timed through ``Memory.retrieve`` with the query embedded live, and
+    the result says so (``recall_via``)."""
     style = EntryStyle("context", date=True, previous=1)
     texts = [t for conv in convs for _, t in style.texts(conv)]
     minilm.warm(texts)
     rng = random.Random(20)
     questions = rng.sample([q.text for conv in convs for q in conv.questions], 100)
     minilm.warm(questions)
-    docs = [
-        Document(
-            text=text if i < len(texts) else f"{text} [{i // len(texts)}]",
-            id=f"e{i}",
-            embedding=minilm.vectors[text].tolist(),
-        )
-        for i, text in ((i, texts[i % len(texts)]) for i in range(entries))
-    ]
     settings = {
         c.name: c.recall
         for c in configurations()
-        if c.kind == "default" and c.embedder == "minilm"
+        if c.kind == "default" and c.embedder == "minilm" and (only is None or c.name in only)
     }
     config = store_config(entries)
-    times: dict[str, list[float]] = {name: [] for name in [*settings, "embed"]}
-    async with open_store(config, minilm) as store:
-        for i in range(0, len(docs), 512):
-            await store.add_documents(docs[i : i + 512], namespace="bench")
-        async with contextlib.AsyncExitStack() as stack:
-            memories = {
-                name: await stack.enter_async_context(
-                    open_memory(
-                        store=store,
-                        memory=MemoryConfig(namespace="bench", recall=recall, min_similarity=None),
-                    )
+    embedder = QueryEmbedder(minilm)
+    searches = ("similarity", "recall")
+    times: dict[str, list[float]] = {name: [] for name in [*searches, *settings, "embed"]}
+    async with open_store(config, embedder) as store:
+        step = 2048
+        for start in range(0, entries, step):
+            rows = range(start, min(entries, start + step))
+            batch = [texts[i % len(texts)] for i in rows]
+            docs = [
+                Document(
+                    id=f"e{i}", text=text if i < len(texts) else f"{text} [{i // len(texts)}]"
                 )
-                for name, recall in settings.items()
-            }
+                for i, text in zip(rows, batch, strict=True)
+            ]
+            vectors = np.stack([minilm.vectors[text] for text in batch])
+            await store.add_documents(docs, namespace="bench", embeddings=vectors)
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def open_for(recall: RecallSettings) -> Any:
+                config = MemoryConfig(namespace="bench", recall=recall, min_similarity=None)
+                return await stack.enter_async_context(open_memory(store=store, memory=config))
+
+            memories = {name: await open_for(recall) for name, recall in settings.items()}
+            probe = await store.search(
+                SearchRequest(query=questions[0], k=max(KS), kind="recall", namespace="bench")
+            )
+            engine = bool(probe) and probe[0].rank is not None
+            fallback = None if engine else await open_for(RecallSettings())
+
+            async def search(name: str, question: str) -> None:
+                embedder.live = True
+                try:
+                    if name == "recall" and fallback is not None:
+                        await fallback.retrieve(question, k=max(KS))
+                    else:
+                        request = SearchRequest(
+                            query=question, k=max(KS), kind=name, namespace="bench"
+                        )
+                        await store.search(request)
+                finally:
+                    embedder.live = False
+
+            model = minilm.model()
             for question in questions:  # warm: the stripped queries get embedded here
                 for memory in memories.values():
                     await memory.retrieve(question, k=max(KS))
-            model = minilm.model()
+                if fallback is not None:
+                    await fallback.retrieve(question, k=max(KS))
+            for question in questions[:10]:
+                for name in searches:
+                    await search(name, question)
             for _ in range(rounds):
                 for question in questions:
-                    order = [*memories, "embed"]
+                    order = list(times)
                     rng.shuffle(order)
                     for name in order:
                         started = time.perf_counter()
                         if name == "embed":
                             model.embed(question)
+                        elif name in searches:
+                            await search(name, question)
                         else:
                             await memories[name].retrieve(question, k=max(KS))
                         times[name].append(time.perf_counter() - started)
-    out = {name: percentiles(samples) for name, samples in times.items()}
-    base = out["previous-default"]
+    out: dict[str, Any] = {name: percentiles(samples) for name, samples in times.items()}
     for name, row in out.items():
-        if name != "embed":
+        base = out["similarity"] if name in searches else out.get("previous-default")
+        if name != "embed" and base is not None:
             row["ratio_p50"] = round(row["p50"] / base["p50"], 2)
             row["ratio_p90"] = round(row["p90"] / base["p90"], 2)
-    return {"entries": entries, "queries": len(times["embed"]), **out}
+    return {
+        "entries": entries,
+        "queries": len(times["embed"]),
+        "recall_via": "StoreHandle.search" if engine else "Memory.retrieve (no engine yet)",
+        **out,
+    }
 
 
 def print_latency(result: dict[str, Any]) -> None:
     print(
-        f"\nMemory.retrieve (k = 25) over {result['entries']} entries, "
-        f"{result['queries']} calls each"
+        f"\nk = 25 over {result['entries']} entries, {result['queries']} calls each; recall "
+        f"through {result['recall_via']}; ratios: similarity and recall against similarity "
+        "(query embedded in the call), Memory.retrieve (query cached) against previous-default"
     )
-    print(f"{'configuration':<20} {'p50 ms':>8} {'p90 ms':>8} {'p50 ratio':>10} {'p90 ratio':>10}")
+    print(f"{'contender':<20} {'p50 ms':>8} {'p90 ms':>8} {'p50 ratio':>10} {'p90 ratio':>10}")
     for name, row in result.items():
         if isinstance(row, dict):
             ratios = (
@@ -1142,11 +1210,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     convs = load(Path(args.data))
     if args.latency:
         minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
-        result = await latency(convs, minilm, args.latency, args.rounds)
-        minilm.save()
-        print_latency(result)
-        print(f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        return {"latency": result, "load": os.getloadavg()}
+        only = set(args.only.split(",")) if args.only else None
+        loads = [os.getloadavg()[0]]
+        results = []
+        for entries in args.latency:
+            results.append(await latency(convs, minilm, entries, args.rounds, only))
+            minilm.save()
+            print_latency(results[-1])
+            loads.append(os.getloadavg()[0])
+        print(f"load {' -> '.join(f'{x:.1f}' for x in loads)} on {os.cpu_count()} cores")
+        return {"latency": results, "load": loads}
     configs = configurations()
     if args.only:
         # The doors are compared with the default configuration: it always runs with them.
@@ -1195,9 +1268,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blas-threads", type=int, default=1)
     parser.add_argument(
         "--latency",
-        type=int,
-        metavar="ENTRIES",
-        help="time Memory.retrieve per default configuration over this many entries instead",
+        type=lambda text: [int(n) for n in text.split(",")],
+        metavar="ENTRIES[,ENTRIES...]",
+        help="instead, time similarity and recall search, and Memory.retrieve per default "
+        "configuration (--only keeps some), over this many entries (each size in turn)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="latency rounds over 100 questions")
     parser.add_argument(
