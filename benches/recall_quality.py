@@ -29,6 +29,24 @@ runs (an ``.npz``); it is keyed on the exact text, so it never changes a result.
 cold run embeds about 6,300 texts: 8 minutes on 2 busy cores (load 5), most of it
 MiniLM; ``--blas-threads`` (1 by default, the fastest on a loaded machine) sets its
 BLAS threads.
+
+``--doors all`` (or some of ``mcp,cli,langchain,langgraph,pg``) also measures every
+other way in, each driven as its users drive it (each turn ``"Speaker: text"`` with
+its session's date as ``occurred_at``, its conversation and ``{"dia_id": ...}`` as
+metadata; a namespace per conversation), beside ``Memory.retrieve`` (the ``default``
+configuration, default floor) on the same questions: the real ``trio-recall mcp``
+server over stdio through the ``mcp`` SDK's client, ``trio-recall import`` then one
+``trio-recall search`` process per question for a seeded sample (``--cli-sample``),
+the LangChain retriever, the LangGraph store, and ``Memory.retrieve`` on pg (an
+embedded PostgreSQL, or ``--dsn``). A door whose code does not yet take what the
+contract says (``occurred_at``, ``conversation``, recall) is measured as it is, and its
+row says what it lacked. The MCP and CLI doors embed with their own MiniLM (the cache
+cannot reach them).
+
+``--latency 10000,100000`` times ``StoreHandle.search`` with ``kind="recall"`` against
+``kind="similarity"`` on the in-memory store, the query embedded by MiniLM in each
+call, and ``Memory.retrieve`` per default configuration with cached queries (``--only``
+keeps some), interleaved (see :func:`latency`).
 """
 
 from __future__ import annotations
