@@ -840,8 +840,9 @@ def langchain_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun
             try:
                 retriever = store.as_retriever(search_type="recall", search_kwargs={"k": max(KS)})
             except ValueError:
-                if "as_retriever has no recall" not in run.caveats:
-                    run.caveats.append("as_retriever has no recall: similarity measured")
+                caveat = "as_retriever has no recall: similarity measured"
+                if caveat not in run.caveats:
+                    run.caveats.append(caveat)
                 search_type = "similarity"
                 retriever = store.as_retriever(search_kwargs={"k": max(KS)})
             run.how = f'add_texts, then as_retriever(search_type="{search_type}", k=25)'
