@@ -294,10 +294,41 @@ async def check_one_snapshot(store: Any) -> None:
     assert {h.document.id for h in await store.search(request)} == {"z2", "z3"}
 
 
+async def check_cancel_while_embedding(store: Any) -> None:
+    """A recall cancelled while its query is embedded leaves nothing behind: on pg its
+    transaction is rolled back and its connection returns to the pool, so more recalls
+    than the pool holds run after it."""
+    embedder = store._actor.embedder.embedder
+    await store.add_texts(["zebra quartz one"], ids=["z1"], namespace=NS)
+    request = SearchRequest(query="zebra quartz", k=5, kind="recall", namespace=NS)
+    embedder.waiting = trio.Event()
+    embedder.gate = trio.Event()  # never set: only the cancel ends the wait
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def ask() -> None:
+            with scope:
+                await store.search(request)
+            assert scope.cancelled_caught
+
+        nursery.start_soon(ask)
+        await embedder.waiting.wait()
+        scope.cancel()
+    for _ in range(6):
+        assert [h.document.id for h in await store.search(request)] == ["z1"]
+
+
 CHECKS = pytest.mark.parametrize(
     "check",
-    [check_kinds_agree, check_hybrid, check_memory, check_time_reach, check_one_snapshot],
-    ids=["kinds-agree", "hybrid", "memory", "time-reach", "one-snapshot"],
+    [
+        check_kinds_agree,
+        check_hybrid,
+        check_memory,
+        check_time_reach,
+        check_one_snapshot,
+        check_cancel_while_embedding,
+    ],
+    ids=["kinds-agree", "hybrid", "memory", "time-reach", "one-snapshot", "cancel"],
 )
 
 
