@@ -856,21 +856,16 @@ def langchain_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun
 
 
 def langgraph_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun:
-    """The LangGraph store (in memory, ``fields=["text"]``), a store per conversation:
-    one ``put`` per turn (key = dia_id; ``occurred_at``/``conversation`` as ``put``
-    takes them, else in the value), then ``search(namespace, query=..., limit=25)``."""
-    import inspect
-
+    """The LangGraph store (in memory, ``fields=["text"]``, its default ranking), a store
+    per conversation: one ``put`` per turn (key = dia_id; the value's ``occurred_at`` and
+    ``conversation`` keys date and thread the item), then ``search(namespace,
+    query=..., limit=25)``."""
     from actors.integrations.langchain import TrioRecallEmbeddings
     from actors.integrations.langgraph import TrioRecallStore
 
-    run = DoorRun("langgraph", "put, then search(query=..., limit=25)")
+    run = DoorRun("langgraph", "put (occurred_at, conversation in the value), then search k=25")
     started = time.perf_counter()
     index: Any = {"embed": TrioRecallEmbeddings(minilm), "dims": DIMENSIONS, "fields": ["text"]}
-    put_takes = inspect.signature(TrioRecallStore.put).parameters
-    for field in ("occurred_at", "conversation"):
-        if field not in put_takes:
-            run.caveats.append(f"put takes no {field} (given in the value)")
     space = ("locomo",)
     for conv in convs:
         turns = door_turns(conv)
@@ -880,14 +875,13 @@ def langgraph_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun
         )
         with store:
             for t in turns:
-                value: dict[str, Any] = {"text": t.text, **t.metadata}
-                extra: dict[str, Any] = {}
-                for field in ("occurred_at", "conversation"):
-                    if field in put_takes:
-                        extra[field] = getattr(t, field)
-                    else:
-                        value[field] = getattr(t, field)
-                store.put(space, t.dia_id, value, **extra)
+                value = {
+                    "text": t.text,
+                    **t.metadata,
+                    "occurred_at": t.occurred_at,
+                    "conversation": t.conversation,
+                }
+                store.put(space, t.dia_id, value)
             for number, q in enumerate(conv.questions):
                 items = store.search(space, query=q.text, limit=max(KS))
                 run.ranked[conv.name, number] = [
