@@ -577,7 +577,7 @@ def print_floors(floors: dict[str, FloorTally]) -> None:
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("trio-recall")
-DOORS = ("mcp", "cli", "langchain", "langgraph", "pg")
+DOORS = ("mcp", "cli", "langchain", "langgraph", "pg", "store")
 
 
 def locomo_time(date: str) -> dt.datetime:
@@ -860,11 +860,15 @@ def langgraph_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun
     per conversation: one ``put`` per turn (key = dia_id; the value's ``occurred_at`` and
     ``conversation`` keys date and thread the item), then ``search(namespace,
     query=..., limit=25)``."""
+    import inspect
+
     from actors.integrations.langchain import TrioRecallEmbeddings
     from actors.integrations.langgraph import TrioRecallStore
 
     run = DoorRun("langgraph", "put (occurred_at, conversation in the value), then search k=25")
     started = time.perf_counter()
+    if "ranking" not in inspect.signature(TrioRecallStore).parameters:
+        run.caveats.append("the store has no ranking= (cosine only)")
     index: Any = {"embed": TrioRecallEmbeddings(minilm), "dims": DIMENSIONS, "fields": ["text"]}
     space = ("locomo",)
     for conv in convs:
@@ -886,6 +890,48 @@ def langgraph_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun
                 items = store.search(space, query=q.text, limit=max(KS))
                 run.ranked[conv.name, number] = [
                     mapper(item.value, item.key, item.value.get("text")) for item in items
+                ]
+        run.unmapped += mapper.unmapped
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+async def store_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorRun:
+    """What every door calls, without a door: ``StoreHandle.add_documents`` of each
+    conversation's turns (``occurred_at``, ``conversation``, metadata), then
+    ``StoreHandle.search(SearchRequest(kind="recall", k=25))`` with ``Memory``'s floor as
+    ``score_threshold``. A door that differs from this row differs by its own plumbing; this
+    row differs from ``Memory.retrieve`` by what the store writes (index texts) or ranks."""
+    run = DoorRun("store", 'add_documents, then search(kind="recall", k=25, floor 0.02)')
+    started = time.perf_counter()
+    for conv in convs:
+        turns = door_turns(conv)
+        mapper = HitMapper(turns)
+        size = len(turns) + 8
+        async with open_store(store_config(size), minilm) as store:
+            docs = [
+                Document(
+                    text=t.text,
+                    metadata=t.metadata,
+                    occurred_at=dt.datetime.fromisoformat(t.occurred_at),
+                    conversation=t.conversation,
+                )
+                for t in turns
+            ]
+            await store.add_documents(docs, namespace=conversation_name(conv))
+            for number, q in enumerate(conv.questions):
+                request = SearchRequest(
+                    query=q.text,
+                    k=max(KS),
+                    kind="recall",
+                    score_threshold=DEFAULT_FLOOR,
+                    namespace=conversation_name(conv),
+                )
+                hits = await store.search(request)
+                if hits and hits[0].rank is None:
+                    raise SystemExit("store door: kind='recall' is not the engine on this code")
+                run.ranked[conv.name, number] = [
+                    mapper(h.document.metadata, h.document.id, h.document.text) for h in hits
                 ]
         run.unmapped += mapper.unmapped
     run.seconds = time.perf_counter() - started
@@ -1038,6 +1084,8 @@ async def run_doors(
                 runs.append(await trio.to_thread.run_sync(langchain_door, convs, minilm))
             elif door == "langgraph":
                 runs.append(await trio.to_thread.run_sync(langgraph_door, convs, minilm))
+            elif door == "store":
+                runs.append(await store_door(convs, minilm))
             elif args.dsn:
                 runs.append(await pg_door(convs, minilm, args.dsn))
             else:
