@@ -1144,11 +1144,12 @@ async def latency(
     rounds: int,
     only: set[str] | None = None,
 ) -> dict[str, Any]:
-    """Search latency (k = 25) over ``entries`` context entries on the in-memory store,
-    every contender interleaved: one call each per question, in an order shuffled per
+    """Search latency (k = 25) over ``entries`` entries on the in-memory store, every
+    contender interleaved: one call each per question, in an order shuffled per
     question, so the machine's load hits them alike. The entries are the conversations'
-    turns repeated (each copy's text marked, so no two are the same content) with their
-    cached MiniLM vectors. The contenders:
+    turns as the doors write them (``occurred_at``, ``conversation``: the store derives
+    each index text), repeated (each copy its own conversation, its text marked, so no two
+    are the same content), with cached MiniLM vectors. The contenders:
 
     - ``similarity`` and ``recall``: ``StoreHandle.search(SearchRequest(kind=...))``,
       each query embedded by MiniLM in the call (what a real query pays);
@@ -1163,6 +1164,10 @@ async def latency(
     style = EntryStyle("context", date=True, previous=1)
     texts = [t for conv in convs for _, t in style.texts(conv)]
     minilm.warm(texts)
+    # Each turn as the doors write it; its vector is its context entry's (cached), which
+    # is close to the index text the store derives (a vector's words never change a
+    # search's cost).
+    turns = [t for conv in convs for t in door_turns(conv)]
     rng = random.Random(20)
     questions = rng.sample([q.text for conv in convs for q in conv.questions], 100)
     minilm.warm(questions)
@@ -1179,14 +1184,16 @@ async def latency(
         step = 2048
         for start in range(0, entries, step):
             rows = range(start, min(entries, start + step))
-            batch = [texts[i % len(texts)] for i in rows]
             docs = [
                 Document(
-                    id=f"e{i}", text=text if i < len(texts) else f"{text} [{i // len(texts)}]"
+                    id=f"e{i}",
+                    text=turn.text if i < len(turns) else f"{turn.text} [{i // len(turns)}]",
+                    occurred_at=dt.datetime.fromisoformat(turn.occurred_at),
+                    conversation=f"{turn.conversation}#{i // len(turns)}",
                 )
-                for i, text in zip(rows, batch, strict=True)
+                for i, turn in ((i, turns[i % len(turns)]) for i in rows)
             ]
-            vectors = np.stack([minilm.vectors[text] for text in batch])
+            vectors = np.stack([minilm.vectors[texts[i % len(texts)]] for i in rows])
             await store.add_documents(docs, namespace="bench", embeddings=vectors)
         async with contextlib.AsyncExitStack() as stack:
 
