@@ -17,7 +17,7 @@ import numpy.typing as npt
 from protocol._checks import check_int
 from protocol._errors import ConfigError
 
-__all__ = ["RRF_K", "FusedHit", "fuse_hybrid", "mmr", "neighbor_boost", "rrf"]
+__all__ = ["RRF_K", "Fused", "FusedHit", "fuse", "lend", "mmr", "neighbor_boost", "rrf"]
 
 RRF_K = 60
 K = TypeVar("K", bound=Hashable)
@@ -45,7 +45,8 @@ def rrf(
     weights: Mapping[str, float] | None = None,
     limit: int | None = None,
 ) -> list[FusedHit[K]]:
-    """Reciprocal rank fusion of ranked lists, best first.
+    """Reciprocal rank fusion of ranked lists, best first: :func:`fuse` (the one
+    fusion every search kind and recall use), with each hit's ranks.
 
     A hit at 1-based rank ``r`` in list ``L`` earns ``weights[L] / (k + r)``; the
     contributions are summed in the order of ``lists``. Ties in the fused score go to
@@ -80,141 +81,147 @@ def rrf(
             or weight < 0
         ):
             raise ConfigError(f"weight of {name!r} is {weight!r}; expected a finite number >= 0")
-    scores: dict[K, float] = {}
+    fused = fuse(lists, k=k, weights=weights)
     ranks: dict[K, dict[str, int]] = {}
-    best: dict[K, tuple[int, int]] = {}
-    for list_index, (name, keys) in enumerate(lists.items()):
-        weight = float(weights.get(name, 1.0))
-        seen: set[K] = set()
+    for name, keys in lists.items():
         for rank, key in enumerate(keys, start=1):
-            if key in seen:
-                raise ConfigError(f"list {name!r} holds {key!r} more than once")
-            seen.add(key)
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
             ranks.setdefault(key, {})[name] = rank
-            if key not in best or (rank, list_index) < best[key]:
-                best[key] = (rank, list_index)
-    order = sorted(scores, key=lambda key: (-scores[key], best[key]))
-    if limit is not None:
-        order = order[:limit]
-    return [FusedHit(key=key, score=scores[key], ranks=ranks[key]) for key in order]
+    end = len(fused.keys) if limit is None else min(limit, len(fused.keys))
+    scores = fused.scores.tolist()
+    return [
+        FusedHit(key=key, score=scores[i], ranks=ranks[key])
+        for i, key in enumerate(fused.keys[:end])
+    ]
 
 
 def neighbor_boost(
     hits: Sequence[FusedHit[K]], sequences: Mapping[K, int], weight: float
 ) -> list[FusedHit[K]]:
-    """Lend each hit ``weight`` times the better fused score of its two neighbours.
+    """Lend each hit ``weight`` times the better fused score of its two neighbours
+    (:func:`lend`, the step recall runs after :func:`fuse`), over :class:`FusedHit`.
 
-    Neighbours are the entries written just before and just after it (sequence ± 1):
-    for a conversation's turns, the turns said just before and after. The evidence for
-    a question often sits beside the turn that matches it best (the answer after the
+    Neighbours are the entries whose neighbour keys (``sequences``) differ by one: for
+    a conversation's turns, the turns said just before and after. The evidence for a
+    question often sits beside the turn that matches it best (the answer after the
     question, the detail after the topic), so a turn whose neighbour is a strong hit is
     likelier to matter than its own score says. A neighbour that is not among ``hits``
-    lends nothing; a hit without a sequence borrows nothing. Ties keep the order of
+    lends nothing; a hit without a key borrows nothing. Ties keep the order of
     ``hits``, so the result is deterministic.
 
     Args:
         hits: fused hits, best first (``rrf`` with no limit).
-        sequences: each hit's sequence number.
+        sequences: each hit's neighbour key (its sequence number, for entries that
+            belong to no conversation).
         weight: the share of the neighbour's score lent, finite and >= 0.
     """
-    by_sequence = {sequences[h.key]: h.score for h in hits if h.key in sequences}
-    boosted: list[tuple[float, int, FusedHit[K]]] = []
-    for position, hit in enumerate(hits):
-        seq = sequences.get(hit.key)
-        lent = (
-            0.0
-            if seq is None
-            else max(by_sequence.get(seq - 1, 0.0), by_sequence.get(seq + 1, 0.0))
-        )
-        boosted.append((hit.score + weight * lent, position, hit))
-    boosted.sort(key=lambda item: (-item[0], item[1]))
-    return [FusedHit(key=h.key, score=score, ranks=h.ranks) for score, _, h in boosted]
+    keys = [h.key for h in hits]
+    scores = np.array([h.score for h in hits], dtype=np.float64)
+    lent = lend(keys, scores, sequences, weight)
+    by_key = {h.key: h for h in hits}
+    return [
+        FusedHit(key=key, score=score, ranks=by_key[key].ranks)
+        for key, score in zip(lent.keys, lent.scores.tolist(), strict=True)
+    ]
 
 
-def fuse_hybrid(
-    dense: Sequence[K],
-    keyword: Sequence[K],
-    sequences: Mapping[K, int],
+@attrs.frozen(slots=True)
+class Fused(Generic[K]):
+    """Fused keys, best first, with their scores; ``lent`` is what each borrowed from
+    its neighbours (zeros when nothing was lent)."""
+
+    keys: list[K]
+    scores: npt.NDArray[np.float64]
+    lent: npt.NDArray[np.float64]
+
+
+def fuse(
+    lists: Mapping[str, Sequence[K]],
     *,
     k: float,
-    dense_weight: float,
-    bm25_weight: float,
-    neighbor_weight: float,
-) -> tuple[list[K], npt.NDArray[np.float64]]:
-    """Hybrid recall's fusion over arrays: the keys and scores of
-    ``neighbor_boost(rrf({"dense": dense, "bm25": keyword}, ...), sequences,
-    neighbor_weight)`` (or of the ``rrf`` alone when ``neighbor_weight`` is 0), in the
-    same order and the same floats, without a :class:`FusedHit` or a ranks dict per
-    candidate.
+    weights: Mapping[str, float] | None = None,
+) -> Fused[K]:
+    """The one fusion: reciprocal rank fusion of ``lists`` over arrays, best first.
 
-    Each IEEE operation of the two reference functions is done once per candidate in
-    the same order (``0.0 + w / (k + r)``, plus the BM25 addend; the neighbour's lent
-    score times the weight, added), and the two sorts use the same keys (the fused
-    score, then the best rank and its list; the boosted score, then the position), so
-    the result is bit-identical; ``tests/test_fusion.py`` compares them.
-
-    The arguments are taken as checked (``RecallSettings`` checks the constants).
+    A hit at 1-based rank ``r`` in list ``L`` earns ``weights[L] / (k + r)``, summed in
+    the order of ``lists`` (``0.0 + w / (k + r)``, list by list: the floats are the
+    same whatever the number of lists); ties go to the best (rank, list index) pair, so
+    the order is total. :func:`rrf` checks the arguments and adds the ranks; hybrid
+    search and recall call this directly, with arguments already checked.
 
     Raises:
         ConfigError: a key repeated within one list.
     """
-    index: dict[K, int] = dict(zip(dense, range(len(dense)), strict=False))
-    if len(index) != len(dense):
-        raise ConfigError("list 'dense' holds a key more than once")
-    n_dense = len(dense)
-    keys = list(dense)
-    at = np.empty(len(keyword), dtype=np.intp)
-    for j, key in enumerate(keyword):
-        c = index.get(key)
-        if c is None:
-            c = index[key] = len(keys)
-            keys.append(key)
-        at[j] = c
-    if np.unique(at).shape[0] != at.shape[0]:
-        raise ConfigError("list 'bm25' holds a key more than once")
+    weights = {} if weights is None else weights
+    index: dict[K, int] = {}
+    keys: list[K] = []
+    positions: list[npt.NDArray[np.intp]] = []
+    for name, members in lists.items():
+        at = np.empty(len(members), dtype=np.intp)
+        for j, key in enumerate(members):
+            c = index.get(key)
+            if c is None:
+                c = index[key] = len(keys)
+                keys.append(key)
+            at[j] = c
+        if np.unique(at).shape[0] != at.shape[0]:
+            seen: set[K] = set()
+            for key in members:
+                if key in seen:
+                    raise ConfigError(f"list {name!r} holds {key!r} more than once")
+                seen.add(key)
+        positions.append(at)
     m = len(keys)
     scores = np.zeros(m, dtype=np.float64)
-    dense_ranks = np.arange(1, n_dense + 1, dtype=np.float64)
-    keyword_ranks = np.arange(1, len(keyword) + 1, dtype=np.float64)
-    scores[:n_dense] += float(dense_weight) / (k + dense_ranks)
-    scores[at] += float(bm25_weight) / (k + keyword_ranks)
-    # The tie-break of rrf: the best (rank, list index) pair.
-    best_rank = np.zeros(m, dtype=np.float64)
+    best_rank = np.full(m, np.inf, dtype=np.float64)
     best_list = np.zeros(m, dtype=np.intp)
-    best_rank[:n_dense] = dense_ranks
-    better = (at >= n_dense) | (keyword_ranks < best_rank[at])
-    best_rank[at[better]] = keyword_ranks[better]
-    best_list[at[better]] = 1
+    for list_index, (name, at) in enumerate(zip(lists, positions, strict=True)):
+        ranks = np.arange(1, at.shape[0] + 1, dtype=np.float64)
+        scores[at] += float(weights.get(name, 1.0)) / (k + ranks)
+        better = ranks < best_rank[at]
+        best_rank[at[better]] = ranks[better]
+        best_list[at[better]] = list_index
     order = np.lexsort((best_list, best_rank, -scores))
-    fused = scores[order]
-    if neighbor_weight > 0 and m:
-        seq_of = [sequences.get(keys[i]) for i in order.tolist()]
-        has = np.array([s is not None for s in seq_of], dtype=np.bool_)
-        seqs = np.array([0 if s is None else s for s in seq_of], dtype=np.int64)
-        # The lender of a sequence is its last hit in fused order, as in the reference's
-        # dict comprehension.
-        by_seq = np.argsort(seqs[has], kind="stable")
-        lender_seqs, lender_scores = seqs[has][by_seq], fused[has][by_seq]
-        last = np.ones(lender_seqs.shape[0], dtype=np.bool_)
-        last[:-1] = lender_seqs[1:] != lender_seqs[:-1]
-        lender_seqs, lender_scores = lender_seqs[last], lender_scores[last]
-        lent = np.maximum(
-            _lent(lender_seqs, lender_scores, seqs - 1),
-            _lent(lender_seqs, lender_scores, seqs + 1),
-        )
-        lent[~has] = 0.0
-        boosted = fused + float(neighbor_weight) * lent
-        again = np.argsort(-boosted, kind="stable")
-        order, fused = order[again], boosted[again]
-    return [keys[i] for i in order.tolist()], fused
+    return Fused([keys[i] for i in order.tolist()], scores[order], np.zeros(m, dtype=np.float64))
+
+
+def lend(
+    keys: Sequence[K],
+    scores: npt.NDArray[np.float64],
+    neighbors: Mapping[K, int],
+    weight: float,
+) -> Fused[K]:
+    """``keys`` (best first, with their ``scores``) once each has borrowed ``weight``
+    times the better score of its two neighbours among them: the hits whose neighbour
+    keys (``neighbors``) are one below and one above its own. Re-sorted best first,
+    ties in the order given. The lender of a key held by two hits is the later one.
+    ``weight`` 0 (or no hits) returns them as they are."""
+    m = len(keys)
+    if weight <= 0 or not m:
+        return Fused(list(keys), scores, np.zeros(m, dtype=np.float64))
+    seq_of = [neighbors.get(key) for key in keys]
+    has = np.array([s is not None for s in seq_of], dtype=np.bool_)
+    seqs = np.array([0 if s is None else s for s in seq_of], dtype=np.int64)
+    by_seq = np.argsort(seqs[has], kind="stable")
+    lender_seqs, lender_scores = seqs[has][by_seq], scores[has][by_seq]
+    last = np.ones(lender_seqs.shape[0], dtype=np.bool_)
+    last[:-1] = lender_seqs[1:] != lender_seqs[:-1]
+    lender_seqs, lender_scores = lender_seqs[last], lender_scores[last]
+    lent = np.maximum(
+        _lent(lender_seqs, lender_scores, seqs - 1),
+        _lent(lender_seqs, lender_scores, seqs + 1),
+    )
+    lent[~has] = 0.0
+    lent *= float(weight)
+    boosted = scores + lent
+    again = np.argsort(-boosted, kind="stable")
+    return Fused([keys[i] for i in again.tolist()], boosted[again], lent[again])
 
 
 def _lent(
     seqs: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], wanted: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.float64]:
-    """The score of the hit with each ``wanted`` sequence (``seqs`` ascending, distinct),
-    0.0 where there is none."""
+    """The score of the hit with each ``wanted`` key (``seqs`` ascending, distinct), 0.0
+    where there is none."""
     if seqs.shape[0] == 0:
         return np.zeros(wanted.shape[0], dtype=np.float64)
     at = np.minimum(np.searchsorted(seqs, wanted), seqs.shape[0] - 1)

@@ -7,9 +7,13 @@ reply; it checks the arguments it can check without the store first. The in-memo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+import attrs
+import numpy as np
+import numpy.typing as npt
 import trio
 
 from protocol import (
@@ -28,20 +32,70 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
+from protocol._filters import check_filter
 from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
 
 from ._mailbox import CrashableActor, Envelope, ReplySlot
 from ._precomputed import embedding_matrix
-from ._prepare import check_ids, check_name, turns_request
-from ._ranked import Ranked, RankedList
+from ._prepare import check_ids, check_k, check_name, clamp_k, turns_request
+from ._store_hooks import check_query_profile, retrieve_event, search_event
 
-__all__ = ["OPENED", "Store", "StoreHandleBase"]
+__all__ = ["OPENED", "Store", "StoreHandleBase", "StoreStatistics"]
 
 ActorT = TypeVar("ActorT", bound=CrashableActor)
 
 #: The token the ``open_*`` functions pass: a handle (or a ``Memory``) is only ever made
 #: by the function that runs its actors, so it can never outlive or skip them.
 OPENED = object()
+
+
+@attrs.frozen
+class StoreStatistics:
+    """A point-in-time view of the actor's inbox and state.
+
+    Attributes:
+        inbox_size: the inbox's capacity.
+        inbox_used: requests waiting in the inbox.
+        tasks_waiting_send: callers blocked because the inbox is full.
+        version: commits so far.
+        poisoned: whether the actor has crashed.
+    """
+
+    inbox_size: int
+    inbox_used: int
+    tasks_waiting_send: int
+    version: int
+    poisoned: bool
+
+
+class _Reader(Protocol):
+    """What the handle's reads ask of either backend's actor."""
+
+    config: VectorStoreConfig
+    profile: EmbeddingProfile | None
+    on_event: Callable[[Any], None] | None
+
+    @property
+    def embedder(self) -> Any: ...
+
+    def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None: ...
+
+    def checked_query(
+        self, vector: object, profile: EmbeddingProfile | None
+    ) -> npt.NDArray[np.float32] | None: ...
+
+    async def scan(
+        self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
+    ) -> RetrievalReport: ...
+
+    async def search(
+        self,
+        request: SearchRequest,
+        namespace: str,
+        query: npt.NDArray[np.float32] | None,
+        *,
+        turns: bool = False,
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]: ...
 
 
 class StoreHandleBase(Generic[ActorT]):
@@ -57,6 +111,9 @@ class StoreHandleBase(Generic[ActorT]):
     room, the call has sent nothing and nothing changes; cancelled once the request is
     queued, the actor still applies it, all or nothing, and drops the reply.
     """
+
+    #: Which backend this is (``"memory"``, ``"pg"``), as events and ``Memory`` report it.
+    backend: ClassVar[str]
 
     def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
         if _opened is not OPENED:
@@ -233,7 +290,82 @@ class StoreHandleBase(Generic[ActorT]):
         assert isinstance(result, Cleared)
         return result
 
-    # --- reads: each backend implements _retrieve ---------------------------------------
+    # --- reads: one engine, each backend's actor answers its views --------------------
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
+        """Run one search (see :class:`~protocol.SearchRequest`): ``recall`` (the
+        engine's tuned recall, ``actors/_recall.py``), ``similarity``, ``mmr``,
+        ``hybrid`` or ``bm25``, with an optional metadata filter, time window and score
+        threshold.
+
+        Every kind reads one snapshot: in memory, the scan's pinned rows; on pg, one
+        read-only transaction. The filter and the time window apply before top-k, so
+        ``k`` hits come back whenever ``k`` entries match. Dense scores are cosine
+        similarity in [-1, 1]; a recall hit's ``score`` is its cosine too, with its
+        ``rank`` and the ``channels`` that lifted it; a hybrid hit's score is its fused
+        RRF score; ``ranks`` gives each hit's 1-based rank in each list.
+
+        A store bound to an embedding profile (see ``profile``) refuses a non-zero
+        ``request.vector`` that does not name the same profile in ``request.profile``.
+
+        Does not use the inbox, so a full inbox never delays it, and it changes
+        nothing. A cancel reaches the query's embedder call, as :meth:`retrieve` says;
+        in memory, a scan waiting for the scan runner drops its answer. On pg, cancelled
+        while it waits for a read slot or between retries, it leaves at once; once its
+        transaction runs in a worker thread, it finishes its statement first (bounded
+        by ``statement_timeout``), then ``Cancelled`` is raised.
+
+        Raises:
+            ConfigError: not a SearchRequest, or (pg) a bm25, hybrid or recall search
+                on a table opened with ``keyword_index=False``.
+            FilterError: the filter cannot be applied.
+            EmbeddingError: the query could not be embedded, or its vector was made by
+                another model or at another width than the store's profile.
+            EmbedderError: the embedder failed.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        hits, _ = await self._search(request, turns=False)
+        return hits  # type: ignore[return-value]
+
+    async def _recall(self, request: SearchRequest) -> RetrievalReport:
+        """:meth:`search` with the hits built as turns (what the recall actor injects),
+        and how many entries were scored, as a report."""
+        turns, scanned = await self._search(request, turns=True)
+        return RetrievalReport(turns=turns, scanned=scanned, exact=self._exact)  # type: ignore[arg-type]
+
+    async def _search(
+        self, request: SearchRequest, *, turns: bool
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        self._check()
+        started = time.perf_counter()
+        if not isinstance(request, SearchRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
+        actor = self._reader
+        namespace = self._namespace(request.namespace)
+        if request.filter is not None:
+            check_filter(request.filter)  # before the query is embedded or any SQL runs
+        if request.vector is not None:
+            query = actor.checked_query(request.vector, request.profile)
+        else:
+            assert request.query is not None
+            if request.profile is not None:
+                check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
+            # A bm25 search reads keywords alone: its query is never embedded; recall
+            # embeds its query once it knows which names to leave out.
+            query = (
+                None
+                if request.kind in ("bm25", "recall")
+                else actor.query_vector(await actor.embedder.query(request.query))
+            )
+        hits, scanned = await actor.search(request, namespace, query, turns=turns)
+        if actor.on_event is not None:
+            k = clamp_k(request.k, actor.config.max_entries)
+            scores = [h.score for h in hits]
+            actor.on_event(
+                search_event(self.backend, actor.profile, request, namespace, k, scores, started)
+            )
+        return hits, scanned
 
     async def retrieve(self, query: str, k: int) -> RetrievalReport:
         """Embed ``query`` and return the ``k`` best entries across every namespace.
@@ -260,46 +392,75 @@ class StoreHandleBase(Generic[ActorT]):
         namespace; never returns another's entries."""
         return await self._retrieve(query, k, check_name("namespace", namespace))
 
+    async def retrieve_embedding(
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = None,
+        *,
+        profile: EmbeddingProfile | None = None,
+    ) -> RetrievalReport:
+        """Rank entries against a vector you already have.
+
+        The vector need not be normalized: a normalized copy is scored, and the caller's
+        array is never changed. A zero vector scores 0.0 everywhere. A store bound to an
+        embedding profile refuses a non-zero vector unless ``profile`` names that same
+        profile (see :class:`~protocol.SearchRequest`).
+
+        In memory, a scan over at least ``thread_scan_threshold`` floats, or one of at
+        least 2**20 floats that starts together with other reads (or while a batch
+        runs), waits for the store's scan runner and shares one matrix product with
+        every read that waited with it; a smaller lone read runs inline, at once. On
+        pg it is one statement. It does not use the inbox, so a full inbox never delays
+        it; if the caller is cancelled while it waits, its answer is dropped and the
+        other reads are not affected; a read changes nothing.
+
+        Raises:
+            ConfigError: ``k ≤ 0`` or an empty namespace.
+            EmbeddingError: a vector of the wrong width or with a non-finite component,
+                or from another model than the store's profile.
+            Poisoned: the actor has crashed.
+            trio.ClosedResourceError: the store closed before the scan ran.
+        """
+        self._check()
+        k = clamp_k(check_k(k), self._reader.config.max_entries)
+        if namespace is not None:
+            check_name("namespace", namespace)
+        started = time.perf_counter()
+        query = self._reader.checked_query(vector, profile)
+        return await self._scanned(query, k, namespace, None, started)
+
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
-        raise NotImplementedError
+        self._check()
+        started = time.perf_counter()
+        actor = self._reader
+        # Any k means "at most that many": cut to the capacity, so that the scan and
+        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
+        k = clamp_k(check_k(k), actor.config.max_entries)
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected str")
+        raw = await actor.embedder.query(query)
+        return await self._scanned(actor.query_vector(raw), k, namespace, query, started)
 
-    # --- recall's internal reads (``actors/_ranked.py``): each backend implements them --
+    async def _scanned(
+        self, vector: Any, k: int, namespace: str | None, query: str | None, started: float
+    ) -> RetrievalReport:
+        actor = self._reader
+        report: RetrievalReport = await actor.scan(vector, k, namespace)
+        if actor.on_event is not None:
+            actor.on_event(
+                retrieve_event(self.backend, actor.profile, namespace, query, k, report, started)
+            )
+        return report
 
-    async def _dense_ranked(
-        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
-    ) -> RankedList:
-        """``retrieve_in(namespace, query, depth)`` as ids, sequences and scores (the
-        same order and scores, and the same ``vector_store.searched`` event), without
-        building the turns; plus, in ``RankedList.also``, the cosine of each live entry
-        of ``also`` (ids in ``namespace``) that is not among the hits."""
-        raise NotImplementedError
+    @property
+    def _reader(self) -> _Reader:
+        return cast(_Reader, self._actor)
 
-    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
-        """BM25's top ``depth`` in ``namespace`` (what ``search`` of kind ``"bm25"``
-        ranks, with its event), each with its raw BM25 score and its text."""
-        raise NotImplementedError
-
-    async def _texts(
-        self, namespace: str, ids: Sequence[str], *, projections: bool
-    ) -> dict[str, str]:
-        """The live entries' texts by id (missing ids left out): each one's own text
-        (``Document.text``) or, with ``projections``, its message's projection."""
-        raise NotImplementedError
-
-    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
-        """The entries of ``hits`` as turns scored ``hit.score``, in their order; an
-        entry deleted, or replaced (its sequence changed), since it was ranked is left
-        out."""
-        raise NotImplementedError
-
-    async def _term_counts(
-        self, namespace: str, terms: Sequence[str]
-    ) -> tuple[int, dict[str, int]]:
-        """How many live entries ``namespace`` holds, and how many of them hold each
-        BM25 term (a stem, as ``actors._bm25.tokenize`` gives it): the document
-        frequencies BM25 scores a query of the namespace with (entity links,
-        ``actors/_links.py``)."""
-        raise NotImplementedError
+    @property
+    def _exact(self) -> bool:
+        """Whether this store's dense reads are exact."""
+        return True
 
     async def _check_keyword_search(self) -> None:
         """Raise ConfigError if this store cannot answer a ``bm25`` or ``hybrid``
@@ -307,8 +468,61 @@ class StoreHandleBase(Generic[ActorT]):
         ``keyword_index=False`` cannot (``open_memory`` asks before hybrid recall)."""
         self._check()
 
-    def __len__(self) -> int:
+    # --- state: each backend says where its counters are -------------------------------
+
+    def _state(self) -> tuple[int, int, int, int]:
+        """The live entries, the evicted entries so far, the zero-norm entries and the
+        commit count, as this handle knows them now."""
         raise NotImplementedError
+
+    def usage(self) -> VectorStoreUsage:
+        """The fill level, in O(1). On pg, the table's counters as of this handle's
+        last commit or read: another process's commits count from this handle's next
+        read, write or ``refresh``."""
+        self._check()
+        entries, evicted, zero, _ = self._state()
+        config = self._actor_config
+        fraction = entries / config.max_entries
+        warn = config.warn_fraction
+        return VectorStoreUsage(
+            entries=entries,
+            capacity=config.max_entries,
+            fraction=fraction,
+            near_cap=warn is not None and fraction >= warn,
+            evicted_entries=evicted,
+            zero_norm_entries=zero,
+        )
+
+    def statistics(self) -> StoreStatistics:
+        """The inbox and the actor now (see :class:`StoreStatistics`): ``inbox_size``
+        (its capacity), ``inbox_used`` (writes queued), ``tasks_waiting_send`` (callers
+        waiting for room), ``version`` (commits so far; on pg the table's, every
+        process's, as last seen) and ``poisoned``."""
+        stats = self._send.statistics()
+        return StoreStatistics(
+            inbox_size=self._actor.inbox_size,  # type: ignore[attr-defined]
+            inbox_used=stats.current_buffer_used,
+            tasks_waiting_send=stats.tasks_waiting_send,
+            version=self._state()[3],
+            poisoned=self._actor.crash is not None,
+        )
+
+    @property
+    def profile(self) -> EmbeddingProfile | None:
+        """The embedding profile the store is bound to: its embedder's ``profile`` (on
+        pg, or the one the table was bound to by an earlier open: provider, model,
+        dimensions and options only), or None when there is none (then query vectors
+        are checked for width only). Pass it as ``SearchRequest(profile=...)`` with a
+        vector you embedded."""
+        return self._reader.profile
+
+    @property
+    def _actor_config(self) -> VectorStoreConfig:
+        return self._reader.config
+
+    def __len__(self) -> int:
+        self._check()
+        return self._state()[0]
 
     def is_empty(self) -> bool:
         return len(self) == 0

@@ -1,6 +1,7 @@
 """Entity links between turns: what the first hits say that the question does not.
 
-Pure functions, used by the recall actor (``RecallSettings.link_weight``). A question
+Pure functions, a stage of the recall kind (``actors/_recall.py``,
+``RecallSettings.link_weight``). A question
 whose answer is spread over several turns ("What books has John read?") finds the turn
 that matches it best; the others often share a rare word with that turn (a title, a
 name, a place, an object: "The Alchemist") rather than with the question. So the best
@@ -17,7 +18,8 @@ frequency, as BM25 counts it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from ._bm25 import stem_words, tokenize, words_of
 from ._focus import speaker_of
@@ -32,6 +34,8 @@ __all__ = [
     "linked",
     "rare",
 ]
+
+K = TypeVar("K", bound=Hashable)
 
 #: How many of the best hits are anchors.
 ANCHORS = 5
@@ -63,14 +67,14 @@ def bodies_terms(texts: Sequence[str]) -> list[set[str]]:
 
 def link_terms(
     query: str,
-    anchors: Mapping[str, str],
+    anchors: Mapping[K, str],
     speakers: Iterable[str],
-) -> dict[str, set[str]]:
+) -> dict[str, set[K]]:
     """Each candidate link term of the ``anchors`` (key → projection), with the anchors
     that hold it: their body terms that are not the query's nor a word of a speaker's
     name. Rarity is not judged here (see :func:`rare`)."""
     left_out = set(tokenize(query)) | {t for s in speakers for t in tokenize(s)}
-    terms: dict[str, set[str]] = {}
+    terms: dict[str, set[K]] = {}
     for key, body in zip(anchors, bodies_terms(list(anchors.values())), strict=True):
         for term in body - left_out:
             terms.setdefault(term, set()).add(key)
@@ -85,15 +89,15 @@ def rare(entries: int, counts: Mapping[str, int]) -> set[str]:
 
 
 def linked(
-    candidates: Mapping[str, str],
-    terms: Mapping[str, set[str]],
-    sequences: Mapping[str, int],
-) -> set[str]:
+    candidates: Mapping[K, str],
+    terms: Mapping[str, set[K]],
+    sequences: Mapping[K, int],
+) -> set[K]:
     """The ``candidates`` (key → projection) that hold a link term of an anchor they
     are not, and are not next to (sequence ± 1; a key without a sequence is next to
     none)."""
 
-    def apart(key: str, anchor: str) -> bool:
+    def apart(key: K, anchor: K) -> bool:
         if key == anchor:
             return False
         mine, theirs = sequences.get(key), sequences.get(anchor)

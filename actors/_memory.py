@@ -7,6 +7,7 @@ all four and reports each stage.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import time
@@ -45,6 +46,7 @@ from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error, memory_id
 from protocol._surrogates import pack
+from protocol._time import check_time
 from protocol.events import (
     EmbeddingEmbedded,
     EmbeddingFailed,
@@ -65,7 +67,7 @@ from ._injection import InjectionActor
 from ._lifecycle import supervise
 from ._mailbox import Mailbox
 from ._prepare import check_int, check_k, check_name, clamp_k
-from ._recall import RecallActor
+from ._recall_actor import RecallActor
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from ._store import open_store
 
@@ -208,8 +210,16 @@ class Memory:
         k: int | None = None,
         namespace: str | None = None,
         min_similarity: float | None = None,
+        *,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
     ) -> RetrievalReport:
         """The best ``k`` entries of ``namespace`` for ``query``, best first.
+
+        The engine's recall (``SearchRequest(kind="recall")``, as the config's
+        ``recall`` settings say) ranks them; ``since`` and ``until`` (aware datetimes)
+        keep the entries that occurred in ``[since, until)``. Each hit has its cosine
+        as ``score``, its ``rank`` and the ``channels`` that lifted it.
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
@@ -232,12 +242,20 @@ class Memory:
             isinstance(floor, bool) or not isinstance(floor, int | float) or not -1 <= floor <= 1
         ):
             raise ConfigError(f"min_similarity is {floor!r}; expected a float in [-1, 1]")
+        since, until = check_time("since", since), check_time("until", until)
+        if since is not None and until is not None and since > until:
+            raise ConfigError(
+                f"since is {since.isoformat()} and until is {until.isoformat()}; expected "
+                "since <= until"
+            )
         request = Recall(
             query=query,
             k=k,
             namespace=namespace,
             min_similarity=floor,
             settings=self._config.recall,
+            since=since,
+            until=until,
         )
         query_print = fingerprint(query)
         bound = self._store.profile

@@ -1,128 +1,115 @@
-"""Every search kind, written once over a small backend interface (design §9).
+"""The retrieval engine: every search kind, written once over one snapshot view (design §9).
 
-``similarity`` ranks the dense top-k; ``mmr`` re-ranks the dense top ``fetch_k`` for
-diversity; ``hybrid`` fuses the dense top ``fetch_k`` with BM25's top ``fetch_k`` by
-reciprocal rank fusion; ``bm25`` ranks by keywords alone (the query is not embedded).
-An in-memory store opened with a sparse model fuses its sparse ranking
-(``actors/_sparse_index.py``, list ``"sparse"``, weighed by ``weights["bm25"]``) in
-place of BM25's in ``hybrid``; ``bm25`` still means BM25.
+``recall`` is the engine's tuned recall (``actors/_recall.py``: keyword and dense lists,
+fusion, neighbours, speaker focus, the time channel, entity links, content dedupe), what
+``Memory.retrieve`` and every door run by default. ``similarity`` ranks the dense top-k;
+``mmr`` re-ranks the dense top ``fetch_k`` for diversity; ``hybrid`` fuses the dense top
+``fetch_k`` with BM25's top ``fetch_k`` by reciprocal rank fusion; ``bm25`` ranks by
+keywords alone (the query is not embedded). An in-memory store opened with a sparse
+model fuses its sparse ranking (``actors/_sparse_index.py``, list ``"sparse"``,
+weighed by ``weights["bm25"]``) in place of BM25's in ``hybrid``; ``bm25`` and recall
+still mean BM25.
+
 :func:`rank` is the one place these rules live (the score threshold, rank numbering,
-MMR's candidates, the fusion); a backend only answers the questions of
-:class:`SearchBackend`: the dense list, the BM25 list, the vectors of some candidates,
-and the documents of the hits. The in-memory store answers them here
-(:class:`_MemoryBackend`), the PostgreSQL store in ``actors/_pg/search.py``.
+MMR's candidates, the fusion, recall's stages); a backend only answers the questions
+of :class:`View`: the dense list, the BM25 list, cosines, texts, term statistics and
+neighbour keys of some candidates, and the documents or turns of the hits. The
+in-memory store answers them here (:class:`_MemoryView`), the PostgreSQL store in
+``actors/_pg/search.py``.
 
-A backend is made for one search: the query vector, the namespace and the filter are
-bound when it is built, because the in-memory dense list comes from the scan engine
-(scored before :func:`rank` runs, on the rows it pins) and the pg lists from one
-transaction. So every list, every vector and every document of one search come from
-one snapshot on both backends. A metadata filter narrows the candidates before top-k,
-so ``k`` hits come back whenever ``k`` entries match.
+A view is made for one search and reads one snapshot: in memory, the scan engine's
+pinned rows (no commit interleaves with the synchronous ranking on the trio thread);
+on pg, one read-only ``REPEATABLE READ`` transaction. The query vector, the namespace,
+the filter and the time window (``since``/``until``) are bound when it is built. A
+filter and a time window narrow the candidates before top-k, so ``k`` hits come back
+whenever ``k`` entries match.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+import datetime as dt
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import trio
 
-from protocol import ScoredDocument, SearchRequest, SparseVector
+from protocol import RetrievedTurn, ScoredDocument, SearchRequest, SparseVector
 
 from ._arena import Snapshot
 from ._filtering import compile_filter
 from ._fusion import mmr, rrf
+from ._prepare import clamp_k
+from ._recall import Shaped, rank_recall, recall_depth, shape
 from ._scan import ScanResult
+from ._view import Candidate, Pick, View
 
 if TYPE_CHECKING:
     from ._store_actor import _StoreActor
 
-__all__ = ["Candidate", "Pick", "SearchBackend", "rank", "run_search"]
+__all__ = ["depths", "rank", "run_search"]
 
 
-@attrs.frozen(slots=True)
-class Candidate:
-    """One entry of a ranked list.
-
-    Attributes:
-        key: how the backend finds the entry again (a slot, a sequence number).
-        score: cosine similarity (dense) or the BM25 score (bm25).
-        raw: the backend's own number for the ranking: the cosine in memory,
-            pgvector's distance on pg, the BM25 score for BM25.
-    """
-
-    key: int
-    score: float
-    raw: float
-
-
-# One hit to build: (key, score, raw score, ranks by list name).
-Pick = tuple[int, float, float, dict[str, int]]
-
-
-class SearchBackend(Protocol):
-    """What a backend answers for one search (query, namespace and filter bound)."""
-
-    def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
-        """The dense top ``depth``, best first, ties to the newest entry. ``vectors``:
-        :meth:`vectors` will be asked about these candidates."""
-        ...
-
-    def bm25(self, text: str, depth: int) -> list[Candidate]:
-        """BM25's top ``depth`` for ``text``, best first, ties to the newest entry."""
-        ...
-
-    def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
-        """The stored (normalized) vectors of dense candidates, one row per key."""
-        ...
-
-    def hits(self, picks: Sequence[Pick]) -> list[ScoredDocument]:
-        """The documents of ``picks``, in their order."""
-        ...
+def depths(request: SearchRequest, capacity: int) -> tuple[int, int]:
+    """``k`` and the depth of the lists a request reads, cut to the store's capacity (a
+    request may ask for any number, and a LIMIT is a ``bigint``)."""
+    k = clamp_k(request.k, capacity)
+    if request.kind == "recall":
+        return k, clamp_k(recall_depth(request, k), capacity)
+    if request.kind in ("mmr", "hybrid"):
+        return k, clamp_k(request.fetch_k, capacity)
+    return k, k
 
 
 def rank(
     request: SearchRequest,
-    backend: SearchBackend,
+    view: View,
     k: int,
-    fetch_k: int,
+    depth: int,
     query: npt.NDArray[np.float32] | None,
+    *,
     sparse_list: Callable[[int], list[Candidate]] | None = None,
-) -> list[ScoredDocument]:
-    """``request``'s hits from ``backend``; ``k`` and ``fetch_k`` are the request's, cut
-    to the store's capacity, and ``query`` the normalized query vector (None: zero).
-    ``sparse_list`` (depth → the sparse top ``depth``), when given, is hybrid's keyword list
-    instead of BM25's, named ``"sparse"`` and weighed by ``weights["bm25"]``."""
+    shaped: object = None,
+) -> list[Pick]:
+    """``request``'s hits from ``view``, as picks; ``k`` and ``depth`` are from
+    :func:`depths`, and ``query`` the normalized query vector (None: zero).
+    ``sparse_list`` (depth → the sparse top ``depth``), when given, is hybrid's keyword
+    list instead of BM25's, named ``"sparse"`` and weighed by ``weights["bm25"]``.
+    ``shaped``: for ``recall``, what :func:`actors._recall.shape` read before the query
+    was embedded."""
     threshold = request.score_threshold
+    if request.kind == "recall":
+        assert isinstance(shaped, Shaped)
+        return rank_recall(request, view, shaped, k, depth)
     if request.kind in ("similarity", "mmr"):
-        depth = k if request.kind == "similarity" else fetch_k
         kept = [
             (place, c)
-            for place, c in enumerate(backend.dense(depth, vectors=request.kind == "mmr"), 1)
+            for place, c in enumerate(view.dense(depth, vectors=request.kind == "mmr"), 1)
             if threshold is None or c.score >= threshold
         ]
         if request.kind == "mmr" and kept:
-            rows = backend.vectors([c.key for _, c in kept])
+            rows = view.vectors([c.key for _, c in kept])
             q = np.zeros(rows.shape[1], dtype=np.float32) if query is None else query
             kept = [kept[i] for i in mmr(q, rows, k, request.lambda_mult)]
-        return backend.hits([(c.key, c.score, c.raw, {"dense": place}) for place, c in kept])
+        return [Pick(c.key, c.score, c.raw, {"dense": place}) for place, c in kept]
     assert request.query is not None
     if request.kind == "bm25":
-        sparse = backend.bm25(request.query, k)
+        sparse = view.bm25(request.query, k)
         # BM25 scores are unbounded: the documented score is the best hit's share.
         best = sparse[0].score if sparse else 1.0
-        return backend.hits(
-            [(c.key, c.score / best, c.raw, {"bm25": place}) for place, c in enumerate(sparse, 1)]
-        )
-    dense = backend.dense(fetch_k)
+        return [
+            Pick(c.key, c.score / best, c.raw, {"bm25": place})
+            for place, c in enumerate(sparse, 1)
+        ]
+    dense = view.dense(depth)
     weights = request.weights
     if sparse_list is None:
-        keyword = ("bm25", backend.bm25(request.query, fetch_k))
+        keyword = ("bm25", view.bm25(request.query, depth))
     else:
-        keyword = ("sparse", sparse_list(fetch_k))
+        keyword = ("sparse", sparse_list(depth))
         if weights is not None and "bm25" in weights:
             weights = {**weights, "sparse": weights["bm25"]}
             del weights["bm25"]
@@ -132,25 +119,46 @@ def rank(
         weights=weights,
         limit=k,
     )
-    return backend.hits([(h.key, h.score, h.score, dict(h.ranks)) for h in fused])
+    return [Pick(h.key, h.score, h.score, dict(h.ranks)) for h in fused]
 
 
 @attrs.define
-class _MemoryBackend:
-    """The in-memory store's answers, read from the scan's pinned snapshot."""
+class _MemoryView:
+    """The in-memory store's answers, read on the trio thread from the scan's pinned
+    snapshot (or, before a scan, from the last commit, with no await in between)."""
 
     actor: _StoreActor
     namespace: str
     result: ScanResult | None
     mask: npt.NDArray[np.bool_] | None
+    query: npt.NDArray[np.float32] | None = None
     sparse_query: SparseVector | None = None
+
+    @property
+    def scanned(self) -> int:
+        return 0 if self.result is None else self.result.scanned
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+    def version(self) -> object:
+        return self.actor.snapshot.version
 
     def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
         assert self.result is not None, "a bm25 search has no dense list"
         pairs = zip(
             self.result.slots[:depth].tolist(), self.result.scores[:depth].tolist(), strict=True
         )
-        return [Candidate(slot, score, score) for slot, score in pairs]
+        # + 0.0 turns -0.0 into 0.0, as in retrieve.
+        return [Candidate(slot, score + 0.0, score + 0.0) for slot, score in pairs]
+
+    def cosines(self, keys: Sequence[int]) -> dict[int, float]:
+        if not keys:
+            return {}
+        slots = np.array(keys, dtype=np.intp)
+        scores = self.actor.scans._exact(slots, self.query).tolist()
+        return {slot: score + 0.0 for slot, score in zip(keys, scores, strict=True)}
 
     def bm25(self, text: str, depth: int) -> list[Candidate]:
         arena = self.actor.arena
@@ -177,6 +185,24 @@ class _MemoryBackend:
         )
         return [Candidate(slot, score, score) for slot, score in found]
 
+    def texts(self, keys: Sequence[int], *, projections: bool) -> dict[int, str]:
+        read = self.actor.projection_of if projections else self.actor.arena.text_of
+        return {slot: read(slot) for slot in keys}
+
+    def days(self, keys: Sequence[int]) -> dict[int, dt.date]:
+        return {}
+
+    def neighbors(self, keys: Sequence[int]) -> dict[int, int]:
+        seqs = self.actor.seqs
+        return dict(zip(keys, seqs[np.array(keys, dtype=np.intp)].tolist(), strict=True))
+
+    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        arena = self.actor.arena
+        group = arena.namespace_id(self.namespace)
+        if group is None:
+            return 0, dict.fromkeys(terms, 0)
+        return arena.bm25().term_counts(terms, group)
+
     def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
         rows: npt.NDArray[np.float32] = self.actor.vectors[list(keys)]
         return rows
@@ -186,58 +212,107 @@ class _MemoryBackend:
         # + 0.0 turns -0.0 into 0.0, as in retrieve.
         return [
             ScoredDocument(
-                document=actor.document_of(slot),
-                score=score + 0.0,
-                ranks=ranks,
-                sequence=int(seqs[slot]),
-                raw_score=raw + 0.0,
+                document=actor.document_of(p.key),
+                score=p.score + 0.0,
+                ranks=p.ranks,
+                sequence=int(seqs[p.key]),
+                raw_score=p.raw + 0.0,
+                rank=p.rank,
+                channels=list(p.channels),
             )
-            for slot, score, raw, ranks in picks
+            for p in picks
         ]
+
+    def turns(self, picks: Sequence[Pick]) -> list[RetrievedTurn]:
+        slots = np.array([p.key for p in picks], dtype=np.intp)
+        turns = self.actor.turns_at(slots, [p.score for p in picks])
+        return [
+            t if p.rank is None else _ranked_turn(t, p) for t, p in zip(turns, picks, strict=True)
+        ]
+
+
+def _ranked_turn(turn: RetrievedTurn, pick: Pick) -> RetrievedTurn:
+    return msgspec.structs.replace(turn, rank=pick.rank, channels=list(pick.channels))
 
 
 async def run_search(
     actor: _StoreActor,
     request: SearchRequest,
     namespace: str,
+    embed: Callable[[str], Awaitable[npt.NDArray[np.float32] | None]],
     query: npt.NDArray[np.float32] | None,
+    *,
     sparse: SparseVector | None = None,
-) -> list[ScoredDocument]:
-    """Run ``request`` in ``namespace`` on the in-memory store, with the normalized
-    dense ``query`` (and, for a hybrid search on a store with a sparse model, the
-    query's ``sparse`` vector): the scan engine scores it, then :func:`rank` runs on the trio
-    thread while the scanned rows are pinned. A ``bm25`` search scans nothing: it
-    runs on the trio thread after a checkpoint, against the last commit."""
+    turns: bool = False,
+) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+    """Run ``request`` in ``namespace`` on the in-memory store; returns the hits
+    (documents, or with ``turns`` turns) and how many entries the scan scored.
+
+    ``query`` is the normalized dense query vector of a kind other than ``recall``
+    (None: zero), ``embed`` what recall embeds its shaped query with, and ``sparse``
+    (for a hybrid search on a store with a sparse model) the query's sparse vector. The
+    scan engine scores the query, then :func:`rank` runs on the trio thread while the
+    scanned rows are pinned. A ``bm25`` search scans nothing: it runs on the trio
+    thread after a checkpoint, against the last commit. Recall reads its keyword list
+    first, on the trio thread with no await in between, then embeds, then scans."""
     arena = actor.arena
     compiled = None if request.filter is None else compile_filter(request.filter)
-    # The filter mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
+    scoped = compiled is not None or request.since is not None or request.until is not None
+    k, depth = depths(request, actor.config.max_entries)
+    # The mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
     masks: list[npt.NDArray[np.bool_]] = []
 
+    def mask_now(high: int) -> npt.NDArray[np.bool_] | None:
+        if not scoped:
+            return None
+        mask = (
+            np.ones(high, dtype=np.bool_) if compiled is None else arena.meta.mask(compiled, high)
+        )
+        return mask
+
     def mask_of(snap: Snapshot) -> npt.NDArray[np.bool_]:
-        assert compiled is not None
-        mask = arena.meta.mask(compiled, snap.high)
+        mask = mask_now(snap.high)
+        assert mask is not None
         masks.append(mask)
         return mask
 
-    def build(result: ScanResult) -> list[ScoredDocument]:
-        backend = _MemoryBackend(
-            actor, namespace, result, masks[-1] if masks else None, sparse_query=sparse
-        )
-        keyword = None if sparse is None else backend.sparse
-        return rank(request, backend, request.k, request.fetch_k, query, keyword)
+    def built(
+        view: _MemoryView, picks: list[Pick]
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        return (view.turns(picks) if turns else view.hits(picks)), view.scanned
 
     if request.kind == "bm25":
         await trio.lowlevel.checkpoint()
         actor.check_usable()
-        high = actor.snapshot.high
-        mask = None if compiled is None else arena.meta.mask(compiled, high)
-        return rank(request, _MemoryBackend(actor, namespace, None, mask), request.k, 0, None)
-    depth = request.k if request.kind == "similarity" else request.fetch_k
-    reply: list[ScoredDocument] = await actor.scans.scan(
+        view = _MemoryView(actor, namespace, None, mask_now(actor.snapshot.high))
+        return built(view, rank(request, view, k, 0, None))
+    shaped = None
+    if request.kind == "recall":
+        await trio.lowlevel.checkpoint()
+        actor.check_usable()
+        first = _MemoryView(actor, namespace, None, mask_now(actor.snapshot.high))
+        shaped = shape(request, first, depth)
+        query = await embed(shaped.embedded)
+
+    def build(result: ScanResult) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        view = _MemoryView(
+            actor,
+            namespace,
+            result,
+            masks[-1] if masks else None,
+            query=query,
+            sparse_query=sparse,
+        )
+        keyword = None if sparse is None else view.sparse
+        return built(
+            view, rank(request, view, k, depth, query, sparse_list=keyword, shaped=shaped)
+        )
+
+    reply: tuple[list[ScoredDocument] | list[RetrievedTurn], int] = await actor.scans.scan(
         query,
         depth,
         namespace,
-        mask=None if compiled is None else mask_of,
+        mask=mask_of if scoped else None,
         build=build,
     )
     return reply

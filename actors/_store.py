@@ -3,51 +3,32 @@ which runs the actor (``_store_actor.py`` says how writes and reads work)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import ClassVar, final
 
-import numpy as np
 import trio
 
 from protocol import (
     ConfigError,
     Document,
-    EmbeddingProfile,
     Event,
-    RetrievalReport,
-    RetrievedTurn,
-    ScoredDocument,
-    SearchRequest,
     VectorStoreConfig,
-    VectorStoreUsage,
 )
-from protocol._filters import check_filter
 
 from ._blas import blas_control
-from ._handle import OPENED, StoreHandleBase
+from ._handle import OPENED, StoreHandleBase, StoreStatistics
 from ._lifecycle import run_store
 from ._prepare import (
     check_ids,
     check_int,
-    check_k,
-    check_name,
     check_store_config,
-    clamp_k,
 )
-from ._ranked import Ranked, RankedList
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD
-from ._search import run_search
 from ._sparse import SparseEmbeddingModel
-from ._store_actor import StoreStatistics, _StoreActor
+from ._store_actor import _StoreActor
 from ._store_hooks import (
     bound_profile,
-    check_query_profile,
-    ranked_event,
-    retrieve_event,
-    search_event,
 )
 
 __all__ = ["StoreHandle", "StoreStatistics", "open_store"]
@@ -83,253 +64,12 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
         slots = (actor.arena.slot_of(space, i) for i in dict.fromkeys(wanted))
         return [actor.document_of(slot) for slot in slots if slot is not None]
 
-    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
-        """Run one search: similarity, MMR or hybrid, with an optional metadata filter
-        and score threshold (see :class:`~protocol.SearchRequest`).
-
-        Every kind scores the same exact scan; the filter is applied inside it, before
-        top-k, so ``k`` hits come back whenever ``k`` entries match. Dense scores are
-        cosine similarity in [-1, 1]; a hybrid hit's score is its fused RRF score, and
-        ``ranks`` gives its 1-based rank in each list (``"dense"``, ``"bm25"``).
-
-        A store bound to an embedding profile (see :attr:`profile`) refuses a non-zero
-        ``request.vector`` that does not name the same profile in ``request.profile``.
-
-        Does not use the inbox, and changes nothing; on cancellation it behaves like
-        :meth:`retrieve` (the cancel reaches the query's embedder call, and a scan
-        waiting for the scan runner drops its answer).
-
-        Raises:
-            ConfigError: not a SearchRequest.
-            EmbeddingError: the query could not be embedded, or its vector was made by
-                another model or at another width than the store's profile.
-            EmbedderError: the embedder failed.
-            Poisoned: the actor has crashed.
-        """
-        self._check()
-        started = time.perf_counter()
-        if not isinstance(request, SearchRequest):
-            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
-        actor = self._actor
-        namespace = self._namespace(request.namespace)
-        if request.filter is not None:
-            check_filter(request.filter)  # before the query is embedded, as on pg
-        if request.vector is not None:
-            query = actor.checked_query(request.vector, request.profile)
-        else:
-            assert request.query is not None
-            if request.profile is not None:
-                check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
-            # A bm25 search reads keywords alone: its query is never embedded.
-            query = (
-                None
-                if request.kind == "bm25"
-                else actor.query_vector(await actor.embedder.query(request.query))
-            )
-        sparse = None
-        if request.kind == "hybrid":
-            assert request.query is not None
-            sparse = await actor.sparse_query(request.query)
-        hits = await run_search(actor, request, namespace, query, sparse)
-        if actor.on_event is not None:
-            k = clamp_k(request.k, actor.config.max_entries)
-            actor.on_event(
-                search_event("memory", actor.profile, request, namespace, k, hits, started)
-            )
-        return hits
-
-    async def retrieve_embedding(
-        self,
-        vector: object,
-        k: int,
-        namespace: str | None = None,
-        *,
-        profile: EmbeddingProfile | None = None,
-    ) -> RetrievalReport:
-        """Rank entries against a vector you already have.
-
-        The vector need not be normalized: a normalized copy is scored, and the caller's
-        array is never changed. A zero vector scores 0.0 everywhere.
-
-        A scan over at least ``thread_scan_threshold`` floats, or one of at least 2**20
-        floats that starts together with other reads (or while a batch runs), waits for
-        the store's scan runner, which may be scoring earlier reads; it then shares one
-        matrix product with every read that waited with it. A smaller lone read runs
-        inline, at once. It does not use the inbox, so a full inbox never delays it. If
-        the caller is cancelled while it waits, its answer is dropped and the other reads
-        are not affected; a read changes nothing.
-
-        A store bound to an embedding profile refuses a non-zero vector unless
-        ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
-
-        Raises:
-            ConfigError: ``k ≤ 0`` or an empty namespace.
-            EmbeddingError: a vector of the wrong width or with a non-finite component,
-                or from another model than the store's profile.
-            Poisoned: the actor has crashed.
-            trio.ClosedResourceError: the store closed before the scan ran.
-        """
-        self._check()
-        started = time.perf_counter()
-        actor = self._actor
-        k = clamp_k(check_k(k), actor.config.max_entries)
-        if namespace is not None:
-            check_name("namespace", namespace)
-        query = actor.checked_query(vector, profile)
-        report = await actor.scan(query, k, namespace)
-        if actor.on_event is not None:
-            actor.on_event(
-                retrieve_event("memory", actor.profile, namespace, None, k, report, started)
-            )
-        return report
-
-    async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
-        self._check()
-        started = time.perf_counter()
-        actor = self._actor
-        # Any k means "at most that many": cut to the capacity, so that the scan and
-        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
-        k = clamp_k(check_k(k), actor.config.max_entries)
-        if not isinstance(query, str):
-            raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        raw = await actor.embedder.query(query)
-        report = await actor.scan(actor.query_vector(raw), k, namespace)
-        if actor.on_event is not None:
-            actor.on_event(
-                retrieve_event("memory", actor.profile, namespace, query, k, report, started)
-            )
-        return report
-
-    # --- recall's internal reads (see StoreHandleBase) -------------------------------
-
-    async def _dense_ranked(
-        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
-    ) -> RankedList:
-        self._check()
-        started = time.perf_counter()
-        actor = self._actor
-        k = clamp_k(check_k(depth), actor.config.max_entries)
-        scope = check_name("namespace", namespace)
-        raw = await actor.embedder.query(query)
-        vector = actor.query_vector(raw)
-        ranked: RankedList = await actor.scans.scan(
-            vector, k, scope, build=partial(actor.ranked, also=(scope, also, vector))
-        )
-        if actor.on_event is not None:
-            actor.on_event(
-                ranked_event(
-                    "memory", actor.profile, namespace, query, k, ranked.hits, started, bm25=False
-                )
-            )
-        return ranked
-
-    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
-        self._check()
-        started = time.perf_counter()
-        actor = self._actor
-        await trio.lowlevel.checkpoint()
-        actor.check_usable()
-        arena = actor.arena
-        group = arena.namespace_id(namespace)
-        hits: list[Ranked] = []
-        if group is not None:
-            found, scores = arena.bm25().top(query, depth, seqs=actor.seqs, group=group)
-            ids, text_of = arena.ids, arena.text_of
-            hits = [
-                Ranked(ids[slot] or "", seq, score, text_of(slot))
-                for slot, score, seq in zip(
-                    found.tolist(), scores.tolist(), actor.seqs[found].tolist(), strict=True
-                )
-            ]
-        if actor.on_event is not None:
-            k = clamp_k(depth, actor.config.max_entries)
-            actor.on_event(
-                ranked_event(
-                    "memory", actor.profile, namespace, query, k, hits, started, bm25=True
-                )
-            )
-        return hits
-
-    async def _texts(
-        self, namespace: str, ids: Sequence[str], *, projections: bool
-    ) -> dict[str, str]:
-        self._check()
-        await trio.lowlevel.checkpoint()
-        self._check()
-        actor = self._actor
-        slot_of, read = (
-            actor.arena.slot_of,
-            (actor.projection_of if projections else actor.arena.text_of),
-        )
-        found = ((i, slot_of(namespace, i)) for i in ids)
-        return {i: read(slot) for i, slot in found if slot is not None}
-
-    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
-        self._check()
-        await trio.lowlevel.checkpoint()
-        self._check()
-        actor = self._actor
-        slot_of, seqs = actor.arena.slot_of, actor.seqs
-        kept = [
-            (slot, h.score)
-            for h in hits
-            if (slot := slot_of(namespace, h.id)) is not None and int(seqs[slot]) == h.sequence
-        ]
-        slots = np.array([slot for slot, _ in kept], dtype=np.intp)
-        return actor.turns_at(slots, [score for _, score in kept])
-
-    async def _term_counts(
-        self, namespace: str, terms: Sequence[str]
-    ) -> tuple[int, dict[str, int]]:
-        self._check()
-        await trio.lowlevel.checkpoint()
-        self._check()
-        group = self._actor.arena.namespace_id(namespace)
-        if group is None:
-            return 0, dict.fromkeys(terms, 0)
-        return self._actor.arena.bm25().term_counts(terms, group)
-
     # --- state -------------------------------------------------------------------------
 
-    def usage(self) -> VectorStoreUsage:
-        """The fill level, in O(1)."""
-        self._check()
+    def _state(self) -> tuple[int, int, int, int]:
         actor = self._actor
-        snap, capacity = actor.snapshot, actor.config.max_entries
-        fraction = snap.live / capacity
-        warn = actor.config.warn_fraction
-        return VectorStoreUsage(
-            entries=snap.live,
-            capacity=capacity,
-            fraction=fraction,
-            near_cap=warn is not None and fraction >= warn,
-            evicted_entries=actor.arena.evicted_total,
-            zero_norm_entries=actor.arena.zero_count,
-        )
-
-    def __len__(self) -> int:
-        self._check()
-        return self._actor.snapshot.live
-
-    @property
-    def profile(self) -> EmbeddingProfile | None:
-        """The embedding profile the store is bound to: its embedder's ``profile``, or
-        None when the embedder has none (then query vectors are checked for width
-        only). Pass it as ``SearchRequest(profile=...)`` with a vector you embedded."""
-        return self._actor.profile
-
-    def statistics(self) -> StoreStatistics:
-        """The inbox and the actor now (see :class:`StoreStatistics`): ``inbox_size``
-        (its capacity), ``inbox_used`` (writes queued), ``tasks_waiting_send`` (callers
-        waiting for room), ``version`` (commits so far) and ``poisoned``."""
-        stats = self._send.statistics()
-        return StoreStatistics(
-            inbox_size=self._actor.inbox_size,
-            inbox_used=stats.current_buffer_used,
-            tasks_waiting_send=stats.tasks_waiting_send,
-            version=self._actor.snapshot.version,
-            poisoned=self._actor.crash is not None,
-        )
+        snap = actor.snapshot
+        return snap.live, actor.arena.evicted_total, actor.arena.zero_count, snap.version
 
 
 @asynccontextmanager

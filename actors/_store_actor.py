@@ -13,7 +13,7 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -32,6 +32,8 @@ from protocol import (
     RetrievalReport,
     RetrievedTurn,
     Role,
+    ScoredDocument,
+    SearchRequest,
     SparseVector,
     Text,
     TurnsStored,
@@ -65,8 +67,8 @@ from ._prepare import (
     exact_msgpack_many,
     private_json,
 )
-from ._ranked import Ranked, RankedList
 from ._scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
+from ._search import run_search
 from ._sparse import SparseEmbeddingModel
 from ._sparse_index import SparseIndex, SparsePair, checked_sparse
 from ._store_hooks import (
@@ -75,7 +77,7 @@ from ._store_hooks import (
     write_event,
 )
 
-__all__ = ["StoreStatistics"]
+__all__ = ["metadata_copy", "packed_metadata"]
 
 logger = logging.getLogger("trio_recall.store")
 
@@ -85,25 +87,6 @@ _EMPTY_METADATA: Mapping[str, Any] = {}
 
 
 _Envelope = Envelope[StoreRequest]
-
-
-@attrs.frozen
-class StoreStatistics:
-    """A point-in-time view of the actor's inbox and state.
-
-    Attributes:
-        inbox_size: the inbox's capacity.
-        inbox_used: requests waiting in the inbox.
-        tasks_waiting_send: callers blocked because the inbox is full.
-        version: commits so far.
-        poisoned: whether the actor has crashed.
-    """
-
-    inbox_size: int
-    inbox_used: int
-    tasks_waiting_send: int
-    version: int
-    poisoned: bool
 
 
 @attrs.frozen
@@ -471,42 +454,32 @@ class _StoreActor(CrashableActor):
         assert isinstance(report, RetrievalReport)
         return report
 
+    async def search(
+        self,
+        request: SearchRequest,
+        namespace: str,
+        query: npt.NDArray[np.float32] | None,
+        *,
+        turns: bool = False,
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        """Run ``request`` in ``namespace`` (``actors/_search.py``): the hits (documents,
+        or with ``turns`` turns) and how many entries the scan scored. ``query`` is the
+        normalized query vector of a kind other than ``recall`` (None: zero)."""
+        self.check_usable()
+        sparse = None
+        if request.kind == "hybrid":
+            assert request.query is not None
+            sparse = await self.sparse_query(request.query)
+
+        async def embed(text: str) -> npt.NDArray[np.float32] | None:
+            return self.query_vector(await self.embedder.query(text))
+
+        return await run_search(self, request, namespace, embed, query, sparse=sparse, turns=turns)
+
     def _report(self, result: ScanResult) -> RetrievalReport:
         # Called while the scanned rows are pinned, so each payload matches its score.
         turns = self.turns_at(result.slots, result.scores.tolist())
         return RetrievalReport(turns=turns, scanned=result.scanned)
-
-    def ranked(
-        self,
-        result: ScanResult,
-        also: tuple[str, Sequence[str], npt.NDArray[np.float32] | None] | None = None,
-    ) -> RankedList:
-        """A scan's answer as ids, sequences and scores (recall's dense list); with
-        ``also`` (namespace, ids, the scan's query), each of those live entries that is
-        not a hit, scored exactly as the scan scores its candidates. Called while the
-        rows are pinned, so those scores are of the snapshot the scan read."""
-        hits = self._ranked_at(result.slots, result.scores)
-        extra: list[Ranked] = []
-        if also is not None and also[1]:
-            namespace, wanted, query = also
-            slot_of, have = self.arena.slot_of, set(result.slots.tolist())
-            found = [slot_of(namespace, i) for i in dict.fromkeys(wanted)]
-            slots = np.array([s for s in found if s is not None and s not in have], np.intp)
-            if slots.shape[0]:
-                extra = self._ranked_at(slots, self.scans._exact(slots, query))
-        return RankedList(hits=hits, scanned=result.scanned, also=extra)
-
-    def _ranked_at(
-        self, slots: npt.NDArray[np.intp], scores: npt.NDArray[np.float32]
-    ) -> list[Ranked]:
-        ids = self.arena.ids
-        return [
-            # + 0.0 as in _report.
-            Ranked(ids[slot] or "", seq, score + 0.0)
-            for slot, score, seq in zip(
-                slots.tolist(), scores.tolist(), self.seqs[slots].tolist(), strict=True
-            )
-        ]
 
     def turns_at(self, slots: npt.NDArray[np.intp], scores: list[float]) -> list[RetrievedTurn]:
         """The live entries in ``slots`` as turns, with their ``scores``."""

@@ -27,7 +27,6 @@ from protocol import (
     EmbeddingProfile,
     Event,
     RetrievalReport,
-    ScoredDocument,
     SearchRequest,
     TurnsStored,
     VectorStoreConfig,
@@ -46,14 +45,12 @@ from protocol.messages import (
 
 from ._embedders import as_vector, normalize_rows
 from ._embedding_cache import check_profile
-from ._ranked import Ranked
 
 __all__ = [
     "bound_profile",
     "check_query_profile",
     "checked_query",
     "normalize_query",
-    "ranked_event",
     "read_event",
     "retrieve_event",
     "search_event",
@@ -111,11 +108,11 @@ def search_event(
     request: SearchRequest,
     namespace: str,
     k: int,
-    hits: Sequence[ScoredDocument],
+    scores: Sequence[float],
     started: float,
 ) -> StoreSearched:
-    """``vector_store.searched`` for a ``search`` that returned ``hits``; ``k`` is the
-    request's, cut to the store's capacity (see :func:`read_event`)."""
+    """``vector_store.searched`` for a ``search`` whose hits scored ``scores``; ``k`` is
+    the request's, cut to the store's capacity (see :func:`read_event`)."""
     return read_event(
         "search",
         backend=backend,
@@ -126,7 +123,7 @@ def search_event(
         by_vector=request.vector is not None,
         filtered=request.filter is not None,
         k=k,
-        scores=[h.score for h in hits],
+        scores=list(scores),
         started=started,
     )
 
@@ -153,39 +150,6 @@ def retrieve_event(
         filtered=False,
         k=k,
         scores=[t.score for t in report.turns],
-        started=started,
-    )
-
-
-def ranked_event(
-    backend: str,
-    profile: EmbeddingProfile | None,
-    namespace: str,
-    query: str,
-    k: int,
-    hits: Sequence[Ranked],
-    started: float,
-    *,
-    bm25: bool,
-) -> StoreSearched:
-    """The event of recall's internal reads (``actors/_ranked.py``): what
-    ``retrieve_in`` (dense) or ``search(kind="bm25")`` (``bm25``) would send for the
-    same hits; ``k`` is cut to the store's capacity."""
-    scores = [h.score for h in hits]
-    if bm25 and scores:
-        # search(kind="bm25") reports each score as the best one's share.
-        scores = [s / scores[0] for s in scores]
-    return read_event(
-        "search" if bm25 else "retrieve",
-        backend=backend,
-        profile=profile,
-        namespace=namespace,
-        kind="bm25" if bm25 else "similarity",
-        query=query,
-        by_vector=False,
-        filtered=False,
-        k=k,
-        scores=scores,
         started=started,
     )
 

@@ -452,13 +452,14 @@ async def interleave(
 PARTS = (
     ("compaction (the offload)", "actors/_compaction.py", "compress"),
     ("the store's write (the store actor's task)", "actors/_store_actor.py", "_handle"),
-    ("hybrid recall", "actors/_recall.py", "hybrid"),
-    ("  BM25 list", "actors/_store.py", "_bm25_ranked"),
-    ("  dense list (the scan inline)", "actors/_store.py", "_dense_ranked"),
-    ("  fusion", "actors/_fusion.py", "fuse_hybrid"),
-    ("  focus", "actors/_recall.py", "focus"),
-    ("  entity links", "actors/_recall.py", "links"),
-    ("  the top k as turns", "actors/_store.py", "_turns"),
+    ("recall (the engine)", "actors/_store_actor.py", "search"),
+    ("  ranking on the snapshot", "actors/_recall.py", "rank_recall"),
+    ("  keyword list and speakers", "actors/_recall.py", "shape"),
+    ("  fusion", "actors/_fusion.py", "fuse"),
+    ("  neighbours", "actors/_fusion.py", "lend"),
+    ("  focus", "actors/_recall.py", "_focus"),
+    ("  entity links", "actors/_recall.py", "_links"),
+    ("  the top k as turns", "actors/_search.py", "turns"),
     ("injection", "actors/_injection.py", "inject"),
 )
 ALL = "all on the trio thread"

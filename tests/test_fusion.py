@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from actors._fusion import fuse_hybrid, mmr, neighbor_boost, rrf
+from actors._fusion import fuse, lend, mmr, neighbor_boost, rrf
 from protocol import ConfigError
 
 # --- RRF -----------------------------------------------------------------------------
@@ -69,6 +69,26 @@ def test_rrf_agrees_with_the_reference(
     ]
 
 
+def reference_neighbor_boost(
+    hits: list[tuple[int, float]], sequences: dict[int, int], weight: float
+) -> list[tuple[int, float]]:
+    """Lend each hit ``weight`` times the better score of the hits whose sequences are
+    one below and one above its own (the later hit holding a sequence lends); re-sort,
+    ties in the order given."""
+    by_sequence = {sequences[key]: score for key, score in hits if key in sequences}
+    boosted = []
+    for position, (key, score) in enumerate(hits):
+        seq = sequences.get(key)
+        lent = (
+            0.0
+            if seq is None
+            else max(by_sequence.get(seq - 1, 0.0), by_sequence.get(seq + 1, 0.0))
+        )
+        boosted.append((score + weight * lent, position, key))
+    boosted.sort(key=lambda item: (-item[0], item[1]))
+    return [(key, score) for score, _, key in boosted]
+
+
 @given(
     dense=st.lists(st.integers(0, 40), unique=True, max_size=30),
     keyword=st.lists(st.integers(0, 40), unique=True, max_size=30),
@@ -89,7 +109,7 @@ def test_rrf_agrees_with_the_reference(
     bm25_weight=1.0,
     neighbor_weight=0.5,
 )
-def test_fuse_hybrid_is_rrf_then_the_neighbor_boost(
+def test_fuse_then_lend_is_rrf_then_the_neighbor_boost(
     dense: list[int],
     keyword: list[int],
     sequences: dict[int, int],
@@ -98,40 +118,36 @@ def test_fuse_hybrid_is_rrf_then_the_neighbor_boost(
     bm25_weight: float,
     neighbor_weight: float,
 ) -> None:
-    """Hybrid recall's array fusion gives the keys, order and floats of the two
-    reference functions it replaces, ties and equal scores included."""
-    fused = rrf(
-        {"dense": dense, "bm25": keyword},
-        k=k,
-        weights={"dense": dense_weight, "bm25": bm25_weight},
-    )
+    """Recall's fusion over arrays (``fuse``, then ``lend``) gives the keys, order and
+    floats of the two reference definitions, ties and equal scores included; so do
+    ``rrf`` and ``neighbor_boost``, which are written over them."""
+    weights = {"dense": dense_weight, "bm25": bm25_weight}
+    expected = [
+        (key, score)
+        for key, score, _ in reference_rrf({"dense": dense, "bm25": keyword}, k, weights)
+    ]
     if neighbor_weight > 0:
-        fused = neighbor_boost(fused, sequences, neighbor_weight)
-    keys, scores = fuse_hybrid(
-        dense,
-        keyword,
-        sequences,
-        k=k,
-        dense_weight=dense_weight,
-        bm25_weight=bm25_weight,
-        neighbor_weight=neighbor_weight,
-    )
-    assert keys == [h.key for h in fused]
-    assert scores.tolist() == [h.score for h in fused]
+        expected = reference_neighbor_boost(expected, sequences, neighbor_weight)
+    fused = fuse({"dense": dense, "bm25": keyword}, k=k, weights=weights)
+    lent = lend(fused.keys, fused.scores, sequences, neighbor_weight)
+    assert list(zip(lent.keys, lent.scores.tolist(), strict=True)) == expected
+    hits = rrf({"dense": dense, "bm25": keyword}, k=k, weights=weights)
+    if neighbor_weight > 0:
+        hits = neighbor_boost(hits, sequences, neighbor_weight)
+    assert [(h.key, h.score) for h in hits] == expected
+    # What each hit borrowed is what lifted it past its fused score.
+    before = dict(zip(fused.keys, fused.scores.tolist(), strict=True))
+    for key, score, borrowed in zip(
+        lent.keys, lent.scores.tolist(), lent.lent.tolist(), strict=True
+    ):
+        assert borrowed >= 0.0
+        assert score == before[key] + borrowed
 
 
-def test_fuse_hybrid_refuses_a_repeated_key() -> None:
+def test_fuse_refuses_a_repeated_key() -> None:
     for dense, keyword in (([1, 2, 1], [3]), ([1], [3, 2, 3])):
         with pytest.raises(ConfigError, match="more than once"):
-            fuse_hybrid(
-                dense,
-                keyword,
-                {},
-                k=10,
-                dense_weight=1.0,
-                bm25_weight=1.0,
-                neighbor_weight=0.5,
-            )
+            fuse({"dense": dense, "bm25": keyword}, k=10)
 
 
 def test_rrf_worked_example() -> None:

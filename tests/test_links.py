@@ -18,6 +18,7 @@ from actors import HashingEmbedder, open_memory, open_store
 from actors._bm25 import Bm25Index, tokenize
 from actors._focus import speaker_of
 from actors._links import bodies_terms, body_terms, link_terms, linked, rare
+from actors._search import _MemoryView
 from protocol import (
     ConfigError,
     Document,
@@ -111,6 +112,18 @@ def test_link_weight_is_checked(value: object) -> None:
         RecallSettings(link_weight=value)  # type: ignore[arg-type]
 
 
+async def term_counts(store: Any, namespace: str, terms: list[str]) -> tuple[int, dict[str, int]]:
+    """The namespace's BM25 statistics as recall's view of either backend reads them."""
+    actor = store._actor
+    if store.backend == "pg":
+        reads = actor.reads
+        return await actor.read(  # type: ignore[no-any-return]
+            lambda conn: reads.term_counts(conn, terms, namespace), "search"
+        )
+    await trio.lowlevel.checkpoint()
+    return _MemoryView(actor, namespace, None, None).term_counts(terms)
+
+
 async def check_term_counts(store: Any) -> None:
     await store.add_documents(
         [
@@ -122,14 +135,14 @@ async def check_term_counts(store: Any) -> None:
     )
     await store.add_documents([Document(text="Alchemist", id="4")], namespace="other")
     alchemist = tokenize("Alchemist")[0]
-    assert await store._term_counts("books", [alchemist, "paulo", "zebra"]) == (
+    assert await term_counts(store, "books", [alchemist, "paulo", "zebra"]) == (
         3,
         {alchemist: 2, "paulo": 1, "zebra": 0},
     )
-    assert await store._term_counts("other", [alchemist]) == (1, {alchemist: 1})
-    assert await store._term_counts("empty", [alchemist]) == (0, {alchemist: 0})
+    assert await term_counts(store, "other", [alchemist]) == (1, {alchemist: 1})
+    assert await term_counts(store, "empty", [alchemist]) == (0, {alchemist: 0})
     await store.delete(["2"], namespace="books")
-    assert await store._term_counts("books", [alchemist]) == (2, {alchemist: 1})
+    assert await term_counts(store, "books", [alchemist]) == (2, {alchemist: 1})
 
 
 Check = Callable[[Any], Awaitable[None]]

@@ -1,6 +1,7 @@
-"""Recall's internal reads (``actors/_ranked.py``) on both backends: each one answers what
-the public read it stands for answers, and hybrid recall built on them ranks exactly as
-it did when it read full turns and documents through the public API."""
+"""The recall kind of the engine (``actors/_recall.py``) on both backends: it ranks exactly
+as hybrid recall written over the public reads (full turns and documents for every
+candidate) does, through ``search``, the recall actor and ``Memory.retrieve`` alike, and
+every list it reads comes from one snapshot."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
@@ -16,10 +18,8 @@ from actors import HashingEmbedder, open_memory, open_store
 from actors._events import EventHub
 from actors._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
 from actors._fusion import FusedHit, neighbor_boost, rrf
-from actors._ranked import Ranked
-from actors._recall import RecallActor, unique_by_content
+from actors._recall_actor import RecallActor
 from protocol import (
-    Document,
     MemoryConfig,
     Offload,
     RecallSettings,
@@ -81,8 +81,9 @@ async def fill(store: Any) -> None:
 
 
 async def public_hybrid(store: Any, request: Recall) -> RetrievalReport:
-    """Hybrid recall as it was written over the public reads (full documents and
-    turns for every candidate): the reference the internal reads must match."""
+    """Hybrid recall as it was first written over the public reads (full documents and
+    turns for every candidate): the reference the engine must match. Each content is
+    kept once, at its best rank, before the best ``k`` are taken."""
     settings = request.settings
     namespace, query = request.namespace, request.query
     depth = max(request.k, settings.fetch_k)
@@ -95,18 +96,20 @@ async def public_hybrid(store: Any, request: Recall) -> RetrievalReport:
     if settings.speaker_weight > 0:
         named = named_speakers(query, map(speaker_of, texts.values()))
     embedded = without_names(query, named)
-    dense = await store.retrieve_in(namespace, embedded, depth)
+    # Every entry, scored against the embedded query: the dense list is its head.
+    everything = await store.retrieve_in(namespace, embedded, STORE.max_entries)
+    dense = everything.turns[:depth]
     fused: list[FusedHit[str]] = rrf(
-        {"dense": [t.id for t in dense.turns], "bm25": [key for key, _ in keyword]},
+        {"dense": [t.id for t in dense], "bm25": [key for key, _ in keyword]},
         k=settings.rrf_k,
         weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
     )
     if settings.neighbor_weight > 0:
-        sequences = {t.id: t.sequence for t in dense.turns}
+        sequences = {t.id: t.sequence for t in dense}
         sequences.update((key, seq) for key, seq in keyword if seq is not None)
         fused = neighbor_boost(fused, sequences, settings.neighbor_weight)
-    by_id: dict[str, RetrievedTurn] = {t.id: t for t in dense.turns}
-    for t in dense.turns:
+    by_id: dict[str, RetrievedTurn] = {t.id: t for t in everything.turns}
+    for t in dense:
         texts.setdefault(t.id, projection(t.message))
     factor = dict.fromkeys((h.key for h in fused), 1.0)
     if named:
@@ -129,69 +132,45 @@ async def public_hybrid(store: Any, request: Recall) -> RetrievalReport:
             enumerate(fused), key=lambda item: (-item[1].score * factor[item[1].key], item[0])
         )
         fused = [FusedHit(h.key, h.score * factor[h.key], h.ranks) for _, h in boosted]
-    fused = fused[: request.k]
-    while any(h.key not in by_id for h in fused) and depth < dense.scanned:
-        depth = min(depth * 4, dense.scanned)
-        deeper = await store.retrieve_in(namespace, embedded, depth)
-        by_id.update((t.id, t) for t in deeper.turns)
-    turns = [by_id[h.key] for h in fused if h.key in by_id]
-    return RetrievalReport(turns=turns, scanned=dense.scanned, exact=dense.exact)
+    seen: set[str] = set()
+    turns = []
+    for hit in fused:
+        turn = by_id[hit.key]
+        if projection(turn.message) not in seen and len(turns) < request.k:
+            seen.add(projection(turn.message))
+            turns.append(turn)
+    return RetrievalReport(turns=turns, scanned=everything.scanned, exact=everything.exact)
 
 
-async def check_reads(store: Any) -> None:
+def plain(turns: list[RetrievedTurn]) -> list[RetrievedTurn]:
+    """``turns`` without recall's rank and channels, to compare with the reference."""
+    return [msgspec.structs.replace(t, rank=None, channels=[]) for t in turns]
+
+
+async def check_kinds_agree(store: Any) -> None:
+    """``search(kind="recall")`` and the recall actor answer alike: the same entries,
+    cosines and ranks, built as documents or as turns, and each hit says what lifted
+    it."""
     await fill(store)
-    everything = await store.retrieve_in(NS, "anything at all", STORE.max_entries)
+    actor = RecallActor(store, EventHub(), 4)
     for query in QUERIES:
-        depth = 12
-        dense = await store._dense_ranked(NS, query, depth)
-        public = await store.retrieve_in(NS, query, depth)
-        assert [(h.id, h.sequence, h.score) for h in dense.hits] == [
-            (t.id, t.sequence, t.score) for t in public.turns
+        request = Recall(query=query, k=8, namespace=NS)
+        hits = await store.search(SearchRequest(query=query, k=8, kind="recall", namespace=NS))
+        report = await actor.recall(request)
+        assert [(h.document.id, h.score, h.rank) for h in hits] == [
+            (t.id, t.score, t.rank) for t in report.turns
         ]
-        assert (dense.scanned, dense.exact) == (public.scanned, public.exact)
-        keyword = await store._bm25_ranked(NS, query, depth)
-        hits = await store.search(SearchRequest(query=query, k=depth, kind="bm25", namespace=NS))
-        assert [(h.id, h.sequence, h.score, h.text) for h in keyword] == [
-            (h.document.id, h.sequence, h.raw_score, h.document.text) for h in hits
-        ]
-        # The fused top k materialized: the very turns retrieve_in builds.
-        assert await store._turns(NS, dense.hits[:5]) == public.turns[:5]
-    ids = [t.id for t in everything.turns] + ["no-such-id"]
-    docs = {d.id: d.text for d in await store.get_by_ids(ids, NS)}
-    assert await store._texts(NS, ids, projections=False) == docs
-    assert await store._texts(NS, ids, projections=True) == {
-        t.id: projection(t.message) for t in everything.turns
-    }
-    assert await store._texts("elsewhere", ids, projections=False) == {}
-    # An entry deleted, or replaced, since it was ranked is left out.
-    first, second, third = everything.turns[:3]
-    await store.delete([first.id], NS)
-    await store.upsert([Document(text="replaced", id=second.id)], namespace=NS)
-    assert await store._turns(NS, []) == []
-    stale = [Ranked(t.id, t.sequence, t.score) for t in (first, second, third)]
-    assert [t.id for t in await store._turns(NS, stale)] == [third.id]
-
-
-def count_dense_reads(store: Any) -> list[int]:
-    """Wrap the store's ``_dense_ranked`` so that each call adds one to the returned
-    counter's only item."""
-    count = [0]
-    dense_ranked = store._dense_ranked
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return await dense_ranked(*args, **kwargs)
-
-    store._dense_ranked = counted
-    return count
+        assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+        for hit in hits:
+            assert hit.channels, hit
+            assert set(hit.ranks) <= set(hit.channels)
+            assert set(hit.channels) <= {"dense", "bm25", "speaker", "date", "neighbor", "link"}
+        assert report.scanned == len(store)
 
 
 async def check_hybrid(store: Any) -> None:
     await fill(store)
     actor = RecallActor(store, EventHub(), 4)
-    # Recall reads the dense list once: a BM25 hit that makes the top k brings its
-    # cosine with it (``also``), where the dense list used to be deepened to find it.
-    dense_reads = count_dense_reads(store)
     for query in QUERIES:
         # The reference predates entity links (tests/test_links.py covers them).
         for settings in [
@@ -202,30 +181,27 @@ async def check_hybrid(store: Any) -> None:
         ]:
             for k in (1, 5, 40):
                 request = Recall(query=query, k=k, namespace=NS, settings=settings)
-                dense_reads[0] = 0
-                got = await actor.hybrid(request)
-                assert dense_reads == [1], (query, settings, k, dense_reads)
-                assert got == await public_hybrid(store, request), (query, settings, k)
+                got = await actor.recall(request)
+                want = await public_hybrid(store, request)
+                assert plain(got.turns) == want.turns, (query, settings, k)
+                assert got.scanned == want.scanned
 
 
 async def check_memory(store: Any) -> None:
-    """The user's path: ``Memory.retrieve`` over the store reads the dense list once per
-    recall, and every hit it returns carries the cosine the former code found by
-    deepening (a small ``fetch_k`` makes keyword-only hits of the top k common)."""
+    """The user's path: ``Memory.retrieve`` ranks as the reference, and every hit
+    carries its true cosine (a small ``fetch_k`` makes keyword-only hits of the top k
+    common: their cosines come from the same snapshot as the dense list)."""
     await fill(store)
     settings = RecallSettings(fetch_k=3, link_weight=0.0)
     config = MemoryConfig(namespace=NS, recall=settings, min_similarity=None)
-    dense_reads = count_dense_reads(store)
     async with open_memory(store=store, memory=config) as memory:
         for query in QUERIES:
-            dense_reads[0] = 0
             report = await memory.retrieve(query, k=5)
-            assert dense_reads == [1], (query, dense_reads)
             want = await public_hybrid(
                 store, Recall(query=query, k=5, namespace=NS, settings=settings)
             )
             assert [(t.id, t.score) for t in report.turns] == [
-                (t.id, t.score) for t in unique_by_content(want.turns)
+                (t.id, t.score) for t in want.turns
             ], query
 
 
@@ -259,25 +235,76 @@ async def check_time_reach(store: Any) -> None:
                 )
         for k in (1, 3, 5):
             request = Recall(query=query, k=k, namespace=NS, settings=settings)
-            got = await actor.hybrid(request)
-            assert got == await public_hybrid(store, request), (far, k)
+            got = await actor.recall(request)
+            assert plain(got.turns) == (await public_hybrid(store, request)).turns, (far, k)
             if k == 3:
                 lifted[far] = any(projection(t.message) == near_line for t in got.turns)
     # The far hit is what makes the near one's date tell hits apart.
     assert lifted == {False: False, True: True}, lifted
 
 
+class GatedEmbedder:
+    """``HashingEmbedder`` as an async embedder whose query calls wait at a gate, so a
+    test can commit while a recall is between its keyword list and its dense list."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(DIM)
+        self.gate: trio.Event | None = None
+        self.waiting = trio.Event()
+
+    async def embed_documents(self, texts: Any) -> Any:
+        return self.inner.embed_batch(texts)
+
+    async def embed_query(self, text: str) -> Any:
+        gate = self.gate
+        if gate is not None:
+            self.gate = None
+            self.waiting.set()
+            await gate.wait()
+        return self.inner.embed(text)
+
+
+async def check_one_snapshot(store: Any) -> None:
+    """A commit while a recall embeds its query never mixes two states into one
+    answer: in memory the recall reads its keyword list again on the snapshot its dense
+    list scans (the new entry is found, the deleted one is not); on pg the whole recall
+    is one transaction, so it answers from the state it started in."""
+    embedder = store._actor.embedder.embedder
+    assert isinstance(embedder, GatedEmbedder)
+    await store.add_texts(["zebra quartz one", "zebra quartz two"], ids=["z1", "z2"], namespace=NS)
+    request = SearchRequest(query="zebra quartz", k=5, kind="recall", namespace=NS)
+    assert {h.document.id for h in await store.search(request)} == {"z1", "z2"}
+    gate = trio.Event()
+    embedder.gate = gate
+    answer: list[set[str | None]] = []
+
+    async def ask() -> None:
+        answer.append({h.document.id for h in await store.search(request)})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await embedder.waiting.wait()
+        await store.delete(["z1"], NS)
+        await store.add_texts(["zebra quartz three"], ids=["z3"], namespace=NS)
+        gate.set()
+    if store.backend == "pg":
+        assert answer == [{"z1", "z2"}]
+    else:
+        assert answer == [{"z2", "z3"}]
+    assert {h.document.id for h in await store.search(request)} == {"z2", "z3"}
+
+
 CHECKS = pytest.mark.parametrize(
     "check",
-    [check_reads, check_hybrid, check_memory, check_time_reach],
-    ids=["reads", "hybrid", "memory", "time-reach"],
+    [check_kinds_agree, check_hybrid, check_memory, check_time_reach, check_one_snapshot],
+    ids=["kinds-agree", "hybrid", "memory", "time-reach", "one-snapshot"],
 )
 
 
 @CHECKS
 async def test_recall_reads_in_memory(check: Callable[[Any], Awaitable[None]]) -> None:
     with trio.fail_after(30):
-        async with open_store(STORE, HashingEmbedder(DIM)) as store:
+        async with open_store(STORE, GatedEmbedder()) as store:
             await check(store)
 
 
@@ -289,5 +316,5 @@ async def test_recall_reads_on_pg(
 ) -> None:
     open_pg_store = pg_store_opener()
     with trio.fail_after(120):
-        async with open_pg_store(pg_dsn, STORE, HashingEmbedder(DIM), table=pg_table) as store:
+        async with open_pg_store(pg_dsn, STORE, GatedEmbedder(), table=pg_table) as store:
             await check(store)

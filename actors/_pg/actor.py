@@ -35,7 +35,6 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreError,
 )
-from protocol._filters import check_filter
 from protocol.messages import (
     Clear,
     Delete,
@@ -48,8 +47,7 @@ from protocol.messages import (
 from .._embedders import EmbedderAdapter
 from .._mailbox import REPLIED, CrashableActor, Envelope
 from .._prepare import clamp_k
-from .._ranked import Ranked
-from .._store_hooks import check_query_profile, checked_query, normalize_query
+from .._store_hooks import checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
 from .reads import Reads
 from .schema import (
@@ -381,42 +379,51 @@ class _PgStoreActor(CrashableActor):
             self._poison(crash)
             raise self.poisoned() from None
 
-    async def scan(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
-        """Rank the best ``k`` entries in scope against a normalized query, exactly (or
-        through the HNSW index, when the store was opened with one)."""
+    async def scan(
+        self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
+    ) -> RetrievalReport:
+        """Rank the best ``k`` entries in scope against a normalized query (None: zero),
+        exactly (or through the HNSW index, when the store was opened with one)."""
         self.check_usable()
         if namespace is not None and not _representable(namespace):
             return RetrievalReport(turns=[], scanned=0, exact=not self.reads.hnsw)
         # No scope holds more than the cap, and a LIMIT is a bigint: any k fits after this.
         k = clamp_k(k, self.config.max_entries)
-        reads = self.reads
+        reads, literal = self.reads, vector_literal(self._or_zeros(query))
         report, counts = await self.read(
-            lambda conn: reads.retrieve(conn, query, k, namespace), "retrieve"
+            lambda conn: reads.retrieve(conn, literal, k, namespace), "retrieve"
         )
         self.observe(counts)
         return report
 
-    async def search(self, request: SearchRequest, namespace: str) -> list[ScoredDocument]:
+    async def search(
+        self,
+        request: SearchRequest,
+        namespace: str,
+        query: npt.NDArray[np.float32] | None,
+        *,
+        turns: bool = False,
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        """Run ``request`` in ``namespace`` in one read-only transaction: the hits
+        (documents, or with ``turns`` turns) and how many entries are in scope.
+
+        ``query`` is the normalized query vector of a kind other than ``recall``.
+        Recall embeds its shaped query inside the transaction (the worker thread calls
+        back into trio for it), so its keyword list, dense list, texts and statistics
+        all come from one snapshot; the read holds its connection while the embedder
+        runs."""
         self.check_usable()
-        if request.filter is not None:
-            check_filter(request.filter)  # before any SQL: a FilterError, never a retry
-        if request.vector is not None:
-            vector = self.checked_query(request.vector, request.profile)
-        else:
-            assert request.query is not None
-            check_query_profile(self.profile, self.config.dimensions, None, request.profile)
-            # A bm25 search reads keywords alone: its query is never embedded.
-            raw = (
-                np.zeros(self.config.dimensions, dtype=np.float32)
-                if request.kind == "bm25"
-                else await self.embedder.query(request.query)
-            )
-            vector = self.query_vector(raw)
         if not _representable(namespace):
-            return []
-        query, reads, cap = vector_literal(vector), self.reads, self.config.max_entries
+            return [], 0
+        reads, cap = self.reads, self.config.max_entries
+
+        def embed(text: str) -> npt.NDArray[np.float32]:
+            return self.query_vector(trio.from_thread.run(self.embedder.query, text))
+
+        vector = self._or_zeros(query)
         return await self.read(
-            lambda conn: run_search(conn, reads, request, namespace, query, vector, cap), "search"
+            lambda conn: run_search(conn, reads, request, namespace, vector, cap, embed, turns),
+            "search",
         )
 
     async def get_by_ids(self, ids: list[str], namespace: str) -> list[Document]:
@@ -428,63 +435,6 @@ class _PgStoreActor(CrashableActor):
         return await self.read(
             lambda conn: reads.get_by_ids(conn, wanted, namespace), "get_by_ids"
         )
-
-    # --- recall's internal reads (``actors/_ranked.py``) ------------------------------
-
-    async def bm25_ranked(self, query: str, depth: int, namespace: str) -> list[Ranked]:
-        self.check_usable()
-        if not _representable(namespace):
-            return []
-        reads, depth = self.reads, clamp_k(depth, self.config.max_entries)
-        hits = await self.read(
-            lambda conn: reads.bm25_rows(conn, query, depth, namespace), "search"
-        )
-        return [Ranked(row.id, row.seq, score, row.text) for row, score in hits]
-
-    async def texts(self, ids: list[str], namespace: str, *, projections: bool) -> dict[str, str]:
-        self.check_usable()
-        wanted = [i for i in dict.fromkeys(ids) if _representable(i)]
-        if not wanted or not _representable(namespace):
-            return {}
-        reads = self.reads
-        rows = await self.read(
-            lambda conn: reads.rows_by_ids(conn, wanted, namespace), "get_by_ids"
-        )
-        return {row.id: row.projection() if projections else row.text for row in rows}
-
-    async def turns(self, hits: list[Ranked], namespace: str) -> list[RetrievedTurn]:
-        self.check_usable()
-        if not hits:
-            return []
-        reads, seqs = self.reads, [h.sequence for h in hits]
-        rows = await self.read(lambda conn: reads.by_seqs(conn, seqs), "get_by_ids")
-        return [
-            row.turn(h.score)
-            for h in hits
-            if (row := rows.get(h.sequence)) is not None
-            and row.namespace == namespace
-            and row.id == h.id
-        ]
-
-    async def cosines(self, query: str, ids: list[str], namespace: str) -> list[Ranked]:
-        """The cosine of each live entry of ``ids`` in ``namespace`` with a normalized
-        query, computed as the exact read computes it."""
-        self.check_usable()
-        wanted = [i for i in ids if _representable(i)]
-        if not wanted or not _representable(namespace):
-            return []
-        reads = self.reads
-        rows = await self.read(
-            lambda conn: reads.cosines(conn, query, wanted, namespace), "retrieve"
-        )
-        return [Ranked(entry_id, seq, score) for entry_id, seq, score in rows]
-
-    async def term_counts(self, terms: list[str], namespace: str) -> tuple[int, dict[str, int]]:
-        self.check_usable()
-        if not terms or not _representable(namespace):
-            return 0, dict.fromkeys(terms, 0)
-        reads = self.reads
-        return await self.read(lambda conn: reads.term_counts(conn, terms, namespace), "search")
 
     async def refresh(self) -> Counts:
         self.check_usable()

@@ -21,6 +21,7 @@ the in-memory index (the tests check them to 1e-12 and the rankings exactly).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,15 @@ class DocRow:
             text=self.text, id=self.id, metadata=self.metadata(), source_id=self.source_id
         )
 
-    def scored(self, score: float, ranks: dict[str, int], raw: float) -> ScoredDocument:
+    def scored(
+        self,
+        score: float,
+        ranks: dict[str, int],
+        raw: float,
+        *,
+        rank: int | None = None,
+        channels: Sequence[str] = (),
+    ) -> ScoredDocument:
         # + 0.0 turns -0.0 into 0.0.
         return ScoredDocument(
             document=self.document(),
@@ -92,9 +101,13 @@ class DocRow:
             ranks=ranks,
             sequence=self.seq,
             raw_score=raw + 0.0,
+            rank=rank,
+            channels=list(channels),
         )
 
-    def turn(self, score: float) -> RetrievedTurn:
+    def turn(
+        self, score: float, *, rank: int | None = None, channels: Sequence[str] = ()
+    ) -> RetrievedTurn:
         if self.message is None:
             # A document reads as a user message holding its text, as in open_store.
             message = UnifiedMessage(role="user", content=[Text(text=self.text)])
@@ -109,6 +122,8 @@ class DocRow:
             source=self.source,
             metadata=self.metadata(),
             id=self.id,
+            rank=rank,
+            channels=list(channels),
         )
 
 
@@ -218,8 +233,10 @@ class Reads:
             "FROM unnest(%s::text[]) AS q(term)"
         ).format(ns=names.namespaces, terms=names.terms)
         self._cosines = sql.SQL(
-            "SELECT id, seq, embedding <#> %s::vector FROM {table} "
-            "WHERE namespace = %s AND id = ANY(%s)"
+            "SELECT seq, embedding <#> %s::vector FROM {table} WHERE seq = ANY(%s)"
+        ).format(**f)
+        self._entries_in = sql.SQL(
+            "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %s), 0)"
         ).format(**f)
         self._keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
         self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
@@ -304,12 +321,17 @@ class Reads:
         return [DocRow(row) for row in rows]
 
     def cosines(
-        self, conn: psycopg.Connection[Any], query: str, ids: list[str], namespace: str
-    ) -> list[tuple[str, int, float]]:
-        """``(id, seq, cosine)`` of each live entry of ``ids``; - turns pgvector's
-        negative inner product into the similarity, as in :meth:`retrieve`."""
-        rows = conn.execute(self._cosines, (query, namespace, ids)).fetchall()
-        return [(str(i), int(seq), -float(dist)) for i, seq, dist in rows]
+        self, conn: psycopg.Connection[Any], query: str, seqs: list[int]
+    ) -> dict[int, float]:
+        """The cosine of each live entry of ``seqs`` with a normalized query; - turns
+        pgvector's negative inner product into the similarity, as in :meth:`retrieve`."""
+        rows = conn.execute(self._cosines, (query, seqs)).fetchall()
+        return {int(seq): -float(dist) for seq, dist in rows}
+
+    def entries_in(self, conn: psycopg.Connection[Any], namespace: str) -> int:
+        """How many live entries ``namespace`` holds (its ``T_ns`` row)."""
+        row = conn.execute(self._entries_in, (namespace,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def term_counts(
         self, conn: psycopg.Connection[Any], terms: list[str], namespace: str
@@ -318,16 +340,6 @@ class Reads:
         (BM25's N and df), in one statement."""
         rows = conn.execute(self._term_counts, (namespace, namespace, terms)).fetchall()
         return int(rows[0][0]), {term: int(df) for _, term, df in rows}
-
-    def bm25_rows(
-        self, conn: psycopg.Connection[Any], query: str, depth: int, namespace: str
-    ) -> list[tuple[DocRow, float]]:
-        """Recall's keyword list (``actors/_ranked.py``): BM25's top ``depth`` in
-        ``namespace``, unfiltered, with each hit's row, from one snapshot."""
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        hits = self.bm25(conn, query, depth, namespace, FilterSql(sql.Identifier("metadata")))
-        rows = self.by_seqs(conn, [seq for seq, _ in hits]) if hits else {}
-        return [(rows[seq], score) for seq, score in hits]
 
     def dense(
         self,

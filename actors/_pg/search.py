@@ -1,17 +1,20 @@
-"""The pg store's answers to the search kinds of ``actors/_search.py``.
+"""The pg store's answers to the engine (``actors/_search.py``, ``actors/_recall.py``).
 
-:func:`actors._search.rank` holds every rule (threshold, rank numbering, MMR, fusion);
-this module reads the lists it asks for: the exact dense top-k (``reads.py``), BM25's
-top-k (computed in SQL, see ``reads.py``), the candidates' vectors and the hits' rows.
-The metadata filter is part of each statement's WHERE clause, so it narrows the
-candidates before top-k, and ``k`` hits come back whenever ``k`` entries match. A
-search is one transaction, ``REPEATABLE READ`` when it runs more than one statement, so
-every list and every document come from one snapshot.
+:func:`actors._search.rank` holds every rule (threshold, rank numbering, MMR, fusion,
+recall's stages); this module reads what it asks for: the exact dense top-k
+(``reads.py``), BM25's top-k (computed in SQL, see ``reads.py``), cosines, texts and
+term statistics of some candidates, and the hits' rows. The metadata filter is part of
+each statement's WHERE clause, so it narrows the candidates before top-k, and ``k``
+hits come back whenever ``k`` entries match. A search is one transaction,
+``REPEATABLE READ READ ONLY`` when it runs more than one statement, so every list, text
+and document come from one snapshot. A recall embeds its shaped query inside that
+transaction (``embed``, which calls back into trio from the worker thread).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -20,12 +23,14 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from protocol import ScoredDocument, SearchRequest
+from protocol import RetrievedTurn, ScoredDocument, SearchRequest
 
-from .._prepare import clamp_k
-from .._search import Candidate, Pick, rank
+from .._recall import shape
+from .._search import depths, rank
+from .._view import Candidate, Pick
 from .filters import FilterSql, translate
 from .reads import DocRow, Reads
+from .schema import vector_literal
 
 __all__ = ["run_search"]
 
@@ -33,7 +38,7 @@ _METADATA = sql.Identifier("metadata")
 
 
 @attrs.define
-class _PgBackend:
+class _PgView:
     """One search's statements, on one connection (one transaction)."""
 
     conn: psycopg.Connection[Any]
@@ -43,6 +48,14 @@ class _PgBackend:
     where: FilterSql
     rows: dict[int, DocRow] = attrs.field(factory=dict)
     vecs: dict[int, npt.NDArray[np.float32]] = attrs.field(factory=dict)
+    scanned: int = 0
+
+    @property
+    def exact(self) -> bool:
+        return not self.reads.hnsw
+
+    def version(self) -> object:
+        return 0  # one transaction: one snapshot
 
     def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
         hits = self.reads.dense(
@@ -57,18 +70,49 @@ class _PgBackend:
             out.append(Candidate(row.seq, score, 0.0 - score))
         return out
 
+    def cosines(self, keys: Sequence[int]) -> dict[int, float]:
+        return self.reads.cosines(self.conn, self.query, list(keys)) if keys else {}
+
     def bm25(self, text: str, depth: int) -> list[Candidate]:
         sparse = self.reads.bm25(self.conn, text, depth, self.namespace, self.where)
         return [Candidate(seq, score, score) for seq, score in sparse]
+
+    def _rows(self, keys: Sequence[int]) -> dict[int, DocRow]:
+        missing = [key for key in dict.fromkeys(keys) if key not in self.rows]
+        if missing:
+            self.rows.update(self.reads.by_seqs(self.conn, missing))
+        return self.rows
+
+    def texts(self, keys: Sequence[int], *, projections: bool) -> dict[int, str]:
+        rows = self._rows(keys)
+        return {
+            key: row.projection() if projections else row.text
+            for key in keys
+            if (row := rows.get(key)) is not None
+        }
+
+    def days(self, keys: Sequence[int]) -> dict[int, dt.date]:
+        return {}
+
+    def neighbors(self, keys: Sequence[int]) -> dict[int, int]:
+        return {key: key for key in keys}
+
+    def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        return self.reads.term_counts(self.conn, list(terms), self.namespace)
 
     def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
         return np.stack([self.vecs[key] for key in keys])
 
     def hits(self, picks: Sequence[Pick]) -> list[ScoredDocument]:
-        missing = [key for key, _, _, _ in picks if key not in self.rows]
-        if missing:
-            self.rows.update(self.reads.by_seqs(self.conn, missing))
-        return [self.rows[key].scored(score, ranks, raw) for key, score, raw, ranks in picks]
+        rows = self._rows([p.key for p in picks])
+        return [
+            rows[p.key].scored(p.score, p.ranks, p.raw, rank=p.rank, channels=p.channels)
+            for p in picks
+        ]
+
+    def turns(self, picks: Sequence[Pick]) -> list[RetrievedTurn]:
+        rows = self._rows([p.key for p in picks])
+        return [rows[p.key].turn(p.score, rank=p.rank, channels=p.channels) for p in picks]
 
 
 def run_search(
@@ -76,19 +120,31 @@ def run_search(
     reads: Reads,
     request: SearchRequest,
     namespace: str,
-    query: str,
     vector: npt.NDArray[np.float32],
     max_entries: int,
-) -> list[ScoredDocument]:
-    """Run ``request`` in ``namespace``; ``query`` is the normalized query's pgvector
-    literal and ``vector`` the same query as float32 (zeros for a zero query).
-
-    ``k`` and ``fetch_k`` are cut to ``max_entries`` (the table's cap) first: a request
-    may ask for any number, and a LIMIT is a ``bigint``."""
+    embed: Callable[[str], npt.NDArray[np.float32]],
+    turns: bool = False,
+) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+    """Run ``request`` in ``namespace``: the hits (documents, or with ``turns`` turns)
+    and how many entries the namespace holds. ``vector`` is the normalized query
+    (zeros for a zero query, or for a recall, which embeds its shaped query with
+    ``embed``)."""
     where = translate(request.filter, _METADATA)
-    k, fetch_k = clamp_k(request.k, max_entries), clamp_k(request.fetch_k, max_entries)
-    if request.kind in ("hybrid", "bm25"):  # bm25 reads its hits' rows in a second statement
+    k, depth = depths(request, max_entries)
+    keyword = request.kind in ("hybrid", "bm25") or (
+        request.kind == "recall" and request.recall_settings.search == "hybrid"
+    )
+    if keyword or request.kind == "recall" or turns:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    if keyword:
         reads.check_keyword_index(conn)  # before the dense list, which a hybrid reads first
-    backend = _PgBackend(conn, reads, query, namespace, where)
-    return rank(request, backend, k, fetch_k, vector)
+    view = _PgView(conn, reads, vector_literal(vector), namespace, where)
+    shaped = None
+    if request.kind == "recall":
+        shaped = shape(request, view, depth)
+        vector = embed(shaped.embedded)
+        view.query = vector_literal(vector)
+    if turns:
+        view.scanned = reads.entries_in(conn, namespace)
+    picks = rank(request, view, k, depth, vector, shaped=shaped)
+    return (view.turns(picks) if turns else view.hits(picks)), view.scanned

@@ -58,7 +58,6 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, final
@@ -72,10 +71,6 @@ from protocol import (
     Document,
     EmbeddingProfile,
     Event,
-    RetrievalReport,
-    RetrievedTurn,
-    ScoredDocument,
-    SearchRequest,
     StoreUnavailable,
     VectorStoreConfig,
     VectorStoreUsage,
@@ -84,10 +79,7 @@ from protocol import (
 from .._embedders import EmbedderAdapter, check_timeout
 from .._handle import OPENED, StoreHandleBase
 from .._lifecycle import run_store
-from .._prepare import check_ids, check_int, check_k, check_name, check_store_config, clamp_k
-from .._ranked import Ranked, RankedList
-from .._store import StoreStatistics
-from .._store_hooks import ranked_event, retrieve_event, search_event
+from .._prepare import check_ids, check_int, check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
@@ -97,7 +89,6 @@ from .schema import (
     bound_profile,
     ensure_schema,
     profile_json,
-    vector_literal,
 )
 from .sql import Counts
 
@@ -137,147 +128,9 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         wanted = check_ids(ids)
         return await self._actor.get_by_ids(wanted, self._namespace(namespace))
 
-    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
-        """Run one search: similarity, MMR or hybrid, with an optional metadata filter
-        and score threshold (see :class:`~protocol.SearchRequest`).
-
-        The filter is translated to SQL over jsonb (``filters.py``) and applied in
-        the statement's WHERE clause, before top-k. Dense scores are cosine similarity
-        in [-1, 1]; a hybrid hit's score is its fused RRF score, and ``ranks`` gives its
-        1-based rank in each list. BM25 runs in SQL (``reads.py``).
-
-        Does not use the inbox, so a full inbox never delays it, and it changes nothing;
-        a cancel reaches the query's embedder call, as :meth:`retrieve` says.
-        Cancelled while it waits for a read slot or between retries, it leaves at once;
-        once its statement runs in a worker thread, that statement finishes first
-        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
-
-        Raises:
-            ConfigError: not a SearchRequest.
-            EmbeddingError, EmbedderError: the query could not be embedded.
-            StoreUnavailable: the database failed after the retries.
-            Poisoned: the actor has crashed.
-        """
-        self._check()
-        started = time.perf_counter()
-        if not isinstance(request, SearchRequest):
-            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
-        namespace = self._namespace(request.namespace)
-        actor = self._actor
-        hits = await actor.search(request, namespace)
-        if actor.on_event is not None:
-            k = clamp_k(request.k, actor.config.max_entries)
-            actor.on_event(search_event("pg", actor.profile, request, namespace, k, hits, started))
-        return hits
-
-    async def retrieve_embedding(
-        self,
-        vector: object,
-        k: int,
-        namespace: str | None = None,
-        *,
-        profile: EmbeddingProfile | None = None,
-    ) -> RetrievalReport:
-        """Rank entries against a vector you already have (normalized on a copy).
-
-        A store bound to an embedding profile refuses a non-zero vector unless
-        ``profile`` names that same profile (see :class:`~protocol.SearchRequest`).
-
-        Does not use the inbox, so a full inbox never delays it, and it changes nothing.
-        Cancelled while it waits for a read slot or between retries, it leaves at once;
-        once its statement runs in a worker thread, that statement finishes first
-        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
-        """
-        self._check()
-        k = clamp_k(check_k(k), self._actor.config.max_entries)
-        if namespace is not None:
-            check_name("namespace", namespace)
-        started = time.perf_counter()
-        query = self._actor.checked_query(vector, profile)
-        report = await self._actor.scan(vector_literal(query), k, namespace)
-        self._retrieved(namespace, None, k, report, started)
-        return report
-
-    async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
-        self._check()
-        k = clamp_k(check_k(k), self._actor.config.max_entries)
-        if not isinstance(query, str):
-            raise ConfigError(f"query is a {type(query).__name__}; expected str")
-        started = time.perf_counter()
-        raw = await self._actor.embedder.query(query)
-        report = await self._actor.scan(self._actor.query_literal(raw), k, namespace)
-        self._retrieved(namespace, query, k, report, started)
-        return report
-
-    def _retrieved(
-        self,
-        namespace: str | None,
-        query: str | None,
-        k: int,
-        report: RetrievalReport,
-        started: float,
-    ) -> None:
-        """Send ``vector_store.searched`` to ``on_event``, as the in-memory store does."""
-        actor = self._actor
-        if actor.on_event is not None:
-            actor.on_event(
-                retrieve_event("pg", actor.profile, namespace, query, k, report, started)
-            )
-
-    # --- recall's internal reads (see StoreHandleBase) -------------------------------
-
-    async def _dense_ranked(
-        self, namespace: str, query: str, depth: int, also: Sequence[str] = ()
-    ) -> RankedList:
-        # The turns are built from the rows the statement reads anyway; on pg that is
-        # a small share of a read's cost.
-        self._check()
-        actor = self._actor
-        k = clamp_k(check_k(depth), actor.config.max_entries)
-        scope = check_name("namespace", namespace)
-        started = time.perf_counter()
-        raw = await actor.embedder.query(query)
-        literal = actor.query_literal(raw)
-        report = await actor.scan(literal, k, scope)
-        hits = [Ranked(t.id, t.sequence, t.score) for t in report.turns]
-        have = {h.id for h in hits}
-        wanted = [i for i in dict.fromkeys(also) if i not in have]
-        # A second statement, so a second snapshot: an entry deleted in between is
-        # missing from ``also`` (recall then deepens the list), as between recall's lists.
-        extra = await actor.cosines(literal, wanted, scope) if wanted else []
-        if actor.on_event is not None:
-            actor.on_event(
-                ranked_event("pg", actor.profile, namespace, query, k, hits, started, bm25=False)
-            )
-        return RankedList(hits=hits, scanned=report.scanned, exact=report.exact, also=extra)
-
-    async def _bm25_ranked(self, namespace: str, query: str, depth: int) -> list[Ranked]:
-        self._check()
-        actor = self._actor
-        started = time.perf_counter()
-        hits = await actor.bm25_ranked(query, depth, check_name("namespace", namespace))
-        if actor.on_event is not None:
-            k = clamp_k(depth, actor.config.max_entries)
-            actor.on_event(
-                ranked_event("pg", actor.profile, namespace, query, k, hits, started, bm25=True)
-            )
-        return hits
-
-    async def _texts(
-        self, namespace: str, ids: Sequence[str], *, projections: bool
-    ) -> dict[str, str]:
-        self._check()
-        return await self._actor.texts(list(ids), namespace, projections=projections)
-
-    async def _turns(self, namespace: str, hits: Sequence[Ranked]) -> list[RetrievedTurn]:
-        self._check()
-        return await self._actor.turns(list(hits), namespace)
-
-    async def _term_counts(
-        self, namespace: str, terms: Sequence[str]
-    ) -> tuple[int, dict[str, int]]:
-        self._check()
-        return await self._actor.term_counts(list(dict.fromkeys(terms)), namespace)
+    @property
+    def _exact(self) -> bool:
+        return not self._actor.reads.hnsw
 
     async def _check_keyword_search(self) -> None:
         self._check()
@@ -299,55 +152,14 @@ class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
         await self._actor.refresh()
         return self.usage()
 
-    def usage(self) -> VectorStoreUsage:
-        """The table's counters as of this handle's last commit or read, in O(1).
-
-        Another process's commits count from this handle's next read, write or
-        :meth:`refresh`.
-        """
-        self._check()
-        counts, config = self._actor.counts, self._actor.config
-        fraction = counts.entries / config.max_entries
-        warn = config.warn_fraction
-        return VectorStoreUsage(
-            entries=counts.entries,
-            capacity=config.max_entries,
-            fraction=fraction,
-            near_cap=warn is not None and fraction >= warn,
-            evicted_entries=counts.evicted,
-            zero_norm_entries=counts.zero,
-        )
-
-    def __len__(self) -> int:
-        self._check()
-        return self._actor.counts.entries
-
-    @property
-    def profile(self) -> EmbeddingProfile | None:
-        """The embedding profile the table is bound to: this embedder's ``profile``, or
-        the one the table was bound to by an earlier open (provider, model, dimensions
-        and options only), or None. Pass it as ``SearchRequest(profile=...)`` with a
-        vector you embedded."""
-        return self._actor.profile
+    def _state(self) -> tuple[int, int, int, int]:
+        counts = self._actor.counts
+        return counts.entries, counts.evicted, counts.zero, counts.version
 
     @property
     def table(self) -> str:
         """The table's name."""
         return self._actor.names.table_name
-
-    def statistics(self) -> StoreStatistics:
-        """The inbox and the actor now (see :class:`~actors.StoreStatistics`):
-        ``inbox_size`` (its capacity), ``inbox_used`` (writes queued),
-        ``tasks_waiting_send`` (callers waiting for room), ``version`` (the table's
-        commit count, every process's, as last seen) and ``poisoned``."""
-        stats = self._send.statistics()
-        return StoreStatistics(
-            inbox_size=self._actor.inbox_size,
-            inbox_used=stats.current_buffer_used,
-            tasks_waiting_send=stats.tasks_waiting_send,
-            version=self._actor.counts.version,
-            poisoned=self._actor.crash is not None,
-        )
 
 
 def _seconds(name: str, value: object) -> float:
