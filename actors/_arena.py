@@ -20,18 +20,27 @@ value of that key.
   a message as exact-size msgpack, a plain ASCII turn as its text, a document's or
   index text as an ASCII str or UTF-8 bytes, metadata as its compact JSON bytes.
 - :data:`ENTRY_CONSTANT` is the rest of an entry: its slot's bookkeeping (the sequence,
-  namespace id, flags and FIFO records in numpy, seven list slots, the filter's live
-  flag: about 140 bytes, allocated at open), the object headers of what it keeps, its
+  namespace id, time, conversation code, position, flags and FIFO records in numpy,
+  eight list slots, the filter's live flag: about 170 bytes, allocated at open), the
+  object headers of what it keeps, its
   ``turn-<n>`` id, the msgpack framing of its message and first block, and, when the
   entry is the only one of its namespace, the namespace's bookkeeping (about 440 bytes
-  with an id map and BM25 group statistics). Measured with tracemalloc on hostile
-  shapes (``tests/test_memory_bound.py``): at most 580 bytes; the constant leaves room.
-- :data:`STORE_CONSTANT` is what an empty store holds beyond its slots (the actor, its
-  channels, the scan runner, the indexes' empty structures): 27 to 35 KB measured.
+  with an id map and BM25 group statistics), and when it is the only live entry of its
+  conversation, the conversation's bookkeeping (its name, which ``max_entry_bytes``
+  counts, and a few list slots). Measured with tracemalloc on hostile shapes
+  (``tests/test_memory_bound.py``): at most 580 bytes; the constant leaves room.
+
+Time and conversations. Every slot keeps its entry's ``occurred_at`` as int64
+microseconds since the epoch (:attr:`Arena.occurred_us`, exact, as PostgreSQL's
+``timestamptz`` keeps it), and an entry of a conversation its conversation's code and
+its position there (:attr:`Arena.conv_codes`, :attr:`Arena.positions`; the rules are
+``actors._conversations``'). :meth:`Arena.neighbor_keys` and :meth:`Arena.time_mask`
+are what reads use of them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,22 +52,42 @@ from protocol import Role, projection
 from protocol._surrogates import unpack_message, utf8_bytes
 
 from ._bm25 import Bm25Index
+from ._conversations import Conversations
 from ._filtering import MetadataIndex
 
 __all__ = [
     "ENTRY_CONSTANT",
+    "NO_TIME",
     "STORE_CONSTANT",
     "Arena",
     "Entries",
     "Snapshot",
+    "from_micros",
     "keep_text",
     "kept_text",
+    "micros",
 ]
 
 #: The per-entry constant of the memory bound (see the module docstring), in bytes.
 ENTRY_CONSTANT = 768
 #: The per-store constant of the memory bound (see the module docstring), in bytes.
 STORE_CONSTANT = 64 * 1024
+
+
+#: :attr:`Arena.occurred_us` of a free slot (no entry): below every time a datetime holds.
+NO_TIME = int(np.iinfo(np.int64).min)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def micros(when: dt.datetime) -> int:
+    """An aware datetime as microseconds since the epoch (exact integer arithmetic)."""
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def from_micros(us: int) -> dt.datetime:
+    """The aware UTC datetime of :func:`micros`."""
+    return _EPOCH + dt.timedelta(microseconds=us)
 
 
 def keep_text(text: str) -> str | bytes:
@@ -123,6 +152,12 @@ class Entries:
         scale: None when ``vectors`` are normalized; else a ``[m, 1]`` float32 column,
             and the normalized rows are ``vectors * scale``, computed as they are
             written (see ``checked_rows`` in ``_prepare.py``).
+        occurred: each entry's ``occurred_at`` as :func:`micros`, or one value for
+            the whole batch.
+        conversations: each entry's conversation (or None), or None when none has one.
+        index_texts: what BM25 indexes and the embedder embedded for each entry when
+            the store derived it (``_index_text.derived_index_texts``), or None where the
+            entry is indexed by its text; None for the whole batch when none is.
     """
 
     vectors: npt.NDArray[np.float32]
@@ -138,6 +173,9 @@ class Entries:
     roles: Sequence[Role] | None = None
     ascii_texts: bool = False
     scale: npt.NDArray[np.float32] | None = None
+    occurred: npt.NDArray[np.int64] | int = 0
+    conversations: Sequence[str | None] | None = None
+    index_texts: Sequence[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -185,10 +223,12 @@ class Arena:
     by sequence number). Sequence numbers are never reused. An id is unique within its
     namespace: the same id in two namespaces is two entries.
 
-    Besides the vectors, each slot keeps its text (indexed by :attr:`bm25`), its
-    metadata (indexed by :attr:`meta` for filters), its message payload for a turn, and
-    its source and source id. Both indexes are updated in the same synchronous step as
-    the slot, so they always agree with the last commit.
+    Besides the vectors, each slot keeps its text, the index text the store derived
+    for it if any (:attr:`bm25` indexes that, or else the text), its metadata (indexed
+    by :attr:`meta` for filters), its message payload for a turn, its source and source
+    id, its time, and its conversation and position (see the module docstring). Both
+    indexes are updated in the same synchronous step as the slot, so they always agree
+    with the last commit.
     """
 
     capacity: int
@@ -202,9 +242,19 @@ class Arena:
     # A document's text, or a turn's index text when it has its own (see keep_text).
     texts: list[str | bytes | None] = attrs.field(init=False)
     payloads: list[bytes | None] = attrs.field(init=False)
+    # The index text the store derived for the entry (see keep_text), or None: it is
+    # indexed by its text. Reads never return it.
+    index_texts: list[str | bytes | None] = attrs.field(init=False)
     # An entry without a payload is a message of one Text block, its text, in this role
     # (None: "user"); see Entries.
     roles: list[Role | None] = attrs.field(init=False)
+    # Per slot: occurred_at as micros() (NO_TIME when free); the conversation's code
+    # (0: none, or free) and the entry's position in it (0: none), which are the
+    # arrays of ``conversations``.
+    occurred_us: npt.NDArray[np.int64] = attrs.field(init=False)
+    conv_codes: npt.NDArray[np.int64] = attrs.field(init=False)
+    positions: npt.NDArray[np.int64] = attrs.field(init=False)
+    conversations: Conversations = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
     source_ids: list[str | None] = attrs.field(init=False)
     _bm25: Bm25Index = attrs.field(init=False)
@@ -251,10 +301,15 @@ class Arena:
         self.ns_ids = np.full(n, -1, dtype=np.int32)
         self.zero = np.zeros(n, dtype=np.bool_)
         self.auto_id = np.zeros(n, dtype=np.bool_)
+        self.occurred_us = np.full(n, NO_TIME, dtype=np.int64)
+        self.conversations = Conversations(n)
+        self.conv_codes = self.conversations.codes
+        self.positions = self.conversations.positions
         self._fifo_slots = np.zeros(2 * n, dtype=np.intp)
         self._fifo_seqs = np.zeros(2 * n, dtype=np.int64)
         self.ids = [None] * n
         self.texts = [None] * n
+        self.index_texts = [None] * n
         self.payloads = [None] * n
         self.roles = [None] * n
         self.sources = [None] * n
@@ -331,7 +386,7 @@ class Arena:
             # change wrote, so its text and namespace are read from the slot itself.
             for slot, index in self._bm25_pending.items():
                 if index:
-                    bm25.add(slot, self.text_of(slot), group=int(self.ns_ids[slot]))
+                    bm25.add(slot, self.index_text_of(slot), group=int(self.ns_ids[slot]))
                 else:
                     bm25.remove(slot)
             self._bm25_pending.clear()
@@ -347,6 +402,66 @@ class Arena:
         payload = self.payloads[slot]
         assert payload is not None, f"slot {slot} is free"
         return projection(unpack_message(payload))
+
+    def index_text_of(self, slot: int) -> str:
+        """What the live entry is indexed by (BM25) and was embedded by: the index text
+        the store derived for it, or else :meth:`text_of`."""
+        index = self.index_texts[slot]
+        return self.text_of(slot) if index is None else kept_text(index)
+
+    def occurred_at_of(self, slot: int) -> dt.datetime:
+        """The live entry's ``occurred_at``, an aware UTC datetime."""
+        return from_micros(int(self.occurred_us[slot]))
+
+    def conversation_of(self, slot: int) -> str | None:
+        """The live entry's conversation, or None."""
+        return self.conversations.name_of(slot)
+
+    def conversations_of(self, slots: Sequence[int]) -> list[str | None]:
+        """:meth:`conversation_of` of each slot, read in one go (for hits)."""
+        return self.conversations.names_of(slots)
+
+    def neighbor_keys(self, slots: npt.NDArray[np.intp] | Sequence[int]) -> npt.NDArray[np.int64]:
+        """One int64 key per live slot of ``slots``, such that two live entries of one
+        namespace are neighbours (consecutive in their conversation) exactly when
+        their keys differ by 1.
+
+        An entry of a conversation has ``(code << CONVERSATION_SHIFT) | position``
+        (``actors._conversations``): its conversation's code (>= 1, one per live
+        (namespace, conversation)) and its position (1, 2, 3... in commit order, never
+        given twice, so an entry deleted from the middle leaves a gap and its two sides
+        are no neighbours). An entry without one has its sequence number, below
+        ``1 << CONVERSATION_SHIFT`` (so never a conversation entry's neighbour):
+        consecutive sequences are entries written one after the other, in any
+        namespace, so compare the keys of one namespace's entries only. A new array.
+        """
+        return self.conversations.neighbor_keys(slots, self.seqs)
+
+    def time_mask(
+        self, since: dt.datetime | None, until: dt.datetime | None, high: int | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """A bool per slot of ``[0, high)`` (``high``: :attr:`high` when None): the slot
+        holds a live entry with ``since <= occurred_at < until`` (either bound may be
+        None, for no bound there). Free slots are False. A new array (the caller may
+        combine it in place)."""
+        end = self.high if high is None else high
+        occurred = self.occurred_us[:end]
+        mask: npt.NDArray[np.bool_] = occurred != NO_TIME
+        if since is not None:
+            mask &= occurred >= micros(since)
+        if until is not None:
+            mask &= occurred < micros(until)
+        return mask
+
+    def newest_in(
+        self, namespace: str, conversation: str, leaving_out: Sequence[int] = ()
+    ) -> int | None:
+        """The slot of the newest live entry (highest position) of ``conversation`` in
+        ``namespace``, slots ``leaving_out`` left out (a batch's replaced entries), or
+        None: the predecessor of the conversation's next entry."""
+        return self.conversations.newest(
+            namespace, conversation, self.seqs, self.high, leaving_out
+        )
 
     def metadata_of(self, slot: int) -> Mapping[str, Any]:
         metadata = self.meta.get(slot)
@@ -402,6 +517,11 @@ class Arena:
         first = self.next_seq
         seqs = range(first, first + count)
         ids = turn_ids(first, count) if entries.ids is None else entries.ids
+        index_texts: Sequence[str | bytes | None] = (
+            [None] * count
+            if entries.index_texts is None
+            else [None if t is None else keep_text(t) for t in entries.index_texts]
+        )
         # A turn's text is usually its payload's projection: then keep it once.
         texts: Sequence[str | bytes | None]
         if entries.derived_texts:
@@ -414,9 +534,12 @@ class Arena:
         if not (
             len(ids) == len(texts) == len(entries.payloads) == len(roles) == count
             and len(entries.source_ids) == len(entries.metadata) == len(entries.vectors) == count
+            and len(index_texts) == count
+            and (entries.conversations is None or len(entries.conversations) == count)
         ):
             raise ValueError(f"a batch of {len(entries)} entries for {count} slots")
         if not count:
+            self.settle()
             return [], []
         self.next_seq = first + count
         start = slots[0]
@@ -441,21 +564,32 @@ class Arena:
         self.zero[where] = entries.zero
         self.zero_count += int(np.count_nonzero(entries.zero))
         self.auto_id[where] = entries.ids is None
+        self.occurred_us[where] = entries.occurred
+        self.conversations.place(where, namespace, entries.conversations, slots, first)
         self.meta.set_many(slots, entries.metadata, consecutive=consecutive)
         if consecutive:
             end = start + count
             self.ids[start:end] = ids
             self.texts[start:end] = texts
+            self.index_texts[start:end] = index_texts
             self.payloads[start:end] = entries.payloads
             self.roles[start:end] = roles
             self.sources[start:end] = [entries.source] * count
             self.source_ids[start:end] = entries.source_ids
         else:
-            for slot, entry_id, text, payload, role, source_id in zip(
-                slots, ids, texts, entries.payloads, roles, entries.source_ids, strict=True
+            for slot, entry_id, text, index_text, payload, role, source_id in zip(
+                slots,
+                ids,
+                texts,
+                index_texts,
+                entries.payloads,
+                roles,
+                entries.source_ids,
+                strict=True,
             ):
                 self.ids[slot] = entry_id
                 self.texts[slot] = text
+                self.index_texts[slot] = index_text
                 self.payloads[slot] = payload
                 self.roles[slot] = role
                 self.sources[slot] = entries.source
@@ -469,10 +603,18 @@ class Arena:
         if entries.ids is not None:
             explicit.update(zip(ids, slots, strict=True))
             self._named += count
+        self.settle()
         return ids, list(seqs)
 
+    def settle(self) -> None:
+        """End a commit: forget the conversations it left without a live entry
+        (``Conversations.settle``). :meth:`write` calls it; a commit that only removes
+        entries calls it after its last :meth:`remove`."""
+        self.conversations.settle()
+
     def remove(self, slot: int) -> None:
-        """Delete the live entry in ``slot``; the slot is reused by a later write."""
+        """Delete the live entry in ``slot``; the slot is reused by a later write.
+        Call :meth:`settle` once the commit's removals are done."""
         self._release(slot)
 
     def _release(self, slot: int) -> None:
@@ -487,12 +629,15 @@ class Arena:
         self._bm25_pending[slot] = False
         self._stale += 1  # the slot's FIFO record no longer names a live entry
         self.meta.remove(slot)
+        self.conversations.release(slice(slot, slot + 1))
+        self.occurred_us[slot] = NO_TIME
         self.zero[slot] = False
         self.auto_id[slot] = False
         self.seqs[slot] = -1
         self.ns_ids[slot] = -1
         self.ids[slot] = None
         self.texts[slot] = None
+        self.index_texts[slot] = None
         self.payloads[slot] = None
         self.roles[slot] = None
         self.sources[slot] = None
@@ -509,6 +654,7 @@ class Arena:
         # arena then does no per-slot reads at all.
         if self.zero_count:
             self.zero_count -= int(np.count_nonzero(self.zero[index]))
+        self.conversations.release(index)
         if self._named:
             explicit = ~self.auto_id[index]
             if explicit.any():

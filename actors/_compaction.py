@@ -14,6 +14,7 @@ Rules every strategy follows:
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import logging
 import time
@@ -29,6 +30,7 @@ from protocol import (
     CompactionAction,
     Compressed,
     CompressionReport,
+    ConfigError,
     DropObservations,
     Dropped,
     ImageBase64,
@@ -48,6 +50,7 @@ from protocol import (
     ToolResult,
     UnifiedMessage,
     VectorStoreError,
+    parse_time,
     payload_bytes,
     projection,
 )
@@ -59,6 +62,7 @@ from protocol.messages import Compress
 
 from ._events import EventHub, StoreWatch, now
 from ._handle import Store
+from ._index_text import CONTEXT_CHARS, fit_index_text
 from ._mailbox import Mailbox
 from ._prepare import turn_bytes
 
@@ -193,9 +197,16 @@ def utc_date() -> str:
     return time.strftime("%d %B %Y, %H:%M UTC", time.gmtime())
 
 
-# A context message longer than this is cut in an entry's text: it says what the turn
-# is about in its first lines, and a long tool output would swamp the turn's keywords.
-CONTEXT_CHARS = 500
+def offload_time(date: str | None) -> dt.datetime | None:
+    """The ``occurred_at`` of the entries ``Offload`` writes for ``compress(date=...)``:
+    the date, when it is ISO 8601 (:func:`protocol.parse_time`); else None, and the
+    store stamps the time of the write (a date in another form only dates the text)."""
+    if date is None:
+        return None
+    try:
+        return parse_time("date", date)
+    except ConfigError:
+        return None
 
 
 def entry_texts(
@@ -233,9 +244,8 @@ def entry_texts(
             if messages[j].role != "system":
                 before.append(projection(messages[j])[:CONTEXT_CHARS])
             j -= 1
-        text = contextual_entry(own, context=before[::-1], date=date)
-        if _utf8_len(text) > budget:
-            text = _cut_utf8(text, budget)  # budget >= the turn's bytes: it stays whole
+        text = fit_index_text(own, contextual_entry(own, context=before[::-1], date=date), budget)
+        assert text is not None  # the own text fits: checked above
         texts.append(text)
     return texts
 
@@ -397,9 +407,19 @@ class CompactionActor:
                 date=(date or utc_date()) if strategy.dated else None,
                 max_entry_bytes=self.store.config.max_entry_bytes,
             )
+        # An ISO date is when the turns were said. Without texts, a given time would
+        # make the store add its date line to an undated strategy's entries, so then
+        # they keep the write time. The batch has no conversation: a prompt's turns
+        # reach the store in pieces, across compress calls, with no name that says
+        # which conversation they are of.
+        occurred_at = offload_time(date) if texts is not None or strategy.dated else None
         try:
             stored = await self.store.store_turns(
-                batch, namespace=self.config.namespace, source=OFFLOAD_SOURCE, texts=texts
+                batch,
+                namespace=self.config.namespace,
+                source=OFFLOAD_SOURCE,
+                texts=texts,
+                occurred_at=occurred_at,
             )
         except Poisoned:
             raise  # a crashed store is a bug, never a strategy's failure to report

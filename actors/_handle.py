@@ -7,6 +7,7 @@ reply; it checks the arguments it can check without the store first. The in-memo
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
@@ -132,6 +133,9 @@ class StoreHandleBase(Generic[ActorT]):
         metadata: dict[str, Any] | None = None,
         ids: Sequence[str] | None = None,
         texts: Sequence[str] | None = None,
+        *,
+        occurred_at: dt.datetime | None = None,
+        conversation: str | None = None,
     ) -> TurnsStored:
         """Store a batch of turns, all or nothing (design §3).
 
@@ -144,8 +148,17 @@ class StoreHandleBase(Generic[ActorT]):
         its projection (a turn with its context, :func:`protocol.contextual_entry`);
         the message is kept and returned as is. Each turn's size against
         ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
-        first, the metadata as compact JSON (once per turn), the source, its id and its
-        text (``actors._prepare.entry_bytes``).
+        first, the metadata as compact JSON (once per turn), the source, its id, the
+        conversation and its index text (``actors._prepare.entry_bytes``).
+
+        ``occurred_at`` (an aware datetime, kept in UTC) is when the turns happened;
+        None stamps the time of the write. ``conversation`` names the conversation they
+        belong to (None: none): the store numbers a conversation's entries 1, 2, 3...
+        in commit order, and, unless ``texts`` is given, indexes and embeds each turn
+        of a conversation, or each turn given an ``occurred_at``, by
+        :func:`protocol.entry_text` of its projection, its date and (in a
+        conversation) the projection of the entry before it there, while the message
+        is kept and returned as is (``actors._prepare`` has the rule).
 
         Blocks while the inbox is full, then until the actor has applied the batch.
         Cancelled while it waits for room in the inbox, it has sent nothing and nothing
@@ -154,10 +167,13 @@ class StoreHandleBase(Generic[ActorT]):
 
         Raises:
             EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
-                batch was rejected and the store is unchanged.
+                batch was rejected and the store is unchanged (a naive ``occurred_at``
+                or a bad ``conversation`` is a ConfigError that names it).
             Poisoned: the actor has crashed.
         """
-        request = turns_request(turns, namespace, source, metadata, ids, texts)
+        request = turns_request(
+            turns, namespace, source, metadata, ids, texts, occurred_at, conversation
+        )
         result = await self._request(request)
         assert isinstance(result, TurnsStored)
         return result
@@ -172,9 +188,18 @@ class StoreHandleBase(Generic[ActorT]):
         """Store documents, all or nothing, and return their ids in input order.
 
         A document without an id gets ``document_id(text, metadata)``, a content hash, so
-        adding the same content twice keeps one entry. A document whose id is already
-        live in the namespace replaces it (see :meth:`upsert`). ``namespace=None`` is the
-        default namespace. Blocks and behaves on cancellation like :meth:`store_turns`.
+        adding the same content twice keeps one entry (with an ``occurred_at`` or a
+        ``conversation``, the hash covers those too: see ``Document.with_id``). A
+        document whose id is already live in the namespace replaces it (see
+        :meth:`upsert`). ``namespace=None`` is the default namespace. Blocks and
+        behaves on cancellation like :meth:`store_turns`.
+
+        Each document's ``occurred_at`` (None: the time of the write) and
+        ``conversation`` are stored with it and come back on every read. A document of
+        a conversation, or one given an ``occurred_at``, is indexed and embedded by
+        :func:`protocol.entry_text` of its text, its date and (in a conversation) the
+        text of the entry before it there, as :meth:`store_turns` says; reads return
+        its text as given.
 
         ``embeddings``: the documents' precomputed embeddings as one 2-D array of real
         numbers, row i for document i (a numpy array, or anything ``numpy.asarray``
@@ -584,6 +609,9 @@ class Store(Protocol):
         metadata: dict[str, Any] | None = ...,
         ids: Sequence[str] | None = ...,
         texts: Sequence[str] | None = ...,
+        *,
+        occurred_at: dt.datetime | None = ...,
+        conversation: str | None = ...,
     ) -> TurnsStored: ...
 
     async def add_documents(

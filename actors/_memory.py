@@ -46,7 +46,7 @@ from protocol._events import fingerprint
 from protocol._json import check_json_object
 from protocol._memory import check_messages, describe_error, memory_id
 from protocol._surrogates import pack
-from protocol._time import check_time
+from protocol._time import check_conversation, check_time
 from protocol.events import (
     EmbeddingEmbedded,
     EmbeddingFailed,
@@ -458,6 +458,9 @@ class Memory:
         content: str | UnifiedMessage,
         source: str = "explicit",
         metadata: Mapping[str, Any] | None = None,
+        *,
+        occurred_at: dt.datetime | None = None,
+        conversation: str | None = None,
     ) -> str:
         """Store one explicit memory in the config's namespace and return its id.
 
@@ -466,8 +469,20 @@ class Memory:
         keeps two entries. Blocks, and behaves on cancellation, like
         ``StoreHandle.store_turns``.
 
+        ``occurred_at`` is when it happened or was said (an aware datetime, kept in
+        UTC); None: now, the time of the write. Reads filter on it
+        (``SearchRequest.since``/``until``) and recall dates the memory by it.
+        ``conversation`` names the conversation it belongs to (None: none). Memories
+        of one conversation are numbered in the order they are remembered; each is
+        indexed and embedded with its date and the memory remembered just before it
+        in that conversation (:func:`protocol.entry_text`), so "Yes, last Saturday!"
+        is found by what it answers, while recall returns it as it was said. A memory
+        given an ``occurred_at`` and no conversation is indexed with its date.
+
         Raises:
-            ConfigError: empty content, a bad source, or content of the wrong type.
+            ConfigError: empty content, a bad source, content of the wrong type, a
+                naive ``occurred_at`` (no time zone) or a bad conversation (not a
+                non-empty str without NUL, or over 512 UTF-8 bytes); nothing is stored.
             JsonError: ``metadata`` is not a JSON object.
             EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
         """
@@ -488,6 +503,8 @@ class Memory:
                 "JSON object (a dict with str keys)"
             )
         meta = check_json_object({} if metadata is None else dict(metadata))
+        when = check_time("occurred_at", occurred_at)
+        conversation = check_conversation(conversation)
         self._check_open()
         stored = await self._store.store_turns(
             [message],
@@ -495,6 +512,8 @@ class Memory:
             source=source,
             metadata=meta,
             ids=[memory_id(projection(message), source, time.time_ns())],
+            occurred_at=when,
+            conversation=conversation,
         )
         self._watch.after_write(stored)
         return stored.ids[0]

@@ -30,10 +30,12 @@ async def document_vectors(
     dimensions: int,
     *,
     embeddings: npt.NDArray[np.float64] | None = None,
+    texts: Sequence[str] | None = None,
 ) -> object:
     """The batch's raw vectors, in order: the embedder's output when no document has
     an embedding (unchanged, so the store's fast paths still apply), else a float64
-    ``[len(documents), dimensions]`` array.
+    ``[len(documents), dimensions]`` array. The embedder embeds ``texts`` (one per
+    document: what each is indexed by), or else each document's text.
 
     ``embeddings`` is the documents' rows of the request's matrix
     (``UpsertDocuments.embeddings``, as ``check_documents`` cut them): then the vectors
@@ -46,9 +48,10 @@ async def document_vectors(
     """
     if embeddings is not None:
         return _checked_rows(embeddings, dimensions)
+    indexed = [d.text for d in documents] if texts is None else list(texts)
     missing = [i for i, d in enumerate(documents) if d.embedding is None]
     if len(missing) == len(documents):
-        return await embedder.documents([d.text for d in documents])
+        return await embedder.documents(indexed)
     if not missing:
         matrix = _all_at_once(documents, dimensions)
         if matrix is not None:
@@ -60,7 +63,7 @@ async def document_vectors(
                 document.embedding, dimensions, what=f"document {document.id!r} embedding"
             )
     if missing:
-        raw = await embedder.documents([documents[i].text for i in missing])
+        raw = await embedder.documents([indexed[i] for i in missing])
         out[missing] = as_matrix(raw, len(missing), dimensions)
     return out
 

@@ -14,7 +14,8 @@ design §2's payload bytes (a document's payload is its text), plus
   store keeps them: a float is 9 bytes there, as few as 4 in JSON);
 - the metadata as compact JSON (a batch's metadata counts once per turn);
 - the source (a turn's), the id when the caller gives one, a document's source id,
-  and the caller's index text (``store_turns(texts=...)``).
+  the entry's conversation, and its index text: the caller's (``store_turns(texts=...)``)
+  or the one the store derives (``actors._index_text``).
 
 Strings count their UTF-8 length (a lone surrogate as 3 bytes). A name (source, id,
 source id) that is not ASCII counts 4 bytes more per character: CPython may keep such
@@ -27,6 +28,7 @@ The memory an in-memory store holds is then bounded as ``actors._arena`` says
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,6 +54,7 @@ from protocol import (
 from protocol._checks import check_int, shown
 from protocol._json import check_json_object, compact_json
 from protocol._surrogates import pack, unpack_metadata
+from protocol._time import check_conversation, check_time
 from protocol.messages import StoreTurns, UpsertDocuments
 
 from ._embedders import as_matrix, normalize_rows
@@ -234,6 +237,7 @@ def entry_bytes(
     source: str | None = None,
     entry_id: str | None = None,
     source_id: str | None = None,
+    conversation: str | None = None,
 ) -> int:
     """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
 
@@ -242,13 +246,15 @@ def entry_bytes(
             JSON and msgpack), or a document's text length.
         blocks: the turn's content blocks (a document is one).
         metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
-        index_text: the caller's index text, when it gives one.
-        source, entry_id, source_id: the names the entry keeps, where given.
+        index_text: the entry's own index text, when it has one (the caller's, or
+            the one the store derives).
+        source, entry_id, source_id, conversation: the names the entry keeps, where
+            given.
     """
     size = payload + metadata + BLOCK_OVERHEAD * max(blocks - 1, 0)
     if index_text is not None:
         size += _utf8_len(index_text)
-    for name in (source, entry_id, source_id):
+    for name in (source, entry_id, source_id, conversation):
         if name is not None:
             size += name_bytes(name)
     return size
@@ -279,7 +285,8 @@ def metadata_json(
 
 def document_bytes(document: Document) -> int:
     """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
-    its text, id, source id and metadata."""
+    its text, id, source id, conversation and metadata (an index text the store derives
+    for it is counted when it is derived, ``actors._index_text``)."""
     return _document_bytes(document, len(metadata_json(document.metadata, "document metadata")))
 
 
@@ -290,6 +297,7 @@ def _document_bytes(document: Document, metadata: int) -> int:
         metadata=metadata,
         entry_id=document.id,
         source_id=document.source_id,
+        conversation=document.conversation,
     )
 
 
@@ -300,10 +308,11 @@ def turn_bytes(
     metadata: int = 0,
     index_text: str | None = None,
     entry_id: str | None = None,
+    conversation: str | None = None,
 ) -> int:
     """:func:`entry_bytes` of one turn stored with this source (and metadata of this
-    compact-JSON length, index text and id): what ``max_entry_bytes`` is checked
-    against.
+    compact-JSON length, index text, id and conversation): what ``max_entry_bytes`` is
+    checked against.
 
     Raises:
         JsonError: a tool call's arguments are not JSON.
@@ -315,6 +324,7 @@ def turn_bytes(
         index_text=index_text,
         source=source,
         entry_id=entry_id,
+        conversation=conversation,
     )
 
 
@@ -412,9 +422,17 @@ def turns_request(
     metadata: dict[str, Any] | None,
     ids: Sequence[str] | None,
     texts: Sequence[str] | None,
+    occurred_at: object = None,
+    conversation: object = None,
 ) -> StoreTurns:
     """The ``StoreTurns`` message for a handle's ``store_turns`` arguments; the actor
-    checks the rest (:func:`check_turns`) before it changes anything."""
+    checks the rest (:func:`check_turns`) before it changes anything.
+
+    Raises:
+        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list; ``occurred_at`` is
+            not None or an aware datetime; ``conversation`` is not None or a name
+            (:func:`protocol._time.check_conversation`).
+    """
     if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
         raise ConfigError(f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage")
     if texts is not None and (isinstance(texts, str | bytes) or not isinstance(texts, Sequence)):
@@ -426,6 +444,8 @@ def turns_request(
         metadata={} if metadata is None else metadata,
         ids=None if ids is None else check_ids(ids),
         texts=None if texts is None else list(texts),
+        occurred_at=check_time("occurred_at", occurred_at),
+        conversation=check_conversation(conversation),
     )
 
 
@@ -450,6 +470,10 @@ class TurnBatch:
             ``tool_call_id``), each survivor's role; else None. A plain turn is its
             role and its text, so a store may keep those instead of the message.
         all_ascii: the batch is plain and every turn's text is ASCII.
+        sizes: each survivor's :func:`entry_bytes` (with the caller's text, if any).
+        occurred_at: the batch's ``occurred_at`` in UTC, or None (the store stamps the
+            write time).
+        conversation: the batch's conversation, or None.
     """
 
     survivors: list[UnifiedMessage]
@@ -460,6 +484,9 @@ class TurnBatch:
     roles: list[Role] | None = None
     all_ascii: bool = False
     metadata_json: bytes = b""
+    sizes: list[int] = attrs.field(factory=list)
+    occurred_at: dt.datetime | None = None
+    conversation: str | None = None
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
@@ -472,7 +499,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     Raises:
         ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
             one non-empty str (ids) or one str (texts) per turn; a repeated id; an id
-            over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
+            over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`;
+            an ``occurred_at`` that is not an aware datetime, or a bad conversation.
         JsonError: the metadata is not a JSON object, or a tool call's arguments are
             not JSON.
         EntryTooLarge: a turn over the cap; ``.index`` names it.
@@ -480,6 +508,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     turns = request.turns
     count = len(turns)
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
+    occurred_at = check_time("occurred_at", request.occurred_at)
+    conversation = check_conversation(request.conversation)
     ids = None if request.ids is None else _check_turn_ids(request.ids, count)
     texts = request.texts
     if texts is not None:
@@ -487,12 +517,14 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
     shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
+    if conversation is not None:
+        shared += name_bytes(conversation)
     plain, roles = _plain_turns(turns)
     all_ascii = False
     if plain is None:
-        _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
+        sizes = _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
     else:
-        all_ascii = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
+        all_ascii, sizes = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
     # After the sizes: an id that also makes its turn too large is EntryTooLarge.
     for entry_id in ids or ():
         check_name_size("id", entry_id, MAX_ID_BYTES)
@@ -514,6 +546,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         roles=None if roles is None else roles[head:],
         all_ascii=all_ascii,
         metadata_json=meta,
+        sizes=sizes[head:],
+        occurred_at=occurred_at,
+        conversation=conversation,
     )
 
 
@@ -546,8 +581,10 @@ def _check_turn_sizes(
     ids: list[str] | None,
     shared: int,
     max_entry_bytes: int,
-) -> None:
-    """Each turn's :func:`entry_bytes` against the cap, for a batch of any turns."""
+) -> list[int]:
+    """Each turn's :func:`entry_bytes` against the cap, for a batch of any turns;
+    returns them."""
+    sizes: list[int] = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, UnifiedMessage):
             raise ConfigError(
@@ -574,6 +611,8 @@ def _check_turn_sizes(
             ) from error
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
+        sizes.append(size)
+    return sizes
 
 
 def _check_plain_sizes(
@@ -582,9 +621,9 @@ def _check_plain_sizes(
     ids: list[str] | None,
     shared: int,
     max_entry_bytes: int,
-) -> bool:
+) -> tuple[bool, list[int]]:
     """The same sizes for a batch of plain turns (one Text block each, their texts in
-    ``plain``), in one light pass. Returns whether every text is ASCII."""
+    ``plain``), in one light pass. Returns whether every text is ASCII, and the sizes."""
     # entry_bytes for one Text block: its text, the caller's text and id, and the
     # shared part, summed as lists.
     sizes, all_ascii = _utf8_lens(plain)
@@ -597,7 +636,7 @@ def _check_plain_sizes(
     if sizes and max(sizes) > max_entry_bytes:
         i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
         raise EntryTooLarge(sizes[i], max_entry_bytes, i)
-    return all_ascii
+    return all_ascii, sizes
 
 
 @attrs.frozen
@@ -611,6 +650,7 @@ class DocumentBatch:
         metadata_json: each survivor's metadata as compact JSON (``b""`` for ``{}``).
         embeddings: the survivors' rows of the request's ``embeddings`` (float64, a
             copy), or None when it has none.
+        sizes: each survivor's :func:`document_bytes`.
     """
 
     unique: list[Document]
@@ -618,6 +658,7 @@ class DocumentBatch:
     dropped: int
     metadata_json: list[bytes] = attrs.field(factory=list)
     embeddings: npt.NDArray[np.float64] | None = None
+    sizes: list[int] = attrs.field(factory=list)
 
 
 def check_documents(
@@ -635,6 +676,7 @@ def check_documents(
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     unique: dict[str, Document] = {}
     metas: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
     first: dict[str, int] = {}
     row_of = _embedding_rows(request)
     for i, document in enumerate(request.documents):
@@ -646,6 +688,10 @@ def check_documents(
             document = document.with_id()
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
+        # Document checks both as it is made; again here for one built around that.
+        if document.occurred_at is not None:
+            check_time("document occurred_at", document.occurred_at)
+        check_conversation(document.conversation)
         meta = metadata_json(document.metadata, "document metadata")
         size = _document_bytes(document, len(meta))
         if size > max_entry_bytes:
@@ -661,6 +707,7 @@ def check_documents(
             )
         unique[document.id] = document
         metas[document.id] = meta
+        sizes[document.id] = size
         if row_of is not None:
             first.setdefault(document.id, i)
     documents = list(unique.values())
@@ -671,6 +718,7 @@ def check_documents(
         survivors=survivors,
         dropped=head,
         metadata_json=[metas[d.id] for d in survivors if d.id is not None],
+        sizes=[sizes[d.id] for d in survivors if d.id is not None],
         embeddings=None
         if request.embeddings is None or not request.documents
         else np.frombuffer(request.embeddings, dtype=np.float64).reshape(

@@ -186,15 +186,16 @@ class _MemoryView:
         return [Candidate(slot, score, score) for slot, score in found]
 
     def texts(self, keys: Sequence[int], *, projections: bool) -> dict[int, str]:
-        read = self.actor.projection_of if projections else self.actor.arena.text_of
+        read = self.actor.projection_of if projections else self.actor.arena.index_text_of
         return {slot: read(slot) for slot in keys}
 
     def days(self, keys: Sequence[int]) -> dict[int, dt.date]:
-        return {}
+        occurred_at = self.actor.arena.occurred_at_of
+        return {slot: occurred_at(slot).date() for slot in keys}
 
     def neighbors(self, keys: Sequence[int]) -> dict[int, int]:
-        seqs = self.actor.seqs
-        return dict(zip(keys, seqs[np.array(keys, dtype=np.intp)].tolist(), strict=True))
+        found = self.actor.arena.neighbor_keys(np.array(keys, dtype=np.intp))
+        return dict(zip(keys, found.tolist(), strict=True))
 
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         arena = self.actor.arena
@@ -263,11 +264,14 @@ async def run_search(
     masks: list[npt.NDArray[np.bool_]] = []
 
     def mask_now(high: int) -> npt.NDArray[np.bool_] | None:
+        """The filter's mask and the time window's, of the first ``high`` slots."""
         if not scoped:
             return None
-        mask = (
-            np.ones(high, dtype=np.bool_) if compiled is None else arena.meta.mask(compiled, high)
-        )
+        mask = None if compiled is None else arena.meta.mask(compiled, high)
+        if request.since is not None or request.until is not None:
+            window = arena.time_mask(request.since, request.until, high)
+            mask = window if mask is None else mask & window
+        assert mask is not None
         return mask
 
     def mask_of(snap: Snapshot) -> npt.NDArray[np.bool_]:

@@ -13,7 +13,7 @@ pinned against commits (``_scan.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -53,10 +53,11 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from ._arena import Arena, Entries, Snapshot, kept_text
+from ._arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
+from ._index_text import derived_index_texts, indexed_texts, write_time
 from ._mailbox import REPLIED, CrashableActor, Envelope
 from ._precomputed import document_vectors
 from ._prepare import (
@@ -282,9 +283,24 @@ class _StoreActor(CrashableActor):
         # Kept as the compact JSON that max_entry_bytes counted, which is also the copy
         # that the caller's later mutations cannot reach.
         metadata = packed_metadata(batch.metadata_json)
-        vectors, scale, zero = await self._embed(batch.texts)
-        sparse = await self._embed_sparse(batch.texts)
         keep = len(batch.survivors)
+        when = batch.occurred_at or write_time()
+        conversation = batch.conversation
+        index_texts = None
+        if not batch.given and (conversation is not None or batch.occurred_at is not None):
+            before = self._before(namespace, [conversation], batch.ids)
+            index_texts = derived_index_texts(
+                batch.texts,
+                batch.sizes,
+                [conversation] * keep,
+                [when] * keep,
+                [batch.occurred_at is not None] * keep,
+                before,
+                config.max_entry_bytes,
+            )
+        indexed = indexed_texts(batch.texts, index_texts)
+        vectors, scale, zero = await self._embed(indexed)
+        sparse = await self._embed_sparse(indexed)
         # A plain turn (one Text block and nothing else) is kept as its role and text,
         # which rebuild it exactly, instead of its msgpack (a third of a batch's
         # prepare time); a turn indexed by the caller's text still needs its message.
@@ -307,10 +323,34 @@ class _StoreActor(CrashableActor):
                 roles=batch.roles if plain else None,
                 ascii_texts=plain,
                 scale=scale,
+                occurred=micros(when),
+                conversations=None if conversation is None else [conversation] * keep,
+                index_texts=index_texts,
             ),
             dropped=batch.dropped,
             sparse=sparse,
         )
+
+    def _before(
+        self, namespace: str, conversations: Sequence[str | None], ids: Sequence[str] | None
+    ) -> dict[str, str]:
+        """The own text (projection) of the newest live entry of each of
+        ``conversations`` in ``namespace``, the live entries ``ids`` replace left out:
+        the predecessor of a batch's first entry there (``derived_index_texts``)."""
+        arena = self.arena
+        replaced: list[int] = []
+        for entry_id in ids or ():
+            slot = arena.slot_of(namespace, entry_id)
+            if slot is not None:
+                replaced.append(slot)
+        before: dict[str, str] = {}
+        for conversation in dict.fromkeys(conversations):
+            if conversation is None:
+                continue
+            slot = arena.newest_in(namespace, conversation, replaced)
+            if slot is not None:
+                before[conversation] = self.projection_of(slot)
+        return before
 
     async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
         namespace = check_name("namespace", request.namespace)
@@ -322,11 +362,33 @@ class _StoreActor(CrashableActor):
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
+        now = write_time()
+        occurred = [now if d.occurred_at is None else d.occurred_at for d in survivors]
+        conversations = [d.conversation for d in survivors]
+        ids = [d.id for d in survivors if d.id is not None]
+        index_texts = None
+        if any(c is not None for c in conversations) or any(
+            d.occurred_at is not None for d in survivors
+        ):
+            index_texts = derived_index_texts(
+                texts,
+                batch.sizes,
+                conversations,
+                occurred,
+                [d.occurred_at is not None for d in survivors],
+                self._before(namespace, conversations, ids),
+                self.config.max_entry_bytes,
+            )
+        indexed = indexed_texts(texts, index_texts)
         raw = await document_vectors(
-            self.embedder, survivors, self.config.dimensions, embeddings=batch.embeddings
+            self.embedder,
+            survivors,
+            self.config.dimensions,
+            embeddings=batch.embeddings,
+            texts=indexed,
         )
         vectors, scale, zero = checked_rows(raw, keep, self.config.dimensions)
-        sparse = await self._embed_sparse(texts)
+        sparse = await self._embed_sparse(indexed)
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
@@ -334,11 +396,14 @@ class _StoreActor(CrashableActor):
                 texts=texts,
                 payloads=[None] * keep,
                 metadata=[packed_metadata(m) for m in batch.metadata_json],
-                ids=[d.id for d in survivors if d.id is not None],
+                ids=ids,
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
                 source="document",
                 scale=scale,
+                occurred=np.array([micros(w) for w in occurred], dtype=np.int64),
+                conversations=None if all(c is None for c in conversations) else conversations,
+                index_texts=index_texts,
             ),
             dropped=batch.dropped,
             sparse=sparse,
@@ -418,6 +483,7 @@ class _StoreActor(CrashableActor):
             self.arena.remove(slot)
             self.sparse.drop(slot)
             deleted.append(entry_id)
+        self.arena.settle()
         if deleted:
             self._publish()
         return DeleteResult(deleted=deleted, missing=missing)
@@ -427,6 +493,7 @@ class _StoreActor(CrashableActor):
         for slot in slots:
             self.arena.remove(slot)
             self.sparse.drop(slot)
+        self.arena.settle()
         if slots:
             self._publish()
         return Cleared(removed=len(slots))
@@ -491,11 +558,14 @@ class _StoreActor(CrashableActor):
         metadata_of = arena.meta.get
         decode = unpack_message
         turns = []
-        for slot, score, seq, namespace in zip(
-            slots.tolist(),
+        listed = slots.tolist()
+        for slot, score, seq, namespace, occurred, conversation in zip(
+            listed,
             scores,
             self.seqs[slots].tolist(),
             arena.namespaces_of(slots),
+            arena.occurred_us[slots].tolist(),
+            arena.conversations_of(listed),
             strict=True,
         ):
             entry_id, source, payload = ids[slot], sources[slot], payloads[slot]
@@ -516,6 +586,8 @@ class _StoreActor(CrashableActor):
                     source=source,
                     metadata=metadata_copy(metadata),
                     id=entry_id,
+                    occurred_at=from_micros(occurred),
+                    conversation=conversation,
                 )
             )
         return turns
@@ -543,11 +615,14 @@ class _StoreActor(CrashableActor):
         return metadata_copy(self.arena.metadata_of(slot))
 
     def document_of(self, slot: int) -> Document:
-        """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection)."""
+        """The entry in ``slot`` as a :class:`Document` (a turn's text is its projection,
+        or the index text its writer gave), with its ``occurred_at`` and conversation."""
         arena = self.arena
         return Document(
             text=arena.text_of(slot),
             id=arena.ids[slot],
             metadata=self.metadata_copy(slot),
             source_id=arena.source_ids[slot],
+            occurred_at=arena.occurred_at_of(slot),
+            conversation=arena.conversation_of(slot),
         )

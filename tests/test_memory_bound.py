@@ -76,6 +76,7 @@ def _fit(make: Callable[[int], Write], source: str = "offload") -> Callable[[int
             metadata=len(_json(meta)) if meta else 0,
             index_text=(write.get("texts") or [None])[0],
             entry_id=(write.get("ids") or [None])[0],
+            conversation=write.get("conversation"),
         )
 
     fits: list[int] = []
@@ -137,6 +138,15 @@ def _shapes() -> Iterator[tuple[str, Callable[[int], Write]]]:
     yield "non-ASCII text", _fit(lambda n: {"turns": _turn("a" * n + "\U0001f600")})
     # A namespace of its own per entry (the bound counts each entry's namespace).
     yield "namespaces", _fit(lambda n: {"turns": _turn("n" * n), "namespace": "n" * 100})
+    # A conversation of its own per entry (its bookkeeping goes with its last entry),
+    # each entry then indexed by a text the store derives (its date line, cut to fit).
+    yield "conversations", _fit(lambda n: {"turns": _turn("c"), "conversation": "c" * (n + 4)})
+    # One conversation: each entry indexed with its date and its predecessor's text,
+    # which the store cuts to fit the cap (the own text is half of it).
+    yield (
+        "conversation context",
+        lambda r: {"turns": _turn(f"{r:04x}" + "x" * (CAP // 2 - 40)), "conversation": "one"},
+    )
 
 
 def _per_round(shape: Callable[[int], Write]) -> Callable[[int], Write]:
@@ -153,6 +163,8 @@ def _per_round(shape: Callable[[int], Write]) -> Callable[[int], Write]:
             w["texts"] = [tag + w["texts"][0][4:]]
         elif "namespace" in w:
             w["namespace"] = tag + w["namespace"][4:]
+        elif w.get("conversation", "one") != "one":
+            w["conversation"] = tag + w["conversation"][4:]
         elif isinstance(w.get("metadata", {}).get("k"), str):
             w["metadata"] = {"k": tag + w["metadata"]["k"][4:]}
         return w

@@ -18,11 +18,13 @@ contract every store keeps; the write path is ``WriteConformance``, in
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -389,7 +391,9 @@ async def test_hostile_documents_and_filters_through_the_store(opener: Any) -> N
             ]
             await store.upsert(documents, namespace="'; --")
             got = await store.get_by_ids(hostile, namespace="'; --")
-            assert sorted(got, key=lambda d: d.metadata["i"]) == documents
+            # Each comes back with the time of the write, which the store stamped.
+            untimed = [msgspec.structs.replace(d, occurred_at=None) for d in got]
+            assert sorted(untimed, key=lambda d: d.metadata["i"]) == documents
             for i, h in enumerate(hostile):
                 if h.startswith("$"):
                     continue  # a "$" key reads as an operator: it cannot be filtered on
@@ -440,20 +444,39 @@ _SEARCHES = st.lists(
 )
 
 
+_BASE_TIME = dt.datetime(2023, 5, 25, 13, 14, tzinfo=dt.UTC)
+
+
 async def _apply(store: Any, op: tuple[Any, ...], step: int) -> object:
     # Every text is unique within a namespace: the in-memory store's BLAS scan may score
     # two identical vectors a few ulps apart, which would make their tie-break differ.
+    # Every write gives its time (a stamped write time would differ between the two
+    # stores), and some a conversation: both stores then derive the same index texts
+    # (the date line, and the predecessor each finds in its own entries).
     kind, space, arg = op
+    when = _BASE_TIME + dt.timedelta(hours=step)
     if kind == "upsert":
         unique = {i: (words, meta) for i, words, meta in arg}
         batch = [
-            Document(id=f"d{i}", text=" ".join(w) + f" {i}", metadata=m)
+            Document(
+                id=f"d{i}",
+                text=" ".join(w) + f" {i}",
+                metadata=m,
+                occurred_at=when,
+                conversation="odd" if i % 2 else None,
+            )
             for i, (w, m) in unique.items()
         ]
         return await store.upsert(batch, namespace=space)
     if kind == "turns":
         turns = [UnifiedMessage.user(" ".join(w) + f" t{step}x{j}") for j, w in enumerate(arg)]
-        stored = await store.store_turns(turns, namespace=space, metadata={"n": len(arg)})
+        stored = await store.store_turns(
+            turns,
+            namespace=space,
+            metadata={"n": len(arg)},
+            occurred_at=when,
+            conversation="odd" if step % 2 else None,
+        )
         return (stored.ids, stored.evicted, stored.zero_norm)
     if kind == "delete":
         return await store.delete([f"d{i}" for i in arg], namespace=space)

@@ -5,6 +5,7 @@ every list it reads comes from one snapshot."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from actors._focus import entry_date, named_speakers, near, query_dates, speaker
 from actors._fusion import FusedHit, neighbor_boost, rrf
 from actors._recall_actor import RecallActor
 from protocol import (
+    Document,
     MemoryConfig,
     Offload,
     RecallSettings,
@@ -122,7 +124,9 @@ async def public_hybrid(store: Any, request: Recall) -> RetrievalReport:
         if unread:
             docs = await store.get_by_ids(unread, namespace)
             texts.update((d.id or "", d.text) for d in docs)
-        days = {key: entry_date(texts.get(key, "")) for key in factor}
+        # An entry without a date line is dated by when it occurred.
+        occurred = {t.id: t.occurred_at.date() for t in everything.turns if t.occurred_at}
+        days = {key: entry_date(texts.get(key, "")) or occurred.get(key) for key in factor}
         close = {key for key, day in days.items() if day and any(near(m, day) for m in mentions)}
         if close and close != {key for key, day in days.items() if day}:
             for key in close:
@@ -208,8 +212,9 @@ async def check_memory(store: Any) -> None:
 async def check_time_reach(store: Any) -> None:
     """The time channel decides on the hits that can still reach the top k when they
     tell it (some dated near the query's date, some not), and reads every hit when
-    they do not: here the only dated hit within reach is near the date, so whether it
-    is boosted depends on a hit dated far off ranked beyond the reach."""
+    they do not: here every hit within reach is dated near the date (by its date line
+    or by when it occurred), so whether they are boosted depends on a hit dated far off
+    ranked beyond the reach."""
     rng = random.Random(11)
     near_line = "Ann: the garden"
     config = MemoryConfig(namespace=NS, strategies=[Offload(turns=1)])
@@ -217,9 +222,12 @@ async def check_time_reach(store: Any) -> None:
         near_message = UnifiedMessage.user(near_line)
         await memory.compress([near_message, UnifiedMessage.user("(next)")], date="3 June, 2023")
     # Written after it, so that the far entry below is no neighbour of the near one.
-    await store.add_texts(
-        [f"garden bread market {' '.join(rng.choice(WORDS) for _ in range(3))}" for _ in range(8)]
-        + [f"filler {i} " + " ".join(rng.choice(WORDS[6:]) for _ in range(4)) for i in range(40)],
+    june = dt.datetime(2023, 6, 3, 12, tzinfo=dt.UTC)
+    texts = [
+        f"garden bread market {' '.join(rng.choice(WORDS) for _ in range(3))}" for _ in range(8)
+    ] + [f"filler {i} " + " ".join(rng.choice(WORDS[6:]) for _ in range(4)) for i in range(40)]
+    await store.add_documents(
+        [Document(text=text, id=f"doc-{i}", occurred_at=june) for i, text in enumerate(texts)],
         namespace=NS,
     )
     actor = RecallActor(store, EventHub(), 4)
@@ -238,8 +246,8 @@ async def check_time_reach(store: Any) -> None:
             got = await actor.recall(request)
             assert plain(got.turns) == (await public_hybrid(store, request)).turns, (far, k)
             if k == 3:
-                lifted[far] = any(projection(t.message) == near_line for t in got.turns)
-    # The far hit is what makes the near one's date tell hits apart.
+                lifted[far] = any("date" in t.channels for t in got.turns)
+    # The far hit is what makes the near ones' dates tell hits apart.
     assert lifted == {False: False, True: True}, lifted
 
 
@@ -294,10 +302,75 @@ async def check_one_snapshot(store: Any) -> None:
     assert {h.document.id for h in await store.search(request)} == {"z2", "z3"}
 
 
+async def check_cancel_while_embedding(store: Any) -> None:
+    """A recall cancelled while its query is embedded leaves nothing behind: on pg its
+    transaction is rolled back and its connection returns to the pool, so more recalls
+    than the pool holds run after it."""
+    embedder = store._actor.embedder.embedder
+    await store.add_texts(["zebra quartz one"], ids=["z1"], namespace=NS)
+    request = SearchRequest(query="zebra quartz", k=5, kind="recall", namespace=NS)
+    embedder.waiting = trio.Event()
+    embedder.gate = trio.Event()  # never set: only the cancel ends the wait
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def ask() -> None:
+            with scope:
+                await store.search(request)
+            assert scope.cancelled_caught
+
+        nursery.start_soon(ask)
+        await embedder.waiting.wait()
+        scope.cancel()
+    for _ in range(6):
+        assert [h.document.id for h in await store.search(request)] == ["z1"]
+
+
+async def check_time_window(store: Any) -> None:
+    """``since``/``until`` keep the entries that occurred in ``[since, until)``, for every
+    kind, before top-k: ``k`` hits come back whenever ``k`` entries are in the window,
+    however many better ones are outside it."""
+    day = [dt.datetime(2023, 5, d, 12, tzinfo=dt.UTC) for d in range(1, 11)]
+    docs = [
+        Document(text=f"garden bread market {i}", id=f"d{i}", occurred_at=day[i])
+        for i in range(10)
+    ]
+    await store.add_documents(docs, namespace=NS)
+    since, until = day[3], day[6]  # d3, d4, d5
+    for kind in ("recall", "similarity", "mmr", "hybrid", "bm25"):
+        extra: dict[str, Any] = {"fetch_k": 10} if kind in ("mmr", "hybrid") else {}
+        request = SearchRequest(
+            query="garden bread market",
+            k=3,
+            kind=kind,  # type: ignore[arg-type]
+            namespace=NS,
+            since=since,
+            until=until,
+            **extra,
+        )
+        hits = await store.search(request)
+        assert sorted(h.document.id or "" for h in hits) == ["d3", "d4", "d5"], kind
+        assert all(since <= h.document.occurred_at < until for h in hits), kind  # type: ignore[operator]
+        only_since = await store.search(msgspec.structs.replace(request, until=None, k=10))
+        assert sorted(h.document.id or "" for h in only_since) == [f"d{i}" for i in range(3, 10)]
+    async with open_memory(store=store, memory=MemoryConfig(namespace=NS)) as memory:
+        report = await memory.retrieve("garden bread market", k=5, since=since, until=until)
+    assert sorted(t.id for t in report.turns) == ["d3", "d4", "d5"]
+    assert all(t.occurred_at == day[int(t.id[1:])] for t in report.turns)
+
+
 CHECKS = pytest.mark.parametrize(
     "check",
-    [check_kinds_agree, check_hybrid, check_memory, check_time_reach, check_one_snapshot],
-    ids=["kinds-agree", "hybrid", "memory", "time-reach", "one-snapshot"],
+    [
+        check_kinds_agree,
+        check_hybrid,
+        check_memory,
+        check_time_reach,
+        check_one_snapshot,
+        check_cancel_while_embedding,
+        check_time_window,
+    ],
+    ids=["kinds-agree", "hybrid", "memory", "time-reach", "one-snapshot", "cancel", "window"],
 )
 
 

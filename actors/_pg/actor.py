@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -290,15 +290,36 @@ class _PgStoreActor(CrashableActor):
         match request:
             case StoreTurns():
                 return await prepare_turns(
-                    request, self.config, self.embedder, keyword_index=self.keyword_index
+                    request,
+                    self.config,
+                    self.embedder,
+                    keyword_index=self.keyword_index,
+                    before=self.newest_texts,
                 )
             case UpsertDocuments():
                 return await prepare_documents(
-                    request, self.config, self.embedder, keyword_index=self.keyword_index
+                    request,
+                    self.config,
+                    self.embedder,
+                    keyword_index=self.keyword_index,
+                    before=self.newest_texts,
                 )
             case Delete() | Clear():
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    async def newest_texts(
+        self, namespace: str, conversations: Sequence[str | None], ids: Sequence[str]
+    ) -> dict[str, str]:
+        """The predecessors a write's preparation reads (``prepare.Before``), in one
+        read transaction of their own."""
+        wanted = [c for c in dict.fromkeys(conversations) if c is not None]
+        if not wanted:
+            return {}
+        reads, leaving_out = self.reads, list(ids)
+        return await self.read(
+            lambda conn: reads.newest_texts(conn, namespace, wanted, leaving_out), "write"
+        )
 
     async def _commit(
         self, request: StoreRequest, prepared: PreparedEntries | None

@@ -25,6 +25,7 @@ compared and ordered exactly as the in-memory store does.
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 from typing import Any
 
@@ -48,10 +49,11 @@ from protocol._filters import (
     Scalar,
     check_filter,
 )
+from protocol._time import check_time
 
 from .schema import jsonb_string
 
-__all__ = ["FilterSql", "translate"]
+__all__ = ["FilterSql", "and_time_window", "translate"]
 
 _TRUE = sql.SQL("true")
 _FALSE = sql.SQL("false")
@@ -199,3 +201,44 @@ def translate(node: Filter | None, column: sql.Composable) -> FilterSql:
         check_filter(node)
         out.where = out.condition(node)
     return out
+
+
+_OCCURRED_AT = sql.Identifier("occurred_at")
+
+
+def and_time_window(
+    where: FilterSql,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    column: sql.Composable = _OCCURRED_AT,
+) -> FilterSql:
+    """``where`` with ``since <= occurred_at < until`` ANDed into its condition (either
+    bound may be None: no bound there; both None leaves ``where`` as it is), for
+    ``SearchRequest.since``/``until``. Returns ``where`` itself, changed in place.
+
+    The bounds are bound parameters of ``where`` (``where.params``, named like its
+    filter's, so the two never clash), compared as ``timestamptz``; ``column`` is the
+    entries' ``occurred_at`` as the statement names it (qualify it, say
+    ``sql.Identifier("t", "occurred_at")``, where another table of the statement has a
+    column of that name; the postings have none). A statement that adds this to a
+    BM25 read must read the entries for it: ``where.unfiltered`` is then False, which
+    is what ``Reads.bm25_statement`` joins them on. The entries' ``(namespace,
+    occurred_at)`` index serves a window on its own.
+
+    Raises:
+        ConfigError: a bound that is not None or an aware datetime.
+    """
+    # The same check as SearchRequest's, for a caller that built the bounds itself.
+    low = check_time("since", since)
+    high = check_time("until", until)
+    parts: list[sql.Composable] = []
+    if low is not None:
+        parts.append(sql.SQL("{} >= {}::timestamptz").format(column, where.bind(low)))
+    if high is not None:
+        parts.append(sql.SQL("{} < {}::timestamptz").format(column, where.bind(high)))
+    if not parts:
+        return where
+    if not where.unfiltered:
+        parts.insert(0, where.where)
+    where.where = sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
+    return where

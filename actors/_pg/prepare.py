@@ -9,6 +9,7 @@ metadata may hold them: the exact copy is kept as bytes (see ``schema``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from protocol import VectorStoreConfig
@@ -18,6 +19,7 @@ from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import term_counts, token_counts
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._index_text import derived_index_texts, indexed_texts, write_time
 from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
@@ -29,7 +31,21 @@ from .schema import (
 )
 from .sql import PreparedEntries
 
-__all__ = ["prepare_documents", "prepare_turns"]
+__all__ = ["Before", "prepare_documents", "prepare_turns"]
+
+#: How a write's preparation reads the predecessors of its first entries in their
+#: conversations: ``before(namespace, conversations, ids)`` is the own text of the
+#: newest live entry of each conversation in the table, the entries ``ids`` left out
+#: (``Reads.newest_texts``). It is read before the write's transaction (the batch is
+#: embedded in between), so a writer in another process that writes to the same
+#: conversation meanwhile may give an entry the predecessor before its own.
+Before = Callable[[str, Sequence[str | None], Sequence[str]], Awaitable[dict[str, str]]]
+
+
+async def _no_before(
+    namespace: str, conversations: Sequence[str | None], ids: Sequence[str]
+) -> dict[str, str]:
+    return {}
 
 
 def _metadata(
@@ -62,11 +78,12 @@ def _binary(raw: object, count: int, dimensions: int) -> tuple[list[bytes], list
 
 
 def _texts(
-    texts: list[str], keyword_index: bool
+    texts: list[str], keyword_index: bool, index_texts: list[str | None] | None = None
 ) -> tuple[list[str], list[bytes | None], list[int], list[dict[str, int]] | None]:
     """The searchable and exact texts, the BM25 lengths (kept even without a keyword
     index, so that turning one on later needs no rewrite of the rows) and, with a
-    keyword index, the BM25 terms."""
+    keyword index, the BM25 terms; lengths and terms are of each entry's index text
+    where ``index_texts`` gives one."""
     exact: list[bytes | None]
     if _plain(texts):
         # Nothing to replace: each searchable text is the exact one.
@@ -74,10 +91,18 @@ def _texts(
     else:
         searchable = [search_text(t) for t in texts]
         exact = [exact_text(t, s) for t, s in zip(texts, searchable, strict=True)]
+    indexed = indexed_texts(texts, index_texts)
     if not keyword_index:
-        return searchable, exact, token_counts(texts), None
-    lengths, terms = term_counts(texts)
+        return searchable, exact, token_counts(indexed), None
+    lengths, terms = term_counts(indexed)
     return searchable, exact, lengths, terms
+
+
+def _searchable(index_texts: list[str | None] | None) -> list[str | None] | None:
+    """The ``index_text`` column's copies (``search_text``) of the derived index texts."""
+    if index_texts is None:
+        return None
+    return [None if t is None else search_text(t) for t in index_texts]
 
 
 async def prepare_turns(
@@ -86,6 +111,7 @@ async def prepare_turns(
     embedder: EmbedderAdapter,
     *,
     keyword_index: bool = True,
+    before: Before = _no_before,
 ) -> PreparedEntries:
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
     source = check_pg_text("source", check_name("source", request.source))
@@ -93,13 +119,29 @@ async def prepare_turns(
     batch = check_turns(
         request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
     )
+    conversation = batch.conversation
+    if conversation is not None:
+        check_pg_text("conversation", conversation)
     [filter_text], [raw] = _metadata([metadata], [batch.metadata_json])
     if batch.ids is not None and not _plain(batch.ids):
         for entry_id in batch.ids:
             check_pg_text("id", entry_id)
     survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
-    vectors, zero = await _embed(embedder, texts, config.dimensions)
-    searchable, exact, lengths, terms = _texts(texts, keyword_index)
+    when = batch.occurred_at or write_time()
+    index_texts = None
+    if not batch.given and (conversation is not None or batch.occurred_at is not None):
+        index_texts = derived_index_texts(
+            texts,
+            batch.sizes,
+            [conversation] * keep,
+            [when] * keep,
+            [batch.occurred_at is not None] * keep,
+            await before(namespace, [conversation], batch.ids or []),
+            config.max_entry_bytes,
+        )
+    indexed = indexed_texts(texts, index_texts)
+    vectors, zero = await _embed(embedder, indexed, config.dimensions)
+    searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     payloads: list[bytes | None] = [*exact_msgpack_many(survivors)]  # one encode call
     return PreparedEntries(
         vectors=vectors,
@@ -116,6 +158,9 @@ async def prepare_turns(
         namespace=namespace,
         source=source,
         dropped=batch.dropped,
+        occurred=[when] * keep,
+        conversations=None if conversation is None else [conversation] * keep,
+        index_texts=_searchable(index_texts),
     )
 
 
@@ -125,6 +170,7 @@ async def prepare_documents(
     embedder: EmbedderAdapter,
     *,
     keyword_index: bool = True,
+    before: Before = _no_before,
 ) -> PreparedEntries:
     namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
     batch = check_documents(
@@ -132,21 +178,45 @@ async def prepare_documents(
     )
     names = [d.id for d in batch.unique if d.id is not None]
     names += [d.source_id for d in batch.unique if d.source_id is not None]
+    names += [d.conversation for d in batch.unique if d.conversation is not None]
     if not _plain(names):
         for document in batch.unique:
             assert document.id is not None
             check_pg_text("document id", document.id)
             if document.source_id is not None:
                 check_pg_text("document source_id", document.source_id)
+            if document.conversation is not None:
+                check_pg_text("document conversation", document.conversation)
     survivors = batch.survivors
     keep = len(survivors)
     jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
     texts = [d.text for d in survivors]
+    now = write_time()
+    occurred = [now if d.occurred_at is None else d.occurred_at for d in survivors]
+    conversations = [d.conversation for d in survivors]
+    ids = [d.id for d in survivors if d.id is not None]
+    index_texts = None
+    if any(c is not None for c in conversations) or any(
+        d.occurred_at is not None for d in survivors
+    ):
+        index_texts = derived_index_texts(
+            texts,
+            batch.sizes,
+            conversations,
+            occurred,
+            [d.occurred_at is not None for d in survivors],
+            await before(namespace, conversations, ids),
+            config.max_entry_bytes,
+        )
     raw = await document_vectors(
-        embedder, survivors, config.dimensions, embeddings=batch.embeddings
+        embedder,
+        survivors,
+        config.dimensions,
+        embeddings=batch.embeddings,
+        texts=indexed_texts(texts, index_texts),
     )
     vectors, zero = _binary(raw, keep, config.dimensions)
-    searchable, exact, lengths, terms = _texts(texts, keyword_index)
+    searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     return PreparedEntries(
         vectors=vectors,
         zero=zero,
@@ -155,11 +225,14 @@ async def prepare_documents(
         exact=exact,
         metadata=jsonb,
         meta_raw=meta_raw,
-        ids=[d.id for d in survivors if d.id is not None],
+        ids=ids,
         source_ids=[d.source_id for d in survivors],
         doc_lens=lengths,
         terms=terms,
         namespace=namespace,
         source="document",
         dropped=batch.dropped,
+        occurred=occurred,
+        conversations=None if all(c is None for c in conversations) else conversations,
+        index_texts=_searchable(index_texts),
     )

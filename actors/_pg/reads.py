@@ -20,6 +20,7 @@ the in-memory index (the tests check them to 1e-12 and the rankings exactly).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -46,9 +47,15 @@ from .filters import FilterSql
 from .schema import Names
 from .sql import Counts
 
-__all__ = ["DocRow", "Reads", "query_terms"]
+__all__ = ["DOC_WIDTH", "DocRow", "Reads", "query_terms"]
 
-_DOC_COLUMNS = "seq, id, namespace, source, source_id, text, exact_text, message, meta_raw"
+_DOC_COLUMNS = (
+    "seq, id, namespace, source, source_id, text, exact_text, message, meta_raw, "
+    "occurred_at, conversation, position, index_text"
+)
+#: How many columns :class:`DocRow` reads (``_DOC_COLUMNS``): a statement's own columns
+#: after them start at this index.
+DOC_WIDTH = 13
 
 
 def query_terms(query: str) -> tuple[list[str], list[int]]:
@@ -58,9 +65,35 @@ def query_terms(query: str) -> tuple[list[str], list[int]]:
 
 
 class DocRow:
-    """One entry as read back: enough to build a Document or a RetrievedTurn."""
+    """One entry as read back (the columns of ``_DOC_COLUMNS``): enough to build a
+    Document or a RetrievedTurn.
 
-    __slots__ = ("id", "message", "meta", "namespace", "seq", "source", "source_id", "text")
+    Attributes:
+        text: what reads return as ``Document.text``: a document's own text, a turn's
+            projection or the index text its writer gave (never an index text the
+            store derived).
+        occurred_at: when the entry happened, an aware UTC datetime.
+        conversation: its conversation, or None.
+        position: its place in its conversation (1, 2, 3... in commit order, never
+            given twice), or None without one.
+        index_text: the searchable copy of the index text the store derived for it
+            (its own text, date and predecessor), or None when it has none.
+    """
+
+    __slots__ = (
+        "conversation",
+        "id",
+        "index_text",
+        "message",
+        "meta",
+        "namespace",
+        "occurred_at",
+        "position",
+        "seq",
+        "source",
+        "source_id",
+        "text",
+    )
 
     def __init__(self, row: tuple[Any, ...] | Any) -> None:
         self.seq = int(row[0])
@@ -72,9 +105,18 @@ class DocRow:
         self.text: str = row[5] if exact is None else bytes(exact).decode("utf-8", "surrogatepass")
         self.message: bytes | None = None if row[7] is None else bytes(row[7])
         self.meta: bytes | None = None if row[8] is None else bytes(row[8])
+        occurred: dt.datetime = row[9]
+        self.occurred_at = occurred.astimezone(dt.UTC)
+        self.conversation: str | None = row[10]
+        self.position: int | None = None if row[11] is None else int(row[11])
+        self.index_text: str | None = row[12]
 
     def metadata(self) -> dict[str, Any]:
         return {} if self.meta is None else unpack_metadata(self.meta)
+
+    def indexed(self) -> str:
+        """What the entry is indexed by: the derived index text, or else its text."""
+        return self.text if self.index_text is None else self.index_text
 
     def projection(self) -> str:
         """The projection of the entry's message (a document's is its text)."""
@@ -82,7 +124,12 @@ class DocRow:
 
     def document(self) -> Document:
         return Document(
-            text=self.text, id=self.id, metadata=self.metadata(), source_id=self.source_id
+            text=self.text,
+            id=self.id,
+            metadata=self.metadata(),
+            source_id=self.source_id,
+            occurred_at=self.occurred_at,
+            conversation=self.conversation,
         )
 
     def scored(
@@ -124,6 +171,8 @@ class DocRow:
             id=self.id,
             rank=rank,
             channels=list(channels),
+            occurred_at=self.occurred_at,
+            conversation=self.conversation,
         )
 
 
@@ -204,7 +253,7 @@ class Reads:
         read = (
             "SELECT m.live_entries, m.evicted_entries, m.zero_norm_entries, m.version, {count}, "
             "h.dist, h.seq, h.id, h.namespace, h.source, h.source_id, h.text, h.exact_text, "
-            "h.message, h.meta_raw "
+            "h.message, h.meta_raw, h.occurred_at, h.conversation, h.position, h.index_text "
             "FROM {meta} m{scope} "
             "LEFT JOIN LATERAL (SELECT {cols}, embedding <#> %(q)s::vector AS dist "
             "FROM {table}{where} ORDER BY {order} LIMIT %(fetch)s) h ON true "
@@ -239,6 +288,14 @@ class Reads:
             "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %s), 0)"
         ).format(**f)
         self._keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
+        # The newest live entry of each conversation, through (namespace, conversation,
+        # position), the batch's own ids left out (they are being replaced).
+        self._newest = sql.SQL(
+            "SELECT c.name, n.text, n.exact_text, n.message FROM unnest(%s::text[]) AS c(name) "
+            "CROSS JOIN LATERAL (SELECT text, exact_text, message FROM {table} "
+            "WHERE namespace = %s AND conversation = c.name AND id <> ALL(%s) "
+            "ORDER BY position DESC LIMIT 1) n"
+        ).format(**f)
         self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
         self._dense = (
             "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
@@ -363,11 +420,12 @@ class Reads:
         )
         params = {**where.params, "q": query, "ns": namespace, "depth": self.fetch(depth)}
         rows = conn.execute(statement, params).fetchall()
+        dist = DOC_WIDTH
         if self.hnsw:
-            rows.sort(key=lambda row: (row[9], -row[0]))
+            rows.sort(key=lambda row: (row[dist], -row[0]))
             del rows[depth:]
         return [
-            (DocRow(row), -float(row[9]), parse_vector(row[10]) if vectors else None)
+            (DocRow(row), -float(row[dist]), parse_vector(row[dist + 1]) if vectors else None)
             for row in rows
         ]
 
@@ -421,6 +479,29 @@ class Reads:
                 "open it with keyword_index=True to build the index from its texts, or "
                 "search with kind='similarity' or 'mmr'"
             )
+
+    def newest_texts(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        conversations: Sequence[str],
+        leaving_out: Sequence[str],
+    ) -> dict[str, str]:
+        """The own text (a turn's projection, a document's text) of the newest live
+        entry of each of ``conversations`` in ``namespace``, the entries ``leaving_out``
+        (ids) left out: the predecessor of a write's first entry there."""
+        rows = conn.execute(
+            self._newest, (list(conversations), namespace, list(leaving_out))
+        ).fetchall()
+        out: dict[str, str] = {}
+        for name, text, exact, message in rows:
+            if message is not None:
+                out[str(name)] = projection(unpack_message(bytes(message)))
+            else:
+                out[str(name)] = (
+                    str(text) if exact is None else bytes(exact).decode("utf-8", "surrogatepass")
+                )
+        return out
 
     def by_seqs(self, conn: psycopg.Connection[Any], seqs: list[int]) -> dict[int, DocRow]:
         rows = conn.execute(self._by_seqs, (seqs,)).fetchall()

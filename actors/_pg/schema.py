@@ -4,7 +4,7 @@ and the text, jsonb and vector forms values take in SQL.
 The statements live where they run: writes in ``sql.py``, reads in ``reads.py``, search
 in ``search.py``, filters in ``filters.py``, and the connection set-up in ``store.py``.
 
-Each store is five objects named after its table ``T``:
+Each store is six objects named after its table ``T``:
 
 - ``T``: one row per live entry, turn or document. ``(namespace, id)`` is unique: an id
   is unique within its namespace. ``text`` is the searchable copy of the entry's text
@@ -15,7 +15,16 @@ Each store is five objects named after its table ``T``:
   keeps equality and code point order (a NUL or a lone surrogate is escaped);
   ``meta_raw`` is the exact metadata as msgpack (``protocol._surrogates.pack``), which
   is what reads return.
+  ``index_text`` is the searchable copy of the index text the store derived for the
+  entry (``actors._index_text.derived_index_texts``: its own text, date and predecessor
+  in its conversation), or NULL when it is indexed by ``text``; BM25's postings and
+  ``doc_len`` are of the index text, and reads never return it.
   ``doc_len`` is the BM25 length of the text;
+  ``occurred_at`` is when the entry happened (the write time unless its writer said),
+  indexed with its namespace for ``since``/``until`` (:func:`actors._pg.filters.and_time_window`);
+  ``conversation`` and ``position`` (NULL for an entry without a conversation) are its
+  conversation and its place there, 1, 2, 3... in commit order, indexed on
+  ``(namespace, conversation, position)``;
 - ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
   frequency and the entry's ``doc_len`` (so that BM25 reads the postings' index alone,
   never the entries); every statement that deletes entries deletes their postings too
@@ -31,7 +40,12 @@ Each store is five objects named after its table ``T``:
   in the database and every process sees one cap. ``keyword_index`` says whether writes
   fill ``T_terms`` (see :func:`ensure_schema`): each write reads it under that lock, so a
   batch never half fills the postings whatever another process switched;
-- ``T_seq``: the sequence that numbers entries, monotonic across processes.
+- ``T_seq``: the sequence that numbers entries, monotonic across processes;
+- ``T_conv``: one row per (namespace, conversation) ever written, with the last
+  position given there. Writers draw positions from it under the meta row's lock, in
+  the write's transaction, so a position is never given twice, even after its entry
+  is deleted, evicted or replaced (an upsert gets a new one); rows are never deleted
+  (``clear`` keeps them too), so a conversation that comes back goes on counting.
 
 Every value goes to the server as a bound parameter. Only names (validated, quoted with
 :class:`psycopg.sql.Identifier`) and the vector width (an int) are composed into SQL.
@@ -74,12 +88,13 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Older versions migrated in place when opened, each to the next (see _migrate):
 # version 2 (before keyword_index) gains that column and the entries' row options;
 # version 3 (before T_ns and the postings' doc_len) gains both; version 4 (before
-# long terms were digests and metadata strings escaped) is rewritten where it differs.
-_MIGRATES_FROM = (2, 3, 4)
+# long terms were digests and metadata strings escaped) is rewritten where it differs;
+# version 5 (before time and conversations) gains their columns, indexes and T_conv.
+_MIGRATES_FROM = (2, 3, 4, 5)
 # A row stays whole in its page up to 8,160 bytes (PostgreSQL's limit for this option)
 # instead of 2,032: with the default, a 384-float row with a text of about 165 bytes or
 # more (a turn's text is there twice: the text and the message) has its vector moved
@@ -112,6 +127,10 @@ class Names:
         self.terms_index = sql.Identifier(f"{table}_terms_idx")
         self.namespaces_name = f"{table}_ns"
         self.namespaces = sql.Identifier(self.namespaces_name)
+        self.conversations_name = f"{table}_conv"
+        self.conversations = sql.Identifier(self.conversations_name)
+        self.time_index = sql.Identifier(f"{table}_ns_t_idx")
+        self.conversation_index = sql.Identifier(f"{table}_ns_cp_idx")
         self.terms_name = f"{table}_terms"
         self.seq_name = f"{table}_seq"
         self.unique = sql.Identifier(f"{table}_ns_id_key")
@@ -338,7 +357,7 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " meta_raw bytea,"
             " doc_len integer NOT NULL DEFAULT 0,"
             " embedding vector({dimensions}) NOT NULL,"
-            " zero_norm boolean NOT NULL,"
+            " zero_norm boolean NOT NULL," + _ENTRY_COLUMNS_6 + ","
             " CONSTRAINT {unique} UNIQUE (namespace, id)) "
             "WITH (" + _ROW_OPTIONS + ")"
         ).format(table=names.table, unique=names.unique, dimensions=sql.Literal(dimensions)),
@@ -355,6 +374,33 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
         ).format(terms=names.terms, table=names.table),
         *_postings_keys(names),
         _namespaces_ddl(names),
+        *_time_ddl(names),
+    ]
+
+
+# The entries' columns of version 6, in the order a new table has them.
+_ENTRY_COLUMNS_6 = (
+    " occurred_at timestamptz NOT NULL, conversation text, position bigint, index_text text"
+)
+
+
+def _time_ddl(names: Names) -> list[sql.Composed]:
+    """Version 6's indexes and ``T_conv`` (see the module docstring)."""
+    return [
+        sql.SQL("CREATE INDEX {index} ON {table} (namespace, occurred_at)").format(
+            index=names.time_index, table=names.table
+        ),
+        sql.SQL(
+            "CREATE INDEX {index} ON {table} (namespace, conversation, position) "
+            "WHERE conversation IS NOT NULL"
+        ).format(index=names.conversation_index, table=names.table),
+        sql.SQL(
+            "CREATE TABLE {conv} ("
+            " namespace text NOT NULL,"
+            " conversation text NOT NULL,"
+            " last_position bigint NOT NULL,"
+            " PRIMARY KEY (namespace, conversation))"
+        ).format(conv=names.conversations),
     ]
 
 
@@ -416,7 +462,7 @@ def ensure_schema(
     for a write in flight, and every later write, from any process, follows it.
 
     Older tables are migrated in place, in this same transaction (:func:`_migrate`):
-    version 2 (made before ``keyword_index``) to 3, then 3 to 4, then 4 to 5.
+    version 2 (made before ``keyword_index``) to 3, then 3 to 4, 4 to 5 and 5 to 6.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
@@ -511,7 +557,8 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
       so a process still running one on the table fails loudly at its next call rather
       than write without keeping ``T_ns`` (this version's writers check the schema
       version under the write lock instead, so later migrations need no such rename);
-    - 4 to 5: see :func:`_migrate_4_to_5`.
+    - 4 to 5: see :func:`_migrate_4_to_5`;
+    - 5 to 6: see :func:`_migrate_5_to_6`.
 
     Returns whether it filled the postings.
     """
@@ -525,7 +572,9 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
     conn.execute(sql.SQL("SELECT 1 FROM {meta} FOR UPDATE").format(meta=names.meta))
     conn.execute("SET LOCAL statement_timeout = 0")
     built = version < 4 and _migrate_to_4(conn, names, version)
-    _migrate_4_to_5(conn, names)
+    if version < 5:
+        _migrate_4_to_5(conn, names)
+    _migrate_5_to_6(conn, names)
     conn.execute(
         sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
         (SCHEMA_VERSION,),
@@ -570,7 +619,7 @@ def _migrate_to_4(conn: psycopg.Connection[Any], names: Names, version: int) -> 
         )
     )
     if keyword_index:
-        _fill_postings(conn, names)
+        _fill_postings(conn, names, indexed="text")  # no index_text before version 6
     for statement in _postings_keys(names):
         conn.execute(statement)
     return keyword_index
@@ -615,6 +664,37 @@ def _migrate_4_to_5(conn: psycopg.Connection[Any], names: Names) -> None:
         )
 
 
+def _migrate_5_to_6(conn: psycopg.Connection[Any], names: Names) -> None:
+    """Version 5 to 6, under the meta row's lock: the entries gain ``occurred_at``,
+    ``conversation``, ``position`` and ``index_text``, with their two indexes, and
+    ``T_conv`` is made.
+
+    Every entry already there gets the time of the migration (its transaction's start)
+    as its ``occurred_at``: version 5 kept no time per entry, and that is the last
+    moment it is known to have been written by (``SELECT created_at FROM T_meta`` keeps
+    the table's creation time, the earliest). They have no conversation, no position
+    and no index text of their own, so their postings and vectors stand. Adding the
+    columns rewrites no row (the time is stored once, as the column's default, which
+    is then dropped: every write gives one); building the two indexes reads the table
+    once each.
+    """
+    _refuse_taken_names(conn, names, [names.conversations_name])
+    conn.execute(
+        sql.SQL(
+            "ALTER TABLE {table} ADD COLUMN occurred_at timestamptz NOT NULL DEFAULT now(), "
+            "ADD COLUMN conversation text, ADD COLUMN position bigint, "
+            "ADD COLUMN index_text text"
+        ).format(table=names.table)
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {table} ALTER COLUMN occurred_at DROP DEFAULT").format(
+            table=names.table
+        )
+    )
+    for statement in _time_ddl(names):
+        conn.execute(statement)
+
+
 # Entries read per round trip while the postings of a table are built.
 _BACKFILL_ROWS = 5000
 
@@ -655,14 +735,19 @@ def _drop_postings_keys(conn: psycopg.Connection[Any], names: Names) -> None:
     conn.execute(sql.SQL("DROP INDEX IF EXISTS {index}").format(index=names.terms_index))
 
 
-def _fill_postings(conn: psycopg.Connection[Any], names: Names) -> None:
-    """COPY every entry's postings into the empty postings table."""
+def _fill_postings(
+    conn: psycopg.Connection[Any], names: Names, *, indexed: str = "coalesce(index_text, text)"
+) -> None:
+    """COPY every entry's postings, of what it is indexed by (``indexed``, an SQL
+    expression: its index text, or else its text), into the empty postings table."""
     copy_postings = sql.SQL(
         "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
     ).format(terms=names.terms)
     with conn.cursor(name="trio_recall_backfill") as rows, conn.cursor() as cur:
         rows.execute(
-            sql.SQL("SELECT seq, namespace, text, doc_len FROM {table}").format(table=names.table)
+            sql.SQL("SELECT seq, namespace, " + indexed + ", doc_len FROM {table}").format(
+                table=names.table
+            )
         )
         while chunk := rows.fetchmany(_BACKFILL_ROWS):
             _, counts = term_counts([str(r[2]) for r in chunk])
@@ -711,7 +796,11 @@ def _create_if_missing(
             "table: it is not a trio-recall store; pick another table name"
         )
     if not meta_exists:
-        _refuse_taken_names(conn, names, [names.terms_name, names.namespaces_name, names.seq_name])
+        _refuse_taken_names(
+            conn,
+            names,
+            [names.terms_name, names.namespaces_name, names.seq_name, names.conversations_name],
+        )
         for statement in _ddl(names, dimensions):
             conn.execute(statement)
         conn.execute(

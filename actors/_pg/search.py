@@ -25,10 +25,11 @@ from psycopg import sql
 
 from protocol import RetrievedTurn, ScoredDocument, SearchRequest
 
+from .._conversations import CONVERSATION_SHIFT
 from .._recall import shape
 from .._search import depths, rank
 from .._view import Candidate, Pick
-from .filters import FilterSql, translate
+from .filters import FilterSql, and_time_window, translate
 from .reads import DocRow, Reads
 from .schema import vector_literal
 
@@ -86,16 +87,30 @@ class _PgView:
     def texts(self, keys: Sequence[int], *, projections: bool) -> dict[int, str]:
         rows = self._rows(keys)
         return {
-            key: row.projection() if projections else row.text
+            key: row.projection() if projections else row.indexed()
             for key in keys
             if (row := rows.get(key)) is not None
         }
 
     def days(self, keys: Sequence[int]) -> dict[int, dt.date]:
-        return {}
+        rows = self._rows(keys)
+        return {key: row.occurred_at.date() for key in keys if (row := rows.get(key))}
 
     def neighbors(self, keys: Sequence[int]) -> dict[int, int]:
-        return {key: key for key in keys}
+        """As the in-memory arena keys them (``Arena.neighbor_keys``): an entry of a
+        conversation is ``(code << CONVERSATION_SHIFT) | position``, with a code per
+        conversation drawn for this view; any other entry is its sequence number."""
+        rows = self._rows(keys)
+        codes: dict[str, int] = {}
+        out = {}
+        for key in keys:
+            row = rows[key]
+            if row.conversation is None or row.position is None:
+                out[key] = key
+            else:
+                code = codes.setdefault(row.conversation, len(codes) + 1)
+                out[key] = (code << CONVERSATION_SHIFT) | row.position
+        return out
 
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         return self.reads.term_counts(self.conn, list(terms), self.namespace)
@@ -129,7 +144,7 @@ def run_search(
     and how many entries the namespace holds. ``vector`` is the normalized query
     (zeros for a zero query, or for a recall, which embeds its shaped query with
     ``embed``)."""
-    where = translate(request.filter, _METADATA)
+    where = and_time_window(translate(request.filter, _METADATA), request.since, request.until)
     k, depth = depths(request, max_entries)
     keyword = request.kind in ("hybrid", "bm25") or (
         request.kind == "recall" and request.recall_settings.search == "hybrid"

@@ -7,6 +7,8 @@ reads are in ``reads.py``; the filter translation in ``filters.py``.
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
 from typing import Any
 
 import attrs
@@ -16,6 +18,7 @@ from psycopg import sql
 from protocol import Cleared, ConfigError, DeleteResult
 
 from .._bm25 import term_counts
+from .._index_text import indexed_texts
 from .schema import SCHEMA_VERSION, Names
 
 __all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]
@@ -50,6 +53,12 @@ class PreparedEntries:
             store was opened on a table without a keyword index (the commit computes
             them if the table has one by then).
         dropped: the head of an over-long batch, counted as evicted.
+        occurred: each entry's ``occurred_at`` (given, or the write time), aware.
+        conversations: each entry's conversation (or None), or None when none has one;
+            the commit gives each entry of one its position.
+        index_texts: the searchable copy (``schema.search_text``) of the index text the
+            store derived for each entry, or None where it is indexed by its text;
+            None for the whole batch when none is.
     """
 
     vectors: list[bytes]
@@ -66,6 +75,9 @@ class PreparedEntries:
     namespace: str
     source: str
     dropped: int
+    occurred: list[dt.datetime] = attrs.field(factory=list)
+    conversations: list[str | None] | None = None
+    index_texts: list[str | None] | None = None
 
 
 @attrs.frozen
@@ -79,8 +91,9 @@ class Committed:
 
 # COPY's column types, by oid, for psycopg's binary dumpers: int8, text x4, bytea x2,
 # then the jsonb and the vector as bytea (their values are already in their types'
-# binary input form, which binary COPY sends as they are), int4, bool.
-_ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 17, 17, 23, 17, 16]
+# binary input form, which binary COPY sends as they are), int4, bool, then
+# timestamptz, text, int8, text.
+_ENTRY_TYPES = [20, 25, 25, 25, 25, 25, 17, 17, 17, 17, 23, 17, 16, 1184, 25, 20, 25]
 _TERM_TYPES = [20, 25, 25, 23, 23]
 
 
@@ -126,8 +139,19 @@ class Statements:
         # COPY and so the whole batch (design §9: all or nothing).
         self.copy_entries = sql.SQL(
             "COPY {table} (seq, id, namespace, source, source_id, text, exact_text, message, "
-            "metadata, meta_raw, doc_len, embedding, zero_norm) FROM STDIN (FORMAT binary)"
+            "metadata, meta_raw, doc_len, embedding, zero_norm, occurred_at, conversation, "
+            "position, index_text) FROM STDIN (FORMAT binary)"
         ).format(**f)
+        # A batch's positions, drawn under the meta row's lock: each conversation's
+        # counter moves on by its entries in the batch (%s each), and the new last
+        # position comes back. Rows are never deleted, so no position is given twice.
+        self.draw_positions = sql.SQL(
+            "INSERT INTO {conv} AS c (namespace, conversation, last_position) "
+            "SELECT %s, u.name, u.n FROM unnest(%s::text[], %s::bigint[]) AS u(name, n) "
+            "ON CONFLICT (namespace, conversation) DO UPDATE "
+            "SET last_position = c.last_position + excluded.last_position "
+            "RETURNING conversation, last_position"
+        ).format(conv=names.conversations)
         self.copy_terms = sql.SQL(
             "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
         ).format(**f)
@@ -227,8 +251,9 @@ class Statements:
             replaced, replaced_zero = int(row[0]), int(row[1])
             terms = None
             if keyword_index:
-                terms = p.terms if p.terms is not None else term_counts(p.texts)[1]
-            self._copy(conn, p, seqs, ids, terms)
+                indexed = indexed_texts(p.texts, p.index_texts)
+                terms = p.terms if p.terms is not None else term_counts(indexed)[1]
+            self._copy(conn, p, seqs, ids, terms, self._positions(conn, p))
             excess = entries - replaced + n - cap
             if excess > 0:
                 # Insert first, then evict: the sequence guard keeps the new rows.
@@ -251,6 +276,29 @@ class Statements:
         )
         return committed, counts
 
+    def _positions(self, conn: psycopg.Connection[Any], p: PreparedEntries) -> list[int | None]:
+        """Each entry's position in its conversation (None without one), drawn from
+        ``T_conv`` in the caller's transaction, in batch order."""
+        n = len(p.vectors)
+        if p.conversations is None:
+            return [None] * n
+        counts = Counter(c for c in p.conversations if c is not None)
+        if not counts:
+            return [None] * n
+        rows = conn.execute(
+            self.draw_positions, (p.namespace, list(counts), list(counts.values()))
+        ).fetchall()
+        # The batch's first position in each conversation, less one.
+        given = {str(name): int(last) - counts[str(name)] for name, last in rows}
+        positions: list[int | None] = []
+        for conversation in p.conversations:
+            if conversation is None:
+                positions.append(None)
+                continue
+            given[conversation] += 1
+            positions.append(given[conversation])
+        return positions
+
     def _copy(
         self,
         conn: psycopg.Connection[Any],
@@ -258,10 +306,13 @@ class Statements:
         seqs: list[int],
         ids: list[str],
         terms: list[dict[str, int]] | None,
+        positions: list[int | None],
     ) -> None:
         """COPY the batch's rows and (unless ``terms`` is None) BM25 postings in, in
         binary."""
         n = len(seqs)
+        conversations = [None] * n if p.conversations is None else p.conversations
+        index_texts = [None] * n if p.index_texts is None else p.index_texts
         with conn.cursor() as cur:
             with cur.copy(self.copy_entries) as copy:
                 copy.set_types(_ENTRY_TYPES)
@@ -281,6 +332,10 @@ class Statements:
                     p.doc_lens,
                     p.vectors,
                     p.zero,
+                    p.occurred,
+                    conversations,
+                    positions,
+                    index_texts,
                     strict=True,
                 ):
                     write(row)

@@ -12,10 +12,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import pytest
 
 from protocol import (
+    Document,
     EmbeddingProfile,
     ScoredDocument,
     SearchRequest,
@@ -30,6 +32,13 @@ __all__ = ["ConformanceBase"]
 
 def _ids(hits: Sequence[ScoredDocument]) -> list[str | None]:
     return [h.document.id for h in hits]
+
+
+def untimed(documents: Sequence[Document]) -> list[Document]:
+    """``documents`` without their ``occurred_at``: a stored document always comes
+    back with one (the time of the write, when its writer gave none), which a test
+    that wrote it without one cannot know."""
+    return [msgspec.structs.replace(d, occurred_at=None) for d in documents]
 
 
 def _cosine(a: Any, b: Any) -> float:

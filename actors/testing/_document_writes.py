@@ -144,7 +144,15 @@ class DocumentWriteCases(WriteSuiteBase):
                     [Document(id="r", text=text, metadata=meta, source_id="f.md")]
                 )
                 (got,) = await store.get_by_ids([doc_id])
-                assert got == Document(text=text, id=doc_id, metadata=meta, source_id="f.md")
+                # occurred_at: the time of the write, which the store stamped.
+                assert got.occurred_at is not None
+                assert got == Document(
+                    text=text,
+                    id=doc_id,
+                    metadata=meta,
+                    source_id="f.md",
+                    occurred_at=got.occurred_at,
+                )
                 assert type(got.metadata["big"]) is float
                 assert type(got.metadata["int"]) is int
                 (hit,) = await store.search(SearchRequest(query="surrogate", k=1, kind="hybrid"))

@@ -1,0 +1,113 @@
+"""The index text a store derives for an entry, the one rule both backends apply.
+
+The rule (:func:`protocol.entry_text` holds its form): an entry with a conversation,
+or with an explicit ``occurred_at``, that the writer gave no ``texts`` is indexed and
+embedded by its own text (a turn's projection, a document's text), its date line and,
+in a conversation, the own text of the entry before it there (its predecessor in the
+batch, else the newest live entry of that conversation in the store), cut to
+:data:`CONTEXT_CHARS`. The date line is the entry's ``occurred_at``: the write time for
+an entry of a conversation written without one; an entry without a conversation gets
+it only when ``occurred_at`` was given. A derived text never makes an entry too large:
+it is cut to fit, only ever in the date and context that follow the own text, and an
+entry whose own text cannot be held a second time is indexed by its own text alone (as
+``Offload`` does, ``actors._compaction.entry_texts``). Reads never return it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from protocol import entry_text
+
+__all__ = [
+    "CONTEXT_CHARS",
+    "cut_utf8",
+    "derived_index_texts",
+    "fit_index_text",
+    "indexed_texts",
+    "write_time",
+]
+
+
+#: A predecessor's text is cut to this many characters in an entry's index text (the
+#: store's, :func:`derived_index_texts`, and ``Offload``'s): it says what the turn is
+#: about in its first lines, and a long tool output would swamp the turn's keywords.
+CONTEXT_CHARS = 500
+
+
+def write_time() -> dt.datetime:
+    """The time a write stamps on its entries that were given no ``occurred_at``: now,
+    in UTC, to the microsecond (what both backends keep exactly)."""
+    return dt.datetime.now(dt.UTC)
+
+
+def cut_utf8(text: str, keep: int) -> str:
+    """``text`` cut to at most ``keep`` UTF-8 bytes (a partial character is dropped)."""
+    return text.encode("utf-8", "surrogatepass")[:keep].decode("utf-8", "ignore")
+
+
+def fit_index_text(own: str, text: str, budget: int) -> str | None:
+    """``text`` (an index text that starts with the entry's ``own`` text) within
+    ``budget`` UTF-8 bytes: as it is, or cut in what follows ``own``; None when ``own``
+    alone is over the budget (the entry is then indexed by its own text, which it
+    already counts once)."""
+    if _utf8_len(own) > budget:
+        return None
+    if _utf8_len(text) > budget:
+        return cut_utf8(text, budget)  # budget >= the own text's bytes: it stays whole
+    return text
+
+
+def derived_index_texts(
+    own: Sequence[str],
+    sizes: Sequence[int],
+    conversations: Sequence[str | None],
+    occurred: Sequence[dt.datetime],
+    explicit: Sequence[bool],
+    before: Mapping[str, str],
+    max_entry_bytes: int,
+) -> list[str | None] | None:
+    """The index text the store derives for each entry of a batch written without
+    ``texts`` (the rule is in the module docstring), or None for an entry indexed by
+    its own text; None for the whole batch when no entry gets one.
+
+    Args:
+        own: each entry's own text (a turn's projection, a document's text).
+        sizes: each entry's :func:`entry_bytes` without an index text.
+        conversations: each entry's conversation, or None.
+        occurred: each entry's ``occurred_at`` (given, or the write time).
+        explicit: whether each entry's ``occurred_at`` was given.
+        before: the own text of the newest live entry of each of the batch's
+            conversations in the store (the batch's replaced ids left out), where it
+            has one.
+        max_entry_bytes: the cap the index text is counted against.
+    """
+    out: list[str | None] = []
+    last = dict(before)
+    for text, size, conversation, when, given in zip(
+        own, sizes, conversations, occurred, explicit, strict=True
+    ):
+        if conversation is None and not given:
+            out.append(None)
+            continue
+        context: list[str] = []
+        if conversation is not None:
+            previous = last.get(conversation)
+            if previous is not None:
+                context.append(previous[:CONTEXT_CHARS])
+            last[conversation] = text
+        index = entry_text(text, occurred_at=when, context=context)
+        out.append(fit_index_text(text, index, max_entry_bytes - size))
+    return out if any(t is not None for t in out) else None
+
+
+def indexed_texts(texts: Sequence[str], index_texts: Sequence[str | None] | None) -> list[str]:
+    """What each entry is indexed and embedded by: its derived index text, or its text."""
+    if index_texts is None:
+        return list(texts)
+    return [t if i is None else i for t, i in zip(texts, index_texts, strict=True)]
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
