@@ -77,10 +77,11 @@ def relevance_floor(mode: str, min_similarity: float | None) -> float | None:
     """
     if mode in FLOORLESS_MODES:
         if min_similarity is not None:
+            ranks = "by keywords" if mode == "bm25" else "by fused keyword and dense ranks"
             raise ConfigError(
                 f"min_similarity is {min_similarity!r} and mode is {mode!r}; a {mode} search "
-                "ranks by keywords (fused ranks for hybrid), not by cosine, and takes no "
-                "floor: leave min_similarity out, or use mode 'recall', 'similarity' or 'mmr'"
+                f"ranks {ranks}, not by cosine, and takes no floor: leave min_similarity "
+                "out, or use mode 'recall', 'similarity' or 'mmr'"
             )
         return None
     if min_similarity is not None:

@@ -159,7 +159,12 @@ async def round_trip(session: ClientSession) -> None:
     assert [h["id"] for h in keywords["hits"]] == [cat["id"]]
     only = (await call(session, "recall", query="cat", k=1))["hits"]
     assert len(only) == 1
-    pets = (await call(session, "recall", query="blue sky", filter={"kind": "pet"}))["hits"]
+    # The filter applies before top-k: the one pet is found for any query (similarity
+    # keeps a hit that shares nothing with it; recall's floor would drop it).
+    pets = await call(
+        session, "recall", query="blue sky", filter={"kind": "pet"}, mode="similarity"
+    )
+    pets = pets["hits"]
     assert [h["id"] for h in pets] == [cat["id"]]
     none = await call(session, "recall", query="cat", filter={"kind": {"$in": ["car"]}})
     assert none == {"hits": []}

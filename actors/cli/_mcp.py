@@ -120,8 +120,9 @@ _HIT = {
             "type": "array",
             "items": {"type": "string"},
             "description": "recall mode: what lifted the hit: dense, bm25, speaker (said by "
-            "someone the query names), date (near a date it names), neighbor (beside a "
-            "strong hit of its conversation), link (shares a rare word with one).",
+            "someone the query names), date (near a date it names), neighbor (next to a "
+            "strong hit: in its conversation, else in the order stored), link (shares a "
+            "rare word with one).",
         },
     },
     "required": [*_MEMORY_FIELDS, "score"],

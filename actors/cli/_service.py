@@ -277,8 +277,9 @@ def hit(found: ScoredDocument) -> dict[str, Any]:
     fields (:func:`_memory`) and its ``score``; a recall hit also has its ``rank`` (1 is
     the best) and its ``channels`` (what lifted it: ``"dense"``, ``"bm25"``,
     ``"speaker"``, ``"date"``, ``"neighbor"``, ``"link"``)."""
-    shaped = _memory(found.document)
-    shaped["score"] = found.score
+    memory = _memory(found.document)
+    shaped = {"id": memory.pop("id"), "text": memory.pop("text"), "score": found.score}
+    shaped.update(memory)
     if found.rank is not None:
         shaped["rank"] = found.rank
         shaped["channels"] = list(found.channels)
