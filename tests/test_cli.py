@@ -113,8 +113,12 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     # A new process: the embedder comes from the table, no --embedder needed.
     hits = js("search", "what is the cat called", "-k", "2", "--data", str(data))
     assert hits[0]["id"] == cat
-    assert set(hits[0]) == {"id", "text", "score", "source", "metadata"}
+    assert set(hits[0]) == {
+        "id", "text", "score", "source", "metadata", "occurred_at", "conversation", "rank",
+        "channels",
+    }  # fmt: skip
     assert hits[0]["text"] == "my cat is called Miso" and 0 < hits[0]["score"] <= 1
+    assert hits[0]["rank"] == 1 and "dense" in hits[0]["channels"]
     # Namespaces are isolated; metadata and filters come through.
     alice = js("search", "cat tuna", "--namespace", "alice", "--data", str(data))
     assert [(h["id"], h["metadata"]) for h in alice] == [
@@ -125,15 +129,31 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
         "--data", str(data),
     )  # fmt: skip
     assert filtered == []
+    # recall prints the rank, the score, the id, what lifted the hit and the text.
     text = ok("search", "deploy key", "-k", "1", "--data", str(data)).stdout
+    rank, score, memory_id, channels, line = text.split("  ", 4)
+    assert (rank, line) == (" 1", "the deploy key rotates every month\n")
+    assert 0 < float(score) <= 1 and len(memory_id) == 32 and "bm25" in channels.split(",")
+    # Another mode prints the score, the id and the text.
+    text = ok("search", "deploy key", "-k", "1", "--mode", "bm25", "--data", str(data)).stdout
     assert text.split("  ", 2)[2] == "the deploy key rotates every month\n"
+    # A memory's time and conversation: add --at and --conversation, search --since/--until.
+    dated = js(
+        "add", "Ana: the kiln is fixed", *where, "--at", "2023-05-08T20:30+02:00",
+        "--conversation", "pottery",
+    )  # fmt: skip
+    window = ["--since", "2023-05-08", "--until", "2023-05-09", "--data", str(data)]
+    (kiln,) = js("search", "kiln", "--mode", "similarity", *window)
+    assert kiln["id"] == dated["id"] and "rank" not in kiln
+    assert (kiln["occurred_at"], kiln["conversation"]) == ("2023-05-08T18:30:00+00:00", "pottery")
+    assert js("search", "kiln", "--until", "2023-05-08", "--data", str(data)) == []
     stats = js("stats", "--data", str(data))
-    assert stats["entries"] == 3 and stats["embedder"] == "hashing"
+    assert stats["entries"] == 4 and stats["embedder"] == "hashing"
     assert stats["backend"] == "embedded-postgres" and stats["capacity"] == 1_000_000
     # forget: deleted and missing; a missing id is exit status 1.
     gone = cli("forget", cat, "nope", "--data", str(data))
     assert gone.returncode == 1 and gone.stdout == f"deleted {cat}\nnot found nope\n"
-    assert js("stats", "--data", str(data))["entries"] == 2
+    assert js("stats", "--data", str(data))["entries"] == 3
     assert not server_running(data)
 
 
@@ -157,6 +177,10 @@ def _memories() -> list[dict[str, Any]]:
          "metadata": {}},
         {"text": "ünïcödé and emoji 🐈", "namespace": "bob", "source": None},
         {"id": "deploy-1", "text": "deploys go out on Tuesdays\nnever on Fridays"},
+        {"text": "Ana: shall we fire the pots?", "conversation": "pottery",
+         "occurred_at": "2023-05-08T20:00:00+02:00"},
+        {"text": "Ben: tomorrow, the kiln is fixed", "conversation": "pottery",
+         "occurred_at": "2023-05-08T18:01:00Z"},
     ]  # fmt: skip
 
 
@@ -181,10 +205,11 @@ def test_import_is_incremental_and_export_round_trips(
     on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
     first = js("import", str(source), *on_pg)
     # The fourth line repeats the second: one memory, written once.
-    assert first == {"added": 3, "updated": 0, "skipped": 0}
+    assert first == {"added": 5, "updated": 0, "skipped": 0}
     before = _meta_version(pg_dsn, pg_table)
+    # Again: a line without a time matches the memory whatever time the store gave it.
     again = ok("import", str(source), *on_pg)  # piped: no progress bar
-    assert again.stdout == f"imported {source}: 0 added, 0 updated, 3 unchanged\n"
+    assert again.stdout == f"imported {source}: 0 added, 0 updated, 5 unchanged\n"
     assert again.stderr == ""
     assert _meta_version(pg_dsn, pg_table) == before  # nothing was written
     # One changed line is one update.
@@ -195,8 +220,15 @@ def test_import_is_incremental_and_export_round_trips(
     exported = tmp_path / "out.jsonl"
     ok("export", str(exported), *on_pg)
     lines = [json.loads(line) for line in exported.read_text().splitlines()]
-    assert len(lines) == 4 and all(set(m) == {"id", "namespace", "text", "source", "metadata"}
-                                   for m in lines)  # fmt: skip
+    keys = {"id", "namespace", "text", "source", "metadata", "occurred_at", "conversation"}
+    assert len(lines) == 6 and all(set(m) == keys for m in lines)
+    # The store stamped each memory with the time it was written, unless the line said;
+    # a conversation's lines come back in the order they were written, oldest first.
+    assert all(m["occurred_at"].endswith("+00:00") for m in lines)
+    pottery = [(m["text"][:4], m["occurred_at"]) for m in lines if m["conversation"] == "pottery"]
+    assert pottery == [
+        ("Ana:", "2023-05-08T18:00:00+00:00"), ("Ben:", "2023-05-08T18:01:00+00:00")
+    ]  # fmt: skip
     by_text = {m["text"]: m for m in lines}
     miso = by_text["Miso is a cat"]
     assert (miso["namespace"], miso["source"], miso["metadata"]) == (
@@ -211,7 +243,7 @@ def test_import_is_incremental_and_export_round_trips(
     data = tmp_path / "copy"
     imported, bar = cli_on_terminal("import", str(exported), "--data", str(data))
     assert imported.returncode == 0, bar
-    assert "import [" in bar and "100%" in bar and "4/4" in bar
+    assert "import [" in bar and "100%" in bar and "6/6" in bar
     copy = tmp_path / "copy.jsonl"
     ok("export", str(copy), "--data", str(data))
     assert sorted(copy.read_text().splitlines()) == sorted(exported.read_text().splitlines())
@@ -341,6 +373,21 @@ BAD = [
     (["add", "x" * 70_000, "--in-memory", "--embedder", "hashing"], 2, "at most 65536"),
     (["search", "q", "--filter", '{"a": {"$regex": "x"}}', "--in-memory"], 2, "$regex"),
     (["search", "q", "--min-similarity", "2", "--in-memory"], 2, "in [-1, 1]"),
+    (["search", "q", "--mode", "fuzzy"], 2, "argument --mode: invalid choice: 'fuzzy'"),
+    (["search", "q", "--since", "soon", "--in-memory"], 2, "since is 'soon'; expected ISO 8601"),
+    (
+        ["search", "q", "--since", "2024-02-01", "--until", "2024-01-01", "--in-memory"],
+        2,
+        "expected since <= until",
+    ),
+    (
+        ["search", "q", "--mode", "hybrid", "--min-similarity", "0.3", "--in-memory"],
+        2,
+        "takes no floor",
+    ),
+    (["add", "x", "--at", "May 8", "--in-memory"], 2, "occurred_at is 'May 8'; expected ISO"),
+    (["add", "x", "--conversation", "a\tb", "--in-memory"], 2, "conversation is"),
+    (["import", "{bad_time}", "--in-memory"], 2, "line 1 occurred_at is 'never'"),
     (["import", "{missing}", "--in-memory"], 1, "No such file or directory"),
     (["import", "{bad_json}", "--data", "{data}"], 2, "line 2 is not JSON"),
     (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
@@ -386,6 +433,7 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F8
         "latin1": tmp_path / "latin1.jsonl",
         "late_latin1": tmp_path / "late.jsonl",
         "deep": tmp_path / "deep.jsonl",
+        "bad_time": tmp_path / "time.jsonl",
         "a_file": tmp_path / "a_file",
     }
     files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
@@ -395,6 +443,7 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F8
     files["late_latin1"].write_bytes(b'{"text": "fine"}\n' * 299 + b'{"text": "caf\xe9"}\n')
     nested = '{"a": ' * 3000 + "1" + "}" * 3000
     files["deep"].write_text(f'{{"text": "x"}}\n{{"text": "x", "metadata": {nested}}}\n')
+    files["bad_time"].write_text('{"text": "x", "occurred_at": "never"}\n')
     files["a_file"].write_text("")
     values = {name: str(path) for name, path in files.items()} | {"dsn": pg_dsn}
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -41,6 +41,7 @@ from actors.cli._location import MAX_ENTRY_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
+CHANNELS = {"dense", "bm25", "speaker", "date", "neighbor", "link"}
 # Hashing keeps these tests fast and exact; MiniLM is the default and is what the cold
 # start in the README is measured with.
 IN_MEMORY = ["--in-memory", "--embedder", "hashing"]
@@ -128,19 +129,42 @@ async def round_trip(session: ClientSession) -> None:
     )
     assert again == cat
 
+    # recall (the default mode) ranks; each hit keeps its cosine, and says its rank and
+    # what lifted it.
     hits = (await call(session, "recall", query="what is my cat called", k=5))["hits"]
-    assert hits[0] == {
+    first = hits[0]
+    assert first == {
         "id": cat["id"],
         "text": "my cat is called Miso",
-        "score": pytest.approx(hits[0]["score"]),
+        "score": pytest.approx(first["score"]),
         "source": "chat",
         "metadata": {"kind": "pet"},
+        "occurred_at": first["occurred_at"],
+        "conversation": None,
+        "rank": 1,
+        "channels": first["channels"],
     }
-    assert 0 < hits[0]["score"] <= 1
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert 0 < first["score"] <= 1
+    assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
+    assert first["channels"] and set(first["channels"]) <= CHANNELS
+    # The store stamps the time of the write: ISO 8601, in UTC.
+    assert first["occurred_at"].endswith("+00:00"), first["occurred_at"]
+    # A similarity search gives the k nearest by cosine, with no rank.
+    nearest = (
+        await call(session, "recall", query="what is my cat called", k=5, mode="similarity")
+    )["hits"]
+    assert [h["score"] for h in nearest] == sorted((h["score"] for h in nearest), reverse=True)
+    assert all("rank" not in h and "channels" not in h for h in nearest)
+    keywords = await call(session, "recall", query="Miso", mode="bm25")
+    assert [h["id"] for h in keywords["hits"]] == [cat["id"]]
     only = (await call(session, "recall", query="cat", k=1))["hits"]
     assert len(only) == 1
-    pets = (await call(session, "recall", query="blue sky", filter={"kind": "pet"}))["hits"]
+    # The filter applies before top-k: the one pet is found for any query (similarity
+    # keeps a hit that shares nothing with it; recall's floor would drop it).
+    pets = await call(
+        session, "recall", query="blue sky", filter={"kind": "pet"}, mode="similarity"
+    )
+    pets = pets["hits"]
     assert [h["id"] for h in pets] == [cat["id"]]
     none = await call(session, "recall", query="cat", filter={"kind": {"$in": ["car"]}})
     assert none == {"hits": []}
@@ -154,6 +178,8 @@ async def round_trip(session: ClientSession) -> None:
         "text": "the sky over Lisbon is blue",
         "source": None,
         "metadata": {},
+        "occurred_at": got["memories"][0]["occurred_at"],
+        "conversation": None,
     }
     assert got["missing"] == ["nope"]
 
@@ -169,7 +195,10 @@ async def round_trip(session: ClientSession) -> None:
         "missing": [cat["id"]],
     }
     assert (await call(session, "memory_stats"))["entries"] == 1
-    left = (await call(session, "recall", query="cat", k=10))["hits"]
+    # recall's floor drops a memory that shares nothing with the query; similarity
+    # keeps the k nearest whatever they score.
+    assert (await call(session, "recall", query="cat", k=10))["hits"] == []
+    left = (await call(session, "recall", query="cat", k=10, mode="similarity"))["hits"]
     assert [h["id"] for h in left] == [sky["id"]]
 
 
@@ -177,6 +206,50 @@ async def test_every_tool_over_stdio() -> None:
     with trio.fail_after(120):
         async with stdio_session(*IN_MEMORY) as session:
             await round_trip(session)
+
+
+async def test_memories_keep_their_time_and_conversation() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            may = await call(
+                session,
+                "remember",
+                text="Ana: the kiln is fixed",
+                occurred_at="2023-05-08T20:30:00+02:00",
+                conversation="pottery",
+            )
+            june = await call(
+                session, "remember", text="Ben: the kiln broke again", occurred_at="2023-06-01"
+            )
+            # The time and the conversation are part of what makes a memory: the same
+            # words said again later are a second memory.
+            later = await call(
+                session, "remember", text="Ana: the kiln is fixed", occurred_at="2023-07-01"
+            )
+            assert len({may["id"], june["id"], later["id"]}) == 3
+            got = await call(session, "get_memories", ids=[may["id"], june["id"]])
+            assert [(m["occurred_at"], m["conversation"]) for m in got["memories"]] == [
+                ("2023-05-08T18:30:00+00:00", "pottery"),
+                ("2023-06-01T00:00:00+00:00", None),
+            ]
+
+            async def found(**arguments: Any) -> list[str]:
+                result = await call(session, "recall", query="kiln", k=5, **arguments)
+                return sorted(h["id"] for h in result["hits"])
+
+            for mode in ("similarity", "recall"):
+                assert await found(mode=mode, since="2023-06-01") == sorted(
+                    [june["id"], later["id"]]
+                )
+                # until is exclusive; a date is midnight UTC.
+                assert await found(mode=mode, until="2023-06-01") == [may["id"]]
+                window = await found(mode=mode, since="2023-05-09", until="2023-06-02")
+                assert window == [june["id"]]
+            hit = (await call(session, "recall", query="kiln", k=1, until="2023-06-01"))["hits"]
+            assert (hit[0]["occurred_at"], hit[0]["conversation"]) == (
+                "2023-05-08T18:30:00+00:00",
+                "pottery",
+            )
 
 
 # (tool, arguments, what the one-line error must say)
@@ -213,6 +286,29 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("remember", {"text": "hi", "metadata": [1]}, ["metadata is [1] (list)", "JSON object"]),
     ("remember", {"text": "hi", "source": ""}, ["source is ''", "non-blank"]),
     ("remember", {"metadata": {}}, ["remember needs the argument 'text'"]),
+    (
+        "remember",
+        {"text": "hi", "occurred_at": "yesterday"},
+        ["occurred_at is 'yesterday'", "ISO"],
+    ),
+    ("remember", {"text": "hi", "occurred_at": 1700000000}, ["occurred_at is 1700000000 (int)"]),
+    ("remember", {"text": "hi", "conversation": ""}, ["conversation is ''", "non-blank"]),
+    ("remember", {"text": "hi", "conversation": 3}, ["conversation is 3 (int)", "str"]),
+    ("remember", {"text": "hi", "conversation": "a\nb"}, ["conversation is", "control"]),
+    ("recall", {"query": "cat", "mode": "fuzzy"}, ["mode is 'fuzzy'", "recall, similarity"]),
+    ("recall", {"query": "cat", "mode": None}, ["mode is None", "expected one of"]),
+    ("recall", {"query": "cat", "since": "soon"}, ["since is 'soon'", "ISO 8601"]),
+    ("recall", {"query": "cat", "until": 2023}, ["until is 2023 (int)", "ISO 8601"]),
+    (
+        "recall",
+        {"query": "cat", "since": "2024-01-02", "until": "2024-01-01"},
+        ["since is 2024-01-02T00:00:00+00:00", "since <= until"],
+    ),
+    (
+        "recall",
+        {"query": "cat", "mode": "bm25", "min_similarity": 0.5},
+        ["min_similarity is 0.5 and mode is 'bm25'", "takes no floor"],
+    ),
     ("forget", {"ids": "abc"}, ["ids is 'abc' (str)", "expected a list"]),
     ("forget", {"ids": [1]}, ["ids[0] is 1 (int)", "non-empty str"]),
     ("forget", {"ids": ["ok", ""]}, ["ids[1] is ''", "non-empty str"]),

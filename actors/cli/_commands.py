@@ -45,6 +45,10 @@ _TEXT_ARGUMENTS = {
     "filter": "--filter",
     "namespace": "--namespace",
     "source": "--source",
+    "at": "--at",
+    "conversation": "--conversation",
+    "since": "--since",
+    "until": "--until",
     "table": "--table",
     "dsn": "--dsn",
 }
@@ -174,6 +178,16 @@ def _one_line(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
 
+def _hit_line(hit: dict[str, Any]) -> str:
+    """One search hit for people: ``score  id  text``; a recall hit starts with its rank
+    and has the channels that lifted it before the text (``-`` for none)."""
+    text = _one_line(hit["text"])
+    if "rank" not in hit:
+        return f"{hit['score']:.4f}  {hit['id']}  {text}"
+    channels = ",".join(hit["channels"]) or "-"
+    return f"{hit['rank']:>2}  {hit['score']:.4f}  {hit['id']}  {channels}  {text}"
+
+
 def _json_arg(flag: str, value: str | None) -> Any:
     if value is None:
         return None
@@ -225,7 +239,12 @@ async def _add(args: argparse.Namespace) -> int:
 
     async def body(service: Any) -> int:
         result = await service.remember(
-            text, namespace=args.namespace, source=args.source, metadata=metadata
+            text,
+            namespace=args.namespace,
+            source=args.source,
+            metadata=metadata,
+            occurred_at=args.at,
+            conversation=args.conversation,
         )
         if args.json:
             _print_json(result)
@@ -246,13 +265,16 @@ async def _search(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             min_similarity=args.min_similarity,
             filter=filter_,
+            mode=args.mode,
+            since=args.since,
+            until=args.until,
         )
         if args.json:
             _print_json(hits)
         elif not hits:
             sys.stderr.write("no memories found\n")
         for hit in [] if args.json else hits:
-            print(f"{hit['score']:.4f}  {hit['id']}  {_one_line(hit['text'])}")
+            print(_hit_line(hit))
         return 0
 
     return await _with_service(args, body)

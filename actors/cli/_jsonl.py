@@ -3,18 +3,25 @@
 One memory per line, as ``export`` writes it and ``import`` reads it::
 
     {"id": "3f2a...", "namespace": "memory-default", "text": "...", "source": null,
-     "metadata": {}}
+     "metadata": {}, "occurred_at": "2023-05-25T13:14:00+00:00", "conversation": null}
 
 Only ``text`` is required on import; ``id`` defaults to the content hash of the text and
-metadata (what ``add`` gives), ``namespace`` to the default one (``--namespace``
-overrides every line's), ``source`` to none and ``metadata`` to ``{}``. Other keys are
-refused, so a misspelt one is not silently dropped.
+metadata, and of the time and conversation when the line has them (what ``add``
+gives), ``namespace`` to the default one (``--namespace`` overrides every line's),
+``source`` to none, ``metadata`` to ``{}``, ``occurred_at`` (ISO 8601, as ``add --at``
+reads it) to the time of the write and ``conversation`` to none. Other keys are
+refused, so a misspelt one is not silently dropped. The lines of one conversation are
+written in file order, which is the order the store keeps them in (neighbours for
+recall); export writes them back in that order, oldest first.
 
 **Import** checks every line first, with the rules of ``add`` (the service's checks), and
 writes nothing when one is bad. It then writes through :func:`actors.index`, the
 incremental indexer, with a record manager whose records are the store's own documents
 (:class:`_StoreRecords`): a memory already there with the same text, metadata and source
-is skipped without being embedded, so importing a file again writes nothing.
+is skipped without being embedded, so importing a file again writes nothing. "The
+same" compares the time and the conversation too, when the line gives them
+(:func:`content_hash`): a line without ``occurred_at`` leaves a stored memory's time as
+it is.
 
 Both read and write bytes: a file and stdin (``-``) are decoded alike, strictly as
 UTF-8, line by line, so an invalid byte is reported on its own line (a text stream
@@ -30,28 +37,39 @@ name asked for. It holds the list of entries in memory while it writes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import attrs
+import msgspec
 import trio
 
-from protocol import Document, JsonError, document_id
-from protocol._json import loads_json
+from protocol import Document, JsonError
+from protocol._json import canonical_json, loads_json
 
 from .._indexing import Record, hash_document, index
 from .._prepare import document_bytes
 from ._output import open_output
 from ._progress import Progress
-from ._service import ToolInputError, _metadata, _name, _namespace, _text
+from ._service import (
+    ToolInputError,
+    _conversation,
+    _metadata,
+    _name,
+    _namespace,
+    _text,
+    _time,
+    iso_time,
+)
 
-__all__ = ["decode_utf8", "export_jsonl", "import_jsonl", "read_jsonl"]
+__all__ = ["content_hash", "decode_utf8", "export_jsonl", "import_jsonl", "read_jsonl"]
 
 #: Memories per store write (import) and per read (export).
 BATCH = 256
-_KEYS = frozenset({"id", "namespace", "text", "source", "metadata"})
+_KEYS = frozenset({"id", "namespace", "text", "source", "metadata", "occurred_at", "conversation"})
 
 
 @attrs.frozen
@@ -106,10 +124,12 @@ def _parse(where: str, number: int, raw: str, namespace: str | None, cap: int) -
         space = _namespace(namespace if namespace is not None else value.get("namespace"))
         document = Document(
             text=text,
-            id=document_id(text, metadata) if memory_id is None else _name("id", memory_id),
+            id=None if memory_id is None else _name("id", memory_id),
             metadata=metadata,
             source_id=None if source is None else _name("source", source),
-        )
+            occurred_at=_time("occurred_at", value.get("occurred_at")),
+            conversation=_conversation(value.get("conversation")),
+        ).with_id()
     except ToolInputError as error:
         raise ToolInputError(f"{at} {error}") from None
     size = document_bytes(document)
@@ -146,7 +166,7 @@ def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
             line = _parse(where, number, text, namespace, cap)
             doc = line.document
             assert doc.id is not None
-            digest = hash_document(doc, doc.source_id)
+            digest = content_hash(doc, doc.source_id)
             first = seen.setdefault((line.namespace, doc.id), (digest, number))
             if first[0] != digest:
                 raise ToolInputError(
@@ -162,30 +182,66 @@ def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
     return lines
 
 
+def content_hash(doc: Document, source_id: str | None) -> str:
+    """What tells an import whether a memory changed: :func:`hash_document` (text,
+    metadata, source), and its ``occurred_at`` and ``conversation`` when it has them
+    (an ``index`` key encoder)."""
+    if doc.occurred_at is None and doc.conversation is None:
+        return hash_document(doc, source_id)
+    return hash_document(doc, source_id, _with_time)
+
+
+def _with_time(doc: Document, source_id: str | None) -> str:
+    content = {
+        "text": doc.text,
+        "metadata": doc.metadata,
+        "source_id": source_id,
+        "occurred_at": iso_time(doc.occurred_at),
+        "conversation": doc.conversation,
+    }
+    return hashlib.sha256(canonical_json(content)).hexdigest()
+
+
 @attrs.define(eq=False)
 class _StoreRecords:
     """The record manager of an import, for one namespace: the store's documents are
-    the records (a record's hash is :func:`hash_document` of the stored document).
+    the records (a record's hash is :func:`content_hash` of the stored document).
 
     So the records can never disagree with the store, whoever wrote it (``add``, the
     MCP server, another import) and whatever ``forget`` removed. ``update`` has nothing
     to keep, and an import runs no cleanup, so there are no keys to list.
+
+    A stored memory always has a time (the store stamps one), and a line may give none:
+    the stored memory is then hashed without its time (and without its conversation,
+    for a line without one), so such a line matches it whatever time it was stamped
+    with.
     """
 
     store: Any
     namespace: str
+    lines: dict[str, Document]
     _run: int = 0
 
     async def begin_run(self) -> int:
         self._run += 1
         return self._run
 
+    def _as_line_says(self, stored: Document) -> Document:
+        line = self.lines.get(stored.id or "")
+        if line is None:
+            return stored
+        return msgspec.structs.replace(
+            stored,
+            occurred_at=None if line.occurred_at is None else stored.occurred_at,
+            conversation=None if line.conversation is None else stored.conversation,
+        )
+
     async def get(self, keys: Sequence[str]) -> dict[str, Record]:
         documents = await self.store.get_by_ids(list(keys), namespace=self.namespace)
         return {
             doc.id: Record(
                 key=doc.id,
-                hash=hash_document(doc, doc.source_id),
+                hash=content_hash(self._as_line_says(doc), doc.source_id),
                 source_id=doc.source_id,
                 run=0,
                 updated_at=0.0,
@@ -233,8 +289,9 @@ async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
         for start, end in _batches([line.namespace for line in lines]):
             space = lines[start].namespace
             docs = [line.document for line in lines[start:end]]
+            records = _StoreRecords(store, space, {d.id: d for d in docs if d.id is not None})
             result = await index(
-                docs, store, _StoreRecords(store, space), batch_size=BATCH, progress=False
+                docs, store, records, batch_size=BATCH, progress=False, key_encoder=content_hash
             )
             totals["added"] += result.num_added
             totals["updated"] += result.num_updated
@@ -252,6 +309,8 @@ def _line(doc: Document, namespace: str) -> bytes:
         "text": doc.text,
         "source": doc.source_id,
         "metadata": doc.metadata,
+        "occurred_at": iso_time(doc.occurred_at),
+        "conversation": doc.conversation,
     }
     line = json.dumps(value, ensure_ascii=False) + "\n"
     try:

@@ -40,8 +40,11 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from protocol import ConfigError, VectorStoreError
+from protocol._memory import DEFAULT_MIN_SIMILARITY
 from protocol._surrogates import replace_surrogates, replace_surrogates_json
+from protocol._time import MAX_CONVERSATION_BYTES
 
+from .._doors import DEFAULT_MODE, SEARCH_MODES
 from ._http_auth import BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
@@ -86,16 +89,42 @@ _METADATA = {
     "type": "object",
     "description": 'JSON object of attributes (e.g. {"topic": "travel"}); recall filters on it.',
 }
+_ISO_TIME = (
+    "ISO 8601: 2023-05-25, 2023-05-25T13:14:00+02:00 or ...Z; a date, or a time without "
+    "an offset, is UTC"
+)
 _MEMORY_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "text": {"type": "string"},
     "source": {"type": ["string", "null"]},
     "metadata": {"type": "object"},
+    "occurred_at": {
+        "type": ["string", "null"],
+        "description": "When it happened, ISO 8601 in UTC (the time it was stored, unless "
+        "remember said).",
+    },
+    "conversation": {"type": ["string", "null"]},
 }
 _MEMORY = {"type": "object", "properties": _MEMORY_FIELDS, "required": list(_MEMORY_FIELDS)}
 _HIT = {
     "type": "object",
-    "properties": {**_MEMORY_FIELDS, "score": {"type": "number"}},
+    "properties": {
+        **_MEMORY_FIELDS,
+        "score": {
+            "type": "number",
+            "description": "Cosine similarity in [-1, 1] (bm25: the keyword score over the "
+            "best hit's; hybrid: the fused rank score).",
+        },
+        "rank": {"type": "integer", "description": "recall mode: the hit's place, 1 the best."},
+        "channels": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "recall mode: what lifted the hit: dense, bm25, speaker (said by "
+            "someone the query names), date (near a date it names), neighbor (next to a "
+            "strong hit: in its conversation, else in the order stored), link (shares a "
+            "rare word with one).",
+        },
+    },
     "required": [*_MEMORY_FIELDS, "score"],
 }
 
@@ -115,8 +144,9 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "remember",
-        "Store a fact, preference or note as a long-term memory and return its id "
-        "(the same text and metadata again keeps one memory).",
+        "Store a fact, preference, note or conversation turn as a long-term memory and "
+        "return its id (the same text, metadata, time and conversation again keeps one "
+        "memory).",
         _object(
             {
                 "text": {
@@ -132,6 +162,19 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": 'Where it came from (e.g. "chat", a file name or URL).',
                 },
                 "metadata": _METADATA,
+                "occurred_at": {
+                    "type": "string",
+                    "description": f"When it happened or was said ({_ISO_TIME}); default "
+                    "now. recall's date channel and since/until read it.",
+                },
+                "conversation": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_CONVERSATION_BYTES,
+                    "description": "The conversation it belongs to: turns of one "
+                    'conversation, remembered in order (e.g. "Ana: ..." then "Ben: ..."), '
+                    "are neighbours, so recall finds the turn beside the one that matches.",
+                },
             },
             ["text"],
         ),
@@ -140,8 +183,10 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "recall",
-        "Search the memories closest in meaning to a query, best first, with their cosine "
-        "similarity score in [-1, 1]; call it before answering from memory.",
+        "Search the memories that best answer a query, best first: by meaning and "
+        "keywords, favouring what a person the query names said, what happened near a "
+        "date it names, and the turns beside a strong hit; call it before answering from "
+        "memory.",
         _object(
             {
                 "query": {
@@ -160,7 +205,25 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "number",
                     "minimum": -1,
                     "maximum": 1,
-                    "description": "Drop hits scoring below this cosine similarity.",
+                    "description": "Drop hits below this cosine similarity. Default: "
+                    f"{DEFAULT_MIN_SIMILARITY} in recall mode, none in similarity and mmr; "
+                    "not taken by bm25 and hybrid.",
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": list(SEARCH_MODES),
+                    "default": DEFAULT_MODE,
+                    "description": "recall (the default: the tuned ranking above); "
+                    "similarity (cosine only), bm25 (keywords only), hybrid (the two "
+                    "fused), mmr (cosine, diversified).",
+                },
+                "since": {
+                    "type": "string",
+                    "description": f"Only memories that happened at or after this ({_ISO_TIME}).",
+                },
+                "until": {
+                    "type": "string",
+                    "description": f"Only memories that happened before this ({_ISO_TIME}).",
                 },
                 "filter": {
                     "type": "object",
@@ -185,8 +248,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "get_memories",
-        "Read memories by id, with their text, source and metadata; ids not there are "
-        "listed as missing.",
+        "Read memories by id, with their text, source, metadata, time and conversation; "
+        "ids not there are listed as missing.",
         _BY_IDS,
         _object(
             {"memories": {"type": "array", "items": _MEMORY}, "missing": _STRINGS},
@@ -323,7 +386,8 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
         instructions=(
             "Long-term memory. Call recall before answering anything that may depend on "
             "what you were told earlier; call remember for facts, preferences and "
-            "decisions worth keeping; forget deletes by id."
+            "decisions worth keeping (with occurred_at, when it happened, and for the "
+            "turns of a conversation its name, in order); forget deletes by id."
         ),
         on_list_tools=list_tools,
         on_call_tool=on_call,

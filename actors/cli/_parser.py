@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from protocol._memory import DEFAULT_MIN_SIMILARITY
+
+from .._doors import DEFAULT_MODE, SEARCH_MODES
+
 __all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
 
 #: The exit status of a command line that is wrong (argparse's own).
@@ -191,22 +195,56 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument(
         "--metadata", metavar="JSON", help='a JSON object, such as \'{"kind": "pet"}\''
     )
+    add.add_argument(
+        "--at",
+        metavar="ISO",
+        help="when it happened or was said, ISO 8601 (2023-05-25, 2023-05-25T13:14:00+02:00; "
+        "a date, or no offset, is UTC); default now",
+    )
+    add.add_argument(
+        "--conversation",
+        metavar="NAME",
+        help="the conversation it belongs to: memories of one conversation, added in "
+        "order, are neighbours for search",
+    )
 
     search = command(
         "search",
-        "find the memories most similar to a query",
-        "Print the K memories most similar to QUERY, best first, with their cosine "
-        "similarity and id.",
+        "find the memories that best answer a query",
+        "Print the K memories that best answer QUERY, best first. The default mode, "
+        "recall, is the library's tuned recall (meaning and keywords, the speaker and the "
+        "date the query names, the turns beside a strong hit): each line is the rank, "
+        "the cosine similarity, the id, the channels that lifted the hit and the text. "
+        "The other modes print the score, the id and the text.",
     )
     search.add_argument("query", metavar="QUERY", help="the text to search for")
     search.add_argument(
         "-k", type=_positive, default=5, metavar="K", help="how many hits, at most (default 5)"
     )
     search.add_argument(
+        "--mode",
+        choices=SEARCH_MODES,
+        default=DEFAULT_MODE,
+        help="recall (the default), similarity (cosine only), bm25 (keywords only), hybrid "
+        "(the two fused) or mmr (cosine, diversified)",
+    )
+    search.add_argument(
         "--min-similarity",
         type=float,
         metavar="S",
-        help="keep hits whose cosine similarity is at least S, in [-1, 1]",
+        help=f"keep hits whose cosine similarity is at least S, in [-1, 1] (default "
+        f"{DEFAULT_MIN_SIMILARITY} for recall, none for similarity and mmr; bm25 and "
+        "hybrid take none)",
+    )
+    search.add_argument(
+        "--since",
+        metavar="ISO",
+        help="only memories that happened at or after this time (ISO 8601)",
+    )
+    search.add_argument(
+        "--until",
+        metavar="ISO",
+        help="only memories that happened before this time (ISO 8601)",
     )
     search.add_argument(
         "--filter",
@@ -244,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         "export",
         "write every memory to a JSONL file",
         "Write every memory (of --namespace only, when given), oldest first, one JSON "
-        "object per line with its id, namespace, text, source and metadata. A progress "
-        "bar shows on a terminal.",
+        "object per line with its id, namespace, text, source, metadata, occurred_at and "
+        "conversation (ISO 8601, in UTC). A progress bar shows on a terminal.",
     )
     export.add_argument("file", metavar="FILE.jsonl", help="the file to write; - writes stdout")
     return parser

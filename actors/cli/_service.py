@@ -10,17 +10,26 @@ tool error result; the command line prints it. Its results are JSON-ready dicts 
 lists.
 
 A memory is a document of the store (design §9): its id is its content hash
-(``document_id(text, metadata)``), so remembering the same text with the same metadata
+(``Document.with_id``: the text and metadata, and its ``occurred_at`` and
+``conversation`` when given), so remembering the same text with the same metadata
 again keeps one memory (and updates its source); its ``source`` is the document's
-``source_id``. Namespaces are the store's: an id is unique within its namespace and no
-operation ever reads or deletes across namespaces. ``None`` is the library's default
+``source_id``. It happened at its ``occurred_at`` (given as ISO 8601 text; left out, the
+store stamps the time of the write) and may belong to a ``conversation``, whose
+memories are neighbours in the order they were remembered.
+
+``recall`` searches as ``Memory.retrieve`` does unless ``mode`` says otherwise: the
+store's tuned recall (``SearchRequest(kind="recall")``) with ``Memory``'s relevance floor
+(``actors._doors``, which the LangChain and LangGraph adapters follow too).
+
+Namespaces are the store's: an id is unique within its namespace and no operation ever
+reads or deletes across namespaces. ``None`` is the library's default
 namespace (``protocol.DEFAULT_NAMESPACE``), so a program using ``open_memory`` over the
 same PostgreSQL table sees the same memories.
 """
 
 from __future__ import annotations
 
-import math
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,10 +48,19 @@ from protocol import (
 )
 from protocol._checks import check_int, shown
 from protocol._json import check_json_object
+from protocol._time import MAX_CONVERSATION_BYTES
 
+from .._doors import (
+    DEFAULT_MODE,
+    candidate_depth,
+    check_mode,
+    check_similarity,
+    door_time,
+    relevance_floor,
+)
 from .._handle import Store
 
-__all__ = ["MAX_IDS", "MAX_NAME_BYTES", "MemoryService", "ToolInputError"]
+__all__ = ["MAX_IDS", "MAX_NAME_BYTES", "MemoryService", "ToolInputError", "hit", "iso_time"]
 
 #: The longest namespace or source accepted, in UTF-8 bytes: the in-memory store keeps
 #: a namespace per slot (its memory bound counts the longest one in use).
@@ -83,18 +101,32 @@ class MemoryService:
         namespace: object = None,
         source: object = None,
         metadata: object = None,
+        occurred_at: object = None,
+        conversation: object = None,
     ) -> dict[str, Any]:
         """Store one memory and return ``{"id": ...}`` (its content hash).
+
+        Args:
+            text: what to remember.
+            namespace: where (``None``: the default namespace).
+            source: where it came from, or None.
+            metadata: a JSON object, or None.
+            occurred_at: when it happened or was said, ISO 8601 text (a date, or a time
+                without an offset, is UTC); None: the time of the write.
+            conversation: the conversation it belongs to, or None: memories of one
+                conversation are neighbours in the order they are remembered.
 
         Raises:
             ToolInputError: empty or non-str text, text (with its metadata and source)
                 over the store's ``max_entry_bytes``, metadata that is not a JSON object,
-                a bad namespace or source. Nothing is stored.
+                a bad namespace, source, time or conversation. Nothing is stored.
         """
         body = _text("text", text)
         space = _namespace(namespace)
         origin = None if source is None else _name("source", source)
         meta = _metadata(metadata)
+        when = _time("occurred_at", occurred_at)
+        thread = _conversation(conversation)
         cap = self.store.config.max_entry_bytes
         size = len(body.encode("utf-8", "surrogatepass"))
         if size > cap:
@@ -102,7 +134,9 @@ class MemoryService:
                 f"text is {size} bytes of UTF-8 ({shown(body, 40)}); this memory takes at "
                 f"most {cap} bytes per entry (max_entry_bytes)"
             )
-        document = Document(text=body, metadata=meta, source_id=origin)
+        document = Document(
+            text=body, metadata=meta, source_id=origin, occurred_at=when, conversation=thread
+        ).with_id()
         try:
             (memory_id,) = await self.store.add_documents([document], namespace=space)
         except EntryTooLarge as error:
@@ -120,18 +154,31 @@ class MemoryService:
         namespace: object = None,
         min_similarity: object = None,
         filter: object = None,
+        mode: object = DEFAULT_MODE,
+        since: object = None,
+        until: object = None,
     ) -> list[dict[str, Any]]:
-        """The ``k`` memories most similar to ``query`` (cosine), best first, each
-        ``{"id", "text", "score", "source", "metadata"}``.
+        """The ``k`` memories that best answer ``query``, best first, each
+        ``{"id", "text", "score", "source", "metadata", "occurred_at", "conversation"}``
+        (``score`` is the hit's cosine similarity in every mode but ``bm25`` and
+        ``hybrid``; see :func:`hit`), plus ``"rank"`` and ``"channels"`` for ``recall``.
 
         Args:
             query: the text to search for.
             k: at most this many hits, an int > 0.
             namespace: the namespace to search (``None``: the default one).
             min_similarity: keep hits whose cosine similarity is at least this, in
-                [-1, 1].
+                [-1, 1]. None: ``Memory``'s floor (0.02) for ``recall``, none for
+                ``similarity`` and ``mmr``; ``bm25`` and ``hybrid`` refuse one
+                (:func:`actors._doors.relevance_floor`).
             filter: a metadata filter in the store's language (``{"kind": "pet"}``,
                 ``{"year": {"$gte": 2020}}``, ``$and``/``$or``/``$not``...).
+            mode: ``"recall"`` (the default: what ``Memory.retrieve`` runs), or
+                ``"similarity"`` (cosine), ``"bm25"`` (keywords), ``"hybrid"`` (the two
+                fused), ``"mmr"`` (cosine, diversified).
+            since, until: keep memories whose ``occurred_at`` is at or after ``since``
+                and before ``until``: ISO 8601 text (a date, or a time without an
+                offset, is UTC), applied before top-k like a filter.
 
         Raises:
             ToolInputError: any bad argument. Nothing is searched.
@@ -139,9 +186,11 @@ class MemoryService:
         text = _text("query", query)
         try:
             count = check_int("k", k)
+            kind = check_mode(mode)
+            given = None if min_similarity is None else check_similarity(min_similarity)
+            floor = relevance_floor(kind, given)
         except ConfigError as error:
             raise ToolInputError(str(error)) from None
-        threshold = None if min_similarity is None else _similarity(min_similarity)
         tree = None
         if filter is not None:
             if not isinstance(filter, Mapping):
@@ -153,15 +202,23 @@ class MemoryService:
                 tree = parse_filter(filter)
             except FilterError as error:
                 raise ToolInputError(f"filter: {error}") from None
-        request = SearchRequest(
-            query=text,
-            k=count,
-            kind="similarity",
-            score_threshold=threshold,
-            filter=tree,
-            namespace=_namespace(namespace),
-        )
-        return [_hit(hit) for hit in await self.store.search(request)]
+        start, end = _time("since", since), _time("until", until)
+        space = _namespace(namespace)
+        try:
+            request = SearchRequest(
+                query=text,
+                k=count,
+                kind=kind,
+                fetch_k=candidate_depth(count),
+                score_threshold=floor,
+                filter=tree,
+                namespace=space,
+                since=start,
+                until=end,
+            )
+        except ConfigError as error:  # since after until
+            raise ToolInputError(str(error)) from None
+        return [hit(found) for found in await self.store.search(request)]
 
     async def forget(self, ids: object, *, namespace: object = None) -> dict[str, list[str]]:
         """Delete memories by id in one namespace, all or nothing: returns
@@ -177,7 +234,8 @@ class MemoryService:
 
     async def get_memories(self, ids: object, *, namespace: object = None) -> list[dict[str, Any]]:
         """The memories with these ids in one namespace, in input order (deduplicated),
-        each ``{"id", "text", "source", "metadata"}``; an id not there is left out.
+        each ``{"id", "text", "source", "metadata", "occurred_at", "conversation"}``
+        (``occurred_at`` as ISO 8601 in UTC); an id not there is left out.
 
         Raises:
             ToolInputError: ``ids`` is not a list of non-empty str, or a bad namespace.
@@ -209,18 +267,28 @@ def _memory(document: Document) -> dict[str, Any]:
         "text": document.text,
         "source": document.source_id,
         "metadata": document.metadata,
+        "occurred_at": iso_time(document.occurred_at),
+        "conversation": document.conversation,
     }
 
 
-def _hit(hit: ScoredDocument) -> dict[str, Any]:
-    document = hit.document
-    return {
-        "id": document.id,
-        "text": document.text,
-        "score": hit.score,
-        "source": document.source_id,
-        "metadata": document.metadata,
-    }
+def hit(found: ScoredDocument) -> dict[str, Any]:
+    """One search hit as the MCP server and ``search --json`` give it: the memory's
+    fields (:func:`_memory`) and its ``score``; a recall hit also has its ``rank`` (1 is
+    the best) and its ``channels`` (what lifted it: ``"dense"``, ``"bm25"``,
+    ``"speaker"``, ``"date"``, ``"neighbor"``, ``"link"``)."""
+    memory = _memory(found.document)
+    shaped = {"id": memory.pop("id"), "text": memory.pop("text"), "score": found.score}
+    shaped.update(memory)
+    if found.rank is not None:
+        shaped["rank"] = found.rank
+        shaped["channels"] = list(found.channels)
+    return shaped
+
+
+def iso_time(when: dt.datetime | None) -> str | None:
+    """A stored time as the doors give it: ISO 8601 in UTC (``+00:00``)."""
+    return None if when is None else when.isoformat()
 
 
 def _text(name: str, value: object) -> str:
@@ -231,10 +299,10 @@ def _text(name: str, value: object) -> str:
     return value
 
 
-def _name(name: str, value: object) -> str:
-    """A namespace or a source: a non-empty str of at most ``MAX_NAME_BYTES`` bytes,
-    without NUL, other control characters or lone surrogates (PostgreSQL refuses NUL
-    and surrogates, so both backends refuse them alike)."""
+def _name(name: str, value: object, limit: int = MAX_NAME_BYTES) -> str:
+    """A namespace, a source or a conversation: a non-empty str of at most ``limit``
+    bytes, without NUL, other control characters or lone surrogates (PostgreSQL refuses
+    NUL and surrogates, so both backends refuse them alike)."""
     if not isinstance(value, str):
         raise ToolInputError(
             f"{name} is {shown(value)} ({type(value).__name__}); expected a non-empty str"
@@ -247,10 +315,9 @@ def _name(name: str, value: object) -> str:
         raise ToolInputError(
             f"{name} is {shown(value)}, which holds a lone surrogate; expected valid Unicode"
         ) from None
-    if size > MAX_NAME_BYTES:
+    if size > limit:
         raise ToolInputError(
-            f"{name} is {size} bytes of UTF-8 ({shown(value, 40)}); expected at most "
-            f"{MAX_NAME_BYTES}"
+            f"{name} is {size} bytes of UTF-8 ({shown(value, 40)}); expected at most {limit}"
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ToolInputError(
@@ -277,18 +344,18 @@ def _metadata(value: object) -> dict[str, Any]:
         raise ToolInputError(str(error)) from None
 
 
-def _similarity(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ToolInputError(
-            f"min_similarity is {shown(value)} ({type(value).__name__}); expected a number "
-            "in [-1, 1]"
-        )
-    number = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf
-    if not -1.0 <= number <= 1.0:
-        raise ToolInputError(
-            f"min_similarity is {shown(value)}; expected a cosine similarity in [-1, 1]"
-        )
-    return number
+def _time(name: str, value: object) -> dt.datetime | None:
+    """A time argument: None, or ISO 8601 text (JSON and a command line carry no
+    datetime)."""
+    try:
+        return door_time(name, value, datetimes=False)
+    except ConfigError as error:
+        raise ToolInputError(str(error)) from None
+
+
+def _conversation(value: object) -> str | None:
+    """A conversation's name: a namespace's rules, up to the store's longer limit."""
+    return None if value is None else _name("conversation", value, MAX_CONVERSATION_BYTES)
 
 
 def _ids(value: object) -> list[str]:

@@ -35,14 +35,19 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from protocol import Document, FilterError, ScoredDocument
+from protocol import ConfigError, Document, FilterError, ScoredDocument
 from protocol._checks import shown
 from protocol._filters import matches, parse_filter
+from protocol._time import check_conversation
+
+from .._doors import door_time
 
 __all__ = [
+    "CONVERSATION_FIELD",
     "CREATED_KEY",
     "INDEXED_KEY",
     "NS_KEY",
+    "OCCURRED_AT_FIELD",
     "UPDATED_KEY",
     "VALUE_PREFIX",
     "PostFilter",
@@ -57,6 +62,7 @@ __all__ = [
     "item_from_document",
     "item_id",
     "item_namespace",
+    "item_time",
     "literal_head",
     "namespace_matches",
     "prefix_filter",
@@ -74,6 +80,12 @@ NS_KEY = "lg:ns"
 CREATED_KEY = "lg:created_at"
 UPDATED_KEY = "lg:updated_at"
 INDEXED_KEY = "lg:indexed"
+
+#: The value keys that are also the entry's own fields (README "LangGraph"): a value's
+#: top-level ``"occurred_at"`` (ISO 8601 text) is when the item happened, its
+#: ``"conversation"`` (a str) the conversation it belongs to. Both stay in the value.
+OCCURRED_AT_FIELD = "occurred_at"
+CONVERSATION_FIELD = "conversation"
 
 _SEPARATOR = "/"
 # The character just after the separator in code point order: the end of a prefix range.
@@ -210,6 +222,32 @@ def index_text(
     return "\n\n".join(texts) if texts else None
 
 
+def item_time(key: str, value: Mapping[str, Any]) -> tuple[datetime | None, str | None]:
+    """The ``occurred_at`` and ``conversation`` a value gives (:data:`OCCURRED_AT_FIELD`,
+    :data:`CONVERSATION_FIELD`), each None when absent or null.
+
+    Raises:
+        ConfigError: ``occurred_at`` is not ISO 8601 text, or ``conversation`` is not a
+            non-empty str (a value is JSON, so neither can be anything else).
+    """
+    when = value.get(OCCURRED_AT_FIELD)
+    try:
+        occurred = door_time(f"value[{OCCURRED_AT_FIELD!r}] of {key!r}", when, datetimes=False)
+    except ConfigError as error:
+        raise ConfigError(
+            f"{error} (the key {OCCURRED_AT_FIELD!r} of a value dates the item; name the "
+            "field otherwise to store something else)"
+        ) from None
+    thread = value.get(CONVERSATION_FIELD)
+    if thread is not None and not isinstance(thread, str):
+        raise ConfigError(
+            f"value[{CONVERSATION_FIELD!r}] of {key!r} is {shown(thread)} "
+            f"({type(thread).__name__}); expected a str, the conversation's name (the key "
+            f"{CONVERSATION_FIELD!r} of a value names the item's conversation)"
+        )
+    return occurred, check_conversation(thread)
+
+
 def item_document(
     namespace: tuple[str, ...],
     key: str,
@@ -219,13 +257,16 @@ def item_document(
     created_at: datetime,
     updated_at: datetime,
     dimensions: int,
+    occurred_at: datetime | None = None,
+    conversation: str | None = None,
 ) -> Document:
     """An item as the document that stores it.
 
     The value's top-level keys go into the metadata under ``VALUE_PREFIX``, beside the
     encoded namespace, the two timestamps (ISO 8601) and whether it is indexed. An item
     without an index text is stored with a zero vector (it scores 0.0, and a semantic
-    search lists it after the scored items) and an empty text.
+    search lists it after the scored items) and an empty text. ``occurred_at`` and
+    ``conversation`` are the entry's own fields (:func:`item_time`).
 
     Raises:
         JsonError: ``value`` is not a JSON object (protocol's JSON rules).
@@ -252,6 +293,8 @@ def item_document(
         id=item_id(namespace, key),
         metadata=metadata,
         embedding=None if text is not None else [0.0] * dimensions,
+        occurred_at=occurred_at,
+        conversation=conversation,
     )
 
 

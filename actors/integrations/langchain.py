@@ -22,29 +22,65 @@ Choices where LangChain leaves it open:
   (missing ids are not an error, as LangChain's standard tests require).
 - ``max_marginal_relevance_search`` raises ``fetch_k`` to ``k`` when it is smaller.
 - An unknown keyword argument is a ``ConfigError`` naming it, not silently ignored.
+
+What trio-recall adds:
+
+- :meth:`~TrioRecallVectorStore.recall_search` (and ``arecall_search``, ``..._with_score``)
+  is the store's tuned recall, what ``Memory.retrieve`` runs (hybrid BM25 and dense lists,
+  speaker focus, the time channel, entity links, the neighbour boost), with ``Memory``'s
+  relevance floor; ``as_retriever(search_type="recall")`` retrieves with it, and so does
+  ``search(query, "recall")``. ``similarity_search`` and the other LangChain methods keep
+  LangChain's contract (the k nearest by cosine).
+- Two metadata keys are the store's own fields too. ``metadata["occurred_at"]`` (ISO 8601
+  text, such as ``"2023-05-25"`` or ``"2023-05-25T13:14:00+02:00"``, a date or a time
+  without an offset being UTC; or an aware ``datetime``) is when the document happened:
+  ``since``/``until`` and recall's time channel read it (a document without it is dated
+  by its write). ``metadata["conversation"]`` (a str) names its conversation: documents of
+  one conversation, added in order, are neighbours for recall, each indexed with its date
+  and the one before it. Both stay in the metadata, so they come back on every read
+  (``occurred_at`` as ISO 8601 text in UTC, whatever form it was given in) and metadata
+  filters see them.
+- Every search takes ``since=`` and ``until=`` (the same forms as ``occurred_at``): only
+  documents that happened at or after ``since`` and before ``until``, before top-k.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
-from protocol import DEFAULT_NAMESPACE, ConfigError, Document, SearchRequest, VectorStoreConfig
-from protocol._checks import check_int
+from protocol import (
+    DEFAULT_NAMESPACE,
+    ConfigError,
+    Document,
+    RecallSettings,
+    SearchRequest,
+    VectorStoreConfig,
+)
+from protocol._checks import check_int, shown
+from protocol._time import check_conversation
 
+from .._doors import check_similarity, door_time, relevance_floor
 from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width
 
-__all__ = ["TrioRecallEmbeddings", "TrioRecallVectorStore"]
+__all__ = ["TrioRecallEmbeddings", "TrioRecallRetriever", "TrioRecallVectorStore"]
 
 _WHAT = "TrioRecallVectorStore"
+#: The metadata keys that are also the store's fields (module docstring).
+OCCURRED_AT_KEY = "occurred_at"
+CONVERSATION_KEY = "conversation"
 
 
 class TrioRecallVectorStore(BridgedStore, VectorStore):
@@ -317,6 +353,114 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         """:meth:`similarity_search_by_vector`, awaited."""
         return _docs(await self._asearch(self._request(vector=embedding, k=k, **kwargs)))
 
+    def recall_search(
+        self,
+        query: str,
+        k: int = 4,
+        *,
+        min_similarity: float | None = None,
+        settings: RecallSettings | None = None,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """The ``k`` documents that best answer ``query`` by the store's tuned recall
+        (what ``Memory.retrieve`` runs; module docstring), best first.
+
+        Args:
+            query: the question.
+            k: at most this many documents.
+            min_similarity: drop hits whose cosine similarity is below this, in [-1, 1];
+                None: ``Memory``'s floor (0.02).
+            settings: recall's :class:`~protocol.RecallSettings` (None: the defaults,
+                as ``Memory`` uses them), e.g. ``RecallSettings(date_weight=0)``.
+            kwargs: ``filter``, ``since``, ``until``, as for :meth:`similarity_search`.
+        """
+        request = self._recall(query, k, min_similarity, settings, kwargs)
+        return _docs(self._search(request))
+
+    async def arecall_search(
+        self,
+        query: str,
+        k: int = 4,
+        *,
+        min_similarity: float | None = None,
+        settings: RecallSettings | None = None,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """:meth:`recall_search`, awaited."""
+        request = self._recall(query, k, min_similarity, settings, kwargs)
+        return _docs(await self._asearch(request))
+
+    def recall_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        *,
+        min_similarity: float | None = None,
+        settings: RecallSettings | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[LCDocument, float]]:
+        """:meth:`recall_search` with each hit's cosine similarity, in [-1, 1] (the
+        order is recall's, not the scores')."""
+        request = self._recall(query, k, min_similarity, settings, kwargs)
+        return _scored(self._search(request))
+
+    async def arecall_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        *,
+        min_similarity: float | None = None,
+        settings: RecallSettings | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[LCDocument, float]]:
+        """:meth:`recall_search_with_score`, awaited."""
+        request = self._recall(query, k, min_similarity, settings, kwargs)
+        return _scored(await self._asearch(request))
+
+    def _recall(
+        self,
+        query: str,
+        k: int,
+        min_similarity: float | None,
+        settings: RecallSettings | None,
+        kwargs: dict[str, Any],
+    ) -> SearchRequest:
+        extra = sorted(set(kwargs) - {"filter", "since", "until"})
+        if extra:
+            raise ConfigError(
+                f"unknown recall_search arguments {extra}; it takes k, filter, since, until, "
+                "min_similarity and settings"
+            )
+        given = None if min_similarity is None else check_similarity(min_similarity)
+        return self._request(
+            query=query,
+            k=k,
+            kind="recall",
+            score_threshold=relevance_floor("recall", given),
+            settings=settings,
+            **kwargs,
+        )
+
+    def search(self, query: str, search_type: str, **kwargs: Any) -> list[LCDocument]:
+        """LangChain's ``search``, with ``search_type="recall"`` too (:meth:`recall_search`)."""
+        if search_type == "recall":
+            return self.recall_search(query, **kwargs)
+        return super().search(query, search_type, **kwargs)
+
+    async def asearch(self, query: str, search_type: str, **kwargs: Any) -> list[LCDocument]:
+        """:meth:`search`, awaited."""
+        if search_type == "recall":
+            return await self.arecall_search(query, **kwargs)
+        return await super().asearch(query, search_type, **kwargs)
+
+    def as_retriever(self, **kwargs: Any) -> TrioRecallRetriever:
+        """LangChain's ``VectorStoreRetriever`` over this store, which also takes
+        ``search_type="recall"`` (:meth:`recall_search`, with ``search_kwargs`` as its
+        keyword arguments: ``k``, ``filter``, ``since``, ``until``, ``min_similarity``,
+        ``settings``). The default stays LangChain's ``"similarity"``."""
+        tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
+        return TrioRecallRetriever(vectorstore=self, tags=tags, **kwargs)
+
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         return _relevance
 
@@ -390,15 +534,24 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
             **kwargs,
         )
 
-    def _request(self, *, filter: Any = None, **fields: Any) -> SearchRequest:
+    def _request(
+        self, *, filter: Any = None, since: Any = None, until: Any = None, **fields: Any
+    ) -> SearchRequest:
         extra = {name for name in fields if name not in _REQUEST_FIELDS}
         if extra:
             raise ConfigError(
-                f"unknown search arguments {sorted(extra)}; {_WHAT} takes k, filter "
-                "(and fetch_k, lambda_mult for MMR)"
+                f"unknown search arguments {sorted(extra)}; {_WHAT} takes k, filter, since, "
+                "until (and fetch_k, lambda_mult for MMR; min_similarity, settings for "
+                "recall_search)"
             )
         fields = {name: value for name, value in fields.items() if value is not None}
-        return SearchRequest(filter=filter, namespace=self._space, **fields)
+        return SearchRequest(
+            filter=filter,
+            namespace=self._space,
+            since=door_time("since", since),
+            until=door_time("until", until),
+            **fields,
+        )
 
     def _search(self, request: SearchRequest) -> list[Any]:
         return list(self._bridge.call(_search, request))
@@ -409,6 +562,49 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
     def __repr__(self) -> str:
         state = "closed" if self._bridge.closed else "open"
         return f"<{_WHAT} namespace={self._space!r} {state}>"
+
+
+class TrioRecallRetriever(VectorStoreRetriever):
+    """LangChain's ``VectorStoreRetriever``, with ``search_type="recall"`` besides
+    ``"similarity"``, ``"similarity_score_threshold"`` and ``"mmr"``: the store's tuned
+    recall (:meth:`TrioRecallVectorStore.recall_search`). Made by
+    :meth:`TrioRecallVectorStore.as_retriever`."""
+
+    allowed_search_types: ClassVar[Collection[str]] = (
+        "similarity",
+        "similarity_score_threshold",
+        "mmr",
+        "recall",
+    )
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[LCDocument]:
+        if self.search_type == "recall":
+            return _store_of(self).recall_search(query, **(self.search_kwargs | kwargs))
+        return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        if self.search_type == "recall":
+            store = _store_of(self)
+            return await store.arecall_search(query, **(self.search_kwargs | kwargs))
+        return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
+
+
+def _store_of(retriever: VectorStoreRetriever) -> TrioRecallVectorStore:
+    store = retriever.vectorstore
+    if not isinstance(store, TrioRecallVectorStore):
+        raise ConfigError(
+            f"search_type 'recall' needs a TrioRecallVectorStore; this retriever's store "
+            f"is a {type(store).__name__}"
+        )
+    return store
 
 
 class TrioRecallEmbeddings(Embeddings):
@@ -447,7 +643,9 @@ class TrioRecallEmbeddings(Embeddings):
         return f"TrioRecallEmbeddings({self.embedder!r})"
 
 
-_REQUEST_FIELDS = frozenset({"query", "vector", "k", "kind", "fetch_k", "lambda_mult"})
+_REQUEST_FIELDS = frozenset(
+    {"query", "vector", "k", "kind", "fetch_k", "lambda_mult", "score_threshold", "settings"}
+)
 
 
 # --- run in the store's trio loop: plain data in, plain data out ------------------------
@@ -499,13 +697,32 @@ def _text_documents(
                 f"{name} has {len(column)} items and texts has {len(texts)}; expected one per text"
             )
     return [
-        Document(
-            text=text,
-            metadata={} if metadatas is None else dict(metadatas[i]),
-            id=None if ids is None else ids[i],
-        ).with_id()
+        _document(text, {} if metadatas is None else metadatas[i], None if ids is None else ids[i])
         for i, text in enumerate(texts)
     ]
+
+
+def _document(text: str, metadata: dict[str, Any], id: str | None) -> Document:
+    """A LangChain text and metadata as the store's document: ``occurred_at`` and
+    ``conversation`` (module docstring) are read from the metadata into the document's
+    fields, and ``occurred_at`` is kept there as ISO 8601 text in UTC."""
+    meta = dict(metadata)
+    when = door_time(f"metadata[{OCCURRED_AT_KEY!r}]", meta.get(OCCURRED_AT_KEY))
+    if when is not None:
+        meta[OCCURRED_AT_KEY] = when.isoformat()
+    thread = meta.get(CONVERSATION_KEY)
+    if thread is not None and not isinstance(thread, str):
+        raise ConfigError(
+            f"metadata[{CONVERSATION_KEY!r}] is {shown(thread)} ({type(thread).__name__}); "
+            "expected a str, the conversation's name"
+        )
+    return Document(
+        text=text,
+        metadata=meta,
+        id=id,
+        occurred_at=when,
+        conversation=check_conversation(thread),
+    ).with_id()
 
 
 def _documents(documents: list[LCDocument], kwargs: dict[str, Any]) -> list[Document]:

@@ -16,7 +16,17 @@ How LangGraph's model maps onto trio-recall's (``_langgraph_ops`` has the detail
 - the value's top-level keys are the document's metadata (under ``"v:"``), so LangGraph
   filters become trio-recall filters; the index fields' text is what is embedded;
 - an item that is not indexed (no ``index``, ``index=False``, or none of its fields
-  present) keeps a zero vector: it is found by listing and filters, never ranked.
+  present) keeps a zero vector: it is found by listing and filters, never ranked;
+- a search with a query ranks by the store's tuned recall (``ranking="recall"``, the
+  default: what ``Memory.retrieve`` runs, with no relevance floor, so every indexed item
+  in scope can be reached), or by cosine alone (``ranking="similarity"``, as
+  ``InMemoryStore`` ranks); each item's ``score`` is its cosine either way. ``offset``
+  pages through one ranking: the store is asked for ``offset + limit`` hits and the first
+  ``offset`` are dropped;
+- a value's top-level ``"occurred_at"`` (ISO 8601 text) and ``"conversation"`` (a str)
+  are also the entry's own fields: when the item happened (default: when it was put),
+  which recall's time channel reads, and the conversation whose items, put in order,
+  are neighbours for recall. They stay in the value.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import msgspec
@@ -59,6 +69,8 @@ __all__ = ["TrioRecallStore"]
 DEFAULT_NAMESPACE = "langgraph"
 _WHAT = "TrioRecallStore"
 _INDEX_KEYS = ("dims", "embed", "fields")
+_RANKINGS = ("recall", "similarity")
+Ranking = Literal["recall", "similarity"]
 
 
 class TrioRecallStore(BridgedStore, BaseStore):
@@ -83,6 +95,10 @@ class TrioRecallStore(BridgedStore, BaseStore):
         embed_timeout: seconds each embedding call may take (None: no limit).
         pg_options: more keyword arguments for ``open_pg_store`` (``pool_size``,
             ``statement_timeout``, ``index="hnsw"``...); only with ``dsn``.
+        ranking: how a search with a query ranks the indexed items: ``"recall"`` (the
+            store's tuned recall: keywords and meaning, the speaker and the date the
+            query names, the neighbours of a strong hit) or ``"similarity"`` (cosine
+            alone, as ``InMemoryStore``).
 
     ``close()``/``aclose()`` close the store (one made by :meth:`from_store` stays
     open) and stop its thread; calls in flight raise ``trio.ClosedResourceError``. It is
@@ -105,7 +121,9 @@ class TrioRecallStore(BridgedStore, BaseStore):
         table: str = "trio_recall_langgraph",
         embed_timeout: float | None = None,
         pg_options: dict[str, Any] | None = None,
+        ranking: Ranking = "recall",
     ) -> None:
+        order = _check_ranking(ranking)
         fields, embedder, dims = _index_settings(index)
         config = VectorStoreConfig(
             max_entries=max_entries, dimensions=dims, max_entry_bytes=max_entry_bytes
@@ -114,7 +132,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
         opener = store_opener(
             dsn, config, embedder, table=table, embed_timeout=embed_timeout, pg_options=pg_options
         )
-        bridge = TrioBridge.start(lambda: _open_core(opener, space, fields), what=_WHAT)
+        bridge = TrioBridge.start(lambda: _open_core(opener, space, fields, order), what=_WHAT)
         self._setup(bridge, space, fields, dims)
 
     @classmethod
@@ -124,6 +142,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
         *,
         index: IndexConfig | None = None,
         namespace: str = DEFAULT_NAMESPACE,
+        ranking: Ranking = "recall",
     ) -> TrioRecallStore:
         """A LangGraph store over a trio-recall store already open in this trio run.
 
@@ -151,7 +170,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
                 )
             fields = mapping.tokenized_fields(_check_fields(index.get("fields")))
         space = _check_space(namespace)
-        core = _Core(store=store, namespace=space, fields=fields)
+        core = _Core(store=store, namespace=space, fields=fields, ranking=_check_ranking(ranking))
         self = cls.__new__(cls)
         self._setup(TrioBridge.borrow(core, what=_WHAT), space, fields, dims)
         return self
@@ -251,6 +270,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
                 "or a list of JSON paths"
             )
         text = mapping.index_text(op.value, op.index, self._fields)
+        occurred_at, conversation = mapping.item_time(op.key, op.value)
         document = mapping.item_document(
             namespace,
             op.key,
@@ -259,6 +279,8 @@ class TrioRecallStore(BridgedStore, BaseStore):
             created_at=now,
             updated_at=now,
             dimensions=self._dims,
+            occurred_at=occurred_at,
+            conversation=conversation,
         )
         return entry_id, document
 
@@ -365,6 +387,7 @@ class _Core:
     store: Store
     namespace: str
     fields: list[tuple[str, str | list[str]]] | None
+    ranking: Ranking = "recall"
     # Serializes this adapter's writes, so a put that keeps an item's created_at reads
     # and writes it with no other put of this process in between.
     lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -389,9 +412,12 @@ class _Core:
         ranked: list[SearchItem] = []
         scope = dict(op.scope)
         if op.query is not None:
+            # No relevance floor: an indexed item in scope is always ranked, as in
+            # InMemoryStore, so paging reaches every one.
             request = SearchRequest(
                 query=op.query,
                 k=k,
+                kind=self.ranking,
                 filter=parse_filter({**scope, mapping.INDEXED_KEY: True}),
                 namespace=self.namespace,
             )
@@ -465,9 +491,16 @@ async def _open_core(
     opener: Callable[[], AbstractAsyncContextManager[Any]],
     namespace: str,
     fields: list[tuple[str, str | list[str]]] | None,
+    ranking: Ranking,
 ) -> AsyncIterator[_Core]:
     async with opener() as store:
-        yield _Core(store=store, namespace=namespace, fields=fields)
+        yield _Core(store=store, namespace=namespace, fields=fields, ranking=ranking)
+
+
+def _check_ranking(ranking: object) -> Ranking:
+    if ranking == "recall" or ranking == "similarity":
+        return ranking
+    raise ConfigError(f"ranking is {shown(ranking)}; expected one of {', '.join(_RANKINGS)}")
 
 
 # --- the index config ------------------------------------------------------------------

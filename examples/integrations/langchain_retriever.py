@@ -18,8 +18,8 @@ async def main() -> None:
     embedding = TrioRecallEmbeddings(MiniLMEmbedder())
     async with await TrioRecallVectorStore.afrom_texts(texts, embedding, topics) as store:
         only = {"topic": {"$ne": "shopping"}}
-        retriever = store.as_retriever(search_kwargs={"k": 1, "filter": only})
-        for doc in await retriever.ainvoke("Will I need my umbrella tomorrow?"):
+        recall = store.as_retriever(search_type="recall", search_kwargs={"k": 1, "filter": only})
+        for doc in await recall.ainvoke("Will I need my umbrella tomorrow?"):
             print(doc.metadata["topic"], "|", doc.page_content)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as dt
 import subprocess
 import sys
 import threading
@@ -21,11 +22,12 @@ from langchain_core.vectorstores import VectorStore
 
 from actors import HashingEmbedder, open_store
 from actors.integrations import langchain as module
-from actors.integrations.langchain import TrioRecallVectorStore
+from actors.integrations.langchain import TrioRecallRetriever, TrioRecallVectorStore
 from protocol import (
     ConfigError,
     EntryTooLarge,
     FilterError,
+    RecallSettings,
     StoreUnavailable,
     VectorStoreConfig,
 )
@@ -81,7 +83,11 @@ def test_import_actors_imports_no_langchain() -> None:
 
 
 def test_public_names_are_pinned() -> None:
-    assert module.__all__ == ["TrioRecallEmbeddings", "TrioRecallVectorStore"]
+    assert module.__all__ == [
+        "TrioRecallEmbeddings",
+        "TrioRecallRetriever",
+        "TrioRecallVectorStore",
+    ]
 
 
 def test_filters_use_trio_recalls_language(pets: TrioRecallVectorStore) -> None:
@@ -161,6 +167,72 @@ async def test_retriever(pets: TrioRecallVectorStore) -> None:
         search_kwargs={"k": 4, "score_threshold": 0.3},
     )
     assert all("cat" in d.page_content for d in threshold.invoke("cat"))
+
+
+async def test_recall_is_a_search_type_of_the_retriever(pets: TrioRecallVectorStore) -> None:
+    recall = pets.as_retriever(search_type="recall", search_kwargs={"k": 2})
+    assert isinstance(recall, TrioRecallRetriever)
+    found = recall.invoke("cat sofa")
+    assert found[0].page_content == "my cat sleeps on the sofa" and len(found) == 2
+    assert await recall.ainvoke("cat sofa") == found
+    assert pets.search("cat sofa", "recall", k=2) == found
+    assert await pets.asearch("cat sofa", "recall", k=2) == found
+    assert pets.recall_search("cat sofa", k=2) == await pets.arecall_search("cat sofa", k=2)
+    # Each hit keeps its cosine; a filter and a floor apply as in similarity search.
+    scored = pets.recall_search_with_score("cat sofa", k=4, filter={"kind": {"$ne": "news"}})
+    assert scored[0][0].metadata["kind"] == "cat"
+    assert all(-1 <= score <= 1 for _, score in scored)
+    assert all(d.metadata["kind"] != "news" for d, _ in scored)
+    assert (
+        await pets.arecall_search_with_score("cat sofa", k=4, filter={"kind": {"$ne": "news"}})
+        == scored
+    )
+    assert pets.recall_search("cat sofa", k=4, min_similarity=0.99) == []
+    # The default stays LangChain's similarity search, and an unknown type is refused.
+    assert pets.as_retriever().search_type == "similarity"
+    with pytest.raises(ValueError, match="recall"):
+        pets.as_retriever(search_type="fuzzy")
+    with pytest.raises(ConfigError, match=r"unknown recall_search arguments \['fetch_k'\]"):
+        pets.recall_search("cat", fetch_k=3)
+    with pytest.raises(ConfigError, match=r"min_similarity is 2"):
+        pets.recall_search("cat", min_similarity=2)
+    with pytest.raises(ConfigError, match="settings is a dict"):
+        pets.recall_search("cat", settings={"date_weight": 0})  # type: ignore[arg-type]
+    assert pets.recall_search("cat", settings=RecallSettings(date_weight=0))
+
+
+def test_occurred_at_and_conversation_are_the_stores_fields(backend: dict[str, Any]) -> None:
+    may = dt.datetime(2023, 5, 8, 20, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    docs = [
+        Document(page_content="Ana: the kiln is fixed", metadata={"occurred_at": may,
+                 "conversation": "pottery"}, id="a"),
+        Document(page_content="Ben: the kiln broke", metadata={"occurred_at": "2023-06-01"},
+                 id="b"),
+        Document(page_content="the kiln manual", id="c"),
+    ]  # fmt: skip
+    with TrioRecallVectorStore(Words(), **backend) as vs:
+        vs.add_documents(docs)
+        got = {d.id: d.metadata for d in vs.get_by_ids(["a", "b", "c"])}
+        # Kept in the metadata as ISO 8601 in UTC, whatever form they were given in.
+        assert got == {
+            "a": {"occurred_at": "2023-05-08T18:30:00+00:00", "conversation": "pottery"},
+            "b": {"occurred_at": "2023-06-01T00:00:00+00:00"},
+            "c": {},
+        }
+        # since and until read the store's time (c was dated by its write, now).
+        window = vs.similarity_search("kiln", k=5, since="2023-05-01", until=may.replace(day=30))
+        assert [d.id for d in window] == ["a"]
+        later = vs.similarity_search("kiln", k=5, since=dt.datetime(2023, 5, 9, tzinfo=dt.UTC))
+        assert {d.id for d in later} == {"b", "c"}
+        assert {d.id for d in vs.recall_search("kiln", k=5, until="2023-06-02")} == {"a", "b"}
+        with pytest.raises(ConfigError, match="metadata\\['occurred_at'\\] is 'soon'"):
+            vs.add_texts(["x"], [{"occurred_at": "soon"}])
+        with pytest.raises(ConfigError, match="has no time zone"):
+            vs.add_texts(["x"], [{"occurred_at": dt.datetime(2023, 5, 8)}])
+        with pytest.raises(ConfigError, match="metadata\\['conversation'\\] is 7 \\(int\\)"):
+            vs.add_texts(["x"], [{"conversation": 7}])
+        with pytest.raises(ConfigError, match="since is 'soon'"):
+            vs.similarity_search("kiln", since="soon")
 
 
 def test_documents_and_queries_take_their_own_path(backend: dict[str, Any]) -> None:

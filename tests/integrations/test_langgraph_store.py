@@ -9,6 +9,7 @@ application would.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,8 +28,9 @@ from langgraph.store.base import (
 from langgraph_support import DIMS, backend, hashing_index
 
 from actors import HashingEmbedder
+from actors.integrations._langgraph_ops import item_id
 from actors.integrations.langgraph import TrioRecallStore
-from protocol import EntryTooLarge, FilterError, JsonError
+from protocol import ConfigError, Document, EntryTooLarge, FilterError, JsonError
 
 __all__ = ["backend"]  # the fixture
 Caller = Callable[..., Any]
@@ -273,6 +275,55 @@ def test_an_item_takes_what_the_readme_says(make_store: Callable[..., TrioRecall
     with pytest.raises(EntryTooLarge):
         store.put(("s",), "k", {"t": "x" * 854})
     assert store.get(("s",), "k").value == {"t": "x" * 853}
+
+
+async def _stored(core: Any, ids: list[str]) -> list[Document]:
+    documents: list[Document] = await core.store.get_by_ids(ids, core.namespace)
+    return documents
+
+
+def test_a_values_time_and_conversation_are_the_entrys_own(
+    make_store: Callable[..., TrioRecallStore], call: Caller
+) -> None:
+    store = make_store(index=hashing_index())
+    ns = ("chat", "ana")
+    value = {"text": "Ana: the kiln is fixed", "occurred_at": "2023-05-08T20:30:00+02:00",
+             "conversation": "pottery"}  # fmt: skip
+    call(store, "put", ns, "t1", value)
+    call(store, "put", ns, "t2", {"text": "Ben: great", "conversation": "pottery"})
+    assert call(store, "get", ns, "t1").value == value  # the value keeps them as given
+    got = {d.id: d for d in store._bridge.call(_stored, [item_id(ns, "t1"), item_id(ns, "t2")])}
+    first, second = got[item_id(ns, "t1")], got[item_id(ns, "t2")]
+    assert (first.occurred_at, first.conversation) == (
+        dt.datetime(2023, 5, 8, 18, 30, tzinfo=dt.UTC), "pottery"
+    )  # fmt: skip
+    # Without one, the item happened when it was put.
+    assert second.conversation == "pottery" and second.occurred_at is not None
+    assert second.occurred_at > first.occurred_at
+    with pytest.raises(ConfigError, match="value\\['occurred_at'\\] of 'bad' is 'soon'"):
+        call(store, "put", ns, "bad", {"text": "x", "occurred_at": "soon"})
+    with pytest.raises(ConfigError, match="value\\['conversation'\\] of 'bad' is 7 \\(int\\)"):
+        call(store, "put", ns, "bad", {"text": "x", "conversation": 7})
+    assert call(store, "get", ns, "bad") is None
+
+
+def test_the_ranking_is_recall_or_similarity(backend: dict[str, Any]) -> None:
+    with pytest.raises(
+        ConfigError, match="ranking is 'fuzzy'; expected one of recall, similarity"
+    ):
+        TrioRecallStore(ranking="fuzzy", **backend)  # type: ignore[arg-type]
+    texts = ["python tutorial", "python tutorial for beginners", "a guide"]
+    for ranking in ("recall", "similarity"):
+        with TrioRecallStore(index=hashing_index(), ranking=ranking, **backend) as store:  # type: ignore[arg-type]
+            for i, text in enumerate(texts):
+                store.put(("d",), f"k{i}", {"text": text})
+            hits = store.search(("d",), query="python tutorial")
+            assert [h.key for h in hits] == ["k0", "k1", "k2"], ranking
+            assert hits[0].score == pytest.approx(1.0, abs=1e-5)  # a cosine either way
+            assert [h.key for h in store.search(("d",), query="python tutorial", offset=1)] == [
+                "k1",
+                "k2",
+            ]
 
 
 def test_the_index_config_is_checked() -> None:

@@ -2,12 +2,13 @@
 
 LangGraph ships no conformance suite for stores (its conformance package covers
 checkpointers), so its reference store is the judge: hypothesis draws batches of puts,
-deletes, gets, searches (with and without a query, with filters) and namespace
-listings, and both stores (this one in memory and on pg) must answer alike, up to the
-differences README "LangGraph" lists. The draws stay where the two agree by design:
-every value has its text field (InMemoryStore keeps a stale vector for a value that
-loses it), filtered fields have one type (InMemoryStore coerces with float() and raises
-on a missing key), and listing order is compared as a set (InMemoryStore lists in
+deletes, gets, searches (with and without a query, with filters) and namespace listings,
+and both stores (this one in memory and on pg) must answer alike, up to the differences
+README "LangGraph" lists, with ``ranking="similarity"`` (InMemoryStore ranks by cosine;
+this store's default, recall, ranks by more). The draws stay where the two agree by
+design: every value has its text field (InMemoryStore keeps a stale vector for a value
+that loses it), filtered fields have one type (InMemoryStore coerces with float() and
+raises on a missing key), and listing order is compared as a set (InMemoryStore lists in
 insertion order, this store newest first).
 """
 
@@ -91,15 +92,19 @@ def batches(draw: st.DrawFn, root: str) -> list[Any]:
 
 @pytest.fixture(scope="module", params=["memory", "pg"])
 def store(request: pytest.FixtureRequest) -> Iterator[TrioRecallStore]:
-    """One store for every example (each example works under a namespace of its own)."""
+    """One store for every example (each example works under a namespace of its own),
+    ranking by cosine as InMemoryStore does: recall, the default, ranks otherwise by
+    design (and keeps one of several items with the same text)."""
     if request.param == "memory":
-        with TrioRecallStore(index=hashing_index(), max_entries=4096) as opened:
+        with TrioRecallStore(
+            index=hashing_index(), max_entries=4096, ranking="similarity"
+        ) as opened:
             yield opened
         return
     dsn, table = session_dsn(), new_table_name()
     try:
         with TrioRecallStore(
-            index=hashing_index(), max_entries=4096, dsn=dsn, table=table
+            index=hashing_index(), max_entries=4096, dsn=dsn, table=table, ranking="similarity"
         ) as opened:
             yield opened
     finally:
