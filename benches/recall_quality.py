@@ -83,6 +83,7 @@ from protocol import (
     VectorStoreConfig,
 )
 from protocol._memory import contextual_entry
+from protocol._time import format_date
 
 KS = (1, 5, 10, 25)
 # Relevance floors measured for the default configurations (``--floors``): a hit is
@@ -293,6 +294,11 @@ class Config:
     lambda_mult: float = 0.5
     # For kind "default": the settings Memory.retrieve ranks with.
     recall: RecallSettings = attrs.field(factory=RecallSettings)
+    # For kind "default": the session date as compress(date=) gets it: LoCoMo's own text
+    # ("1:56 pm on 8 May, 2023"), ISO 8601 ("iso": Offload then also sets occurred_at) or
+    # the store's own Date-line form ("utc": "08 May 2023, 13:56 UTC", as a door's entry
+    # is indexed).
+    date_as: str = "locomo"
 
     def request(self, question: str, namespace: str, k: int) -> SearchRequest:
         if self.kind == "dense":
@@ -393,6 +399,18 @@ def configurations() -> list[Config]:
             embedder="hashing",
             kind="default",
         ),
+        Config(
+            "default-iso-date",
+            "the default, compress(date=ISO 8601): Offload dates the entries (occurred_at)",
+            kind="default",
+            date_as="iso",
+        ),
+        Config(
+            "default-utc-date",
+            'the default, compress(date="08 May 2023, 13:56 UTC"): the doors\' Date line',
+            kind="default",
+            date_as="utc",
+        ),
     ]
 
 
@@ -452,7 +470,16 @@ def store_config(entries: int) -> VectorStoreConfig:
     return VectorStoreConfig(max_entries=entries, dimensions=DIMENSIONS, max_entry_bytes=1 << 16)
 
 
-async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
+def session_date(date: str, date_as: str) -> str:
+    """A session's date as ``compress(date=)`` gets it (see ``Config.date_as``)."""
+    if date_as == "iso":
+        return locomo_time(date).isoformat()
+    if date_as == "utc":
+        return format_date(locomo_time(date))
+    return date
+
+
+async def offload(memory: Any, conv: Conversation, date_as: str = "locomo") -> dict[str, str]:
     """Offload every turn through compaction, a session at a time, dated with the
     session's date; id → dia_id."""
     a = conv.sessions[0][0].speaker
@@ -464,7 +491,8 @@ async def offload(memory: Any, conv: Conversation) -> dict[str, str]:
         ]
         # The newest user message is protected; a closing one keeps every turn movable.
         compressed = await memory.compress(
-            [*messages, UnifiedMessage.user("(next)")], date=session[0].date
+            [*messages, UnifiedMessage.user("(next)")],
+            date=session_date(session[0].date, date_as),
         )
         for action in compressed.report.actions:
             assert isinstance(action, Offloaded), action
@@ -485,12 +513,12 @@ async def run_conversation(
     default ones' floors in ``floors``). ``rankings``, when given, gets each default
     configuration's ranking of each question as ``Memory.retrieve`` returns it with the
     default relevance floor (what the doors are compared with)."""
-    groups: dict[tuple[EntryStyle, str, RecallSettings | None], list[Config]] = {}
+    groups: dict[tuple[EntryStyle, str, RecallSettings | None, str], list[Config]] = {}
     for c in configs:
         recall = c.recall if c.kind == "default" else None
-        groups.setdefault((c.style, c.embedder, recall), []).append(c)
+        groups.setdefault((c.style, c.embedder, recall, c.date_as), []).append(c)
     size = len(conv.turns) + 8
-    for (style, embedder_name, recall), group in groups.items():
+    for (style, embedder_name, recall, date_as), group in groups.items():
         embedder: object = HashingEmbedder(DIMENSIONS) if embedder_name == "hashing" else minilm
         # The default runs compaction as shipped: Offload writes context entries. The
         # plain configurations offload the turn alone, as the reference figures did.
@@ -501,7 +529,7 @@ async def run_conversation(
         ) as memory:
             ns = memory_config.namespace
             if style == PLAIN:
-                by_id = await offload(memory, conv)
+                by_id = await offload(memory, conv, date_as)
             else:
                 docs = [
                     Document(text=text, id=turn.dia_id, metadata={"session": turn.session})
