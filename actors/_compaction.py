@@ -57,6 +57,7 @@ from protocol import (
 from protocol._errors import to_plugin_error
 from protocol._memory import contextual_entry, describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
+from protocol._time import format_date
 from protocol.events import TurnsOffloaded, TurnsSummarized
 from protocol.messages import Compress
 
@@ -399,12 +400,16 @@ class CompactionActor:
             return messages, [Skipped(strategy=name, reason=why or "")], None
         batch = [messages[i] for i in picked]
         texts: list[str] | None = None  # the turn alone: the store derives its text
+        when = offload_time(date)
         if strategy.context or strategy.dated:
+            # An ISO date is written as the store writes every date line (format_date),
+            # which the time channel reads; a date in another form is written as given.
+            line = format_date(when) if when is not None else (date or utc_date())
             texts = entry_texts(
                 messages,
                 picked,
                 context=strategy.context,
-                date=(date or utc_date()) if strategy.dated else None,
+                date=line if strategy.dated else None,
                 max_entry_bytes=self.store.config.max_entry_bytes,
             )
         # An ISO date is when the turns were said. Without texts, a given time would
@@ -412,7 +417,7 @@ class CompactionActor:
         # they keep the write time. The batch has no conversation: a prompt's turns
         # reach the store in pieces, across compress calls, with no name that says
         # which conversation they are of.
-        occurred_at = offload_time(date) if texts is not None or strategy.dated else None
+        occurred_at = when if texts is not None or strategy.dated else None
         try:
             stored = await self.store.store_turns(
                 batch,

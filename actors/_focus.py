@@ -53,7 +53,7 @@ _MONTH_DATE = re.compile(
     rf"(?:\s+(\d{{1,2}}){_ORDINAL}\b)?,?(?:\s+(\d{{4}})\b)?",
     re.IGNORECASE,
 )
-_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
 _DATE_LINE = re.compile(r"^Date: (.*)$", re.MULTILINE)
 

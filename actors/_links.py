@@ -18,6 +18,7 @@ frequency, as BM25 counts it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -37,6 +38,9 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
+#: How many texts' terms :func:`body_terms` keeps (a few recalls' top hits).
+BODY_CACHE = 4096
+
 #: How many of the best hits are anchors.
 ANCHORS = 5
 #: How deep in the boosted list a hit may be linked: a ×(1 + weight) boost lifts a hit
@@ -47,22 +51,24 @@ DEPTH = 50
 RARE_SHARE = 0.02
 
 
-def body_terms(text: str) -> set[str]:
+@functools.lru_cache(maxsize=BODY_CACHE)
+def body_terms(text: str) -> frozenset[str]:
     """The BM25 terms of ``text`` without its leading ``"Name: "`` (the speaker is
-    speaker focus's business) and without numbers."""
-    return bodies_terms([text])[0]
+    speaker focus's business) and without numbers.
+
+    Kept for the last ``BODY_CACHE`` texts: a recall reads the terms of its top 50
+    hits, and the hits of one conversation's questions recur, so tokenizing and
+    stemming them again was the largest share of a recall's ranking
+    (``benches/README.md``, "Recall against similarity through the store")."""
+    speaker = speaker_of(text)
+    body = text[len(speaker) + 2 :] if speaker is not None else text
+    stems = stem_words(set(words_of(body)))
+    return frozenset(t for t in stems.values() if not t.isdigit())
 
 
-def bodies_terms(texts: Sequence[str]) -> list[set[str]]:
-    """:func:`body_terms` of each of ``texts``, each distinct word of them stemmed once
-    (one call into the stemmer): the same sets."""
-    words = []
-    for text in texts:
-        speaker = speaker_of(text)
-        body = text[len(speaker) + 2 :] if speaker is not None else text
-        words.append(set(words_of(body)))
-    stems = stem_words(set().union(*words))
-    return [{t for w in found if not (t := stems[w]).isdigit()} for found in words]
+def bodies_terms(texts: Sequence[str]) -> list[frozenset[str]]:
+    """:func:`body_terms` of each of ``texts``."""
+    return [body_terms(text) for text in texts]
 
 
 def link_terms(

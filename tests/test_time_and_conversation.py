@@ -31,6 +31,7 @@ import trio
 from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
+from actors._focus import entry_date
 from protocol import (
     ConfigError,
     Document,
@@ -379,10 +380,12 @@ async def test_offload_dates_its_turns_by_an_iso_date() -> None:
             assert isinstance(action, Offloaded)
             human = await memory.store.get_by_ids(action.ids, namespace=NS)
     assert [d.occurred_at for d in iso] == [MAY, MAY]
-    # Its index texts are Offload's own, as before (with the date as given).
+    # Its index texts are Offload's own, the date written as every date line is
+    # (format_date, in UTC), which the time channel reads.
     assert iso[1].text == (
-        "cats are great\nDate: 2023-05-25T13:14:00+02:00\nBefore: first question about cats"
+        "cats are great\nDate: 25 May 2023, 11:14 UTC\nBefore: first question about cats"
     )
+    assert entry_date(iso[1].text) == MAY.date()
     # A date in another form only dates the text: the entries keep the write time.
     assert all(d.occurred_at is not None and d.occurred_at >= before for d in human)
     assert all(d.conversation is None for d in iso + human)

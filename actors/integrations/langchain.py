@@ -445,13 +445,16 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         """LangChain's ``search``, with ``search_type="recall"`` too (:meth:`recall_search`)."""
         if search_type == "recall":
             return self.recall_search(query, **kwargs)
-        return super().search(query, search_type, **kwargs)
+        # Typed here: some langchain-core releases annotate the base method loosely.
+        hits: list[LCDocument] = super().search(query, search_type, **kwargs)
+        return hits
 
     async def asearch(self, query: str, search_type: str, **kwargs: Any) -> list[LCDocument]:
         """:meth:`search`, awaited."""
         if search_type == "recall":
             return await self.arecall_search(query, **kwargs)
-        return await super().asearch(query, search_type, **kwargs)
+        hits: list[LCDocument] = await super().asearch(query, search_type, **kwargs)
+        return hits
 
     def as_retriever(self, **kwargs: Any) -> TrioRecallRetriever:
         """LangChain's ``VectorStoreRetriever`` over this store, which also takes
@@ -582,7 +585,10 @@ class TrioRecallRetriever(VectorStoreRetriever):
     ) -> list[LCDocument]:
         if self.search_type == "recall":
             return _store_of(self).recall_search(query, **(self.search_kwargs | kwargs))
-        return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
+        hits: list[LCDocument] = super()._get_relevant_documents(
+            query, run_manager=run_manager, **kwargs
+        )
+        return hits
 
     async def _aget_relevant_documents(
         self,
@@ -594,7 +600,10 @@ class TrioRecallRetriever(VectorStoreRetriever):
         if self.search_type == "recall":
             store = _store_of(self)
             return await store.arecall_search(query, **(self.search_kwargs | kwargs))
-        return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
+        hits: list[LCDocument] = await super()._aget_relevant_documents(
+            query, run_manager=run_manager, **kwargs
+        )
+        return hits
 
 
 def _store_of(retriever: VectorStoreRetriever) -> TrioRecallVectorStore:
