@@ -16,12 +16,16 @@ entry whose own text cannot be held a second time is indexed by its own text alo
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from protocol import entry_text
+import attrs
+
+from protocol import Document, entry_text
 
 __all__ = [
     "CONTEXT_CHARS",
+    "DocumentTimes",
+    "document_times",
     "cut_utf8",
     "derived_index_texts",
     "fit_index_text",
@@ -100,6 +104,50 @@ def derived_index_texts(
         index = entry_text(text, occurred_at=when, context=context)
         out.append(fit_index_text(text, index, max_entry_bytes - size))
     return out if any(t is not None for t in out) else None
+
+
+@attrs.frozen
+class DocumentTimes:
+    """What a batch of documents stores beside its texts: each one's ``occurred_at``
+    (given, or the write time), its conversation, and the derived index texts."""
+
+    occurred: list[dt.datetime]
+    conversations: list[str | None]
+    index_texts: list[str | None] | None
+
+    @property
+    def stored_conversations(self) -> list[str | None] | None:
+        """The conversations, or None when no document has one."""
+        return None if all(c is None for c in self.conversations) else self.conversations
+
+
+async def document_times(
+    documents: Sequence[Document],
+    sizes: Sequence[int],
+    max_entry_bytes: int,
+    before: Callable[[list[str | None], list[str]], Awaitable[Mapping[str, str]]],
+) -> DocumentTimes:
+    """The times, conversations and derived index texts of a batch of documents (both
+    backends' preparation). ``before(conversations, ids)`` reads the own text of the
+    newest live entry of each conversation, the batch's ids left out; it is asked only
+    when some document gets an index text."""
+    now = write_time()
+    occurred = [now if d.occurred_at is None else d.occurred_at for d in documents]
+    conversations = [d.conversation for d in documents]
+    index_texts = None
+    explicit = [d.occurred_at is not None for d in documents]
+    if any(c is not None for c in conversations) or any(explicit):
+        ids = [d.id for d in documents if d.id is not None]
+        index_texts = derived_index_texts(
+            [d.text for d in documents],
+            sizes,
+            conversations,
+            occurred,
+            explicit,
+            await before(conversations, ids),
+            max_entry_bytes,
+        )
+    return DocumentTimes(occurred, conversations, index_texts)
 
 
 def indexed_texts(texts: Sequence[str], index_texts: Sequence[str | None] | None) -> list[str]:

@@ -57,7 +57,7 @@ from ._arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
-from ._index_text import derived_index_texts, indexed_texts, write_time
+from ._index_text import derived_index_texts, document_times, indexed_texts, write_time
 from ._mailbox import REPLIED, CrashableActor, Envelope
 from ._precomputed import document_vectors
 from ._prepare import (
@@ -362,23 +362,12 @@ class _StoreActor(CrashableActor):
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
-        now = write_time()
-        occurred = [now if d.occurred_at is None else d.occurred_at for d in survivors]
-        conversations = [d.conversation for d in survivors]
-        ids = [d.id for d in survivors if d.id is not None]
-        index_texts = None
-        if any(c is not None for c in conversations) or any(
-            d.occurred_at is not None for d in survivors
-        ):
-            index_texts = derived_index_texts(
-                texts,
-                batch.sizes,
-                conversations,
-                occurred,
-                [d.occurred_at is not None for d in survivors],
-                self._before(namespace, conversations, ids),
-                self.config.max_entry_bytes,
-            )
+
+        async def before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:
+            return self._before(namespace, conversations, ids)
+
+        times = await document_times(survivors, batch.sizes, self.config.max_entry_bytes, before)
+        index_texts = times.index_texts
         indexed = indexed_texts(texts, index_texts)
         raw = await document_vectors(
             self.embedder,
@@ -396,13 +385,13 @@ class _StoreActor(CrashableActor):
                 texts=texts,
                 payloads=[None] * keep,
                 metadata=[packed_metadata(m) for m in batch.metadata_json],
-                ids=ids,
+                ids=[d.id for d in survivors if d.id is not None],
                 source_ids=[d.source_id for d in survivors],
                 namespace=namespace,
                 source="document",
                 scale=scale,
-                occurred=np.array([micros(w) for w in occurred], dtype=np.int64),
-                conversations=None if all(c is None for c in conversations) else conversations,
+                occurred=np.array([micros(w) for w in times.occurred], dtype=np.int64),
+                conversations=times.stored_conversations,
                 index_texts=index_texts,
             ),
             dropped=batch.dropped,

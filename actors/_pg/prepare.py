@@ -19,7 +19,7 @@ from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import term_counts, token_counts
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
-from .._index_text import derived_index_texts, indexed_texts, write_time
+from .._index_text import derived_index_texts, document_times, indexed_texts, write_time
 from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
@@ -191,23 +191,12 @@ async def prepare_documents(
     keep = len(survivors)
     jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
     texts = [d.text for d in survivors]
-    now = write_time()
-    occurred = [now if d.occurred_at is None else d.occurred_at for d in survivors]
-    conversations = [d.conversation for d in survivors]
-    ids = [d.id for d in survivors if d.id is not None]
-    index_texts = None
-    if any(c is not None for c in conversations) or any(
-        d.occurred_at is not None for d in survivors
-    ):
-        index_texts = derived_index_texts(
-            texts,
-            batch.sizes,
-            conversations,
-            occurred,
-            [d.occurred_at is not None for d in survivors],
-            await before(namespace, conversations, ids),
-            config.max_entry_bytes,
-        )
+
+    async def read_before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:
+        return await before(namespace, conversations, ids)
+
+    times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before)
+    index_texts = times.index_texts
     raw = await document_vectors(
         embedder,
         survivors,
@@ -225,14 +214,14 @@ async def prepare_documents(
         exact=exact,
         metadata=jsonb,
         meta_raw=meta_raw,
-        ids=ids,
+        ids=[d.id for d in survivors if d.id is not None],
         source_ids=[d.source_id for d in survivors],
         doc_lens=lengths,
         terms=terms,
         namespace=namespace,
         source="document",
         dropped=batch.dropped,
-        occurred=occurred,
-        conversations=None if all(c is None for c in conversations) else conversations,
+        occurred=times.occurred,
+        conversations=times.stored_conversations,
         index_texts=_searchable(index_texts),
     )
