@@ -211,8 +211,9 @@ _ENCODERS: dict[str, Callable[[bytes], Any]] = {
 
 
 def hash_document(doc: Document, source_id: str | None, key_encoder: KeyEncoder = "sha256") -> str:
-    """The hex hash of the document's text, metadata, source id and (when it has one)
-    its precomputed embedding, as sorted JSON; or ``key_encoder(doc, source_id)``.
+    """The hex hash of the document's text, metadata, source id and (when it has them)
+    its precomputed embedding, ``occurred_at`` and conversation, as sorted JSON; or
+    ``key_encoder(doc, source_id)``.
 
     sha256 is the default; ``"sha512"`` and ``"blake2b"`` give longer digests.
 
@@ -238,6 +239,12 @@ def hash_document(doc: Document, source_id: str | None, key_encoder: KeyEncoder 
     if doc.embedding is not None:
         # Only when present, so the hash of a document without one is what it was.
         content["embedding"] = doc.embedding
+    # The same for its time and conversation: a document said at another time, or in
+    # another conversation, is indexed again (its index text and neighbours change).
+    if doc.occurred_at is not None:
+        content["occurred_at"] = doc.occurred_at.isoformat()
+    if doc.conversation is not None:
+        content["conversation"] = doc.conversation
     return str(encoder(canonical_json(content)).hexdigest())
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from collections.abc import Sequence
 
 import attrs
+import msgspec
 import pytest
 import trio
 
+from actors import HashingEmbedder, open_store
 from actors._indexing import InMemoryRecordManager, hash_document, index
-from protocol import ConfigError
+from protocol import ConfigError, VectorStoreConfig
 from protocol._documents import DeleteResult, Document, IndexResult, document_id
 
 NS = "docs"
@@ -147,6 +150,27 @@ async def test_metadata_and_source_are_part_of_the_hash() -> None:
     )
     assert hash_document(plain, None) != hash_document(plain, "s")
     assert len(hash_document(plain, None)) == 64
+
+
+async def test_a_new_time_or_conversation_is_indexed_again() -> None:
+    """Through a real store: the same text said at another time, or in another
+    conversation, is an update (its index text and neighbours change); the same again
+    is skipped, and the store keeps the newest time."""
+    may = dt.datetime(2023, 5, 8, tzinfo=dt.UTC)
+    june = dt.datetime(2023, 6, 8, tzinfo=dt.UTC)
+    config = VectorStoreConfig(max_entries=16, dimensions=32, max_entry_bytes=4096)
+    with trio.fail_after(10):
+        async with open_store(config, HashingEmbedder(32)) as store:
+            records = InMemoryRecordManager(NS)
+            first = [Document(id="x", text="Ann: the garden", occurred_at=may)]
+            assert await run(first, store, records) == IndexResult(num_added=1)
+            assert await run(first, store, records) == IndexResult(num_skipped=1)
+            later = [Document(id="x", text="Ann: the garden", occurred_at=june)]
+            assert await run(later, store, records) == IndexResult(num_updated=1)
+            threaded = [msgspec.structs.replace(later[0], conversation="c1")]
+            assert await run(threaded, store, records) == IndexResult(num_updated=1)
+            (stored,) = await store.get_by_ids(["x"], NS)
+    assert (stored.occurred_at, stored.conversation) == (june, "c1")
 
 
 async def test_full_cleanup_deletes_what_the_run_did_not_see() -> None:
