@@ -18,14 +18,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from protocol import entry_text
+from protocol import Document, entry_text
+
+from ._prepare import TurnBatch
 
 __all__ = [
     "CONTEXT_CHARS",
     "cut_utf8",
     "derived_index_texts",
+    "document_index_texts",
     "fit_index_text",
     "indexed_texts",
+    "turn_index_texts",
     "write_time",
 ]
 
@@ -100,6 +104,46 @@ def derived_index_texts(
         index = entry_text(text, occurred_at=when, context=context)
         out.append(fit_index_text(text, index, max_entry_bytes - size))
     return out if any(t is not None for t in out) else None
+
+
+def turn_index_texts(
+    batch: TurnBatch, when: dt.datetime, before: Mapping[str, str], max_entry_bytes: int
+) -> list[str | None] | None:
+    """:func:`derived_index_texts` of a checked batch of turns, all of one time
+    (``when``: the batch's ``occurred_at``, or the write time) and conversation; None
+    when the batch gave ``texts`` or has neither a conversation nor a given time."""
+    if batch.given or (batch.conversation is None and batch.occurred_at is None):
+        return None
+    count = len(batch.texts)
+    return derived_index_texts(
+        batch.texts,
+        batch.sizes,
+        [batch.conversation] * count,
+        [when] * count,
+        [batch.occurred_at is not None] * count,
+        before,
+        max_entry_bytes,
+    )
+
+
+def document_index_texts(
+    documents: Sequence[Document],
+    sizes: Sequence[int],
+    occurred: Sequence[dt.datetime],
+    before: Mapping[str, str],
+    max_entry_bytes: int,
+) -> list[str | None] | None:
+    """:func:`derived_index_texts` of a checked batch's surviving documents (each at
+    its ``occurred`` time: its own, or the write time); None when none of them has a
+    conversation or a given time."""
+    given = [d.occurred_at is not None for d in documents]
+    conversations = [d.conversation for d in documents]
+    if not any(given) and all(c is None for c in conversations):
+        return None
+    texts = [d.text for d in documents]
+    return derived_index_texts(
+        texts, sizes, conversations, occurred, given, before, max_entry_bytes
+    )
 
 
 def indexed_texts(texts: Sequence[str], index_texts: Sequence[str | None] | None) -> list[str]:

@@ -55,7 +55,7 @@ from ._arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
-from ._index_text import derived_index_texts, indexed_texts, write_time
+from ._index_text import document_index_texts, indexed_texts, turn_index_texts, write_time
 from ._mailbox import REPLIED, CrashableActor, Envelope
 from ._precomputed import document_vectors
 from ._prepare import (
@@ -303,18 +303,8 @@ class _StoreActor(CrashableActor):
         keep = len(batch.survivors)
         when = batch.occurred_at or write_time()
         conversation = batch.conversation
-        index_texts = None
-        if not batch.given and (conversation is not None or batch.occurred_at is not None):
-            before = self._before(namespace, [conversation], batch.ids)
-            index_texts = derived_index_texts(
-                batch.texts,
-                batch.sizes,
-                [conversation] * keep,
-                [when] * keep,
-                [batch.occurred_at is not None] * keep,
-                before,
-                config.max_entry_bytes,
-            )
+        before = self._before(namespace, [conversation], batch.ids)
+        index_texts = turn_index_texts(batch, when, before, config.max_entry_bytes)
         indexed = indexed_texts(batch.texts, index_texts)
         vectors, scale, zero = await self._embed(indexed)
         sparse = await self._embed_sparse(indexed)
@@ -354,6 +344,9 @@ class _StoreActor(CrashableActor):
         """The own text (projection) of the newest live entry of each of
         ``conversations`` in ``namespace``, the live entries ``ids`` replace left out:
         the predecessor of a batch's first entry there (``derived_index_texts``)."""
+        wanted = [c for c in dict.fromkeys(conversations) if c is not None]
+        if not wanted:
+            return {}
         arena = self.arena
         replaced: list[int] = []
         for entry_id in ids or ():
@@ -361,9 +354,7 @@ class _StoreActor(CrashableActor):
             if slot is not None:
                 replaced.append(slot)
         before: dict[str, str] = {}
-        for conversation in dict.fromkeys(conversations):
-            if conversation is None:
-                continue
+        for conversation in wanted:
             slot = arena.newest_in(namespace, conversation, replaced)
             if slot is not None:
                 before[conversation] = self.projection_of(slot)
@@ -383,19 +374,10 @@ class _StoreActor(CrashableActor):
         occurred = [now if d.occurred_at is None else d.occurred_at for d in survivors]
         conversations = [d.conversation for d in survivors]
         ids = [d.id for d in survivors if d.id is not None]
-        index_texts = None
-        if any(c is not None for c in conversations) or any(
-            d.occurred_at is not None for d in survivors
-        ):
-            index_texts = derived_index_texts(
-                texts,
-                batch.sizes,
-                conversations,
-                occurred,
-                [d.occurred_at is not None for d in survivors],
-                self._before(namespace, conversations, ids),
-                self.config.max_entry_bytes,
-            )
+        before = self._before(namespace, conversations, ids)
+        index_texts = document_index_texts(
+            survivors, batch.sizes, occurred, before, self.config.max_entry_bytes
+        )
         indexed = indexed_texts(texts, index_texts)
         raw = await document_vectors(
             self.embedder,
