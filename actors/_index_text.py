@@ -22,14 +22,18 @@ import attrs
 
 from protocol import Document, entry_text
 
+from ._prepare import TurnBatch
+
 __all__ = [
     "CONTEXT_CHARS",
     "DocumentTimes",
     "document_times",
     "cut_utf8",
     "derived_index_texts",
+    "document_index_texts",
     "fit_index_text",
     "indexed_texts",
+    "turn_index_texts",
     "write_time",
 ]
 
@@ -106,6 +110,46 @@ def derived_index_texts(
     return out if any(t is not None for t in out) else None
 
 
+def turn_index_texts(
+    batch: TurnBatch, when: dt.datetime, before: Mapping[str, str], max_entry_bytes: int
+) -> list[str | None] | None:
+    """:func:`derived_index_texts` of a checked batch of turns, all of one time
+    (``when``: the batch's ``occurred_at``, or the write time) and conversation; None
+    when the batch gave ``texts`` or has neither a conversation nor a given time."""
+    if batch.given or (batch.conversation is None and batch.occurred_at is None):
+        return None
+    count = len(batch.texts)
+    return derived_index_texts(
+        batch.texts,
+        batch.sizes,
+        [batch.conversation] * count,
+        [when] * count,
+        [batch.occurred_at is not None] * count,
+        before,
+        max_entry_bytes,
+    )
+
+
+def document_index_texts(
+    documents: Sequence[Document],
+    sizes: Sequence[int],
+    occurred: Sequence[dt.datetime],
+    before: Mapping[str, str],
+    max_entry_bytes: int,
+) -> list[str | None] | None:
+    """:func:`derived_index_texts` of a checked batch's surviving documents (each at
+    its ``occurred`` time: its own, or the write time); None when none of them has a
+    conversation or a given time."""
+    given = [d.occurred_at is not None for d in documents]
+    conversations = [d.conversation for d in documents]
+    if not any(given) and all(c is None for c in conversations):
+        return None
+    texts = [d.text for d in documents]
+    return derived_index_texts(
+        texts, sizes, conversations, occurred, given, before, max_entry_bytes
+    )
+
+
 @attrs.frozen
 class DocumentTimes:
     """What a batch of documents stores beside its texts: each one's ``occurred_at``
@@ -130,23 +174,14 @@ async def document_times(
     """The times, conversations and derived index texts of a batch of documents (both
     backends' preparation). ``before(conversations, ids)`` reads the own text of the
     newest live entry of each conversation, the batch's ids left out; it is asked only
-    when some document gets an index text."""
+    when some document has a conversation."""
     now = write_time()
     occurred = [now if d.occurred_at is None else d.occurred_at for d in documents]
     conversations = [d.conversation for d in documents]
-    index_texts = None
-    explicit = [d.occurred_at is not None for d in documents]
-    if any(c is not None for c in conversations) or any(explicit):
-        ids = [d.id for d in documents if d.id is not None]
-        index_texts = derived_index_texts(
-            [d.text for d in documents],
-            sizes,
-            conversations,
-            occurred,
-            explicit,
-            await before(conversations, ids),
-            max_entry_bytes,
-        )
+    previous: Mapping[str, str] = {}
+    if any(c is not None for c in conversations):
+        previous = await before(conversations, [d.id for d in documents if d.id is not None])
+    index_texts = document_index_texts(documents, sizes, occurred, previous, max_entry_bytes)
     return DocumentTimes(occurred, conversations, index_texts)
 
 

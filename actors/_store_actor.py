@@ -57,7 +57,7 @@ from ._arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from ._blas import BlasControl, LeaveThreads
 from ._embedders import EmbedderAdapter
 from ._filtering import PackedMetadata
-from ._index_text import derived_index_texts, document_times, indexed_texts, write_time
+from ._index_text import document_times, indexed_texts, turn_index_texts, write_time
 from ._mailbox import REPLIED, CrashableActor, Envelope
 from ._precomputed import document_vectors
 from ._prepare import (
@@ -286,18 +286,8 @@ class _StoreActor(CrashableActor):
         keep = len(batch.survivors)
         when = batch.occurred_at or write_time()
         conversation = batch.conversation
-        index_texts = None
-        if not batch.given and (conversation is not None or batch.occurred_at is not None):
-            before = self._before(namespace, [conversation], batch.ids)
-            index_texts = derived_index_texts(
-                batch.texts,
-                batch.sizes,
-                [conversation] * keep,
-                [when] * keep,
-                [batch.occurred_at is not None] * keep,
-                before,
-                config.max_entry_bytes,
-            )
+        before = self._before(namespace, [conversation], batch.ids)
+        index_texts = turn_index_texts(batch, when, before, config.max_entry_bytes)
         indexed = indexed_texts(batch.texts, index_texts)
         vectors, scale, zero = await self._embed(indexed)
         sparse = await self._embed_sparse(indexed)
@@ -337,6 +327,9 @@ class _StoreActor(CrashableActor):
         """The own text (projection) of the newest live entry of each of
         ``conversations`` in ``namespace``, the live entries ``ids`` replace left out:
         the predecessor of a batch's first entry there (``derived_index_texts``)."""
+        wanted = [c for c in dict.fromkeys(conversations) if c is not None]
+        if not wanted:
+            return {}
         arena = self.arena
         replaced: list[int] = []
         for entry_id in ids or ():
@@ -344,9 +337,7 @@ class _StoreActor(CrashableActor):
             if slot is not None:
                 replaced.append(slot)
         before: dict[str, str] = {}
-        for conversation in dict.fromkeys(conversations):
-            if conversation is None:
-                continue
+        for conversation in wanted:
             slot = arena.newest_in(namespace, conversation, replaced)
             if slot is not None:
                 before[conversation] = self.projection_of(slot)

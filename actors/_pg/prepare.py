@@ -19,7 +19,7 @@ from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._bm25 import term_counts, token_counts
 from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
-from .._index_text import derived_index_texts, document_times, indexed_texts, write_time
+from .._index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._precomputed import document_vectors
 from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
@@ -128,17 +128,9 @@ async def prepare_turns(
             check_pg_text("id", entry_id)
     survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
     when = batch.occurred_at or write_time()
-    index_texts = None
-    if not batch.given and (conversation is not None or batch.occurred_at is not None):
-        index_texts = derived_index_texts(
-            texts,
-            batch.sizes,
-            [conversation] * keep,
-            [when] * keep,
-            [batch.occurred_at is not None] * keep,
-            await before(namespace, [conversation], batch.ids or []),
-            config.max_entry_bytes,
-        )
+    # Only a conversation's predecessor is read (a round trip), and not for given texts.
+    previous = {} if batch.given else await before(namespace, [conversation], batch.ids or [])
+    index_texts = turn_index_texts(batch, when, previous, config.max_entry_bytes)
     indexed = indexed_texts(texts, index_texts)
     vectors, zero = await _embed(embedder, indexed, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)

@@ -28,6 +28,7 @@ What the suite assumes of a store:
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from typing import Any
@@ -220,6 +221,31 @@ class StoreConformance(KeywordSearchTests, InputShapeTests):
                 # The same content again keeps one entry.
                 assert await store.add_documents([Document(text="no id either")]) == [ids[2]]
                 assert len(store) == 3
+
+    async def test_documents_keep_their_time_and_conversation(self) -> None:
+        when = dt.datetime(2023, 5, 25, 13, 14, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+        docs = [
+            Document(id="q", text="did you run the race?", conversation="chat"),
+            Document(id="a", text="yes, on Saturday", occurred_at=when, conversation="chat"),
+        ]
+        with trio.fail_after(self.timeout):
+            async with self.fresh_store() as store:
+                before = dt.datetime.now(dt.UTC)
+                await store.add_documents(docs)
+                after = dt.datetime.now(dt.UTC)
+                got = {d.id: d for d in await store.get_by_ids(["q", "a"])}
+                hits = await self.search(store, query="race Saturday", k=2)
+                # A document given no time comes back with the time of its write, in UTC.
+                stamped = got["q"].occurred_at
+                assert stamped is not None
+                assert stamped.tzinfo is dt.UTC
+                assert before <= stamped <= after
+                assert got["a"].occurred_at == when
+                assert got["a"].occurred_at.tzinfo is dt.UTC
+                assert [got[i].conversation for i in ("q", "a")] == ["chat", "chat"]
+                # The text comes back as given, whatever the store indexed it by.
+                assert [got[i].text for i in ("q", "a")] == [d.text for d in docs]
+                assert {h.document.id: h.document for h in hits} == got
 
     async def test_documents_keep_their_own_ids(self) -> None:
         with trio.fail_after(self.timeout):
