@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("trio-recall")
 IMPORTS = (
     "import actors.cli._commands, actors.cli._location, actors.cli._service, "
-    "actors._pg.store, actors._minilm, psycopg, psycopg_pool"
+    "actors._pg.store, actors._embedding.minilm, psycopg, psycopg_pool"
 )
 
 

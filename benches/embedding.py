@@ -46,7 +46,7 @@ from recall_quality import load, plain_text
 from vector_store import machine  # this script's folder, as turn.py does
 
 from actors import MiniLMEmbedder
-from actors._minilm import minilm_model_dir
+from actors._embedding.minilm import minilm_model_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN, INTER, LAYERS = 384, 1536, 6
@@ -116,7 +116,7 @@ def onnx_profile(texts: list[str], batch: int) -> dict[str, float]:
     """Seconds per ONNX operator type over one pass of ``texts`` (ONNX Runtime's profiler)."""
     import onnxruntime as ort
 
-    from actors._minilm_onnx import OnnxEncoder
+    from actors._embedding.onnx import OnnxEncoder
 
     model = MiniLMEmbedder(batch_size=batch)
     encoder = OnnxEncoder.__new__(OnnxEncoder)
@@ -125,7 +125,7 @@ def onnx_profile(texts: list[str], batch: int) -> dict[str, float]:
     options.intra_op_num_threads = model.threads or 1
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    from actors._minilm_onnx import _graph
+    from actors._embedding.onnx import _graph
 
     encoder.threads = model.threads or 1
     encoder._session = ort.InferenceSession(
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         contenders["ours-numpy"] = numpy_model.embed_batch
         versions["ours-numpy"] = repr(numpy_model)
     if args.spinning and ours.runtime == "onnxruntime":
-        from actors._minilm_onnx import OnnxEncoder
+        from actors._embedding.onnx import OnnxEncoder
 
         spinning = MiniLMEmbedder(batch_size=args.batch)
         spinning._onnx = OnnxEncoder(ours._weights, ours.threads or 1, spinning=True)

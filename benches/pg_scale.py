@@ -192,8 +192,8 @@ class StoreSchemaFloor:
     ) -> None:
         from collections import Counter
 
-        from actors._bm25 import tokenize
         from actors._pg.schema import filter_json
+        from actors._retrieval.bm25 import tokenize
         from protocol._surrogates import pack
 
         self.conn = conn
@@ -599,7 +599,7 @@ async def write_breakdown(
     (the caller's side), phase 1 (validation and preparation, in the actor, changing
     nothing: ``actors._pg.prepare``) and the rest (the commit's transaction: the COPY
     of rows and postings, and its few statements)."""
-    from actors._embedders import EmbedderAdapter
+    from actors._embedding.embedders import EmbedderAdapter
     from actors._pg.prepare import prepare_documents
     from protocol.messages import UpsertDocuments
 
@@ -758,10 +758,10 @@ async def keyword_reads(
     with a whole row's text as the query."""
     from psycopg import sql as psql
 
-    from actors._bm25 import K1, B
     from actors._pg.filters import translate
     from actors._pg.reads import Reads, query_terms
     from actors._pg.schema import Names
+    from actors._retrieval.bm25 import K1, B
 
     reads = Reads(Names("bench_store"), hnsw=False)
     where = translate(None, psql.Identifier("metadata"))

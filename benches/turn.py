@@ -450,17 +450,17 @@ async def interleave(
 # calls and the scans that run in worker threads are not on it, so they show only as
 # the time their caller waits, which cProfile does not count.
 PARTS = (
-    ("compaction (the offload)", "actors/_compaction.py", "compress"),
-    ("the store's write (the store actor's task)", "actors/_store_actor.py", "_handle"),
-    ("recall (the engine)", "actors/_store_actor.py", "search"),
-    ("  ranking on the snapshot", "actors/_recall.py", "rank_recall"),
-    ("  keyword list and speakers", "actors/_recall.py", "shape"),
-    ("  fusion", "actors/_fusion.py", "fuse"),
-    ("  neighbours", "actors/_fusion.py", "lend"),
-    ("  focus", "actors/_recall.py", "_focus"),
-    ("  entity links", "actors/_recall.py", "_links"),
-    ("  the top k as turns", "actors/_search.py", "turns"),
-    ("injection", "actors/_injection.py", "inject"),
+    ("compaction (the offload)", "actors/_agent/compaction.py", "compress"),
+    ("the store's write (the store actor's task)", "actors/_inmemory/actor.py", "_handle"),
+    ("recall (the engine)", "actors/_inmemory/actor.py", "search"),
+    ("  ranking on the snapshot", "actors/_retrieval/recall.py", "rank_recall"),
+    ("  keyword list and speakers", "actors/_retrieval/recall.py", "shape"),
+    ("  fusion", "actors/_retrieval/fusion.py", "fuse"),
+    ("  neighbours", "actors/_retrieval/fusion.py", "lend"),
+    ("  focus", "actors/_retrieval/recall.py", "_focus"),
+    ("  entity links", "actors/_retrieval/recall.py", "_links"),
+    ("  the top k as turns", "actors/_retrieval/engine.py", "turns"),
+    ("injection", "actors/_agent/injection.py", "inject"),
 )
 ALL = "all on the trio thread"
 

@@ -36,8 +36,8 @@ import numpy.typing as npt
 import trio
 
 from actors import open_store
-from actors._blas import blas_threads
-from actors._scan import DEFAULT_THREAD_SCAN_THRESHOLD
+from actors._inmemory.blas import blas_threads
+from actors._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from protocol import UnifiedMessage, VectorStoreConfig
 
 K = 8

@@ -2,7 +2,7 @@
 
 ``protocol`` never imports numpy, so a numpy integer is recognised by ``__index__``
 (``bool`` is refused, and ``numpy.bool`` has no ``__index__``: a flag is not a count), and
-``actors._prepare`` re-exports :func:`check_int` for the running system.
+``actors._store.prepare`` re-exports :func:`check_int` for the running system.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ evaluator.
 
 A filter is written as a dict, Mongo-style, and parsed once into a tree of frozen
 Structs (:data:`Filter`). The tree, not the dict, is what the backends see: the
-in-memory store compiles it into a numpy mask (``actors._filtering``), and a SQL
+in-memory store compiles it into a numpy mask (``actors._inmemory.filtering``), and a SQL
 backend translates it node by node. Because every node is a typed Struct, the tree
 round-trips through msgpack and JSON (the ``op`` tag names the node).
 

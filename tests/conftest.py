@@ -17,7 +17,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-import actors._compaction
+import actors._agent.compaction
 
 # tests/integrations/ is the asyncio suite of the adapters, with its own pytest.ini
 # (pytest-asyncio, no trio mode): `pytest -c tests/integrations/pytest.ini tests/integrations`.
@@ -43,5 +43,5 @@ def fixed_offload_date(monkeypatch: pytest.MonkeyPatch) -> str:
     date; the date is part of the indexed text, so rankings would depend on the minute a
     test runs. Every test sees one fixed time instead (``test_compaction.py`` checks the
     real clock's format)."""
-    monkeypatch.setattr(actors._compaction, "utc_date", lambda: FIXED_DATE)
+    monkeypatch.setattr(actors._agent.compaction, "utc_date", lambda: FIXED_DATE)
     return FIXED_DATE

@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from actors._llama_server import _check_server_installed, smollm2_gguf_path
+from actors._agent.llama_server import _check_server_installed, smollm2_gguf_path
 from actors.llama import open_llama_server
 
 __all__ = ["LlamaServerThread", "llm_extra_missing"]

@@ -20,7 +20,7 @@ import trio
 from threadpoolctl import ThreadpoolController
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._blas import blas_threads
+from actors._inmemory.blas import blas_threads
 from protocol import ConfigError, MemoryConfig, SearchRequest, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 60

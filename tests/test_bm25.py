@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors._bm25 import MAX_TERM_BYTES, Bm25Index, index_term, stem_words, term_counts, tokenize
+from actors._retrieval.bm25 import (
+    MAX_TERM_BYTES,
+    Bm25Index,
+    index_term,
+    stem_words,
+    term_counts,
+    tokenize,
+)
 from protocol import ConfigError
 
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import open_store
-from actors._scan import ScanEngine
+from actors._inmemory.scan import ScanEngine
 from protocol import RetrievalReport, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 30

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import HashingEmbedder, Memory, open_memory
-from actors._compaction import (
+from actors._agent.compaction import (
     CONTEXT_CHARS,
     DROPPED_OUTPUT_PREFIX,
     clamp_message,

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from actors import Dispatcher, EchoDispatcher, OpenAIChatDispatcher
-from actors._dispatch import to_openai
+from actors._agent.dispatch import to_openai
 from protocol import (
     ConfigError,
     DispatchError,

@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from actors import open_memory
-from actors._events import EventHub
+from actors._store.events import EventHub
 from protocol import (
     ConfigError,
     Event,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors._filtering import MetadataIndex, compile_filter
+from actors._inmemory.filtering import MetadataIndex, compile_filter
 from protocol import FilterError
 from protocol._filters import (
     And,

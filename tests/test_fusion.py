@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from actors._fusion import fuse, lend, mmr, neighbor_boost, rrf
+from actors._retrieval.fusion import fuse, lend, mmr, neighbor_boost, rrf
 from protocol import ConfigError
 
 # --- RRF -----------------------------------------------------------------------------

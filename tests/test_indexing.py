@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from actors import HashingEmbedder, open_store
-from actors._indexing import InMemoryRecordManager, hash_document, index
+from actors._store.indexing import InMemoryRecordManager, hash_document, index
 from protocol import ConfigError, VectorStoreConfig
 from protocol._documents import DeleteResult, Document, IndexResult, document_id
 

@@ -1,4 +1,4 @@
-"""Entity links between turns (``actors/_links.py``, ``RecallSettings.link_weight``): the
+"""Entity links between turns (``actors/_retrieval/links.py``, ``RecallSettings.link_weight``): the
 pure functions, the stores' document frequencies on both backends, and the boost
 through ``open_memory`` on both backends."""
 
@@ -15,10 +15,10 @@ from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 from test_recall_quality import ranked
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._bm25 import Bm25Index, tokenize
-from actors._focus import speaker_of
-from actors._links import bodies_terms, body_terms, link_terms, linked, rare
-from actors._search import _MemoryView
+from actors._retrieval.bm25 import Bm25Index, tokenize
+from actors._retrieval.engine import _MemoryView
+from actors._retrieval.focus import speaker_of
+from actors._retrieval.links import bodies_terms, body_terms, link_terms, linked, rare
 from protocol import (
     ConfigError,
     Document,

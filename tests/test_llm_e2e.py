@@ -24,8 +24,9 @@ import pytest
 import trio
 from llm_support import LlamaServerThread, llm_extra_missing
 
-from actors import Dispatcher, OpenAIChatDispatcher, _llama_server, open_memory
-from actors._llama_server import free_port, smollm2_gguf_path
+from actors import Dispatcher, OpenAIChatDispatcher, open_memory
+from actors._agent import llama_server as _llama_server
+from actors._agent.llama_server import free_port, smollm2_gguf_path
 from actors.llama import open_llama_server
 from protocol import (
     RECALL_MARKER,

@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors._mailbox import Mailbox
+from actors._store.mailbox import Mailbox
 
 
 async def test_stopping_an_actor_fails_in_flight_and_queued_requests() -> None:

@@ -381,7 +381,7 @@ async def test_remember_ids_are_content_source_time_hashes_so_repeats_keep_two()
     import hashlib
     import re
 
-    from actors._memory import memory_id
+    from actors._agent.memory import memory_id
 
     with trio.fail_after(10):
         async with open_memory(store=STORE) as memory:

@@ -26,9 +26,9 @@ import pytest
 import trio
 
 from actors import open_store
-from actors._arena import ENTRY_CONSTANT, STORE_CONSTANT
-from actors._bm25 import BM25_BYTES_PER_DOCUMENT, BM25_BYTES_PER_TEXT_BYTE, Bm25Index
-from actors._prepare import BLOCK_OVERHEAD, document_bytes, turn_bytes
+from actors._inmemory.arena import ENTRY_CONSTANT, STORE_CONSTANT
+from actors._retrieval.bm25 import BM25_BYTES_PER_DOCUMENT, BM25_BYTES_PER_TEXT_BYTE, Bm25Index
+from actors._store.prepare import BLOCK_OVERHEAD, document_bytes, turn_bytes
 from protocol import (
     Document,
     EntryTooLarge,

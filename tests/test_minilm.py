@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import trio
 
-from actors._minilm import gelu
+from actors._embedding.minilm import gelu
 from protocol import ConfigError, VectorStoreConfig
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
@@ -46,7 +46,7 @@ pytest.importorskip(
 )
 
 from actors import MiniLMEmbedder, open_store  # noqa: E402
-from actors._minilm_onnx import onnx_available  # noqa: E402
+from actors._embedding.onnx import onnx_available  # noqa: E402
 
 RUNTIMES = [
     pytest.param(
@@ -116,13 +116,13 @@ def test_truncation_is_reported(
 def test_long_batches_split_to_bound_memory(
     embedder: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import actors._minilm
+    import actors._embedding.minilm
 
     texts = ["one two three four five six seven eight"] * 7  # 10 tokens each
     whole = embedder.encode(texts)
     assert whole.batches == 1
     # With room for 3 texts of 10 tokens per pass, 7 texts take 3 passes.
-    monkeypatch.setattr(actors._minilm, "_ATTENTION_BUDGET", 3 * 10 * 10)
+    monkeypatch.setattr(actors._embedding.minilm, "_ATTENTION_BUDGET", 3 * 10 * 10)
     split = embedder.encode(texts)
     assert split.batches == 3
     assert np.abs(split.vectors - whole.vectors).max() < TOLERANCE

@@ -288,13 +288,13 @@ def test_unbroken_wrapper_passes() -> None:
 @asynccontextmanager
 async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: object) -> Any:
     """``open_store`` with one task missing: the actor lists no services, so the store's
-    one lifecycle (``actors._lifecycle.run_store``) never starts its scan runner, and
+    one lifecycle (``actors._store.lifecycle.run_store``) never starts its scan runner, and
     every read is sent to it (``thread_scan_threshold=0``). This is how ``open_memory``
-    built its own store before ``actors/_lifecycle.py``: its big reads waited forever."""
-    from actors._handle import OPENED
-    from actors._lifecycle import run_store
-    from actors._store import StoreHandle
-    from actors._store_actor import _StoreActor
+    built its own store before ``actors/_store/lifecycle.py``: its big reads waited forever."""
+    from actors._inmemory.actor import _StoreActor
+    from actors._inmemory.store import StoreHandle
+    from actors._store.handle import OPENED
+    from actors._store.lifecycle import run_store
 
     class ActorWithoutServices(_StoreActor):
         def services(self) -> list[Any]:

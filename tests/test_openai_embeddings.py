@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from actors import CachedEmbedder, EmbeddingCache, EmbeddingUsageLog, OpenAIEmbeddings
-from actors._openai_embeddings import parse_retry_after
+from actors._embedding.openai import parse_retry_after
 from protocol import (
     ConfigError,
     EmbeddingError,

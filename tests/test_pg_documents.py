@@ -8,7 +8,7 @@ The in-memory store is the reference. Three properties tie the pg store to it:
   kind (with and without a filter) returns the same ids in the same order, the same
   ranks, and scores within ``SCORE_TOLERANCE`` (exactly equal for hybrid's fused score,
   which depends on ranks only);
-- SQL BM25 scores match ``actors._bm25`` on random texts.
+- SQL BM25 scores match ``actors._retrieval.bm25`` on random texts.
 
 Plus hostile keys and values, the profile binding, the HNSW option, what PostgreSQL
 text cannot hold, and ``actors.testing.StoreConformance`` (the documents and search
@@ -52,7 +52,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
 
 from actors import HashingEmbedder, open_store
-from actors._bm25 import Bm25Index
+from actors._retrieval.bm25 import Bm25Index
 from actors.testing import (
     SCORE_TOLERANCE,
     DeterministicFakeEmbedding,

@@ -51,7 +51,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._bm25 import _STEMMER, MAX_TERM_BYTES, words_of
+from actors._retrieval.bm25 import _STEMMER, MAX_TERM_BYTES, words_of
 from protocol import (
     ConfigError,
     Document,

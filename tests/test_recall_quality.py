@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._bm25 import Bm25Index
-from actors._events import EventHub
-from actors._focus import (
+from actors._agent.recall_actor import RecallActor
+from actors._retrieval.bm25 import Bm25Index
+from actors._retrieval.focus import (
     _SPEAKER,
     DateMention,
     entry_date,
@@ -32,8 +32,8 @@ from actors._focus import (
     speaker_of,
     without_names,
 )
-from actors._fusion import FusedHit, neighbor_boost, rrf
-from actors._recall_actor import RecallActor
+from actors._retrieval.fusion import FusedHit, neighbor_boost, rrf
+from actors._store.events import EventHub
 from protocol import (
     ConfigError,
     Document,

@@ -1,5 +1,5 @@
-"""The recall kind of the engine (``actors/_recall.py``) on both backends: it ranks exactly
-as hybrid recall written over the public reads (full turns and documents for every
+"""The recall kind of the engine (``actors/_retrieval/recall.py``) on both backends: it ranks
+exactly as hybrid recall written over the public reads (full turns and documents for every
 candidate) does, through ``search``, the recall actor and ``Memory.retrieve`` alike, and
 every list it reads comes from one snapshot."""
 
@@ -16,10 +16,17 @@ import trio
 from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._events import EventHub
-from actors._focus import entry_date, named_speakers, near, query_dates, speaker_of, without_names
-from actors._fusion import FusedHit, neighbor_boost, rrf
-from actors._recall_actor import RecallActor
+from actors._agent.recall_actor import RecallActor
+from actors._retrieval.focus import (
+    entry_date,
+    named_speakers,
+    near,
+    query_dates,
+    speaker_of,
+    without_names,
+)
+from actors._retrieval.fusion import FusedHit, neighbor_boost, rrf
+from actors._store.events import EventHub
 from protocol import (
     Document,
     MemoryConfig,

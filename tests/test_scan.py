@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import open_store
-from actors._blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
-from actors._scan import COALESCE_FLOATS, TIE_SLACK, ScanEngine, _chunk_candidates
-from actors._store import StoreHandle
-from actors._store_actor import _Prepared
+from actors._inmemory.actor import _Prepared
+from actors._inmemory.blas import PROBE_EVERY, PROBE_FIRST, ThreadChooser, blas_threads
+from actors._inmemory.scan import COALESCE_FLOATS, TIE_SLACK, ScanEngine, _chunk_candidates
+from actors._inmemory.store import StoreHandle
 from protocol import DEFAULT_NAMESPACE, ConfigError, Poisoned, UnifiedMessage, VectorStoreConfig
 
 TIMEOUT = 30

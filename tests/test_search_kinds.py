@@ -1,5 +1,5 @@
 """Search kinds through the public names, on both backends: ``SearchRequest(kind=
-"bm25")`` and ``ScoredDocument.raw_score`` (``actors/_search.py`` writes each kind once).
+"bm25")`` and ``ScoredDocument.raw_score`` (``actors/_retrieval/engine.py`` writes each kind once).
 The contract parts also live in ``StoreConformance``; these tests pin what differs by
 backend (the raw dense score) and what a conformance store cannot see (the embedder)."""
 

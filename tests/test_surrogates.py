@@ -18,8 +18,8 @@ import trio
 from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import EchoDispatcher, HashingEmbedder, OpenAIEmbeddings, open_memory, open_store
-from actors._bm25 import Bm25Index, tokenize
-from actors._dispatch import to_openai
+from actors._agent.dispatch import to_openai
+from actors._retrieval.bm25 import Bm25Index, tokenize
 from protocol import (
     ConfigError,
     Document,

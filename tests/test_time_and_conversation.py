@@ -31,7 +31,7 @@ import trio
 from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._focus import entry_date
+from actors._retrieval.focus import entry_date
 from protocol import (
     ConfigError,
     Document,

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import HashingEmbedder, open_store
-from actors._bm25 import token_count, token_counts
-from actors._precomputed import _float_matrix
+from actors._retrieval.bm25 import token_count, token_counts
+from actors._store.precomputed import _float_matrix
 from protocol import Document, EmbeddingError, JsonError, VectorStoreConfig
 from protocol._documents import SearchRequest, _component
 from protocol._json import check_json
@@ -231,7 +231,7 @@ def test_jsonb_reuses_the_compact_json_only_where_it_is_the_filter_text(
 ) -> None:
     _pg_modules()
     from actors._pg.schema import filter_json, jsonb_binary
-    from actors._prepare import metadata_json
+    from actors._store.prepare import metadata_json
 
     compact = metadata_json(metadata)
     assert jsonb_binary(metadata, compact) == b"\x01" + filter_json(metadata).encode("utf-8")

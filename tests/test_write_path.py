@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from actors import HashingEmbedder, open_store
-from actors._arena import Arena, Entries, turn_ids
-from actors._embedders import as_matrix, normalize_rows
-from actors._filtering import MetadataIndex
-from actors._prepare import (
+from actors._embedding.embedders import as_matrix, normalize_rows
+from actors._inmemory.arena import Arena, Entries, turn_ids
+from actors._inmemory.filtering import MetadataIndex
+from actors._store.prepare import (
     check_turns,
     checked_rows,
     exact_msgpack,

@@ -1,7 +1,7 @@
 """The pg store's write preparation: validate, size-check and embed a batch, changing
 nothing, so that the commit is one transaction that cannot fail on the batch's content.
 
-The checks are the in-memory store's (``actors._store``), in the same order, with the
+The checks are the in-memory store's (``actors._inmemory.store``), in the same order, with the
 same errors, plus what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
 source id, a namespace or a source is a :class:`~protocol.ConfigError`. A text or
 metadata may hold them: the exact copy is kept as bytes (see ``schema``).
@@ -17,11 +17,11 @@ from protocol._json import check_json_object
 from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._bm25 import term_counts, token_counts
-from .._embedders import EmbedderAdapter, as_matrix, normalize_rows
-from .._index_text import document_times, indexed_texts, turn_index_texts, write_time
-from .._precomputed import document_vectors
-from .._prepare import check_documents, check_name, check_turns, exact_msgpack_many
+from .._embedding.embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._retrieval.bm25 import term_counts, token_counts
+from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
+from .._store.precomputed import document_vectors
+from .._store.prepare import check_documents, check_name, check_turns, exact_msgpack_many
 from .schema import (
     check_pg_text,
     exact_text,

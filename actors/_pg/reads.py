@@ -5,14 +5,14 @@ a hybrid search runs several statements, so its transaction is ``REPEATABLE READ
 dense list, the BM25 list and the documents come from one snapshot.
 
 **BM25 runs in SQL**, over the ``T_terms`` postings that each write fills (the tokens
-come from ``actors._bm25.tokenize``, in Python, so both stores tokenize alike). A query
+come from ``actors._retrieval.bm25.tokenize``, in Python, so both stores tokenize alike). A query
 reads the postings of its own terms only, each with its entry's length, through the
 ``(namespace, term) INCLUDE (seq, tf, doc_len)`` index alone, and the namespace's N and
 total length from its ``T_ns`` row, so its cost grows with the postings of the query's
 terms, not with the table. Only a filtered search joins the entries, for their metadata.
 (At 1M entries the join, for ``doc_len``, and the namespace's count were 1.9 of a
 3-word query's 2.1 s; benches/README.md, "pg at scale".)
-The formula is ``actors._bm25``'s (Okapi, k1 = 1.2, b = 0.75, Lucene's idf, statistics
+The formula is ``actors._retrieval.bm25``'s (Okapi, k1 = 1.2, b = 0.75, Lucene's idf, statistics
 from the namespace only), evaluated in float8 with the same operations in the same
 order (the per-term sum is ``sum(... ORDER BY term order)``), so the scores agree with
 the in-memory index (the tests check them to 1e-12 and the rankings exactly).
@@ -42,7 +42,7 @@ from protocol import (
 )
 from protocol._surrogates import unpack_message, unpack_metadata
 
-from .._bm25 import K1, B, tokenize
+from .._retrieval.bm25 import K1, B, tokenize
 from .filters import FilterSql
 from .schema import Names
 from .sql import Counts

@@ -17,7 +17,7 @@ Each store is six objects named after its table ``T``:
   ``meta_raw`` is the exact metadata as msgpack (``protocol._surrogates.pack``), which
   is what reads return.
   ``index_text`` is the searchable copy of the index text the store derived for the
-  entry (``actors._index_text.derived_index_texts``: its own text, date and predecessor
+  entry (``actors._store.index_text.derived_index_texts``: its own text, date and predecessor
   in its conversation), or NULL when it is indexed by ``text``; BM25's postings and
   ``doc_len`` are of the index text, and reads never return it.
   ``doc_len`` is the BM25 length of the text;
@@ -65,7 +65,7 @@ from psycopg import sql
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
 from protocol._surrogates import unpack_metadata
 
-from .._bm25 import MAX_TERM_BYTES, term_counts
+from .._retrieval.bm25 import MAX_TERM_BYTES, term_counts
 from .values import check_pg_text as check_pg_text
 from .values import exact_text as exact_text
 from .values import filter_json as filter_json
@@ -475,7 +475,7 @@ def _migrate_4_to_5(conn: psycopg.Connection[Any], names: Names) -> None:
 
     - A posting whose term is longer than ``MAX_TERM_BYTES`` (a version 4 table kept
       terms of up to about 2,700 bytes, the btree's limit) gets the term's digest,
-      computed in SQL exactly as ``actors._bm25.index_term`` computes it, so reads
+      computed in SQL exactly as ``actors._retrieval.bm25.index_term`` computes it, so reads
       find it by the same mapping as new postings. Term frequencies and lengths are
       unchanged: a term and its digest count alike.
     - The jsonb metadata of an entry whose exact metadata holds a str that

@@ -1,6 +1,7 @@
-"""The pg store's answers to the engine (``actors/_search.py``, ``actors/_recall.py``).
+"""The pg store's answers to the engine (``actors/_retrieval/engine.py``,
+``actors/_retrieval/recall.py``).
 
-:func:`actors._search.rank` holds every rule (threshold, rank numbering, MMR, fusion,
+:func:`actors._retrieval.engine.rank` holds every rule (threshold, rank numbering, MMR, fusion,
 recall's stages); this module reads what it asks for: the exact dense top-k
 (``reads.py``), BM25's top-k (computed in SQL, see ``reads.py``), cosines, texts and
 term statistics of some candidates, and the hits' rows. The metadata filter is part of
@@ -25,10 +26,10 @@ from psycopg import sql
 
 from protocol import RetrievedTurn, ScoredDocument, SearchRequest
 
-from .._conversations import CONVERSATION_SHIFT
-from .._recall import shape
-from .._search import depths, rank
-from .._view import Candidate, Pick
+from .._inmemory.conversations import CONVERSATION_SHIFT
+from .._retrieval.engine import depths, rank
+from .._retrieval.recall import shape
+from .._retrieval.view import Candidate, Pick
 from .filters import FilterSql, and_time_window, translate
 from .reads import DocRow, Reads
 from .schema import vector_literal

@@ -17,8 +17,8 @@ from psycopg import sql
 
 from protocol import Cleared, ConfigError, DeleteResult
 
-from .._bm25 import term_counts
-from .._index_text import indexed_texts
+from .._retrieval.bm25 import term_counts
+from .._store.index_text import indexed_texts
 from .schema import SCHEMA_VERSION, Names
 
 __all__ = ["Committed", "Counts", "PreparedEntries", "Statements"]

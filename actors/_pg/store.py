@@ -32,8 +32,8 @@ tests compare operation by operation). Turns and documents share one id space, a
 inserts the new ones with new sequence numbers and evicts past the cap, all in its one
 transaction. Metadata filters become SQL over jsonb (``filters.py``) inside each
 statement's WHERE clause, so they apply before top-k. MMR reads the exact top
-``fetch_k`` and their vectors back and runs ``actors._fusion.mmr``. Hybrid search fuses
-the dense list with BM25 by ``actors._fusion.rrf``; BM25 is computed in SQL from
+``fetch_k`` and their vectors back and runs ``actors._retrieval.fusion.mmr``. Hybrid search fuses
+the dense list with BM25 by ``actors._retrieval.fusion.rrf``; BM25 is computed in SQL from
 postings that each write stores (``reads.py``), so a query reads the postings of its
 own terms through an index rather than loading the namespace's texts: its cost grows
 with those postings, not with the table.
@@ -41,7 +41,7 @@ with those postings, not with the table.
 **Differences from the in-memory store.**
 
 - Scores: see above (within 1e-5, not bit-identical). BM25 scores agree with
-  ``actors._bm25`` to 1e-12 relative and rank alike; fused RRF scores are equal.
+  ``actors._retrieval.bm25`` to 1e-12 relative and rank alike; fused RRF scores are equal.
 - PostgreSQL text and jsonb cannot hold a NUL or a lone surrogate: such an id, source id,
   namespace or source is a ConfigError, and such a string in metadata a JsonError. A
   text may hold them (its exact copy is kept as bytes); reads and filters never fail on
@@ -76,10 +76,10 @@ from protocol import (
     VectorStoreUsage,
 )
 
-from .._embedders import EmbedderAdapter, check_timeout
-from .._handle import OPENED, StoreHandleBase
-from .._lifecycle import run_store
-from .._prepare import check_ids, check_int, check_store_config
+from .._embedding.embedders import EmbedderAdapter, check_timeout
+from .._store.handle import OPENED, StoreHandleBase
+from .._store.lifecycle import run_store
+from .._store.prepare import check_ids, check_int, check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
@@ -252,7 +252,7 @@ async def open_pg_store(
             its keyword list by BM25); a sparse model raises ConfigError.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
-    store's: ``actors._lifecycle``. Cancellation: a cancelled open closes the pool and
+    store's: ``actors._store.lifecycle``. Cancellation: a cancelled open closes the pool and
     leaves nothing running; a cancelled body leaves as above. A full inbox makes writers
     wait (see ``inbox_size``); reads never use it.
 

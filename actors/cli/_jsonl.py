@@ -50,8 +50,8 @@ import trio
 from protocol import Document, JsonError
 from protocol._json import canonical_json, loads_json
 
-from .._indexing import Record, hash_document, index
-from .._prepare import document_bytes
+from .._store.indexing import Record, hash_document, index
+from .._store.prepare import document_bytes
 from ._output import open_output
 from ._progress import Progress
 from ._service import (

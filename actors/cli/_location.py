@@ -232,7 +232,7 @@ class ProfiledHashingEmbedder:
     table it writes is bound to it like MiniLM's."""
 
     def __init__(self) -> None:
-        from .._embedders import HashingEmbedder
+        from .._embedding.embedders import HashingEmbedder
 
         self._inner = HashingEmbedder(DIMENSIONS)
         self.dimensions = DIMENSIONS
@@ -247,7 +247,7 @@ class ProfiledHashingEmbedder:
 def _make_embedder(name: str) -> object:
     if name == "hashing":
         return ProfiledHashingEmbedder()
-    from .._minilm import MiniLMEmbedder
+    from .._embedding.minilm import MiniLMEmbedder
 
     return MiniLMEmbedder()
 
@@ -496,7 +496,7 @@ async def open_location(
 
     where.check()
     if where.in_memory:
-        from .._store import open_store
+        from .._inmemory.store import open_store
 
         name = choose_embedder(embedder, None, where.describe())
         config = VectorStoreConfig(

@@ -44,7 +44,7 @@ from protocol._memory import DEFAULT_MIN_SIMILARITY
 from protocol._surrogates import replace_surrogates, replace_surrogates_json
 from protocol._time import MAX_CONVERSATION_BYTES
 
-from .._doors import DEFAULT_MODE, SEARCH_MODES
+from .._retrieval.doors import DEFAULT_MODE, SEARCH_MODES
 from ._http_auth import BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 

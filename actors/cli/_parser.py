@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from protocol._memory import DEFAULT_MIN_SIMILARITY
 
-from .._doors import DEFAULT_MODE, SEARCH_MODES
+from .._retrieval.doors import DEFAULT_MODE, SEARCH_MODES
 
 __all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
 

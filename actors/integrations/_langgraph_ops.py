@@ -40,7 +40,7 @@ from protocol._checks import shown
 from protocol._filters import matches, parse_filter
 from protocol._time import check_conversation
 
-from .._doors import door_time
+from .._retrieval.doors import door_time
 
 __all__ = [
     "CONVERSATION_FIELD",

@@ -70,7 +70,7 @@ from protocol import (
 from protocol._checks import check_int, shown
 from protocol._time import check_conversation
 
-from .._doors import check_similarity, door_time, relevance_floor
+from .._retrieval.doors import check_similarity, door_time, relevance_floor
 from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width

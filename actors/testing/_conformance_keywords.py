@@ -16,7 +16,7 @@ from protocol import (
     document_id,
 )
 
-from .._bm25 import tokenize
+from .._retrieval.bm25 import tokenize
 from ._conformance_base import ConformanceBase, _ids
 
 __all__ = ["KeywordSearchTests"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._store import StoreHandle
+from .._inmemory.store import StoreHandle
 
 
 class InjectedCrash(RuntimeError):

@@ -30,9 +30,9 @@ import trio
 
 from protocol import Document, IndexResult, VectorStoreConfig
 
-from .._embedders import HashingEmbedder
-from .._indexing import Record, RecordManager, index
-from .._store import open_store
+from .._embedding.embedders import HashingEmbedder
+from .._inmemory.store import open_store
+from .._store.indexing import Record, RecordManager, index
 
 __all__ = ["RecordManagerConformance"]
 

@@ -45,9 +45,9 @@ from protocol import (
     projection,
 )
 
-from .._embedders import HashingEmbedder
-from .._prepare import metadata_json, turn_bytes
-from .._store import open_store
+from .._embedding.embedders import HashingEmbedder
+from .._inmemory.store import open_store
+from .._store.prepare import metadata_json, turn_bytes
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
 from ._machine import TrioRuleBasedStateMachine, initialize, precondition, rule

@@ -21,8 +21,8 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedders import HashingEmbedder
-from .._store import open_store
+from .._embedding.embedders import HashingEmbedder
+from .._inmemory.store import open_store
 
 __all__ = ["WriteSuiteBase"]
 

@@ -46,7 +46,7 @@ from protocol import (
     payload_bytes,
 )
 
-from .._prepare import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
+from .._store.prepare import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
 from ._conformance_inputs import long_token
 from ._crash import inject_crash
 from ._document_writes import DocumentWriteCases

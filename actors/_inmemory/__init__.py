@@ -1,0 +1,1 @@
+"""The in-memory backend: the arena, the scan, BLAS control, metadata filters, conversations, the sparse index, its actor and ``open_store``."""

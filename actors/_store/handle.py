@@ -1,0 +1,680 @@
+"""The caller's side of a store actor, as far as it is the same for every backend.
+
+A handle sends each write to its actor's bounded inbox as one message and awaits the
+reply; it checks the arguments it can check without the store first. The in-memory
+:class:`~actors.StoreHandle` and the PostgreSQL ``PgStoreHandle`` add their reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from protocol import (
+    DEFAULT_NAMESPACE,
+    Cleared,
+    ConfigError,
+    DeleteResult,
+    Document,
+    EmbeddingProfile,
+    RetrievalReport,
+    RetrievedTurn,
+    ScoredDocument,
+    SearchRequest,
+    TurnsStored,
+    UnifiedMessage,
+    VectorStoreConfig,
+    VectorStoreUsage,
+)
+from protocol._filters import check_filter
+from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
+
+from .hooks import check_query_profile, retrieve_event, search_event
+from .mailbox import CrashableActor, Envelope, ReplySlot
+from .precomputed import embedding_matrix
+from .prepare import check_ids, check_k, check_name, clamp_k, turns_request
+
+__all__ = ["OPENED", "Store", "StoreHandleBase", "StoreStatistics"]
+
+ActorT = TypeVar("ActorT", bound=CrashableActor)
+
+#: The token the ``open_*`` functions pass: a handle (or a ``Memory``) is only ever made
+#: by the function that runs its actors, so it can never outlive or skip them.
+OPENED = object()
+
+
+@attrs.frozen
+class StoreStatistics:
+    """A point-in-time view of the actor's inbox and state.
+
+    Attributes:
+        inbox_size: the inbox's capacity.
+        inbox_used: requests waiting in the inbox.
+        tasks_waiting_send: callers blocked because the inbox is full.
+        version: commits so far.
+        poisoned: whether the actor has crashed.
+    """
+
+    inbox_size: int
+    inbox_used: int
+    tasks_waiting_send: int
+    version: int
+    poisoned: bool
+
+
+class _Reader(Protocol):
+    """What the handle's reads ask of either backend's actor."""
+
+    config: VectorStoreConfig
+    profile: EmbeddingProfile | None
+    on_event: Callable[[Any], None] | None
+
+    @property
+    def embedder(self) -> Any: ...
+
+    def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None: ...
+
+    def checked_query(
+        self, vector: object, profile: EmbeddingProfile | None
+    ) -> npt.NDArray[np.float32] | None: ...
+
+    async def scan(
+        self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
+    ) -> RetrievalReport: ...
+
+    async def search(
+        self,
+        request: SearchRequest,
+        namespace: str,
+        query: npt.NDArray[np.float32] | None,
+        *,
+        turns: bool = False,
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]: ...
+
+
+class StoreHandleBase(Generic[ActorT]):
+    """The writes and the lifecycle checks every store handle shares.
+
+    Once the actor has crashed every method raises :class:`~protocol.Poisoned`; once the
+    store has closed, ``trio.ClosedResourceError``; if the actor stopped while the store
+    is open, ``trio.BrokenResourceError``.
+
+    Every write (``store_turns``, ``add_documents``, ``upsert``, ``delete``, ``clear``)
+    is one message through the actor's bounded inbox. A full inbox makes the caller wait
+    for room (waiting callers go in the order they came). Cancelled while it waits for
+    room, the call has sent nothing and nothing changes; cancelled once the request is
+    queued, the actor still applies it, all or nothing, and drops the reply.
+    """
+
+    #: Which backend this is (``"memory"``, ``"pg"``), as events and ``Memory`` report it.
+    backend: ClassVar[str]
+
+    def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
+        if _opened is not OPENED:
+            raise TypeError(
+                f"{type(self).__name__} is made by open_store or open_pg_store, not directly"
+            )
+        self._actor = actor
+        self._send = actor.send.clone()
+        self._closed = False
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = DEFAULT_NAMESPACE,
+        source: str = "offload",
+        metadata: dict[str, Any] | None = None,
+        ids: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
+        *,
+        occurred_at: dt.datetime | None = None,
+        conversation: str | None = None,
+    ) -> TurnsStored:
+        """Store a batch of turns, all or nothing (design §3).
+
+        Every turn is size-checked (the dropped head too); a batch longer than the
+        capacity keeps its newest turns; the survivors are embedded in one call, checked,
+        normalized and committed together. ``metadata`` applies to every turn of the
+        batch. ``ids`` names each turn (an explicit memory's id): an id already live in
+        the namespace is replaced. Without it, each id is ``turn-<sequence>``.
+        ``texts`` gives each turn the text it is indexed and embedded by, in place of
+        its projection (a turn with its context, :func:`protocol.contextual_entry`);
+        the message is kept and returned as is. Each turn's size against
+        ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
+        first, the metadata as compact JSON (once per turn), the source, its id, the
+        conversation and its index text (``actors._store.prepare.entry_bytes``).
+
+        ``occurred_at`` (an aware datetime, kept in UTC) is when the turns happened;
+        None stamps the time of the write. ``conversation`` names the conversation they
+        belong to (None: none): the store numbers a conversation's entries 1, 2, 3...
+        in commit order, and, unless ``texts`` is given, indexes and embeds each turn
+        of a conversation, or each turn given an ``occurred_at``, by
+        :func:`protocol.entry_text` of its projection, its date and (in a
+        conversation) the projection of the entry before it there, while the message
+        is kept and returned as is (``actors._store.prepare`` has the rule).
+
+        Blocks while the inbox is full, then until the actor has applied the batch.
+        Cancelled while it waits for room in the inbox, it has sent nothing and nothing
+        changes; cancelled once the batch is queued, the actor still applies it, fully
+        or not at all, and drops the reply. If the store closes first, it is not applied.
+
+        Raises:
+            EntryTooLarge, JsonError, EmbeddingError, EmbedderError, ConfigError: the
+                batch was rejected and the store is unchanged (a naive ``occurred_at``
+                or a bad ``conversation`` is a ConfigError that names it).
+            Poisoned: the actor has crashed.
+        """
+        request = turns_request(
+            turns, namespace, source, metadata, ids, texts, occurred_at, conversation
+        )
+        result = await self._request(request)
+        assert isinstance(result, TurnsStored)
+        return result
+
+    async def add_documents(
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = None,
+        *,
+        embeddings: object = None,
+    ) -> list[str]:
+        """Store documents, all or nothing, and return their ids in input order.
+
+        A document without an id gets ``document_id(text, metadata)``, a content hash, so
+        adding the same content twice keeps one entry (with an ``occurred_at`` or a
+        ``conversation``, the hash covers those too: see ``Document.with_id``). A
+        document whose id is already live in the namespace replaces it (see
+        :meth:`upsert`). ``namespace=None`` is the default namespace. Blocks and
+        behaves on cancellation like :meth:`store_turns`.
+
+        Each document's ``occurred_at`` (None: the time of the write) and
+        ``conversation`` are stored with it and come back on every read. A document of
+        a conversation, or one given an ``occurred_at``, is indexed and embedded by
+        :func:`protocol.entry_text` of its text, its date and (in a conversation) the
+        text of the entry before it there, as :meth:`store_turns` says; reads return
+        its text as given.
+
+        ``embeddings``: the documents' precomputed embeddings as one 2-D array of real
+        numbers, row i for document i (a numpy array, or anything ``numpy.asarray``
+        takes), instead of ``Document(embedding=...)`` on each: the same stored vectors,
+        without a Python float per component, which is what a bulk load of precomputed
+        vectors spends most of its time on (benches/README.md, "pg at scale"). The
+        embedder is not called. The array is copied before this returns.
+
+        Raises:
+            EntryTooLarge: a document's text, ids and metadata are over
+                ``max_entry_bytes`` (``actors._store.prepare.document_bytes``).
+            ConfigError: not a list of Documents, one id with two different contents
+                (or rows), or ``embeddings`` beside a document's own embedding.
+            EmbeddingError, EmbedderError: the batch could not be embedded, or
+                ``embeddings`` is not a finite real matrix with one row per document of
+                the store's width.
+            Poisoned: the actor has crashed.
+        """
+        return await self.upsert(documents, namespace, embeddings=embeddings)
+
+    async def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        namespace: str | None = None,
+        *,
+        embeddings: object = None,
+    ) -> list[str]:
+        """Store plain texts as documents (:meth:`add_documents`), all or nothing.
+
+        ``metadatas`` and ``ids``, when given, are lists as long as ``texts``: text i
+        gets metadata i and id i. Without ids each document's id is its content hash
+        (``document_id``). ``embeddings``, when given, is their precomputed embeddings
+        (see :meth:`add_documents`). Blocks and behaves on cancellation like
+        :meth:`store_turns`.
+
+        Raises:
+            ConfigError: ``texts``, ``metadatas`` or ``ids`` is not a list (a lone str is
+                refused), or their lengths differ; anything :meth:`add_documents`
+                raises.
+        """
+        texts = _as_list("texts", texts)
+        columns: dict[str, list[Any]] = {}
+        for name, column in (("metadatas", metadatas), ("ids", ids)):
+            if column is None:
+                continue
+            values = _as_list(name, column)
+            if len(values) != len(texts):
+                raise ConfigError(
+                    f"{name} has {len(values)} items and texts has {len(texts)}; expected "
+                    "one per text"
+                )
+            columns[name] = values
+        documents = [
+            Document(
+                text=text,
+                metadata={} if "metadatas" not in columns else columns["metadatas"][i],
+                id=None if "ids" not in columns else columns["ids"][i],
+            )
+            for i, text in enumerate(texts)
+        ]
+        return await self.add_documents(documents, namespace, embeddings=embeddings)
+
+    async def upsert(
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = None,
+        *,
+        embeddings: object = None,
+    ) -> list[str]:
+        """Store documents; the same id replaces the vector, text and metadata.
+
+        A replaced document gets a new sequence number, so it counts as the newest entry
+        for FIFO eviction and for ties. Returns the ids in input order. ``embeddings``
+        as in :meth:`add_documents`. Blocks, and behaves on cancellation, like
+        :meth:`store_turns`.
+        """
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ConfigError(
+                f"documents is a {type(documents).__name__}; expected a list of Document"
+            )
+        space = self._namespace(namespace)
+        matrix = embedding_matrix(embeddings, len(documents))
+        with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
+        result = await self._request(
+            UpsertDocuments(documents=with_ids, namespace=space, embeddings=matrix)
+        )
+        assert isinstance(result, DocumentsUpserted)
+        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
+        """Delete entries of one namespace by id (``None``: the default namespace).
+
+        Ids are unique within a namespace, so a delete never reaches another namespace.
+        Returns which ids were deleted and which were missing, deduplicated, in input
+        order. Blocks, and behaves on cancellation, like :meth:`store_turns`; a delete
+        is all or nothing too.
+        """
+        wanted = check_ids(ids)
+        result = await self._request(Delete(ids=wanted, namespace=self._namespace(namespace)))
+        assert isinstance(result, DeleteResult)
+        return result
+
+    async def clear(self, namespace: str | None = None) -> Cleared:
+        """Remove every entry of ``namespace``, or every entry when it is None.
+
+        Blocks, and behaves on cancellation, like :meth:`store_turns`.
+        """
+        if namespace is not None:
+            check_name("namespace", namespace)
+        result = await self._request(Clear(namespace=namespace))
+        assert isinstance(result, Cleared)
+        return result
+
+    # --- reads: one engine, each backend's actor answers its views --------------------
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]:
+        """Run one search (see :class:`~protocol.SearchRequest`): ``recall`` (the
+        engine's tuned recall, ``actors/_retrieval/recall.py``), ``similarity``, ``mmr``,
+        ``hybrid`` or ``bm25``, with an optional metadata filter, time window and score
+        threshold.
+
+        Every kind reads one snapshot: in memory, the scan's pinned rows; on pg, one
+        read-only transaction. The filter and the time window apply before top-k, so
+        ``k`` hits come back whenever ``k`` entries match. Dense scores are cosine
+        similarity in [-1, 1]; a recall hit's ``score`` is its cosine too, with its
+        ``rank`` and the ``channels`` that lifted it; a hybrid hit's score is its fused
+        RRF score; ``ranks`` gives each hit's 1-based rank in each list.
+
+        A store bound to an embedding profile (see ``profile``) refuses a non-zero
+        ``request.vector`` that does not name the same profile in ``request.profile``.
+
+        Does not use the inbox, so a full inbox never delays it, and it changes
+        nothing. A cancel reaches the query's embedder call, as :meth:`retrieve` says;
+        in memory, a scan waiting for the scan runner drops its answer. On pg, cancelled
+        while it waits for a read slot or between retries, it leaves at once; once its
+        transaction runs in a worker thread, it finishes its statement first (bounded
+        by ``statement_timeout``), then ``Cancelled`` is raised.
+
+        Raises:
+            ConfigError: not a SearchRequest, or (pg) a bm25, hybrid or recall search
+                on a table opened with ``keyword_index=False``.
+            FilterError: the filter cannot be applied.
+            EmbeddingError: the query could not be embedded, or its vector was made by
+                another model or at another width than the store's profile.
+            EmbedderError: the embedder failed.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        hits, _ = await self._search(request, turns=False)
+        return hits  # type: ignore[return-value]
+
+    async def _recall(self, request: SearchRequest) -> RetrievalReport:
+        """:meth:`search` with the hits built as turns (what the recall actor injects),
+        and how many entries were scored, as a report."""
+        turns, scanned = await self._search(request, turns=True)
+        return RetrievalReport(turns=turns, scanned=scanned, exact=self._exact)  # type: ignore[arg-type]
+
+    async def _search(
+        self, request: SearchRequest, *, turns: bool
+    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        self._check()
+        started = time.perf_counter()
+        if not isinstance(request, SearchRequest):
+            raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
+        actor = self._reader
+        namespace = self._namespace(request.namespace)
+        if request.filter is not None:
+            check_filter(request.filter)  # before the query is embedded or any SQL runs
+        if request.vector is not None:
+            query = actor.checked_query(request.vector, request.profile)
+        else:
+            assert request.query is not None
+            if request.profile is not None:
+                check_query_profile(actor.profile, actor.config.dimensions, None, request.profile)
+            # A bm25 search reads keywords alone: its query is never embedded; recall
+            # embeds its query once it knows which names to leave out.
+            query = (
+                None
+                if request.kind in ("bm25", "recall")
+                else actor.query_vector(await actor.embedder.query(request.query))
+            )
+        hits, scanned = await actor.search(request, namespace, query, turns=turns)
+        if actor.on_event is not None:
+            k = clamp_k(request.k, actor.config.max_entries)
+            scores = [h.score for h in hits]
+            actor.on_event(
+                search_event(self.backend, actor.profile, request, namespace, k, scores, started)
+            )
+        return hits, scanned
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport:
+        """Embed ``query`` and return the ``k`` best entries across every namespace.
+
+        Does not use the inbox, so a full inbox or a slow write never delays it: it sees
+        one committed state (the in-memory store's last snapshot; one SQL statement for
+        pg). A read changes nothing, so cancellation leaves nothing behind. A cancel
+        reaches the query's embedder call (a sync embedder's worker thread is abandoned
+        and its result dropped; an async embedder gets the cancel itself). In memory, a
+        scan waiting for the scan runner then drops its answer without affecting other
+        reads; on pg, once the statement runs in its worker thread it finishes first
+        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
+
+        Raises:
+            ConfigError: ``k ≤ 0``.
+            EmbedderError, EmbeddingError: the query could not be embedded.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        return await self._retrieve(query, k, None)
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport:
+        """Like :meth:`retrieve` (the inbox and cancellation too), scoped to one
+        namespace; never returns another's entries."""
+        return await self._retrieve(query, k, check_name("namespace", namespace))
+
+    async def retrieve_embedding(
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = None,
+        *,
+        profile: EmbeddingProfile | None = None,
+    ) -> RetrievalReport:
+        """Rank entries against a vector you already have.
+
+        The vector need not be normalized: a normalized copy is scored, and the caller's
+        array is never changed. A zero vector scores 0.0 everywhere. A store bound to an
+        embedding profile refuses a non-zero vector unless ``profile`` names that same
+        profile (see :class:`~protocol.SearchRequest`).
+
+        In memory, a scan over at least ``thread_scan_threshold`` floats, or one of at
+        least 2**20 floats that starts together with other reads (or while a batch
+        runs), waits for the store's scan runner and shares one matrix product with
+        every read that waited with it; a smaller lone read runs inline, at once. On
+        pg it is one statement. It does not use the inbox, so a full inbox never delays
+        it; if the caller is cancelled while it waits, its answer is dropped and the
+        other reads are not affected; a read changes nothing.
+
+        Raises:
+            ConfigError: ``k ≤ 0`` or an empty namespace.
+            EmbeddingError: a vector of the wrong width or with a non-finite component,
+                or from another model than the store's profile.
+            Poisoned: the actor has crashed.
+            trio.ClosedResourceError: the store closed before the scan ran.
+        """
+        self._check()
+        k = clamp_k(check_k(k), self._reader.config.max_entries)
+        if namespace is not None:
+            check_name("namespace", namespace)
+        started = time.perf_counter()
+        query = self._reader.checked_query(vector, profile)
+        return await self._scanned(query, k, namespace, None, started)
+
+    async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
+        self._check()
+        started = time.perf_counter()
+        actor = self._reader
+        # Any k means "at most that many": cut to the capacity, so that the scan and
+        # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
+        k = clamp_k(check_k(k), actor.config.max_entries)
+        if not isinstance(query, str):
+            raise ConfigError(f"query is a {type(query).__name__}; expected str")
+        raw = await actor.embedder.query(query)
+        return await self._scanned(actor.query_vector(raw), k, namespace, query, started)
+
+    async def _scanned(
+        self, vector: Any, k: int, namespace: str | None, query: str | None, started: float
+    ) -> RetrievalReport:
+        actor = self._reader
+        report: RetrievalReport = await actor.scan(vector, k, namespace)
+        if actor.on_event is not None:
+            actor.on_event(
+                retrieve_event(self.backend, actor.profile, namespace, query, k, report, started)
+            )
+        return report
+
+    @property
+    def _reader(self) -> _Reader:
+        return cast(_Reader, self._actor)
+
+    @property
+    def _exact(self) -> bool:
+        """Whether this store's dense reads are exact."""
+        return True
+
+    async def _check_keyword_search(self) -> None:
+        """Raise ConfigError if this store cannot answer a ``bm25`` or ``hybrid``
+        search as it is now. A store in memory always can; a pg table opened with
+        ``keyword_index=False`` cannot (``open_memory`` asks before hybrid recall)."""
+        self._check()
+
+    # --- state: each backend says where its counters are -------------------------------
+
+    def _state(self) -> tuple[int, int, int, int]:
+        """The live entries, the evicted entries so far, the zero-norm entries and the
+        commit count, as this handle knows them now."""
+        raise NotImplementedError
+
+    def usage(self) -> VectorStoreUsage:
+        """The fill level, in O(1). On pg, the table's counters as of this handle's
+        last commit or read: another process's commits count from this handle's next
+        read, write or ``refresh``."""
+        self._check()
+        entries, evicted, zero, _ = self._state()
+        config = self._actor_config
+        fraction = entries / config.max_entries
+        warn = config.warn_fraction
+        return VectorStoreUsage(
+            entries=entries,
+            capacity=config.max_entries,
+            fraction=fraction,
+            near_cap=warn is not None and fraction >= warn,
+            evicted_entries=evicted,
+            zero_norm_entries=zero,
+        )
+
+    def statistics(self) -> StoreStatistics:
+        """The inbox and the actor now (see :class:`StoreStatistics`): ``inbox_size``
+        (its capacity), ``inbox_used`` (writes queued), ``tasks_waiting_send`` (callers
+        waiting for room), ``version`` (commits so far; on pg the table's, every
+        process's, as last seen) and ``poisoned``."""
+        stats = self._send.statistics()
+        return StoreStatistics(
+            inbox_size=self._actor.inbox_size,  # type: ignore[attr-defined]
+            inbox_used=stats.current_buffer_used,
+            tasks_waiting_send=stats.tasks_waiting_send,
+            version=self._state()[3],
+            poisoned=self._actor.crash is not None,
+        )
+
+    @property
+    def profile(self) -> EmbeddingProfile | None:
+        """The embedding profile the store is bound to: its embedder's ``profile`` (on
+        pg, or the one the table was bound to by an earlier open: provider, model,
+        dimensions and options only), or None when there is none (then query vectors
+        are checked for width only). Pass it as ``SearchRequest(profile=...)`` with a
+        vector you embedded."""
+        return self._reader.profile
+
+    @property
+    def _actor_config(self) -> VectorStoreConfig:
+        return self._reader.config
+
+    def __len__(self) -> int:
+        self._check()
+        return self._state()[0]
+
+    def is_empty(self) -> bool:
+        return len(self) == 0
+
+    @property
+    def capacity(self) -> int:
+        self._check()
+        return self._actor.config.max_entries
+
+    @property
+    def config(self) -> VectorStoreConfig:
+        return self._actor.config
+
+    def _namespace(self, namespace: str | None) -> str:
+        return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
+
+    async def _request(self, request: StoreRequest) -> object:
+        self._check()
+        reply = ReplySlot()
+        envelope = Envelope(request, reply)
+        try:
+            # When the inbox has room, queue without send()'s extra scheduler round
+            # trip: waiting for the reply is this call's checkpoint. A cancelled caller
+            # still sends nothing, and a full inbox still makes it wait in send().
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                self._send.send_nowait(envelope)
+            except trio.WouldBlock:
+                await self._send.send(envelope)
+        except trio.ClosedResourceError:
+            self._check()
+            raise trio.ClosedResourceError("the store is closed") from None
+        except trio.BrokenResourceError:
+            # trio's distinction, kept: our side is open, the actor's has gone.
+            self._check()
+            raise trio.BrokenResourceError("the store actor has stopped") from None
+        return await reply.wait()
+
+    def _check(self) -> None:
+        self._actor.check_usable()
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+
+    def _close(self) -> None:
+        self._closed = True
+        self._send.close()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store handle offers (``StoreHandle`` and ``PgStoreHandle``): the type
+    ``open_memory(store=...)`` borrows and the compaction and recall actors use."""
+
+    async def store_turns(
+        self,
+        turns: Sequence[UnifiedMessage],
+        namespace: str = ...,
+        source: str = ...,
+        metadata: dict[str, Any] | None = ...,
+        ids: Sequence[str] | None = ...,
+        texts: Sequence[str] | None = ...,
+        *,
+        occurred_at: dt.datetime | None = ...,
+        conversation: str | None = ...,
+    ) -> TurnsStored: ...
+
+    async def add_documents(
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
+    ) -> list[str]: ...
+
+    async def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = ...,
+        ids: Sequence[str] | None = ...,
+        namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
+    ) -> list[str]: ...
+
+    async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...
+
+    async def clear(self, namespace: str | None = ...) -> Cleared: ...
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_embedding(
+        self,
+        vector: object,
+        k: int,
+        namespace: str | None = ...,
+        *,
+        profile: EmbeddingProfile | None = ...,
+    ) -> RetrievalReport: ...
+
+    async def search(self, request: SearchRequest) -> list[ScoredDocument]: ...
+
+    async def get_by_ids(
+        self, ids: Sequence[str], namespace: str | None = ...
+    ) -> list[Document]: ...
+
+    def usage(self) -> VectorStoreUsage: ...
+
+    def __len__(self) -> int: ...
+
+    def is_empty(self) -> bool: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def config(self) -> VectorStoreConfig: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def profile(self) -> EmbeddingProfile | None: ...
+
+
+def _as_list(name: str, values: object) -> list[Any]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError(f"{name} is a {type(values).__name__}; expected a list")
+    return list(values)

@@ -1,0 +1,806 @@
+"""The checks every store backend runs on a write before it changes anything.
+
+Both stores (the in-memory arena and PostgreSQL) validate a batch the same way, in the
+same order, with the same errors; this module is the one place those rules live. A
+backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
+
+What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
+design §2's payload bytes (a document's payload is its text), plus
+
+- :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
+  an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
+  otherwise hold for free; the first block's framing is in the per-entry constant);
+- the longer of a tool call's arguments as compact JSON (§2) and as msgpack (how the
+  store keeps them: a float is 9 bytes there, as few as 4 in JSON);
+- the metadata as compact JSON (a batch's metadata counts once per turn);
+- the source (a turn's), the id when the caller gives one, a document's source id,
+  the entry's conversation, and its index text: the caller's (``store_turns(texts=...)``)
+  or the one the store derives (``actors._store.index_text``).
+
+Strings count their UTF-8 length (a lone surrogate as 3 bytes). A name (source, id,
+source id) that is not ASCII counts 4 bytes more per character: CPython may keep such
+a str at 4 bytes per character (and beside it a cached UTF-8 copy). Texts are kept as
+UTF-8 bytes when they are not ASCII, so they need no such surcharge.
+
+The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`` says
+(:data:`actors._inmemory.arena.ENTRY_CONSTANT`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from protocol import (
+    ConfigError,
+    Document,
+    EntryTooLarge,
+    Role,
+    Text,
+    ToolCall,
+    UnifiedMessage,
+    VectorStoreConfig,
+    VectorStoreError,
+    payload_bytes,
+    projection,
+)
+from protocol._checks import check_int, shown
+from protocol._json import check_json_object, compact_json
+from protocol._surrogates import pack, unpack_metadata
+from protocol._time import check_conversation, check_time
+from protocol.messages import StoreTurns, UpsertDocuments
+
+from .._embedding.embedders import as_matrix, normalize_rows
+
+__all__ = [
+    "BLOCK_OVERHEAD",
+    "MAX_ID_BYTES",
+    "MAX_NAMESPACE_BYTES",
+    "DocumentBatch",
+    "TurnBatch",
+    "check_documents",
+    "check_ids",
+    "check_int",
+    "check_k",
+    "check_name",
+    "check_name_size",
+    "check_not_reserved",
+    "check_store_config",
+    "check_turns",
+    "checked_rows",
+    "clamp_k",
+    "document_bytes",
+    "entry_bytes",
+    "name_bytes",
+    "turn_bytes",
+    "exact_msgpack",
+    "exact_msgpack_many",
+    "private_json",
+    "turns_request",
+]
+
+_ENCODER = msgspec.msgpack.Encoder()
+_JSON_ENCODER = msgspec.json.Encoder()
+# Values that may take more bytes in msgpack than in JSON: a float (9 bytes against as
+# few as 3), a str of 256 bytes or more (a 3- or 5-byte header against 2 quotes; one of
+# fewer than 85 characters has fewer than 256 bytes), and containers, which may hold
+# either.
+_LONGER_IN_MSGPACK = (float, str, list, dict)
+_RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_EMPTY_DICT: dict[str, Any] = {}
+
+#: What each content block after a turn's first counts against ``max_entry_bytes``,
+#: besides its strings: the most an empty block's framing takes in the stored msgpack
+#: (an empty ``ToolResult``: 50 bytes, 58 with the longest string headers, 60 in the
+#: surrogate form), rounded up. The store keeps no Python object per block.
+BLOCK_OVERHEAD = 64
+
+
+def exact_msgpack(value: object) -> bytes:
+    """Encode ``value`` into a bytes object of exactly its size.
+
+    ``Encoder.encode`` may return an over-allocated buffer (seen: 2.9 KB held for a 2 KB
+    message). The store keeps these bytes for an entry's whole life, so the copy is what
+    keeps the memory bound honest.
+
+    A value holding a str without a UTF-8 form (a lone surrogate) takes the surrogate
+    form of :func:`protocol._surrogates.pack`, which reads back exactly.
+    """
+    buffer = bytearray()
+    try:
+        _ENCODER.encode_into(value, buffer)
+    except UnicodeEncodeError:
+        return bytes(memoryview(pack(value)))  # exact size, as below
+    return bytes(buffer)
+
+
+# A float32 batch whose squared norms all lie in this range is normalized in float32:
+# nowhere near overflow (float32 max ≈ 3.4e38), and far enough above the subnormals
+# (below 1.2e-38) that squares flushed towards zero cannot move the norm.
+_FAST_SQUARED = (1e-30, 1e30)
+
+
+def checked_rows(
+    vectors: object, count: int, dimensions: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[np.bool_]]:
+    """An embedder's batch checked (design §3, step 3), and how to normalize it (step 4).
+
+    Returns ``(rows, scale, zero)``. When ``scale`` is None, ``rows`` are the normalized
+    rows, in an array of their own. Otherwise ``rows`` is the embedder's own array,
+    unnormalized, and ``rows * scale`` (``scale`` is a ``[count, 1]`` column) is the
+    normalized batch: the store multiplies it straight into the arena at commit, which
+    saves writing the batch once more. That array belongs to the caller's embedder, so
+    it must be used before anything else may run (before the next await), or copied.
+
+    The normalized result, errors and zero-norm flags are those of
+    ``normalize_rows(as_matrix(...))``, which takes norms in float64. In a float32 batch
+    of the right shape, each row whose squared norm is comfortably finite and nonzero
+    (the common case) skips the float64 round trip: its finite squared norm proves every
+    component finite, and it is scaled in float32 (within 3 ulp of the float64 result).
+    The choice is made per row, so a vector is stored the same way whatever else its
+    batch holds. Anything else (another dtype or shape, a non-finite component, an
+    overflowing, tiny or zero norm) takes the float64 path, which names the offending
+    vector.
+
+    Raises:
+        EmbeddingError: the wrong number of vectors, a wrong width, something that is
+            not numbers, a non-finite component, or a squared norm past float32.
+    """
+    if (
+        # An exact ndarray: a subclass (np.matrix) may redefine ``*`` and take the
+        # general path, which converts it.
+        type(vectors) is np.ndarray
+        and vectors.dtype == np.float32
+        and vectors.shape == (count, dimensions)
+        and count > 0
+    ):
+        squared = np.einsum("ij,ij->i", vectors, vectors)
+        low, high = _FAST_SQUARED
+        # min and max propagate NaN, which fails both comparisons, so a batch with a
+        # non-finite row falls through as well (two reductions: cheaper than a mask).
+        if low < squared.min() and squared.max() < high:
+            scale = (1.0 / np.sqrt(squared.astype(np.float64))).astype(np.float32)
+            return vectors, scale[:, None], np.zeros(count, dtype=np.bool_)
+        # The float64 path checks the batch and names a bad vector; then each row that
+        # qualifies for float32 still gets its float32 result, so a vector's stored form
+        # never depends on the rest of its batch (equal vectors must tie, design §3).
+        rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+        # NaN fails both comparisons here too: its row is not fast.
+        fast = (squared > low) & (squared < high)
+        if bool(fast.any()):
+            scale = (1.0 / np.sqrt(squared[fast].astype(np.float64))).astype(np.float32)
+            rows[fast] = vectors[fast] * scale[:, None]
+        return rows, None, zero
+    rows, zero = normalize_rows(as_matrix(vectors, count, dimensions))
+    return rows, None, zero
+
+
+def exact_msgpack_many(values: Sequence[object]) -> list[bytes]:
+    """``[exact_msgpack(v) for v in values]``, encoded in one call.
+
+    A msgpack array is its header followed by each element's own encoding, so the batch
+    is encoded once and split back into one exact-size bytes object per element (each
+    a copy: no entry keeps the batch's buffer alive). A batch in which some value holds
+    a lone surrogate is encoded one value at a time (see :func:`exact_msgpack`).
+    """
+    try:
+        encoded = _ENCODER.encode(values)
+    except UnicodeEncodeError:
+        return [exact_msgpack(value) for value in values]
+    return list(map(bytes, _RAW_LIST_DECODER.decode(encoded)))
+
+
+def private_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy that the store owns: the caller may mutate its own afterwards."""
+    if not value:
+        return _EMPTY_DICT
+    try:
+        encoded = _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        # A lone surrogate in a key or a value: the surrogate form copies it exactly.
+        return unpack_metadata(pack(value))
+    copied: dict[str, Any] = _METADATA_DECODER.decode(encoded)
+    return copied
+
+
+def check_ids(ids: object, what: str = "ids") -> list[str]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ConfigError(f"{what} is a {type(ids).__name__}; expected a list of str")
+    for i, entry_id in enumerate(ids):
+        if not isinstance(entry_id, str) or not entry_id:
+            raise ConfigError(f"{what}[{i}] is {entry_id!r:.60}; expected a non-empty str")
+    return list(ids)
+
+
+def name_bytes(name: str) -> int:
+    """What a name (source, id, source id) counts: its UTF-8 length, plus 4 bytes per
+    character when it is not ASCII (see the module docstring)."""
+    if name.isascii():
+        return len(name)
+    return _utf8_len(name) + 4 * len(name)
+
+
+def entry_bytes(
+    payload: int,
+    *,
+    blocks: int = 1,
+    metadata: int = 0,
+    index_text: str | None = None,
+    source: str | None = None,
+    entry_id: str | None = None,
+    source_id: str | None = None,
+    conversation: str | None = None,
+) -> int:
+    """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
+
+    Args:
+        payload: design §2's payload bytes (with tool-call arguments at the longer of
+            JSON and msgpack), or a document's text length.
+        blocks: the turn's content blocks (a document is one).
+        metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
+        index_text: the entry's own index text, when it has one (the caller's, or
+            the one the store derives).
+        source, entry_id, source_id, conversation: the names the entry keeps, where
+            given.
+    """
+    size = payload + metadata + BLOCK_OVERHEAD * max(blocks - 1, 0)
+    if index_text is not None:
+        size += _utf8_len(index_text)
+    for name in (source, entry_id, source_id, conversation):
+        if name is not None:
+            size += name_bytes(name)
+    return size
+
+
+def metadata_json(
+    metadata: dict[str, Any], what: str = "metadata", *, checked: bool = False
+) -> bytes:
+    """The metadata as compact JSON, as counted and as the in-memory store keeps it;
+    ``b""`` for ``{}``. ``checked`` skips :func:`protocol._json.check_json` for a value
+    that has just passed it.
+
+    Raises:
+        JsonError: not a JSON object.
+    """
+    if not metadata:
+        return b""
+    if not checked:
+        check_json_object(metadata, what=what)
+    try:
+        encoded = _JSON_ENCODER.encode(metadata)  # checked: encode without checking again
+    except UnicodeEncodeError:
+        encoded = compact_json(metadata, what=what)
+    # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
+    # 1 KB of JSON, measured), and the store keeps these bytes.
+    return bytes(memoryview(encoded))
+
+
+def document_bytes(document: Document) -> int:
+    """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
+    its text, id, source id, conversation and metadata (an index text the store derives
+    for it is counted when it is derived, ``actors._store.index_text``)."""
+    return _document_bytes(document, len(metadata_json(document.metadata, "document metadata")))
+
+
+def _document_bytes(document: Document, metadata: int) -> int:
+    text = document.text
+    return entry_bytes(
+        len(text) if text.isascii() else _utf8_len(text),
+        metadata=metadata,
+        entry_id=document.id,
+        source_id=document.source_id,
+        conversation=document.conversation,
+    )
+
+
+def turn_bytes(
+    turn: UnifiedMessage,
+    *,
+    source: str,
+    metadata: int = 0,
+    index_text: str | None = None,
+    entry_id: str | None = None,
+    conversation: str | None = None,
+) -> int:
+    """:func:`entry_bytes` of one turn stored with this source (and metadata of this
+    compact-JSON length, index text, id and conversation): what ``max_entry_bytes`` is
+    checked against.
+
+    Raises:
+        JsonError: a tool call's arguments are not JSON.
+    """
+    return entry_bytes(
+        payload_bytes(turn) + _arguments_surplus(turn),
+        blocks=len(turn.content),
+        metadata=metadata,
+        index_text=index_text,
+        source=source,
+        entry_id=entry_id,
+        conversation=conversation,
+    )
+
+
+def _arguments_surplus(message: UnifiedMessage) -> int:
+    """How much longer the message's tool-call arguments are as msgpack (how they are
+    stored) than as the compact JSON that design §2 counts."""
+    surplus = 0
+    for block in message.content:
+        if type(block) is ToolCall and block.arguments is not None:
+            if type(block.arguments) is dict and len(block.arguments) < 16:
+                # Small flat arguments: no value or key that may be longer in msgpack
+                # (see _LONGER_IN_MSGPACK), so the whole is not, header included.
+                for key, value in block.arguments.items():
+                    if type(value) in _LONGER_IN_MSGPACK and not (
+                        type(value) is str and len(value) < 85
+                    ):
+                        break
+                    if len(key) >= 85:
+                        break
+                else:
+                    continue
+            arguments = block.arguments
+            # payload_bytes has checked them: encode without checking again.
+            try:
+                as_json = len(_JSON_ENCODER.encode(arguments))
+                stored = len(_ENCODER.encode(arguments))
+            except UnicodeEncodeError:  # a lone surrogate: the forms that handle one
+                what = f"arguments of tool call {block.id!r}"
+                as_json = len(compact_json(arguments, what=what))
+                stored = len(pack(arguments))
+            if stored > as_json:
+                surplus += stored - as_json
+    return surplus
+
+
+#: The longest id (a turn's or a document's) any store takes, in UTF-8 bytes, and the
+#: longest namespace a write takes. Both backends refuse a longer one alike
+#: (:func:`check_name_size`): PostgreSQL indexes ``(namespace, id)`` in a btree, whose
+#: rows hold at most 2,704 bytes, and these two (with the row's headers, about 20
+#: bytes) stay under it; its other indexes hold a namespace beside a BM25 term of at
+#: most ``actors._retrieval.bm25.MAX_TERM_BYTES``. The CLI and MCP doors take at most 256 bytes.
+MAX_ID_BYTES = 2048
+MAX_NAMESPACE_BYTES = 512
+
+
+def check_name_size(what: str, value: str, limit: int) -> None:
+    """Refuse a name (an id, a namespace) of more than ``limit`` UTF-8 bytes."""
+    # At most 4 bytes a character: a short name needs no encoding to be measured.
+    if len(value) * 4 <= limit:
+        return
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ConfigError(
+            f"{what} {shown(value)} is {size} bytes in UTF-8; a store takes at most "
+            f"{limit} (every backend alike: PostgreSQL indexes it in a btree)"
+        )
+
+
+_RESERVED_ID = re.compile(r"turn-[0-9]+")
+
+
+def check_not_reserved(entry_id: str, what: str = "id") -> None:
+    """Refuse an id of the form ``turn-<digits>``: the store names the turns stored
+    without ids that way (``turn-<sequence>``), so a caller's id of that form could name
+    two live entries at once."""
+    if entry_id.startswith("turn-") and _RESERVED_ID.fullmatch(entry_id):
+        raise ConfigError(
+            f"{what} {entry_id!r} has the form turn-<number>, which the store keeps for the "
+            "turns it names itself; expected another id"
+        )
+
+
+def check_k(k: object) -> int:
+    """A read's ``k`` as a plain int > 0, of any size: ``k`` means "at most that many",
+    and a backend clamps it to what it can hold (:func:`clamp_k`)."""
+    return check_int("k", k)
+
+
+def clamp_k(k: int, max_entries: int) -> int:
+    """``k`` cut to the store's capacity: no scope holds more, so the answer is the same,
+    and a backend's integer types (PostgreSQL's ``bigint`` LIMIT) always hold it."""
+    return k if k <= max_entries else max_entries
+
+
+def check_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} is {value!r}; expected a non-empty str")
+    return value
+
+
+def turns_request(
+    turns: Sequence[UnifiedMessage],
+    namespace: str,
+    source: str,
+    metadata: dict[str, Any] | None,
+    ids: Sequence[str] | None,
+    texts: Sequence[str] | None,
+    occurred_at: object = None,
+    conversation: object = None,
+) -> StoreTurns:
+    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments; the actor
+    checks the rest (:func:`check_turns`) before it changes anything.
+
+    Raises:
+        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list; ``occurred_at`` is
+            not None or an aware datetime; ``conversation`` is not None or a name
+            (:func:`protocol._time.check_conversation`).
+    """
+    if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+        raise ConfigError(f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage")
+    if texts is not None and (isinstance(texts, str | bytes) or not isinstance(texts, Sequence)):
+        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    return StoreTurns(
+        turns=list(turns),
+        namespace=namespace,
+        source=source,
+        metadata={} if metadata is None else metadata,
+        ids=None if ids is None else check_ids(ids),
+        texts=None if texts is None else list(texts),
+        occurred_at=check_time("occurred_at", occurred_at),
+        conversation=check_conversation(conversation),
+    )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@attrs.frozen
+class TurnBatch:
+    """A ``StoreTurns`` batch that passed the checks every backend shares.
+
+    Attributes:
+        survivors: the newest ``max_entries`` turns (a longer batch drops its head).
+        metadata_json: the batch's metadata as compact JSON (``b""`` for ``{}``).
+        texts: what each survivor is indexed and embedded by: the caller's text, or
+            the turn's projection.
+        given: whether ``texts`` came from the caller (then the store keeps them beside
+            the message; otherwise a turn's text is its projection).
+        ids: the survivors' ids, or None (each id is then ``turn-<sequence>``).
+        dropped: how many turns the head of an over-long batch lost.
+        roles: when every turn of the batch is plain (one Text block, no ``name`` or
+            ``tool_call_id``), each survivor's role; else None. A plain turn is its
+            role and its text, so a store may keep those instead of the message.
+        all_ascii: the batch is plain and every turn's text is ASCII.
+        sizes: each survivor's :func:`entry_bytes` (with the caller's text, if any).
+        occurred_at: the batch's ``occurred_at`` in UTC, or None (the store stamps the
+            write time).
+        conversation: the batch's conversation, or None.
+    """
+
+    survivors: list[UnifiedMessage]
+    texts: list[str]
+    given: bool
+    ids: list[str] | None
+    dropped: int
+    roles: list[Role] | None = None
+    all_ascii: bool = False
+    metadata_json: bytes = b""
+    sizes: list[int] = attrs.field(factory=list)
+    occurred_at: dt.datetime | None = None
+    conversation: str | None = None
+
+
+def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
+    """Check a batch of turns (design §3, steps 1 and 2), changing nothing.
+
+    Every turn is size-checked, the dropped head included: :func:`entry_bytes` of its
+    payload, blocks, index text, id and the batch's source and metadata, against
+    ``max_entry_bytes``. (A batch of plain turns takes the same sum in one light pass.)
+
+    Raises:
+        ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
+            one non-empty str (ids) or one str (texts) per turn; a repeated id; an id
+            over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`;
+            an ``occurred_at`` that is not an aware datetime, or a bad conversation.
+        JsonError: the metadata is not a JSON object, or a tool call's arguments are
+            not JSON.
+        EntryTooLarge: a turn over the cap; ``.index`` names it.
+    """
+    turns = request.turns
+    count = len(turns)
+    check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
+    occurred_at = check_time("occurred_at", request.occurred_at)
+    conversation = check_conversation(request.conversation)
+    ids = None if request.ids is None else _check_turn_ids(request.ids, count)
+    texts = request.texts
+    if texts is not None:
+        _check_turn_texts(texts, count)
+    meta = metadata_json(check_json_object(request.metadata), checked=True)
+    # What every turn of the batch counts besides its own fields.
+    shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
+    if conversation is not None:
+        shared += name_bytes(conversation)
+    plain, roles = _plain_turns(turns)
+    all_ascii = False
+    if plain is None:
+        sizes = _check_turn_sizes(turns, texts, ids, shared, max_entry_bytes)
+    else:
+        all_ascii, sizes = _check_plain_sizes(plain, texts, ids, shared, max_entry_bytes)
+    # After the sizes: an id that also makes its turn too large is EntryTooLarge.
+    for entry_id in ids or ():
+        check_name_size("id", entry_id, MAX_ID_BYTES)
+    keep = min(count, max_entries)
+    head = count - keep
+    survivors = list(turns[head:])
+    if texts is not None:
+        kept = list(texts[head:])
+    elif plain is not None:
+        kept = plain[head:]  # a lone text block is its turn's projection
+    else:
+        kept = [projection(t) for t in survivors]
+    return TurnBatch(
+        survivors=survivors,
+        texts=kept,
+        given=texts is not None,
+        ids=None if ids is None else ids[head:],
+        dropped=head,
+        roles=None if roles is None else roles[head:],
+        all_ascii=all_ascii,
+        metadata_json=meta,
+        sizes=sizes[head:],
+        occurred_at=occurred_at,
+        conversation=conversation,
+    )
+
+
+def _check_turn_ids(ids: object, count: int) -> list[str]:
+    """``ids``: one non-empty str per turn, none repeated, none of the store's form."""
+    checked = check_ids(ids)
+    if len(checked) != count:
+        raise ConfigError(f"{len(checked)} ids for {count} turns; expected one per turn")
+    if len(set(checked)) != count:
+        raise ConfigError(f"ids {checked!r:.80} repeat an id; each turn needs its own")
+    for entry_id in checked:
+        check_not_reserved(entry_id)
+    return checked
+
+
+def _check_turn_texts(texts: object, count: int) -> None:
+    """``texts``: one str per turn."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    if len(texts) != count:
+        raise ConfigError(f"{len(texts)} texts for {count} turns; expected one per turn")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ConfigError(f"texts[{i}] is a {type(text).__name__}; expected str")
+
+
+def _check_turn_sizes(
+    turns: Sequence[object],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> list[int]:
+    """Each turn's :func:`entry_bytes` against the cap, for a batch of any turns;
+    returns them."""
+    sizes: list[int] = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, UnifiedMessage):
+            raise ConfigError(
+                f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
+            )
+        try:
+            # turn_bytes, inlined (a call with keywords per turn cost a fifth of
+            # a batch's checks) with the shared part added once.
+            size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+            if len(turn.content) > 1:
+                size += BLOCK_OVERHEAD * (len(turn.content) - 1)
+            if texts is not None:
+                size += _utf8_len(texts[i])
+            if ids is not None:
+                size += name_bytes(ids[i])
+        except VectorStoreError:
+            raise  # a JsonError names the bad tool-call arguments itself
+        except (AttributeError, TypeError) as error:
+            # msgspec does not check field types at construction: a Text whose text
+            # is an int, say. That is the caller's bad input, not a store crash.
+            raise ConfigError(
+                f"turn {i} of the batch has a field of the wrong type ({error}); "
+                "expected the str fields of UnifiedMessage and its blocks to hold str"
+            ) from error
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+        sizes.append(size)
+    return sizes
+
+
+def _check_plain_sizes(
+    plain: list[str],
+    texts: Sequence[str] | None,
+    ids: list[str] | None,
+    shared: int,
+    max_entry_bytes: int,
+) -> tuple[bool, list[int]]:
+    """The same sizes for a batch of plain turns (one Text block each, their texts in
+    ``plain``), in one light pass. Returns whether every text is ASCII, and the sizes."""
+    # entry_bytes for one Text block: its text, the caller's text and id, and the
+    # shared part, summed as lists.
+    sizes, all_ascii = _utf8_lens(plain)
+    if texts is not None:
+        sizes = list(map(int.__add__, sizes, _utf8_lens(texts)[0]))
+    if ids is not None:
+        sizes = list(map(int.__add__, sizes, map(name_bytes, ids)))
+    if shared:
+        sizes = [size + shared for size in sizes]
+    if sizes and max(sizes) > max_entry_bytes:
+        i = next(i for i, size in enumerate(sizes) if size > max_entry_bytes)
+        raise EntryTooLarge(sizes[i], max_entry_bytes, i)
+    return all_ascii, sizes
+
+
+@attrs.frozen
+class DocumentBatch:
+    """An ``UpsertDocuments`` batch that passed the checks every backend shares.
+
+    Attributes:
+        unique: every document, with its id, once per id, in input order.
+        survivors: the newest ``max_entries`` of them (a longer batch drops its head).
+        dropped: how many the head lost.
+        metadata_json: each survivor's metadata as compact JSON (``b""`` for ``{}``).
+        embeddings: the survivors' rows of the request's ``embeddings`` (float64, a
+            copy), or None when it has none.
+        sizes: each survivor's :func:`document_bytes`.
+    """
+
+    unique: list[Document]
+    survivors: list[Document]
+    dropped: int
+    metadata_json: list[bytes] = attrs.field(factory=list)
+    embeddings: npt.NDArray[np.float64] | None = None
+    sizes: list[int] = attrs.field(factory=list)
+
+
+def check_documents(
+    request: UpsertDocuments, *, max_entry_bytes: int, max_entries: int
+) -> DocumentBatch:
+    """Check a batch of documents, changing nothing: each is a ``Document`` within
+    ``max_entry_bytes`` (:func:`document_bytes`), the dropped head included; one id
+    given twice must carry the same content, and is then stored once.
+
+    Raises:
+        ConfigError: not a Document, one id with two different contents, an id over
+            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
+        EntryTooLarge: a document over the cap; ``.index`` names it.
+    """
+    check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
+    unique: dict[str, Document] = {}
+    metas: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
+    first: dict[str, int] = {}
+    row_of = _embedding_rows(request)
+    for i, document in enumerate(request.documents):
+        if not isinstance(document, Document):
+            raise ConfigError(
+                f"document {i} of the batch is a {type(document).__name__}; expected Document"
+            )
+        if document.id is None:
+            document = document.with_id()
+        assert document.id is not None
+        check_not_reserved(document.id, what="document id")
+        # Document checks both as it is made; again here for one built around that.
+        if document.occurred_at is not None:
+            check_time("document occurred_at", document.occurred_at)
+        check_conversation(document.conversation)
+        meta = metadata_json(document.metadata, "document metadata")
+        size = _document_bytes(document, len(meta))
+        if size > max_entry_bytes:
+            raise EntryTooLarge(size, max_entry_bytes, i)
+        check_name_size("document id", document.id, MAX_ID_BYTES)
+        seen = unique.get(document.id)
+        if seen is not None and (
+            seen != document or (row_of is not None and row_of(first[document.id]) != row_of(i))
+        ):
+            raise ConfigError(
+                f"document id {document.id!r} appears twice in the batch with different "
+                "content; expected one version per id"
+            )
+        unique[document.id] = document
+        metas[document.id] = meta
+        sizes[document.id] = size
+        if row_of is not None:
+            first.setdefault(document.id, i)
+    documents = list(unique.values())
+    head = len(documents) - min(len(documents), max_entries)
+    survivors = documents[head:]
+    return DocumentBatch(
+        unique=documents,
+        survivors=survivors,
+        dropped=head,
+        metadata_json=[metas[d.id] for d in survivors if d.id is not None],
+        sizes=[sizes[d.id] for d in survivors if d.id is not None],
+        embeddings=None
+        if request.embeddings is None or not request.documents
+        else np.frombuffer(request.embeddings, dtype=np.float64).reshape(
+            len(request.documents), -1
+        )[[first[d.id] for d in survivors if d.id is not None]],
+    )
+
+
+def _embedding_rows(request: UpsertDocuments) -> Callable[[int], bytes] | None:
+    """Row i of the request's ``embeddings`` as bytes, or None without them; refuses
+    ``embeddings`` that are not whole float64 rows, one per document, or a document
+    that carries its own embedding beside them."""
+    data = request.embeddings
+    if data is None:
+        return None
+    count = len(request.documents)
+    whole = isinstance(data, bytes) and (len(data) % (8 * count) == 0 if count else not data)
+    if not whole:
+        got = f"{len(data)} bytes" if isinstance(data, bytes) else f"a {type(data).__name__}"
+        raise ConfigError(
+            f"embeddings are {got} for {count} documents; expected the bytes of a "
+            "C-ordered float64 array with one row per document"
+        )
+    for i, document in enumerate(request.documents):
+        if isinstance(document, Document) and document.embedding is not None:
+            raise ConfigError(
+                f"document {i} of the batch has its own embedding and embeddings were "
+                "given for the batch; pass one or the other"
+            )
+    size = len(data) // count if count else 0
+    return lambda i: data[i * size : (i + 1) * size]
+
+
+def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tuple[None, None]:
+    """Each turn's text and role when every turn is a plain message (one Text block,
+    and no ``name`` or ``tool_call_id``), or ``(None, None)``.
+
+    Such a turn's payload size is its text's UTF-8 length and its projection is its
+    text, so a batch of them (what an agent offloads, and the bench) needs one light
+    pass instead of ``payload_bytes`` and ``projection`` per turn; any other batch takes
+    the general loop, with the same results and errors. (One plain loop: ``map`` with
+    ``operator`` getters measured slower here, as Struct fields read fastest in
+    specialized bytecode.)
+    """
+    texts: list[str] = []
+    roles: list[Role] = []
+    append, append_role = texts.append, roles.append
+    for turn in turns:
+        if type(turn) is not UnifiedMessage or turn.name is not None:
+            return None, None
+        if turn.tool_call_id is not None or len(content := turn.content) != 1:
+            return None, None
+        block = content[0]
+        if type(block) is not Text:
+            return None, None
+        text = block.text
+        # msgspec does not check field types at construction; leave oddities to the loop.
+        if type(text) is not str:
+            return None, None
+        append(text)
+        append_role(turn.role)
+    return texts, roles
+
+
+def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
+    """Each text's UTF-8 length (surrogates pass, as in ``payload_bytes``), and whether
+    every text is ASCII (then its length is its UTF-8 length)."""
+    if "".join(texts).isascii():
+        return list(map(len, texts)), True
+    return [_utf8_len(text) for text in texts], False
+
+
+def check_store_config(config: object, embedder: object) -> VectorStoreConfig:
+    """The checks every store runs on open: a valid ``VectorStoreConfig`` whose width the
+    embedder (when it says its ``dimensions``) makes."""
+    if not isinstance(config, VectorStoreConfig):
+        raise ConfigError(f"config is a {type(config).__name__}; expected VectorStoreConfig")
+    config.validate()
+    width = getattr(embedder, "dimensions", None)
+    if isinstance(width, int) and width != config.dimensions:
+        raise ConfigError(
+            f"embedder {embedder!r:.60} makes {width}-float vectors; this store takes "
+            f"{config.dimensions} (dimensions)"
+        )
+    return config
