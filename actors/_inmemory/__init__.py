@@ -1,1 +1,2 @@
-"""The in-memory backend: the arena, the scan, BLAS control, metadata filters, conversations, the sparse index, its actor and ``open_store``."""
+"""The in-memory backend: the arena, the scan, BLAS control, metadata filters,
+conversations, the sparse index, its actor and ``open_store``."""

@@ -1,1 +1,2 @@
-"""The store as every backend shares it: the handle, the single-writer mailbox, the lifecycle, batch validation and sizes, events, index texts and indexing."""
+"""The store as every backend shares it: the handle, the single-writer mailbox, the
+lifecycle, batch validation and sizes, events, index texts and indexing."""
