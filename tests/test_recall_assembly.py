@@ -16,6 +16,7 @@ from pg_support import pg_dsn, pg_table  # noqa: F401
 from actors import HashingEmbedder, Memory, open_memory, open_store
 from protocol import (
     ConfigError,
+    Event,
     MemoryConfig,
     RecallInjection,
     RecallSettings,
@@ -26,7 +27,7 @@ from protocol import (
     VectorStoreConfig,
     render,
 )
-from protocol.events import RecallInjected
+from protocol.events import RecallInjected, RetrieverCompleted, RetrieverStarted, StoreSearched
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=64, dimensions=DIM, max_entry_bytes=2048)
@@ -347,3 +348,32 @@ async def test_section_priority_places_the_block_among_the_system_sections(
 def test_section_priority_is_validated(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         MemoryConfig(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_retrieve_is_one_named_run_on_either_backend(memory_over: MemoryFactory) -> None:
+    config = MemoryConfig(retriever_name="agent-7 recall")
+    with trio.fail_after(30):
+        async with memory_over(config) as memory, memory.events() as events:
+            await memory.remember("my cat is called Miso")
+            await memory.retrieve("my cat called")
+            await memory.retrieve("my cat called")
+            backend = memory.store.backend
+            got: list[Event] = []
+            while True:
+                try:
+                    got.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    started = [e for e in got if isinstance(e, RetrieverStarted)]
+    completed = [e for e in got if isinstance(e, RetrieverCompleted)]
+    assert [e.retriever for e in started + completed] == ["agent-7 recall"] * 4
+    assert [e.run_id for e in started] == [e.run_id for e in completed]
+    assert len({e.run_id for e in started}) == 2
+    # The store read of each run carries its run id and name. (pg sends its read events
+    # to open_pg_store's own on_event sink, not to the memory's stream.)
+    searched = [e for e in got if isinstance(e, StoreSearched)]
+    if backend == "memory":
+        assert [e.run_id for e in searched] == [e.run_id for e in started]
+        assert [e.retriever for e in searched] == ["agent-7 recall"] * 2
+    else:
+        assert searched == []
