@@ -140,7 +140,10 @@ class Compressed(Msg, frozen=True, kw_only=True, tag="compressed"):
 
 class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     """Rank the ``k`` best entries of ``namespace`` for ``query`` as ``settings`` says,
-    then drop those whose cosine similarity is under ``min_similarity``."""
+    then drop those whose cosine similarity is under ``min_similarity``.
+
+    ``retriever`` and ``run_id`` name the retrieval this read belongs to, for the
+    ``vector_store.searched`` event it sends (None: the recall actor's own run)."""
 
     query: str
     k: int
@@ -149,6 +152,8 @@ class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     settings: RecallSettings = msgspec.field(default_factory=RecallSettings)
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class Inject(Msg, frozen=True, kw_only=True, tag="inject"):

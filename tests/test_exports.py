@@ -133,7 +133,7 @@ PROTOCOL_FILTERS = [
 PROTOCOL_EVENTS = [
     "DocumentsAdded",
     "DocumentsDeleted",
-    "EmbeddingEmbedded",
+    "EmbeddingCompleted",
     "EmbeddingFailed",
     "EmbeddingStarted",
     "Event",

@@ -1,7 +1,7 @@
 """The injection actor: renders a recall and places it in the request (design §5).
 
 The work is the pure :func:`protocol.inject`; the actor adds the configured renderer,
-placement and block budget (``RecallSettings.max_block_bytes``), and the
+placement (and section position) and block budget (``RecallSettings.max_block_bytes``), and the
 ``RecallInjected`` event, which names every item that entered the prompt. It keeps
 injection on the same message-passing footing as the other stages, so that a stream of
 ``Inject`` messages can be logged and replayed.
@@ -50,10 +50,12 @@ class InjectionActor:
         inbox_size: int,
         *,
         placement: str = "before_user",
+        section_priority: int | None = None,
         max_block_bytes: int | None = None,
     ) -> None:
         self.renderer = renderer
         self.placement = placement
+        self.section_priority = section_priority
         self.max_block_bytes = max_block_bytes
         self.namespace = namespace
         self.hub = hub
@@ -67,7 +69,9 @@ class InjectionActor:
 
     def inject(self, request: Inject) -> Injected:
         report = fit_block(request.report, self.renderer, self.max_block_bytes)
-        injected = inject(report, request.request, self.renderer, self.placement)
+        injected = inject(
+            report, request.request, self.renderer, self.placement, self.section_priority
+        )
         self.hub.publish(
             RecallInjected(
                 at=now(),

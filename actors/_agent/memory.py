@@ -48,7 +48,7 @@ from protocol._memory import check_messages, describe_error, memory_id
 from protocol._surrogates import pack
 from protocol._time import check_conversation, check_time
 from protocol.events import (
-    EmbeddingEmbedded,
+    EmbeddingCompleted,
     EmbeddingFailed,
     EmbeddingStarted,
     RetrieverCompleted,
@@ -63,6 +63,7 @@ from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.events import EventHub, StoreWatch, Subscription, now
 from .._store.handle import OPENED, Store, StoreHandleBase
+from .._store.hooks import new_run_id
 from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
 from .._store.prepare import check_int, check_k, check_name, clamp_k
@@ -223,6 +224,9 @@ class Memory:
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
+        Each call is one run: ``retriever.started``, the ``vector_store.searched`` of its
+        store read and ``retriever.completed`` (or ``retriever.failed``) carry its fresh
+        ``run_id`` and the config's ``retriever_name``.
         Blocks while the recall actor's inbox is full, then until it replies; a cancelled
         caller's request is still answered and the reply dropped (a read changes nothing).
 
@@ -248,6 +252,7 @@ class Memory:
                 f"since is {since.isoformat()} and until is {until.isoformat()}; expected "
                 "since <= until"
             )
+        run_id = new_run_id()
         request = Recall(
             query=query,
             k=k,
@@ -256,6 +261,8 @@ class Memory:
             settings=self._config.recall,
             since=since,
             until=until,
+            retriever=self._config.retriever_name,
+            run_id=run_id,
         )
         query_print = fingerprint(query)
         bound = self._store.profile
@@ -263,6 +270,8 @@ class Memory:
             "backend": self._store.backend,
             "profile": None if bound is None else bound.name,
             "kind": self._config.recall.search,
+            "retriever": self._config.retriever_name,
+            "run_id": run_id,
         }
         started = time.perf_counter()
         self._hub.publish(
@@ -758,6 +767,7 @@ async def _run_memory(
         hub,
         inbox_size,
         placement=config.placement,
+        section_priority=config.section_priority,
         max_block_bytes=config.recall.max_block_bytes,
     )
     mailboxes = (compaction.mailbox, recall.mailbox, injection.mailbox)
@@ -805,7 +815,7 @@ def _store_taps(
 
     def on_embedding(call: EmbeddingCall) -> None:
         embedding_log.record(call)
-        kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
+        kind = EmbeddingCompleted if call.error is None else EmbeddingFailed
         hub.publish(kind(at=now(), namespace=namespace, usage=call))
 
     def on_embedding_started(provider: str, model: str, input_type: str, texts: int) -> None:

@@ -22,6 +22,7 @@ from protocol.messages import Recall
 
 from .._store.events import EventHub, now
 from .._store.handle import Store, StoreHandleBase
+from .._store.hooks import new_run_id
 from .._store.mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -55,7 +56,8 @@ class RecallActor:
                     settings=request.settings,
                     since=request.since,
                     until=request.until,
-                )
+                ),
+                run=(request.retriever or "memory", request.run_id or new_run_id()),
             )
         except Exception as error:
             self.hub.publish(

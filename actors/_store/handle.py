@@ -353,14 +353,17 @@ class StoreHandleBase(Generic[ActorT]):
         hits, _ = await self._search(request, turns=False)
         return hits  # type: ignore[return-value]
 
-    async def _recall(self, request: SearchRequest) -> RetrievalReport:
+    async def _recall(
+        self, request: SearchRequest, *, run: tuple[str, str] | None = None
+    ) -> RetrievalReport:
         """:meth:`search` with the hits built as turns (what the recall actor injects),
-        and how many entries were scored, as a report."""
-        turns, scanned = await self._search(request, turns=True)
+        and how many entries were scored, as a report. ``run`` is the (retriever name,
+        run id) its ``vector_store.searched`` event carries (None: a run of its own)."""
+        turns, scanned = await self._search(request, turns=True, run=run)
         return RetrievalReport(turns=turns, scanned=scanned, exact=self._exact)  # type: ignore[arg-type]
 
     async def _search(
-        self, request: SearchRequest, *, turns: bool
+        self, request: SearchRequest, *, turns: bool, run: tuple[str, str] | None = None
     ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
         self._check()
         started = time.perf_counter()
@@ -388,7 +391,9 @@ class StoreHandleBase(Generic[ActorT]):
             k = clamp_k(request.k, actor.config.max_entries)
             scores = [h.score for h in hits]
             actor.on_event(
-                search_event(self.backend, actor.profile, request, namespace, k, scores, started)
+                search_event(
+                    self.backend, actor.profile, request, namespace, k, scores, started, run
+                )
             )
         return hits, scanned
 
