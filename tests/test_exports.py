@@ -196,23 +196,14 @@ ACTORS = [
 ]
 
 ACTORS_TESTING = [
-    "Bundle",
     "DeterministicFakeEmbedding",
     "EmbedCall",
-    "EmbedFault",
     "EmbedderConformance",
     "EmbedderFailure",
     "Fault",
     "FaultyEmbedder",
-    "HashingEmbedder",
-    "HostileBaseException",
-    "HostileCall",
-    "HostileEmbedder",
-    "HostileInputViolation",
     "InjectedCrash",
     "LoopStopTimeout",
-    "ModelEntry",
-    "ModelState",
     "RandomFakeEmbedding",
     "RecordManagerConformance",
     "SCORE_TOLERANCE",
@@ -220,9 +211,17 @@ ACTORS_TESTING = [
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
     "WriteConformance",
+    "inject_crash",
+    "trio_step",
+]
+
+ACTORS_TESTING_HOSTILE = [
+    "EmbedFault",
+    "HostileBaseException",
+    "HostileCall",
+    "HostileEmbedder",
+    "HostileInputViolation",
     "check_hostile_call",
-    "check_report",
-    "consumes",
     "embed_faults",
     "entry_bytes",
     "hostile_filters",
@@ -232,12 +231,6 @@ ACTORS_TESTING = [
     "hostile_store_calls",
     "hostile_text",
     "hostile_vectors",
-    "initialize",
-    "inject_crash",
-    "invariant",
-    "multiple",
-    "precondition",
-    "rule",
     "run_hostile_calls",
     "tolerate_expected_poison",
 ]
@@ -255,6 +248,7 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
         ("protocol.events", PROTOCOL_EVENTS),
         ("actors", ACTORS),
         ("actors.testing", ACTORS_TESTING),
+        ("actors.testing.hostile", ACTORS_TESTING_HOSTILE),
         ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
         ("actors.cli", ["main"]),
         ("actors.integrations", []),  # each adapter is a module of its own, imported lazily
@@ -296,3 +290,25 @@ def test_pg_names_are_lazy() -> None:
     for name in ACTORS_LAZY:
         assert name in dir(package)
         assert name not in package.__all__
+
+
+def test_testing_is_small_and_reexports_nothing_of_hypothesis() -> None:
+    """``actors.testing`` stays at most 25 names (issue #30), none of them hypothesis's:
+    users import ``rule``, ``Bundle``... from ``hypothesis.stateful`` itself."""
+    import hypothesis.stateful
+    import hypothesis.strategies
+
+    import actors.testing
+    import actors.testing.hostile
+
+    assert len(actors.testing.__all__) <= 25
+    hypothesis_objects = {
+        id(value)
+        for module in (hypothesis.stateful, hypothesis.strategies)
+        for value in vars(module).values()
+    }
+    for module in (actors.testing, actors.testing.hostile):
+        for name in module.__all__:
+            value = getattr(module, name)
+            assert id(value) not in hypothesis_objects, f"{module.__name__}.{name}"
+            assert not getattr(value, "__module__", "").startswith("hypothesis"), name
