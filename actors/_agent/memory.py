@@ -135,9 +135,9 @@ class Memory:
         hub: EventHub,
         watch: StoreWatch,
         dispatcher: Dispatcher,
-        compaction: Mailbox[Compress],
-        recall: Mailbox[Recall],
-        injection: Mailbox[Inject],
+        compaction: Mailbox[Compress, Compressed],
+        recall: Mailbox[Recall, RetrievalReport],
+        injection: Mailbox[Inject, Injected],
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
@@ -201,7 +201,6 @@ class Memory:
             raise ConfigError(f"date is a {type(date).__name__}; expected a str or None")
         request = Compress(messages=check_messages(messages), date=date)
         result = await self._compaction.ask(request)
-        assert isinstance(result, Compressed)
         return result
 
     async def retrieve(
@@ -285,7 +284,6 @@ class Memory:
                 )
             )
             raise
-        assert isinstance(result, RetrievalReport)
         self._hub.publish(
             RetrieverCompleted(
                 at=now(),
@@ -318,7 +316,6 @@ class Memory:
         if not isinstance(request, UnifiedRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
         result = await self._injection.ask(Inject(report=report, request=request))
-        assert isinstance(result, Injected)
         return result
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:

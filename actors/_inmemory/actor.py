@@ -87,7 +87,7 @@ _EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 
 
-_Envelope = Envelope[StoreRequest]
+_Envelope = Envelope[StoreRequest, object]
 
 
 @attrs.frozen

@@ -116,7 +116,7 @@ def refused(what: str, error: psycopg.Error) -> ConfigError | None:
     )
 
 
-_Envelope = Envelope[StoreRequest]
+_Envelope = Envelope[StoreRequest, object]
 
 
 def _representable(value: str) -> bool:

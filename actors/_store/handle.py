@@ -566,7 +566,7 @@ class StoreHandleBase(Generic[ActorT]):
 
     async def _request(self, request: StoreRequest) -> object:
         self._check()
-        reply = ReplySlot()
+        reply = ReplySlot[object]()
         envelope = Envelope(request, reply)
         try:
             # When the inbox has room, queue without send()'s extra scheduler round
