@@ -7,6 +7,7 @@ Every name in ``__all__`` must import, and every public attribute must be in ``_
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import types
 
 import pytest
@@ -312,3 +313,73 @@ def test_testing_is_small_and_reexports_nothing_of_hypothesis() -> None:
             value = getattr(module, name)
             assert id(value) not in hypothesis_objects, f"{module.__name__}.{name}"
             assert not getattr(value, "__module__", "").startswith("hypothesis"), name
+
+
+# Public classes meant for subclassing, and why; every other public class is final.
+SUBCLASSABLE = {
+    "actors.testing.TrioRuleBasedStateMachine": "the base of a user's own state machine",
+    "actors.testing.VectorStoreMachine": "override open_store_under_test for your store",
+    "actors.testing.StoreConformance": "subclass as Test... with your store's factory",
+    "actors.testing.WriteConformance": "subclass as Test... with your store's factory",
+    "actors.testing.EmbedderConformance": "subclass as Test... with make_embedder()",
+    "actors.testing.RecordManagerConformance": "subclass with make_record_manager()",
+    "actors.EmbeddingUsageLog": "the store's private _TeeUsageLog extends it",
+}
+
+PUBLIC_CLASS_MODULES = [
+    "actors",
+    "actors.testing",
+    "actors.testing.hostile",
+    "protocol",
+    "protocol.messages",
+    "protocol.filters",
+    "protocol.events",
+]
+
+
+def _public_classes() -> dict[str, type]:
+    classes: dict[str, type] = {}
+    for name in PUBLIC_CLASS_MODULES:
+        module = importlib.import_module(name)
+        names = list(module.__all__)
+        if name == "actors":
+            names += ACTORS_LAZY if importlib.util.find_spec("psycopg") else []
+        for attr in names:
+            value = getattr(module, attr)
+            if isinstance(value, type):
+                classes.setdefault(f"{name}.{attr}", value)
+    return classes
+
+
+def test_classes_are_final() -> None:
+    """Every public class is ``typing.final`` unless users subclass it by design (trio's
+    ``test_exports.py::test_classes_are_final``). Categories that stay open:
+
+    - errors (``BaseException`` subclasses): users catch them by base class;
+    - ``typing.Protocol`` classes: users implement them;
+    - enums with members, which Python already refuses to subclass;
+    - msgspec Structs: plain data, encoded and compared field by field. This project
+      builds its tagged unions by subclassing them (``Msg``, ``Event``, ``FilterNode``),
+      and a user's subclass is still encoded field by field (a decoder returns the
+      base type), so there is nothing to break; they are not marked.
+    """
+    import enum
+
+    import msgspec
+
+    checked = []
+    for path, cls in _public_classes().items():
+        if (
+            issubclass(cls, BaseException | msgspec.Struct)
+            or getattr(cls, "_is_protocol", False)
+            or (issubclass(cls, enum.Enum) and len(cls) > 0)
+        ):
+            continue
+        checked.append(path)
+        final = getattr(cls, "__final__", False)
+        if path in SUBCLASSABLE:
+            assert not final, f"{path} is final, but on the subclassable list"
+        else:
+            assert final, f"{path} is neither @final nor on the subclassable list"
+    assert set(SUBCLASSABLE) <= set(checked), "a stale entry on the subclassable list"
+    assert len(checked) > 30

@@ -95,6 +95,7 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
 _USER_DIGESTS = 4096
 
 
+@final
 @attrs.frozen
 class MemoryStatistics:
     """Inbox sizes and fill levels, per actor, and the event hub's state.

@@ -7,7 +7,7 @@ import inspect
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, final, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +70,7 @@ def fnv1a_64(data: bytes) -> int:
     return h
 
 
+@final
 class HashingEmbedder:
     """A deterministic bag of words, for tests and the offline default.
 

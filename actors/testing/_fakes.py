@@ -7,7 +7,7 @@ import hashlib
 import inspect
 import threading
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import numpy as np
@@ -31,6 +31,7 @@ def _check_dimensions(dimensions: object) -> int:
     return check_int("dimensions", dimensions)
 
 
+@final
 class DeterministicFakeEmbedding:
     """A sync embedder whose vectors depend only on ``(text, seed)``.
 
@@ -75,6 +76,7 @@ class DeterministicFakeEmbedding:
         return f"DeterministicFakeEmbedding(dimensions={self.dimensions}, seed={self.seed})"
 
 
+@final
 class RandomFakeEmbedding:
     """A sync embedder that returns a fresh random vector on every call, for tests of
     shapes and plumbing only: the same text gives a different vector each time, so
@@ -139,6 +141,7 @@ def _check_gate(_instance: object, _attribute: object, value: object) -> None:
         raise ConfigError(f"gate is a {type(value).__name__}; expected trio.Event or None")
 
 
+@final
 @attrs.frozen
 class Fault:
     """What one embedder call does.
@@ -158,6 +161,7 @@ class Fault:
     error: BaseException | None = None
 
 
+@final
 @attrs.frozen
 class EmbedCall:
     """One call to a :class:`FaultyEmbedder`, as ``fail_on`` sees it.
@@ -182,6 +186,7 @@ class _Scripted:
     texts: tuple[str, ...] | None
 
 
+@final
 class FaultyEmbedder:
     """An async embedder that wraps another one and misbehaves on request.
 

@@ -41,7 +41,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import numpy as np
@@ -531,6 +531,7 @@ _BASE_EXCEPTIONS: tuple[Callable[[], BaseException], ...] = (
 )
 
 
+@final
 @attrs.frozen
 class EmbedFault:
     """What every embedder call does while this fault is armed.
@@ -582,6 +583,7 @@ def embed_faults(*, interrupts: bool = False) -> st.SearchStrategy[EmbedFault]:
     )
 
 
+@final
 class HostileEmbedder:
     """An embedder that wraps another and misbehaves while a fault is armed.
 
