@@ -160,6 +160,7 @@ PROTOCOL_EVENTS = [
 ]
 
 ACTORS = [
+    "AnyEmbedder",
     "AsyncEmbedder",
     "CacheStatistics",
     "CachedEmbedder",

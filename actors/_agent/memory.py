@@ -58,7 +58,7 @@ from protocol.events import (
 from protocol.messages import Compress, Inject, Recall
 
 from .._embedding.cache import EmbeddingUsageLog
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.embedders import AnyEmbedder, HashingEmbedder
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.events import EventHub, StoreWatch, Subscription, now
@@ -573,7 +573,7 @@ class Memory:
 @asynccontextmanager
 async def _memory_store(
     store: object,
-    embedder: object | None,
+    embedder: AnyEmbedder | None,
     *,
     inbox_size: int,
     thread_scan_threshold: int,
@@ -624,7 +624,7 @@ async def open_memory(
     *,
     store: VectorStoreConfig | Store,
     memory: MemoryConfig | None = None,
-    embedder: object | None = None,
+    embedder: AnyEmbedder | None = None,
     dispatcher: Dispatcher | None = None,
     summarizer: Summarizer | None = None,
     inbox_size: int = 16,

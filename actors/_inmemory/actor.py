@@ -53,7 +53,7 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedding.embedders import EmbedderAdapter
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
 from .._embedding.sparse import SparseEmbeddingModel
 from .._retrieval.engine import run_search
 from .._store.hooks import (
@@ -131,7 +131,7 @@ class _StoreActor(CrashableActor):
     def __init__(
         self,
         config: VectorStoreConfig,
-        embedder: object,
+        embedder: AnyEmbedder,
         inbox_size: int,
         *,
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,

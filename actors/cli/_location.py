@@ -45,6 +45,7 @@ from typing import IO, Any
 import attrs
 import trio
 
+from actors import AnyEmbedder
 from protocol import (
     ConfigError,
     EmbeddingProfile,
@@ -244,7 +245,7 @@ class ProfiledHashingEmbedder:
         return HASHING_PROFILE
 
 
-def _make_embedder(name: str) -> object:
+def _make_embedder(name: str) -> AnyEmbedder:
     if name == "hashing":
         return ProfiledHashingEmbedder()
     from .._embedding.minilm import MiniLMEmbedder

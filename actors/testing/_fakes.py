@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
+from actors import AnyEmbedder
 from protocol import ConfigError
 from protocol._checks import check_int
 
@@ -213,7 +214,9 @@ class FaultyEmbedder:
             nor a collection of ints.
     """
 
-    def __init__(self, inner: object, fail_on: FailOn = None, *, max_scripted: int = 64) -> None:
+    def __init__(
+        self, inner: AnyEmbedder, fail_on: FailOn = None, *, max_scripted: int = 64
+    ) -> None:
         has_async = inspect.iscoroutinefunction(getattr(inner, "embed_documents", None))
         if not has_async and not callable(getattr(inner, "embed", None)):
             raise ConfigError(

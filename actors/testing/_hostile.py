@@ -48,6 +48,7 @@ import numpy as np
 import trio
 from hypothesis import strategies as st
 
+from actors import Embedder
 from protocol import VectorStoreError
 from protocol.filters import And, Eq, Not, Or
 
@@ -602,7 +603,7 @@ class HostileEmbedder:
         sync: present the sync interface instead of the async one.
     """
 
-    def __init__(self, inner: Any, *, sync: bool = False) -> None:
+    def __init__(self, inner: Embedder, *, sync: bool = False) -> None:
         if not callable(getattr(inner, "embed", None)):
             raise TypeError(f"inner is a {type(inner).__name__}; expected a sync Embedder")
         self.inner = inner

@@ -28,7 +28,7 @@ import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar, TypeVarTuple
 
 import attrs
 import trio
@@ -39,6 +39,7 @@ __all__ = ["LoopStopTimeout", "TrioRuleBasedStateMachine", "trio_step"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
+Ts = TypeVarTuple("Ts")
 M = TypeVar("M", bound="TrioRuleBasedStateMachine")
 
 _ASYNC_STEP = "__trio_recall_async_step__"
@@ -314,7 +315,7 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
         assert nursery is not None
         return nursery
 
-    def start_soon(self, afn: Callable[..., Awaitable[object]], *args: object) -> None:
+    def start_soon(self, afn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
         """Start ``afn(*args)`` as a background task; call it from an async step."""
         self.nursery.start_soon(afn, *args)
 

@@ -29,6 +29,7 @@ import numpy.typing as npt
 import pytest
 import trio
 
+from actors import AnyEmbedder
 from protocol import Document, IndexResult, VectorStoreConfig
 
 from .._embedding.embedders import HashingEmbedder
@@ -78,7 +79,7 @@ class RecordManagerConformance:
         )
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object
+        self, config: VectorStoreConfig, embedder: AnyEmbedder
     ) -> AbstractAsyncContextManager[Any]:
         """The store the documents go to (the in-memory store by default)."""
         return open_store(config, embedder)

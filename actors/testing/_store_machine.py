@@ -30,6 +30,7 @@ import trio
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
+from actors import AnyEmbedder
 from protocol import (
     DEFAULT_NAMESPACE,
     ConfigError,
@@ -150,7 +151,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     # --- overridable -------------------------------------------------------------------
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object
+        self, config: VectorStoreConfig, embedder: AnyEmbedder
     ) -> AbstractAsyncContextManager[Any]:
         """Return an async context manager that yields the store to test."""
         return open_store(config, embedder)
