@@ -40,12 +40,11 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from actors import AnyEmbedder
 from protocol import (
     ConfigError,
     EmbeddingProfile,
@@ -55,6 +54,9 @@ from protocol import (
 )
 
 from ._embedded import Cluster, Notice
+
+if TYPE_CHECKING:
+    from actors import AnyEmbedder
 
 __all__ = [
     "DATA_ENV",
