@@ -118,6 +118,12 @@ class CounterMachine(TrioRuleBasedStateMachine):
         assert len(self.tokens) == 1, "every step must run on the example's one loop"
         assert threading.get_ident() != threading.main_thread().ident
 
+    @invariant()
+    def total_is_a_sum_of_draws(self) -> None:
+        # A sync step takes hypothesis's decorator as it is, with no trio_step.
+        assert self.total >= 0
+        assert threading.get_ident() == threading.main_thread().ident
+
     def teardown(self) -> None:
         super().teardown()
         assert self.opened == ["open", "closed"]
