@@ -16,6 +16,7 @@ from ._embedding.cache import EmbeddingRegistry as EmbeddingRegistry
 from ._embedding.cache import EmbeddingResult as EmbeddingResult
 from ._embedding.cache import EmbeddingUsageLog as EmbeddingUsageLog
 from ._embedding.cache import check_profile as check_profile
+from ._embedding.embedders import AnyEmbedder as AnyEmbedder
 from ._embedding.embedders import AsyncEmbedder as AsyncEmbedder
 from ._embedding.embedders import Embedder as Embedder
 from ._embedding.embedders import HashingEmbedder as HashingEmbedder
@@ -36,6 +37,7 @@ from ._store.indexing import RecordManager as RecordManager
 from ._store.indexing import index as index
 
 __all__ = [
+    "AnyEmbedder",
     "AsyncEmbedder",
     "CacheStatistics",
     "CachedEmbedder",

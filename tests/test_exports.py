@@ -7,6 +7,7 @@ Every name in ``__all__`` must import, and every public attribute must be in ``_
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import types
 
 import pytest
@@ -159,6 +160,7 @@ PROTOCOL_EVENTS = [
 ]
 
 ACTORS = [
+    "AnyEmbedder",
     "AsyncEmbedder",
     "CacheStatistics",
     "CachedEmbedder",
@@ -196,23 +198,14 @@ ACTORS = [
 ]
 
 ACTORS_TESTING = [
-    "Bundle",
     "DeterministicFakeEmbedding",
     "EmbedCall",
-    "EmbedFault",
     "EmbedderConformance",
     "EmbedderFailure",
     "Fault",
     "FaultyEmbedder",
-    "HashingEmbedder",
-    "HostileBaseException",
-    "HostileCall",
-    "HostileEmbedder",
-    "HostileInputViolation",
     "InjectedCrash",
     "LoopStopTimeout",
-    "ModelEntry",
-    "ModelState",
     "RandomFakeEmbedding",
     "RecordManagerConformance",
     "SCORE_TOLERANCE",
@@ -220,9 +213,17 @@ ACTORS_TESTING = [
     "TrioRuleBasedStateMachine",
     "VectorStoreMachine",
     "WriteConformance",
+    "inject_crash",
+    "trio_step",
+]
+
+ACTORS_TESTING_HOSTILE = [
+    "EmbedFault",
+    "HostileBaseException",
+    "HostileCall",
+    "HostileEmbedder",
+    "HostileInputViolation",
     "check_hostile_call",
-    "check_report",
-    "consumes",
     "embed_faults",
     "entry_bytes",
     "hostile_filters",
@@ -232,12 +233,6 @@ ACTORS_TESTING = [
     "hostile_store_calls",
     "hostile_text",
     "hostile_vectors",
-    "initialize",
-    "inject_crash",
-    "invariant",
-    "multiple",
-    "precondition",
-    "rule",
     "run_hostile_calls",
     "tolerate_expected_poison",
 ]
@@ -255,6 +250,7 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
         ("protocol.events", PROTOCOL_EVENTS),
         ("actors", ACTORS),
         ("actors.testing", ACTORS_TESTING),
+        ("actors.testing.hostile", ACTORS_TESTING_HOSTILE),
         ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
         ("actors.cli", ["main"]),
         ("actors.integrations", []),  # each adapter is a module of its own, imported lazily
@@ -296,3 +292,95 @@ def test_pg_names_are_lazy() -> None:
     for name in ACTORS_LAZY:
         assert name in dir(package)
         assert name not in package.__all__
+
+
+def test_testing_is_small_and_reexports_nothing_of_hypothesis() -> None:
+    """``actors.testing`` stays at most 25 names (issue #30), none of them hypothesis's:
+    users import ``rule``, ``Bundle``... from ``hypothesis.stateful`` itself."""
+    import hypothesis.stateful
+    import hypothesis.strategies
+
+    import actors.testing
+    import actors.testing.hostile
+
+    assert len(actors.testing.__all__) <= 25
+    hypothesis_objects = {
+        id(value)
+        for module in (hypothesis.stateful, hypothesis.strategies)
+        for value in vars(module).values()
+    }
+    for module in (actors.testing, actors.testing.hostile):
+        for name in module.__all__:
+            value = getattr(module, name)
+            assert id(value) not in hypothesis_objects, f"{module.__name__}.{name}"
+            assert not getattr(value, "__module__", "").startswith("hypothesis"), name
+
+
+# Public classes meant for subclassing, and why; every other public class is final.
+SUBCLASSABLE = {
+    "actors.testing.TrioRuleBasedStateMachine": "the base of a user's own state machine",
+    "actors.testing.VectorStoreMachine": "override open_store_under_test for your store",
+    "actors.testing.StoreConformance": "subclass as Test... with your store's factory",
+    "actors.testing.WriteConformance": "subclass as Test... with your store's factory",
+    "actors.testing.EmbedderConformance": "subclass as Test... with make_embedder()",
+    "actors.testing.RecordManagerConformance": "subclass with make_record_manager()",
+    "actors.EmbeddingUsageLog": "the store's private _TeeUsageLog extends it",
+}
+
+PUBLIC_CLASS_MODULES = [
+    "actors",
+    "actors.testing",
+    "actors.testing.hostile",
+    "protocol",
+    "protocol.messages",
+    "protocol.filters",
+    "protocol.events",
+]
+
+
+def _public_classes() -> dict[str, type]:
+    classes: dict[str, type] = {}
+    for name in PUBLIC_CLASS_MODULES:
+        module = importlib.import_module(name)
+        names = list(module.__all__)
+        if name == "actors":
+            names += ACTORS_LAZY if importlib.util.find_spec("psycopg") else []
+        for attr in names:
+            value = getattr(module, attr)
+            if isinstance(value, type):
+                classes.setdefault(f"{name}.{attr}", value)
+    return classes
+
+
+def test_classes_are_final() -> None:
+    """Every public class is ``typing.final`` unless users subclass it by design (trio's
+    ``test_exports.py::test_classes_are_final``). Categories that stay open:
+
+    - errors (``BaseException`` subclasses): users catch them by base class;
+    - ``typing.Protocol`` classes: users implement them;
+    - enums with members, which Python already refuses to subclass;
+    - msgspec Structs: plain data, encoded and compared field by field. This project
+      builds its tagged unions by subclassing them (``Msg``, ``Event``, ``FilterNode``),
+      and a user's subclass is still encoded field by field (a decoder returns the
+      base type), so there is nothing to break; they are not marked.
+    """
+    import enum
+
+    import msgspec
+
+    checked = []
+    for path, cls in _public_classes().items():
+        if (
+            issubclass(cls, BaseException | msgspec.Struct)
+            or getattr(cls, "_is_protocol", False)
+            or (issubclass(cls, enum.Enum) and len(cls) > 0)
+        ):
+            continue
+        checked.append(path)
+        final = getattr(cls, "__final__", False)
+        if path in SUBCLASSABLE:
+            assert not final, f"{path} is final, but on the subclassable list"
+        else:
+            assert final, f"{path} is neither @final nor on the subclassable list"
+    assert set(SUBCLASSABLE) <= set(checked), "a stale entry on the subclassable list"
+    assert len(checked) > 30

@@ -333,7 +333,7 @@ class CompactionActor:
         self.hub = hub
         self.watch = watch
         self.summarizer = summarizer
-        self.mailbox: Mailbox[Compress] = Mailbox.open("compaction", inbox_size)
+        self.mailbox: Mailbox[Compress, Compressed] = Mailbox.open("compaction", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)

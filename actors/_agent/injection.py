@@ -59,7 +59,7 @@ class InjectionActor:
         self.max_block_bytes = max_block_bytes
         self.namespace = namespace
         self.hub = hub
-        self.mailbox: Mailbox[Inject] = Mailbox.open("injection", inbox_size)
+        self.mailbox: Mailbox[Inject, Injected] = Mailbox.open("injection", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)

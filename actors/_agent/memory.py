@@ -58,7 +58,7 @@ from protocol.events import (
 from protocol.messages import Compress, Inject, Recall
 
 from .._embedding.cache import EmbeddingUsageLog
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.embedders import AnyEmbedder, HashingEmbedder
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.events import EventHub, StoreWatch, Subscription, now
@@ -96,6 +96,7 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
 _USER_DIGESTS = 4096
 
 
+@final
 @attrs.frozen
 class MemoryStatistics:
     """Inbox sizes and fill levels, per actor, and the event hub's state.
@@ -136,9 +137,9 @@ class Memory:
         hub: EventHub,
         watch: StoreWatch,
         dispatcher: Dispatcher,
-        compaction: Mailbox[Compress],
-        recall: Mailbox[Recall],
-        injection: Mailbox[Inject],
+        compaction: Mailbox[Compress, Compressed],
+        recall: Mailbox[Recall, RetrievalReport],
+        injection: Mailbox[Inject, Injected],
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
@@ -202,7 +203,6 @@ class Memory:
             raise ConfigError(f"date is a {type(date).__name__}; expected a str or None")
         request = Compress(messages=check_messages(messages), date=date)
         result = await self._compaction.ask(request)
-        assert isinstance(result, Compressed)
         return result
 
     async def retrieve(
@@ -294,7 +294,6 @@ class Memory:
                 )
             )
             raise
-        assert isinstance(result, RetrievalReport)
         self._hub.publish(
             RetrieverCompleted(
                 at=now(),
@@ -327,7 +326,6 @@ class Memory:
         if not isinstance(request, UnifiedRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
         result = await self._injection.ask(Inject(report=report, request=request))
-        assert isinstance(result, Injected)
         return result
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
@@ -584,7 +582,7 @@ class Memory:
 @asynccontextmanager
 async def _memory_store(
     store: object,
-    embedder: object | None,
+    embedder: AnyEmbedder | None,
     *,
     inbox_size: int,
     thread_scan_threshold: int,
@@ -635,7 +633,7 @@ async def open_memory(
     *,
     store: VectorStoreConfig | Store,
     memory: MemoryConfig | None = None,
-    embedder: object | None = None,
+    embedder: AnyEmbedder | None = None,
     dispatcher: Dispatcher | None = None,
     summarizer: Summarizer | None = None,
     inbox_size: int = 16,

@@ -36,7 +36,7 @@ class RecallActor:
         assert isinstance(store, StoreHandleBase)
         self.store: StoreHandleBase[Any] = store
         self.hub = hub
-        self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
+        self.mailbox: Mailbox[Recall, RetrievalReport] = Mailbox.open("recall", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self.recall, task_status=task_status)

@@ -53,7 +53,7 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedding.embedders import EmbedderAdapter
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
 from .._embedding.sparse import SparseEmbeddingModel
 from .._retrieval.engine import run_search
 from .._store.hooks import (
@@ -87,7 +87,7 @@ _EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 
 
-_Envelope = Envelope[StoreRequest]
+_Envelope = Envelope[StoreRequest, object]
 
 
 @attrs.frozen
@@ -131,7 +131,7 @@ class _StoreActor(CrashableActor):
     def __init__(
         self,
         config: VectorStoreConfig,
-        embedder: object,
+        embedder: AnyEmbedder,
         inbox_size: int,
         *,
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,

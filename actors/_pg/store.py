@@ -76,7 +76,7 @@ from protocol import (
     VectorStoreUsage,
 )
 
-from .._embedding.embedders import EmbedderAdapter, check_timeout
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
 from .._store.handle import OPENED, StoreHandleBase
 from .._store.lifecycle import run_store
 from .._store.prepare import check_ids, check_int, check_store_config
@@ -181,7 +181,7 @@ def _where(dsn: str) -> str:
 async def open_pg_store(
     dsn: str,
     config: VectorStoreConfig,
-    embedder: object,
+    embedder: AnyEmbedder,
     *,
     table: str = "trio_recall",
     pool_size: int = 4,
@@ -195,7 +195,7 @@ async def open_pg_store(
     keyword_index: bool | None = None,
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
-    sparse: object = None,
+    sparse: None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 

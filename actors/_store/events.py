@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, final
 
 import attrs
 import trio
@@ -29,6 +29,7 @@ R = TypeVar("R")
 # --- events ---------------------------------------------------------------------------------
 
 
+@final
 @attrs.define(eq=False)
 class Subscription:
     """One subscriber's view of the event stream: an async iterator with a bounded buffer.

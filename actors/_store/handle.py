@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, final, runtime_checkable
 
 import attrs
 import numpy as np
@@ -50,6 +50,7 @@ ActorT = TypeVar("ActorT", bound=CrashableActor)
 OPENED = object()
 
 
+@final
 @attrs.frozen
 class StoreStatistics:
     """A point-in-time view of the actor's inbox and state.
@@ -571,7 +572,7 @@ class StoreHandleBase(Generic[ActorT]):
 
     async def _request(self, request: StoreRequest) -> object:
         self._check()
-        reply = ReplySlot()
+        reply = ReplySlot[object]()
         envelope = Envelope(request, reply)
         try:
             # When the inbox has room, queue without send()'s extra scheduler round

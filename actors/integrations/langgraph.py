@@ -55,7 +55,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import EmbeddingsLambda
 
-from actors import HashingEmbedder, Store
+from actors import AnyEmbedder, HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._checks import check_int, shown
 
@@ -508,7 +508,7 @@ def _check_ranking(ranking: object) -> Ranking:
 
 def _index_settings(
     index: IndexConfig | None,
-) -> tuple[list[tuple[str, str | list[str]]] | None, object, int]:
+) -> tuple[list[tuple[str, str | list[str]]] | None, AnyEmbedder, int]:
     """The tokenized fields, the embedder and the width an index config asks for."""
     if index is None:
         # Nothing is ever embedded: every item keeps a one-float zero vector.
