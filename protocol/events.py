@@ -55,3 +55,7 @@ __all__ = [
     "TurnsSummarized",
     "fingerprint",
 ]
+
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals(), __all__)

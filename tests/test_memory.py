@@ -18,7 +18,6 @@ from protocol import (
     EmbedderError,
     JsonError,
     MemoryConfig,
-    Offload,
     Poisoned,
     RecallInjection,
     RetrievalReport,
@@ -28,6 +27,7 @@ from protocol import (
     VectorStoreConfig,
     digest_request,
 )
+from protocol.compaction import Offload
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=16, dimensions=DIM, max_entry_bytes=2048)

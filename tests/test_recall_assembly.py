@@ -19,12 +19,12 @@ from protocol import (
     MemoryConfig,
     RecallInjection,
     RecallSettings,
-    Summarize,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
     render,
 )
+from protocol.compaction import Summarize
 from protocol.events import RecallInjected
 
 DIM = 64

@@ -22,6 +22,8 @@
   :class:`FaultyEmbedder`, plus :func:`inject_crash`.
 """
 
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
+
 from .._embedding.embedders import HashingEmbedder as HashingEmbedder
 from ._conformance import StoreConformance as StoreConformance
 from ._crash import InjectedCrash as InjectedCrash
@@ -113,3 +115,5 @@ __all__ = [
     "run_hostile_calls",
     "tolerate_expected_poison",
 ]
+
+_fixup_module_metadata(__name__, globals(), __all__)
