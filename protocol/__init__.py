@@ -134,7 +134,7 @@ __all__ = [
 
 _fixup_module_metadata(__name__, globals(), __all__)
 
-# Names that left the top level in 0.2 for a submodule: importable from here, with a
+# Names that left the top level after 0.1.0 for a submodule: importable from here, with a
 # DeprecationWarning, for one release.
 _MOVED = {
     **dict.fromkeys(
