@@ -7,6 +7,8 @@ The actors' own messages are in :mod:`protocol.messages`, the filter nodes in
 package never imports trio, numpy or ``actors`` (design §1).
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._chat import ROLES as ROLES
 from ._chat import ContentBlock as ContentBlock
 from ._chat import ImageBase64 as ImageBase64
@@ -164,17 +166,21 @@ _MOVED = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _MOVED.get(name)
-    if home is None:
-        raise AttributeError(f"module 'protocol' has no attribute {name!r}")
-    import importlib
-    import warnings
+# Hidden from type checkers, so that mypy and pyright flag an old path (and a typo) rather
+# than typing every unknown name as ``object``.
+if not _TYPE_CHECKING:
 
-    warnings.warn(
-        f"protocol.{name} moved to {home}.{name}; import it from {home} "
-        "(the old path goes in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(home), name)
+    def __getattr__(name: str) -> object:
+        home = _MOVED.get(name)
+        if home is None:
+            raise AttributeError(f"module 'protocol' has no attribute {name!r}")
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"protocol.{name} moved to {home}.{name}; import it from {home} "
+            "(the old path goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
