@@ -1,5 +1,7 @@
 """trio-recall's running system: the actors, the arena, the embedders and the wiring."""
 
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
+
 from ._agent.compaction import Summarizer as Summarizer
 from ._agent.dispatch import Dispatcher as Dispatcher
 from ._agent.dispatch import EchoDispatcher as EchoDispatcher
@@ -74,6 +76,8 @@ __all__ = [
     "open_store",
 ]
 
+_fixup_module_metadata(__name__, globals(), __all__)
+
 # The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,
 # so `import actors` works without it.
 _LAZY = {"open_pg_store": "._pg.store", "PgStoreHandle": "._pg.store"}
@@ -85,7 +89,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'actors' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module, __name__), name)
+    # Its public path is actors.<name>, as for the names imported above.
+    _fixup_module_metadata(__name__, {name: value}, [name])
+    return value
 
 
 def __dir__() -> list[str]:

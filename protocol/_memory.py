@@ -455,8 +455,8 @@ class CompressionReport(msgspec.Struct, frozen=True, kw_only=True):
             ``Rejected`` after its ``Summarized``).
         before, after: message counts.
         before_bytes, after_bytes: summed payload bytes.
-        last_error: the last error a strategy met, converted by
-            :func:`protocol.to_plugin_error` when it came from the store. It is a live
+        last_error: the last error a strategy met, converted to the ``PluginError``
+            seam (:mod:`protocol.compaction`) when it came from the store. It is a live
             exception, so a report that holds one cannot be msgpack-encoded; the
             ``Rejected`` action carries its text.
     """

@@ -51,7 +51,8 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
     turn of the batch, in order (see :class:`~protocol.Document`).
     ``texts``, when given, is what each turn is indexed and embedded by, in place of
     its projection (for example the turn with its context, see
-    :func:`protocol.contextual_entry`); the message itself is kept and returned as is.
+    :func:`protocol.compaction.contextual_entry`); the message itself is kept and
+    returned as is.
     """
 
     turns: list[UnifiedMessage]

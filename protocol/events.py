@@ -63,6 +63,11 @@ __all__ = [
     "fingerprint",
 ]
 
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals(), __all__)
+
+
 _DEPRECATED = {"EmbeddingEmbedded": "EmbeddingCompleted"}
 
 

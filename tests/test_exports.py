@@ -13,12 +13,6 @@ import types
 import pytest
 
 PROTOCOL = [
-    "ClampOversizedMessages",
-    "Clamped",
-    "Cleared",
-    "CompactionAction",
-    "Compressed",
-    "CompressionReport",
     "ConfigError",
     "ContentBlock",
     "DEFAULT_NAMESPACE",
@@ -26,8 +20,6 @@ PROTOCOL = [
     "DispatchError",
     "DispatchTimeout",
     "Document",
-    "DropObservations",
-    "Dropped",
     "EmbedderError",
     "EmbeddingCall",
     "EmbeddingError",
@@ -48,43 +40,30 @@ PROTOCOL = [
     "InputType",
     "JsonError",
     "MemoryConfig",
-    "Offload",
-    "Offloaded",
-    "PluginError",
-    "PluginInternalError",
-    "PluginValidationError",
     "Poisoned",
     "RECALL_MARKER",
     "ROLES",
     "RecallInjection",
     "RecallSettings",
-    "Rejected",
     "RetrievalReport",
     "RetrievedTurn",
     "Role",
     "ScoredDocument",
     "SearchKind",
     "SearchRequest",
-    "Skipped",
-    "SlidingWindow",
     "SparseVector",
     "StoreUnavailable",
-    "Strategy",
-    "Summarize",
-    "Summarized",
     "Text",
     "Thinking",
     "ToolCall",
     "ToolResult",
     "TurnReport",
-    "TurnsStored",
     "UnifiedMessage",
     "UnifiedRequest",
     "VectorStoreConfig",
     "VectorStoreError",
     "VectorStoreUsage",
     "XML_RECALL_MARKER",
-    "contextual_entry",
     "digest_request",
     "document_id",
     "entry_text",
@@ -94,6 +73,27 @@ PROTOCOL = [
     "payload_bytes",
     "projection",
     "render",
+]
+
+PROTOCOL_COMPACTION = [
+    "ClampOversizedMessages",
+    "Clamped",
+    "CompactionAction",
+    "CompressionReport",
+    "DropObservations",
+    "Dropped",
+    "Offload",
+    "Offloaded",
+    "PluginError",
+    "PluginInternalError",
+    "PluginValidationError",
+    "Rejected",
+    "Skipped",
+    "SlidingWindow",
+    "Strategy",
+    "Summarize",
+    "Summarized",
+    "contextual_entry",
 ]
 
 PROTOCOL_MESSAGES = [
@@ -245,6 +245,7 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
     ("module", "expected"),
     [
         ("protocol", PROTOCOL),
+        ("protocol.compaction", PROTOCOL_COMPACTION),
         ("protocol.messages", PROTOCOL_MESSAGES),
         ("protocol.filters", PROTOCOL_FILTERS),
         ("protocol.events", PROTOCOL_EVENTS),
@@ -384,3 +385,120 @@ def test_classes_are_final() -> None:
             assert final, f"{path} is neither @final nor on the subclassable list"
     assert set(SUBCLASSABLE) <= set(checked), "a stale entry on the subclassable list"
     assert len(checked) > 30
+
+
+def test_protocol_top_level_fits_in_ones_head() -> None:
+    import protocol
+
+    assert len(protocol.__all__) <= 60, len(protocol.__all__)
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [(name, "protocol.compaction") for name in PROTOCOL_COMPACTION]
+    + [(name, "protocol.messages") for name in ("Cleared", "Compressed", "TurnsStored")],
+)
+def test_a_moved_name_still_imports_from_the_top_with_a_warning(name: str, home: str) -> None:
+    import protocol
+
+    assert name not in protocol.__all__
+    assert name not in vars(protocol)
+    with pytest.warns(DeprecationWarning, match=rf"protocol\.{name} moved to {home}\.{name}"):
+        value = getattr(protocol, name)
+    assert value is getattr(importlib.import_module(home), name)
+
+
+def test_an_unknown_protocol_name_is_an_attribute_error() -> None:
+    import protocol
+
+    with pytest.raises(AttributeError, match="module 'protocol' has no attribute 'Nope'"):
+        getattr(protocol, "Nope")  # noqa: B009
+
+
+# Every public module, parents before their submodules: the order in which a name
+# exported twice (``protocol.Event``, ``protocol.events.Event``) takes its home.
+PUBLIC_MODULES = [
+    "protocol",
+    "protocol.compaction",
+    "protocol.events",
+    "protocol.filters",
+    "protocol.messages",
+    "actors",
+    "actors.testing",
+    "actors.llama",
+    "actors.cli",
+    "actors.integrations",
+    "actors.integrations.langchain",
+    "actors.integrations.langgraph",
+]
+
+# Modules that need an extra to import, and the distribution each needs.
+_EXTRA = {
+    "actors.integrations.langchain": "langchain_core",
+    "actors.integrations.langgraph": "langgraph",
+}
+
+
+def _public_names(module: types.ModuleType) -> list[tuple[str, object]]:
+    names = [(name, getattr(module, name)) for name in module.__all__]
+    if module.__name__ == "actors" and importlib.util.find_spec("psycopg") is not None:
+        names += [(name, getattr(module, name)) for name in ACTORS_LAZY]
+    return names
+
+
+def test_every_public_name_has_its_public_module() -> None:
+    """``__module__`` of every class and function a public module exports is the public
+    module that exports it (the first, parents first, when two do), never a private one;
+    the methods of such a class say the same, and the class is found there by its
+    qualified name (as pickle looks it up). The pattern of trio's test_exports."""
+    modules = []
+    for name in PUBLIC_MODULES:
+        extra = _EXTRA.get(name)
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue
+        modules.append(importlib.import_module(name))
+    home: dict[int, str] = {}
+    checked = 0
+    for module in modules:
+        for name, value in _public_names(module):
+            if not isinstance(value, type | types.FunctionType):
+                continue  # constants, unions and aliases have no module of their own
+            if not value.__module__.startswith(("protocol", "actors")):
+                continue  # a third party's class, re-exported
+            expected = home.setdefault(id(value), module.__name__)
+            assert value.__module__ == expected, (module.__name__, name)
+            owner = importlib.import_module(value.__module__)
+            assert getattr(owner, value.__qualname__) is value, (module.__name__, name)
+            checked += 1
+            if isinstance(value, type):
+                for member_name, member in vars(value).items():
+                    function = getattr(member, "__func__", member)
+                    if isinstance(function, types.FunctionType) and function.__module__.split(".")[
+                        0
+                    ] in ("protocol", "actors"):
+                        assert function.__module__ == expected, (name, member_name)
+    assert checked > 100, checked
+
+
+def test_every_public_struct_still_decodes_after_its_move() -> None:
+    """msgspec resolves a Struct's string annotations in the module ``__module__`` names
+    when it first builds a decoder; a moved Struct must still build one, and decode what
+    it encodes (``fixup_module_metadata`` evaluates the annotations before the move)."""
+    import msgspec
+
+    structs = {
+        id(value): value
+        for name in PUBLIC_MODULES
+        if name.startswith("protocol")
+        for value in vars(importlib.import_module(name)).values()
+        if isinstance(value, type) and issubclass(value, msgspec.Struct)
+    }
+    assert len(structs) > 50, len(structs)
+    for struct in structs.values():
+        msgspec.json.Decoder(struct)
+        msgspec.msgpack.Decoder(struct)
+    import protocol
+    from protocol.compaction import Offload, SlidingWindow
+
+    config = protocol.MemoryConfig(strategies=[SlidingWindow(max_messages=3), Offload(turns=2)])
+    assert msgspec.json.decode(msgspec.json.encode(config), type=protocol.MemoryConfig) == config

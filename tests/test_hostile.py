@@ -40,11 +40,11 @@ from protocol import (
     EmbedderError,
     EntryTooLarge,
     MemoryConfig,
-    Offload,
     Text,
     UnifiedMessage,
     VectorStoreConfig,
 )
+from protocol.compaction import Offload
 
 DIM = 8
 #: Per test: examples in the bounded ``ci`` profile, and under ``stress``.

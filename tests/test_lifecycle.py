@@ -26,12 +26,14 @@ from actors.testing import inject_crash
 from protocol import (
     EmbedderError,
     MemoryConfig,
-    Offload,
     Poisoned,
-    Summarize,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Summarize,
 )
 
 DIMS = 16

@@ -19,8 +19,6 @@ from protocol import (
     EmbedderError,
     JsonError,
     MemoryConfig,
-    Offload,
-    Offloaded,
     Poisoned,
     RecallInjection,
     RetrievalReport,
@@ -30,6 +28,7 @@ from protocol import (
     VectorStoreConfig,
     digest_request,
 )
+from protocol.compaction import Offload, Offloaded
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=16, dimensions=DIM, max_entry_bytes=2048)

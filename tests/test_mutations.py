@@ -45,13 +45,13 @@ from protocol import (
     RetrievedTurn,
     Text,
     Thinking,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreUsage,
     payload_bytes,
     projection,
 )
+from protocol.messages import TurnsStored
 
 # Derandomized, so the search is the same on every run; generous, since it stops at the
 # first failure.

@@ -20,13 +20,13 @@ from protocol import (
     MemoryConfig,
     RecallInjection,
     RecallSettings,
-    Summarize,
     Text,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
     render,
 )
+from protocol.compaction import Summarize
 from protocol.events import RecallInjected, RetrieverCompleted, RetrieverStarted, StoreSearched
 
 DIM = 64

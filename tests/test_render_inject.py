@@ -11,16 +11,11 @@ from hypothesis import strategies as st
 
 from protocol import (
     RECALL_MARKER,
-    ClampOversizedMessages,
     ConfigError,
-    DropObservations,
     MemoryConfig,
-    Offload,
     RecallInjection,
     RetrievalReport,
     RetrievedTurn,
-    SlidingWindow,
-    Summarize,
     Text,
     ToolCall,
     UnifiedMessage,
@@ -29,6 +24,13 @@ from protocol import (
     inject,
     projection,
     render,
+)
+from protocol.compaction import (
+    ClampOversizedMessages,
+    DropObservations,
+    Offload,
+    SlidingWindow,
+    Summarize,
 )
 from protocol.messages import Compress, Inject, Recall
 

@@ -25,25 +25,10 @@ import msgspec
 import trio
 
 from protocol import (
-    Clamped,
-    ClampOversizedMessages,
-    CompactionAction,
-    Compressed,
-    CompressionReport,
     ConfigError,
-    DropObservations,
-    Dropped,
     ImageBase64,
     MemoryConfig,
-    Offload,
-    Offloaded,
     Poisoned,
-    Rejected,
-    Skipped,
-    SlidingWindow,
-    Strategy,
-    Summarize,
-    Summarized,
     Text,
     Thinking,
     ToolCall,
@@ -58,8 +43,24 @@ from protocol._errors import to_plugin_error
 from protocol._memory import contextual_entry, describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
 from protocol._time import format_date
+from protocol.compaction import (
+    Clamped,
+    ClampOversizedMessages,
+    CompactionAction,
+    CompressionReport,
+    DropObservations,
+    Dropped,
+    Offload,
+    Offloaded,
+    Rejected,
+    Skipped,
+    SlidingWindow,
+    Strategy,
+    Summarize,
+    Summarized,
+)
 from protocol.events import TurnsOffloaded, TurnsSummarized
-from protocol.messages import Compress
+from protocol.messages import Compress, Compressed
 
 from .._store.events import EventHub, StoreWatch, now
 from .._store.handle import Store
@@ -220,9 +221,9 @@ def entry_texts(
 ) -> list[str] | None:
     """The text each picked message is indexed and embedded by (``Offload``).
 
-    It is :func:`protocol.contextual_entry` of the message's projection, its ``date``
-    and the projections of the ``context`` non-system messages just before it, each cut
-    to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
+    It is :func:`protocol.compaction.contextual_entry` of the message's projection, its
+    ``date`` and the projections of the ``context`` non-system messages just before it,
+    each cut to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
     that would take the entry over ``max_entry_bytes`` is cut to fit, and only ever in
     the date and context that follow the turn: the turn's own text is never cut.
 

@@ -21,7 +21,6 @@ import msgspec
 import trio
 
 from protocol import (
-    Compressed,
     ConfigError,
     DispatchError,
     EmbeddingCall,
@@ -55,7 +54,7 @@ from protocol.events import (
     RetrieverFailed,
     RetrieverStarted,
 )
-from protocol.messages import Compress, Inject, Recall
+from protocol.messages import Compress, Compressed, Inject, Recall
 
 from .._embedding.cache import EmbeddingUsageLog
 from .._embedding.embedders import AnyEmbedder, HashingEmbedder
@@ -178,7 +177,7 @@ class Memory:
         Args:
             messages: the prompt.
             date: when these messages were said, in any human-readable form; the
-                entries ``Offload`` writes carry it (see :class:`protocol.Offload`).
+                entries ``Offload`` writes carry it (see :class:`protocol.compaction.Offload`).
                 None dates them with the current UTC date and time.
 
         Returns:

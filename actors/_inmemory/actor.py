@@ -23,7 +23,6 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Cleared,
     DeleteResult,
     Document,
     EmbeddingError,
@@ -36,7 +35,6 @@ from protocol import (
     SearchRequest,
     SparseVector,
     Text,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     projection,
@@ -45,11 +43,13 @@ from protocol._json import check_json_object
 from protocol._surrogates import unpack_message
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreReply,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 

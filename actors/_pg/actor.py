@@ -20,7 +20,6 @@ import psycopg_pool
 import trio
 
 from protocol import (
-    Cleared,
     ConfigError,
     DeleteResult,
     Document,
@@ -31,16 +30,17 @@ from protocol import (
     ScoredDocument,
     SearchRequest,
     StoreUnavailable,
-    TurnsStored,
     VectorStoreConfig,
     VectorStoreError,
 )
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 

@@ -15,8 +15,9 @@ from typing import TypeVar, final
 import attrs
 import trio
 
-from protocol import Event, TurnsStored
+from protocol import Event
 from protocol.events import Evicted, StoreNearCap
+from protocol.messages import TurnsStored
 
 from .handle import Store
 from .prepare import check_int

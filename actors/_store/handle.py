@@ -19,7 +19,6 @@ import trio
 
 from protocol import (
     DEFAULT_NAMESPACE,
-    Cleared,
     ConfigError,
     DeleteResult,
     Document,
@@ -28,13 +27,20 @@ from protocol import (
     RetrievedTurn,
     ScoredDocument,
     SearchRequest,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreUsage,
 )
 from protocol._filters import check_filter
-from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
+from protocol.messages import (
+    Clear,
+    Cleared,
+    Delete,
+    DocumentsUpserted,
+    StoreRequest,
+    TurnsStored,
+    UpsertDocuments,
+)
 
 from .hooks import check_query_profile, retrieve_event, search_event
 from .mailbox import CrashableActor, Envelope, ReplySlot
@@ -146,8 +152,9 @@ class StoreHandleBase(Generic[ActorT]):
         batch. ``ids`` names each turn (an explicit memory's id): an id already live in
         the namespace is replaced. Without it, each id is ``turn-<sequence>``.
         ``texts`` gives each turn the text it is indexed and embedded by, in place of
-        its projection (a turn with its context, :func:`protocol.contextual_entry`);
-        the message is kept and returned as is. Each turn's size against
+        its projection (a turn with its context,
+        :func:`protocol.compaction.contextual_entry`); the message is kept and returned
+        as is. Each turn's size against
         ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
         first, the metadata as compact JSON (once per turn), the source, its id, the
         conversation and its index text (``actors._store.prepare.entry_bytes``).

@@ -21,7 +21,6 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Cleared,
     ConfigError,
     DeleteResult,
     EmbeddingError,
@@ -29,18 +28,19 @@ from protocol import (
     Event,
     RetrievalReport,
     SearchRequest,
-    TurnsStored,
     VectorStoreConfig,
 )
 from protocol._events import SearchOperation, fingerprint
 from protocol.events import DocumentsAdded, DocumentsDeleted, StoreSearched
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreReply,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 

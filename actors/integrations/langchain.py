@@ -68,6 +68,7 @@ from protocol import (
     VectorStoreConfig,
 )
 from protocol._checks import check_int, shown
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol._time import check_conversation
 
 from .._retrieval.doors import check_similarity, door_time, relevance_floor
@@ -764,3 +765,6 @@ def _scored(hits: list[Any]) -> list[tuple[LCDocument, float]]:
 
 def _relevance(similarity: float) -> float:
     return min(1.0, max(0.0, similarity))
+
+
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -58,6 +58,7 @@ from langgraph.store.base.embed import EmbeddingsLambda
 from actors import AnyEmbedder, HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._checks import check_int, shown
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
 
 from . import _langgraph_ops as mapping
 from ._backends import BridgedStore, store_opener
@@ -572,3 +573,6 @@ def _check_space(namespace: object) -> str:
     if not isinstance(namespace, str) or not namespace:
         raise ConfigError(f"namespace is {shown(namespace)}; expected a non-empty str")
     return namespace
+
+
+_fixup_module_metadata(__name__, globals(), __all__)

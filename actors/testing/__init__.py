@@ -25,6 +25,8 @@ fakes and crash injection; the hostile-input layer is :mod:`actors.testing.hosti
   call must keep (``run_hostile_calls``).
 """
 
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
+
 from . import hostile as hostile
 from ._conformance import StoreConformance as StoreConformance
 from ._crash import InjectedCrash as InjectedCrash
@@ -63,3 +65,5 @@ __all__ = [
     "inject_crash",
     "trio_step",
 ]
+
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -41,11 +41,11 @@ from protocol import (
     RetrievalReport,
     Text,
     Thinking,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     projection,
 )
+from protocol.messages import TurnsStored
 
 from .._embedding.embedders import HashingEmbedder
 from .._inmemory.store import open_store
