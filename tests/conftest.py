@@ -1,4 +1,4 @@
-"""Shared test settings.
+"""Shared test settings, and the fixtures tests of both backends use.
 
 Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE``):
 
@@ -8,14 +8,24 @@ Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE``):
 - ``nightly``: like stress with 80 steps and no example cap to speak of; run it with
   ``TRIO_RECALL_NIGHTLY_SECONDS`` set, which makes ``test_nightly_until_budget`` run
   fresh rounds of the machines until that many seconds have passed.
+
+The pg fixtures (``pg_dsn``, ``pg_table``, ``pg_open``) live here rather than in
+``tests/pg/conftest.py`` because the tests parametrised over both backends use them too;
+they skip with the command that installs the pg extra when it is missing, and fail under
+``TRIO_RECALL_PG_REQUIRED=1`` (``pg_support``). The pg-only tests are in ``tests/pg/``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from pg_support import drop_table, new_table_name, pg_store_opener, session_dsn
 
 import actors._agent.compaction
 
@@ -45,3 +55,36 @@ def fixed_offload_date(monkeypatch: pytest.MonkeyPatch) -> str:
     real clock's format)."""
     monkeypatch.setattr(actors._agent.compaction, "utc_date", lambda: FIXED_DATE)
     return FIXED_DATE
+
+
+@pytest.fixture
+def pg_dsn() -> str:
+    """A DSN for a server with pgvector, or a skip (``pg_support``'s docstring)."""
+    return session_dsn()
+
+
+@pytest.fixture
+def pg_table(pg_dsn: str) -> Iterator[str]:
+    """A fresh table name for one test; the table is dropped afterwards."""
+    table = new_table_name()
+    yield table
+    with contextlib.suppress(Exception):  # the server may be the one a test stopped
+        drop_table(pg_dsn, table)
+
+
+PgOpen = Callable[..., AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture
+def pg_open(pg_dsn: str, pg_table: str) -> PgOpen:
+    """``pg_open(config, embedder, **kw)``: ``open_pg_store`` on this test's table (a
+    ``table=`` keyword opens another)."""
+    open_pg_store = pg_store_opener()
+
+    @asynccontextmanager
+    async def open_(config: Any, embedder: object, **kw: Any) -> AsyncIterator[Any]:
+        kw.setdefault("table", pg_table)
+        async with open_pg_store(pg_dsn, config, embedder, **kw) as store:
+            yield store
+
+    return open_

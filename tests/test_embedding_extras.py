@@ -12,13 +12,8 @@ import msgspec
 import numpy as np
 import pytest
 import trio
-from pg_support import (  # noqa: F401 (pg_dsn and pg_table are fixtures)
-    drop_table,
-    new_table_name,
-    pg_dsn,
-    pg_store_opener,
-    pg_table,
-)
+from events_support import drain
+from pg_support import drop_table, new_table_name, pg_store_opener
 
 from actors import (
     CachedEmbedder,
@@ -435,15 +430,6 @@ class SlowModel:
 
     async def embed_query(self, text: str) -> Any:
         return (await self.embed_documents([text]))[0]
-
-
-def drain(subscription: Any) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        try:
-            out.append(subscription.receive_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 def tag(event: Any) -> str:

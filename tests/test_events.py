@@ -6,6 +6,7 @@ import msgspec
 import pytest
 import trio
 import trio.testing
+from events_support import drain
 
 from actors import open_memory
 from actors._store.events import EventHub
@@ -33,15 +34,6 @@ from protocol.events import (
 )
 
 DIM = 32
-
-
-def drain(subscription: object) -> list[Event]:
-    out: list[Event] = []
-    while True:
-        try:
-            out.append(subscription.receive_nowait())  # type: ignore[attr-defined]
-        except trio.WouldBlock:
-            return out
 
 
 def tagged(events: list[Event], *prefixes: str) -> list[Event]:

@@ -1,7 +1,7 @@
 """VectorStoreMachine against every way a user reaches a store (one lifecycle, design §1).
 
 ``open_store`` (both scan paths) runs in ``test_harness_store.py`` and ``open_pg_store``
-in ``test_pg_store.py``; this file adds the composed paths:
+in ``tests/pg/test_pg_store.py``; this file adds the composed paths:
 
 - ``open_memory``'s own store (``open_memory(store=config, embedder=...)`` then
   ``memory.store``), both scan paths;
@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from hypothesis.stateful import run_state_machine_as_test
-from pg_support import fresh_pg_store, pg_dsn  # noqa: F401
+from pg_support import fresh_pg_store
 
 from actors import open_memory, open_store
 from actors.testing import VectorStoreMachine
@@ -113,7 +113,7 @@ def test_borrowed_store_every_scan_in_a_thread() -> None:
     run_state_machine_as_test(Machine)
 
 
-def test_memory_over_pg(pg_dsn: str) -> None:  # noqa: F811
+def test_memory_over_pg(pg_dsn: str) -> None:
     opener = borrowed(pg_opener(pg_dsn))
 
     class Machine(VectorStoreMachine):

@@ -23,7 +23,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_support import fresh_pg_store, pg_dsn  # noqa: F401
+from pg_support import fresh_pg_store
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors.testing.hostile import (
@@ -125,7 +125,7 @@ async def test_open_store_survives_hostile_input(
 @HOSTILE_SETTINGS
 @given(calls=store_calls)
 async def test_open_pg_store_survives_hostile_input(
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
     calls: list[HostileCall],
 ) -> None:
     embedder = HostileEmbedder(HashingEmbedder(DIM))
@@ -282,7 +282,7 @@ async def test_the_memory_bound_holds_for_hostile_shapes() -> None:
     )
 )
 async def test_memory_over_pg_survives_hostile_input(
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
     calls: list[HostileCall],
 ) -> None:
     embedder = HostileEmbedder(HashingEmbedder(DIM))

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 import trio
-from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors.testing import inject_crash
@@ -201,8 +200,8 @@ async def test_a_borrowed_store_reports_usage_and_events_to_the_memory() -> None
 
 
 async def test_memory_over_pg_runs_a_whole_turn_and_recalls_after_reopen(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     from actors import open_pg_store
 

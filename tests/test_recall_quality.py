@@ -17,7 +17,7 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
+from pg_support import pg_store_opener
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._agent.recall_actor import RecallActor
@@ -476,7 +476,7 @@ async def test_speaker_focus_and_time_channel_through_memory() -> None:
             await check_focus(store)
 
 
-async def test_speaker_focus_and_time_channel_on_pg(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_speaker_focus_and_time_channel_on_pg(pg_dsn: str, pg_table: str) -> None:
     open_pg_store = pg_store_opener()
     with trio.fail_after(60):
         async with open_pg_store(

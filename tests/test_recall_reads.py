@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401
+from pg_support import pg_store_opener
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._agent.recall_actor import RecallActor
@@ -391,8 +391,8 @@ async def test_recall_reads_in_memory(check: Callable[[Any], Awaitable[None]]) -
 @CHECKS
 async def test_recall_reads_on_pg(
     check: Callable[[Any], Awaitable[None]],
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     open_pg_store = pg_store_opener()
     with trio.fail_after(120):

@@ -6,13 +6,11 @@ backend (the raw dense score) and what a conformance store cannot see (the embed
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import trio
-from pg_support import pg_dsn, pg_table  # noqa: F401
 
 from actors import HashingEmbedder, open_store
 from protocol import (
@@ -61,17 +59,8 @@ def opener(request: pytest.FixtureRequest) -> Any:
     """``opener(embedder, **kw)``: a fresh store of the parametrized backend."""
     if request.param == "memory":
         return lambda embedder, **kw: open_store(CONFIG, embedder, **kw)
-    pytest.importorskip("psycopg")
-    from actors._pg.store import open_pg_store
-
-    dsn, table = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table")
-
-    @asynccontextmanager
-    async def open_(embedder: object, **kw: Any) -> AsyncIterator[Any]:
-        async with open_pg_store(dsn, CONFIG, embedder, table=table, **kw) as store:
-            yield store
-
-    return open_
+    pg_open = request.getfixturevalue("pg_open")
+    return lambda embedder, **kw: pg_open(CONFIG, embedder, **kw)
 
 
 async def test_bm25_search_never_embeds_the_query(opener: Any) -> None:

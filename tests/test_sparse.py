@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+from extras import require_extra
 
 from actors import HashingEmbedder, open_store
 from protocol import (
@@ -241,7 +242,7 @@ async def test_open_store_refuses_a_non_model() -> None:
 
 
 async def test_pg_refuses_a_sparse_model() -> None:
-    pytest.importorskip("psycopg")
+    require_extra("pg")
     from actors import open_pg_store
 
     with trio.fail_after(TIMEOUT):

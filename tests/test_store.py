@@ -3,7 +3,7 @@ scratch, and ``open_store``'s argument checks.
 
 The rules every store keeps (design §3: batches, eviction, reads, the inbox,
 cancellation, errors, a crash) are ``actors.testing.WriteConformance``, run on this
-store in ``tests/test_conformance.py`` and on the pg store in ``tests/test_pg_store.py``.
+store in ``tests/test_conformance.py`` and on the pg store in ``tests/pg/test_pg_store.py``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ and what ``SearchRequest`` itself checks.
 
 The documents contract every store keeps is ``actors.testing.StoreConformance`` (search)
 and ``actors.testing.WriteConformance`` (the write path), run on this store in
-``tests/test_conformance.py`` and on the pg store in ``tests/test_pg_documents.py`` and
-``tests/test_pg_store.py``.
+``tests/test_conformance.py`` and on the pg store in ``tests/pg/test_pg_documents.py`` and
+``tests/pg/test_pg_store.py``.
 """
 
 from __future__ import annotations

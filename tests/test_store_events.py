@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import trio
 import trio.testing
+from events_support import drain
 
 from actors import (
     CachedEmbedder,
@@ -58,15 +59,6 @@ DIM = 32
 TIMEOUT = 10
 STORE = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=1024)
 SECRET = "zanzibar marmalade password"
-
-
-def drain(subscription: object) -> list[Event]:
-    out: list[Event] = []
-    while True:
-        try:
-            out.append(subscription.receive_nowait())  # type: ignore[attr-defined]
-        except trio.WouldBlock:
-            return out
 
 
 class ProfiledModel:

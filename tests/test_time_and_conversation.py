@@ -15,20 +15,19 @@ with ``Memory.remember`` and ``compress``.
 - the engine's primitives: the arena's ``neighbor_keys`` and ``time_mask``, and pg's
   ``and_time_window`` fragment.
 
-The pg schema's migration from version 5 is in ``test_pg_time.py``.
+The pg schema's migration from version 5 is in ``tests/pg/test_pg_time.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
-from pg_support import pg_dsn, pg_table  # noqa: F401
+from pg_support import pg_store_opener
 
 from actors import HashingEmbedder, open_memory, open_store
 from actors._retrieval.focus import entry_date
@@ -69,12 +68,7 @@ class Backend:
         self.dsn: str | None = None
         self.table: str | None = None
         if name == "pg":
-            try:
-                import actors._pg.store  # noqa: F401
-            except ImportError as error:  # pragma: no cover - depends on the extras
-                if os.environ.get("TRIO_RECALL_PG_REQUIRED") == "1":
-                    raise
-                pytest.skip(f"the pg extra is not installed ({error})")
+            pg_store_opener()  # a skip without the pg extra (a failure where required)
             self.dsn = request.getfixturevalue("pg_dsn")
             self.table = request.getfixturevalue("pg_table")
 

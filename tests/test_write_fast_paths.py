@@ -10,13 +10,13 @@ still refused with the error the slow path names.
 from __future__ import annotations
 
 import math
-import os
 import struct
 from typing import Any
 
 import numpy as np
 import pytest
 import trio
+from extras import require_extra
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,8 +194,7 @@ async def test_bad_batches_are_refused_as_before_through_the_store() -> None:
 def _pg_modules() -> None:
     """The pg extra's modules (no server needed): skipped without the extra, unless the
     pg tests are required."""
-    if os.environ.get("TRIO_RECALL_PG_REQUIRED") != "1":
-        pytest.importorskip("psycopg")
+    require_extra("pg")
 
 
 def test_vector_binary_is_the_row_form() -> None:

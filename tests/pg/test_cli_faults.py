@@ -23,9 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_cli import TIMEOUT, _script, ok
+from cli_support import TIMEOUT, _script, ok
 from test_embedded_server import _damage
-from test_embedded_server import root as root  # a fixture
 
 from actors.cli._embedded import postmaster_pid, running
 

@@ -19,39 +19,22 @@ contract every store keeps; the write path is ``WriteConformance``, in
 from __future__ import annotations
 
 import datetime as dt
-import os
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_support import (  # noqa: F401
-    REQUIRED_ENV,
-    drop_table,
-    namespace_counts,
-    new_table_name,
-    pg_dsn,
-    pg_table,
-    session_dsn,
-)
-
-try:
-    import psycopg
-    from psycopg import sql
-
-    from actors._pg.filters import translate
-    from actors._pg.schema import filter_json
-    from actors._pg.store import PgStoreHandle, StoreUnavailable, open_pg_store
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
+from pg_support import fresh_pg_store, namespace_counts, session_dsn
+from psycopg import sql
 
 from actors import HashingEmbedder, open_store
+from actors._pg.filters import translate
+from actors._pg.schema import filter_json
+from actors._pg.store import StoreUnavailable, open_pg_store
 from actors._retrieval.bm25 import Bm25Index
 from actors.testing import (
     SCORE_TOLERANCE,
@@ -98,33 +81,6 @@ def docs(*texts: str, **metadata: object) -> list[Document]:
     return [Document(text=t, metadata=dict(metadata)) for t in texts]
 
 
-@pytest.fixture
-def opener(pg_dsn: str, pg_table: str) -> Any:  # noqa: F811
-    """``opener(config, embedder, **kw)``: open_pg_store on this test's table."""
-
-    @asynccontextmanager
-    async def open_(
-        config: VectorStoreConfig, embedder: object, **kw: Any
-    ) -> AsyncIterator[PgStoreHandle]:
-        kw.setdefault("table", pg_table)
-        async with open_pg_store(pg_dsn, config, embedder, **kw) as store:
-            yield store
-
-    return open_
-
-
-@asynccontextmanager
-async def fresh_pg_store(config: VectorStoreConfig, embedder: object, **kw: Any) -> Any:
-    """A pg store on a new table, dropped afterwards (for hypothesis examples)."""
-    dsn, table = session_dsn(), new_table_name()
-    try:
-        async with open_pg_store(dsn, config, embedder, table=table, **kw) as store:
-            yield store
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(drop_table, dsn, table)
-
-
 # --- the documents API: what only PostgreSQL has -------------------------------------------
 
 
@@ -148,7 +104,7 @@ async def test_what_postgresql_cannot_hold_changes_nothing(opener: Any) -> None:
             assert len(store) == 1  # the same table: still only "keep"
 
 
-async def test_a_batch_is_one_transaction(opener: Any, pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_a_batch_is_one_transaction(opener: Any, pg_dsn: str, pg_table: str) -> None:
     # The batch inserts its row, then must evict the oldest row, which another session
     # holds locked, until the statement times out: the insert must be rolled back too.
     with trio.fail_after(TIMEOUT):
@@ -491,7 +447,10 @@ async def test_pg_store_matches_the_in_memory_store(
     embedder = DeterministicFakeEmbedding(16, seed=3)
     config = cfg(max_entries=6, dimensions=16)
     with trio.fail_after(TIMEOUT):
-        async with open_store(config, embedder) as mem, fresh_pg_store(config, embedder) as pg:
+        async with (
+            open_store(config, embedder) as mem,
+            fresh_pg_store(session_dsn(), config, embedder) as pg,
+        ):
             table = pg._actor.names.table_name
             for step, op in enumerate(ops):
                 assert await _apply(pg, op, step) == await _apply(mem, op, step)
@@ -538,7 +497,9 @@ async def test_sql_bm25_scores_match_the_in_memory_index(texts: list[str], query
     slots, scores = index.scores(query)
     expected = dict(zip(slots.tolist(), scores.tolist(), strict=True))
     with trio.fail_after(TIMEOUT):
-        async with fresh_pg_store(cfg(max_entries=16), HashingEmbedder(DIM)) as store:
+        async with fresh_pg_store(
+            session_dsn(), cfg(max_entries=16), HashingEmbedder(DIM)
+        ) as store:
             await store.upsert([Document(id=str(i), text=t) for i, t in enumerate(texts)])
             reads = store._actor.reads
             from actors._pg.filters import translate as _translate
@@ -613,8 +574,8 @@ async def test_a_profile_of_other_dimensions_is_refused_before_connecting() -> N
 
 async def test_hnsw_is_opt_in_and_reported_as_not_exact(
     opener: Any,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     embedder = DeterministicFakeEmbedding(DIM, seed=1)
     texts = [f"entry {i}" for i in range(200)]
@@ -667,4 +628,4 @@ class TestPgConformance(StoreConformance):
     timeout = 60.0
 
     def open_store_under_test(self, config: VectorStoreConfig, embedder: object) -> Any:
-        return fresh_pg_store(config, embedder)
+        return fresh_pg_store(session_dsn(), config, embedder)

@@ -21,37 +21,20 @@ real server.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import string
-from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 import trio
-from pg_support import (  # noqa: F401 (pg_dsn, pg_table and session_dsn are fixtures)
-    REQUIRED_ENV,
-    drop_table,
-    namespace_counts,
-    new_table_name,
-    pg_dsn,
-    pg_table,
-    session_dsn,
-)
-
-try:
-    import psycopg
-    from psycopg import sql
-
-    from actors._pg.store import open_pg_store
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
+from old_schemas import make_version
+from pg_support import drop_table, namespace_counts, new_table_name
+from psycopg import sql
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors._retrieval.bm25 import _STEMMER, MAX_TERM_BYTES, words_of
+from actors._pg.store import open_pg_store
+from actors._retrieval.bm25 import MAX_TERM_BYTES
 from protocol import (
     ConfigError,
     Document,
@@ -62,7 +45,6 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
 )
-from protocol._surrogates import replace_surrogates, unpack_metadata
 
 DIM = 16
 TIMEOUT = 60
@@ -113,8 +95,8 @@ QUERIES = ["cat", "run dog", "owl owl tree", "e3 fish", "nothing"]
 
 
 async def test_without_keyword_index_writes_no_postings_and_refuses_keyword_search(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     embedder = HashingEmbedder(DIM)
     with trio.fail_after(TIMEOUT):
@@ -144,8 +126,8 @@ async def test_without_keyword_index_writes_no_postings_and_refuses_keyword_sear
 
 
 async def test_turning_the_index_on_builds_the_postings_of_every_entry(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """BM25 after the build is the in-memory store's, and a table's that always had it."""
     embedder = HashingEmbedder(DIM)
@@ -191,7 +173,7 @@ async def test_turning_the_index_on_builds_the_postings_of_every_entry(
         drop_table(pg_dsn, reference)
 
 
-async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_a_store_follows_a_switch_made_by_another_open(pg_dsn: str, pg_table: str) -> None:
     """Each write reads the table's setting under the meta row's lock: a store opened
     before the switch writes postings, or skips them, as the table now says."""
     embedder = HashingEmbedder(DIM)
@@ -235,7 +217,7 @@ def row_options(dsn: str, table: str) -> Any:
         return row.fetchone()[0]  # type: ignore[index]
 
 
-async def test_a_long_turn_keeps_its_vector_in_its_row(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_a_long_turn_keeps_its_vector_in_its_row(pg_dsn: str, pg_table: str) -> None:
     """A 384-float row whose turn text is a few hundred bytes (there twice: the text and
     the message) stays under the table's toast_tuple_target, so no vector goes to TOAST,
     where every exact scan would have to fetch it."""
@@ -275,86 +257,6 @@ async def test_a_bad_keyword_index_is_refused_before_connecting(bad: object) -> 
     assert "keyword_index" in str(caught.value) and repr(bad) in str(caught.value)
 
 
-def _lossy(value: Any) -> Any:
-    """What version 4 wrote in the jsonb metadata: each NUL and lone surrogate as U+FFFD,
-    every other character as itself."""
-    if isinstance(value, str):
-        return replace_surrogates(value.replace("\x00", "\ufffd"))
-    if isinstance(value, list):
-        return [_lossy(item) for item in value]
-    if isinstance(value, dict):
-        return {_lossy(key): _lossy(item) for key, item in value.items()}
-    return value
-
-
-def _version_4_postings_and_metadata(conn: psycopg.Connection[Any], table: str) -> None:
-    """Rewrite every posting with its stem as the term (version 4 had no digests) and
-    every metadata as version 4 encoded it (the tests' metadata has no floats)."""
-    names = {
-        "t": sql.Identifier(table),
-        "terms": sql.Identifier(f"{table}_terms"),
-        "meta": sql.Identifier(f"{table}_meta"),
-    }
-    rows = conn.execute(
-        sql.SQL("SELECT seq, namespace, text, doc_len, meta_raw FROM {t}").format(**names)
-    ).fetchall()
-    postings, metadata = [], []
-    for seq, namespace, text, doc_len, raw in rows:
-        stems = Counter(_STEMMER.stemWords(words_of(text)))
-        postings += [(seq, term, namespace, tf, doc_len) for term, tf in stems.items()]
-        if raw is not None:
-            metadata.append((json.dumps(_lossy(unpack_metadata(raw)), ensure_ascii=False), seq))
-    indexed = conn.execute(sql.SQL("SELECT keyword_index FROM {meta}").format(**names))
-    with conn.cursor() as cur:
-        if indexed.fetchone() == (True,):
-            cur.execute(sql.SQL("TRUNCATE {terms}").format(**names))
-            cur.executemany(
-                sql.SQL("INSERT INTO {terms} VALUES (%s, %s, %s, %s, %s)").format(**names),
-                postings,
-            )
-        cur.executemany(
-            sql.SQL("UPDATE {t} SET metadata = %s::jsonb WHERE seq = %s").format(**names),
-            metadata,
-        )
-
-
-def _make_version(dsn: str, table: str, version: int) -> None:
-    """Turn a version 6 table into what an older (or newer) trio-recall left."""
-    meta = sql.Identifier(f"{table}_meta")
-    terms = sql.Identifier(f"{table}_terms")
-    with psycopg.connect(dsn) as conn:
-        if version <= 5:
-            # Version 5 had no time, conversation, position nor index text (dropping a
-            # column drops its indexes), and no T_conv.
-            conn.execute(
-                sql.SQL(
-                    "ALTER TABLE {} DROP COLUMN occurred_at, DROP COLUMN conversation, "
-                    "DROP COLUMN position, DROP COLUMN index_text"
-                ).format(sql.Identifier(table))
-            )
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(f"{table}_conv")))
-        if version <= 4:
-            _version_4_postings_and_metadata(conn, table)
-        if version <= 3:
-            conn.execute(
-                sql.SQL("ALTER TABLE {} RENAME COLUMN live_entries TO entries").format(meta)
-            )
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(f"{table}_ns")))
-            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(f"{table}_terms_idx")))
-            conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN doc_len").format(terms))
-            conn.execute(
-                sql.SQL("CREATE INDEX {} ON {} (namespace, term) INCLUDE (seq, tf)").format(
-                    sql.Identifier(f"{table}_terms_idx"), terms
-                )
-            )
-        if version == 2:
-            conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN keyword_index").format(meta))
-            conn.execute(
-                sql.SQL("ALTER TABLE {} RESET (toast_tuple_target)").format(sql.Identifier(table))
-            )
-        conn.execute(sql.SQL("UPDATE {} SET schema_version = %s").format(meta), (version,))
-
-
 def vacuumed(dsn: str, table: str) -> bool:
     """Whether the postings were vacuumed and analyzed by hand (by the open that built
     them: autovacuum's runs are counted apart), which marks their pages all-visible so
@@ -381,8 +283,8 @@ def lengths_agree(dsn: str, table: str) -> bool:
 
 @pytest.mark.parametrize("version", [2, 3, 4, 5])
 async def test_an_older_table_is_migrated_in_place(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     version: int,
 ) -> None:
     embedder = HashingEmbedder(DIM)
@@ -392,7 +294,7 @@ async def test_an_older_table_is_migrated_in_place(
             await store.store_turns([UnifiedMessage.user("cat owl")], namespace="other")
             before = {q: await bm25_hits(store, q) for q in QUERIES}
             counts = namespace_counts(pg_dsn, pg_table)
-        _make_version(pg_dsn, pg_table, version)
+        make_version(pg_dsn, pg_table, version)
         kept = postings(pg_dsn, pg_table)
         assert (row_options(pg_dsn, pg_table) is None) == (version == 2)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
@@ -411,7 +313,7 @@ async def test_an_older_table_is_migrated_in_place(
             assert lengths_agree(pg_dsn, pg_table)
             assert namespace_counts(pg_dsn, pg_table)["memory-default"][0] == 25
         # An older table opened straight into keyword_index=False: migrated, emptied.
-        _make_version(pg_dsn, pg_table, version)
+        make_version(pg_dsn, pg_table, version)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table, keyword_index=False):
             assert not flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == 0
@@ -423,8 +325,8 @@ async def test_an_older_table_is_migrated_in_place(
     [(1, "migrates versions 2, 3, 4 and 5 in place"), (7, "made by a newer trio-recall")],
 )
 async def test_other_versions_are_refused_and_left_alone(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     version: int,
     says: str,
 ) -> None:
@@ -432,7 +334,7 @@ async def test_other_versions_are_refused_and_left_alone(
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             await store.add_documents(docs(0, 5))
-        _make_version(pg_dsn, pg_table, version)
+        make_version(pg_dsn, pg_table, version)
         with pytest.raises(ConfigError) as caught:
             async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table):
                 pass  # pragma: no cover
@@ -444,8 +346,8 @@ async def test_other_versions_are_refused_and_left_alone(
 
 
 async def test_a_version_4_table_gets_digests_and_exact_filters(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """A version 4 table could hold terms between ``MAX_TERM_BYTES`` and the btree's
     limit (about 2,700 bytes) as themselves, and NUL or lone surrogates in its jsonb as
@@ -471,7 +373,7 @@ async def test_a_version_4_table_gets_digests_and_exact_filters(
         async with open_pg_store(pg_dsn, cfg(8192), embedder, table=pg_table) as store:
             await store.add_documents(rows)
             before = {q: await bm25_hits(store, q) for q in (token, "key", *QUERIES)}
-        _make_version(pg_dsn, pg_table, 4)
+        make_version(pg_dsn, pg_table, 4)
         kept = postings(pg_dsn, pg_table)
         longest = "SELECT max(octet_length(term)) FROM {terms}"
         assert _query(pg_dsn, longest, pg_table) > MAX_TERM_BYTES
@@ -488,8 +390,8 @@ async def test_a_version_4_table_gets_digests_and_exact_filters(
 
 
 async def test_open_memory_refuses_hybrid_recall_over_a_table_without_the_index(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """The user's path: ``open_memory`` over such a table fails when it opens, naming the
     table and both ways out, rather than every turn's recall failing (a turn only logs a
@@ -521,7 +423,7 @@ async def test_open_memory_refuses_hybrid_recall_over_a_table_without_the_index(
                 assert [t.id for t in report.turns][:1] == [owl]
 
 
-async def test_the_namespaces_counts_follow_every_write(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_the_namespaces_counts_follow_every_write(pg_dsn: str, pg_table: str) -> None:
     """``T_ns`` (BM25's N and lengths, a scoped read's count) after inserts, upserts,
     deletes, eviction across namespaces and both clears: it agrees with the entries, a
     namespace's row goes with its last entry, and a scoped read counts from it."""
@@ -555,8 +457,8 @@ async def test_the_namespaces_counts_follow_every_write(pg_dsn: str, pg_table: s
 
 
 async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothing(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """Each write reads the schema version under the write lock: a table migrated by a
     newer trio-recall since this store opened is refused, whole, with what to do."""
@@ -564,7 +466,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             await store.add_documents(docs(0, 3))
-            _make_version(pg_dsn, pg_table, 7)
+            make_version(pg_dsn, pg_table, 7)
             for write in (
                 store.add_documents(docs(3, 2)),
                 store.store_turns([UnifiedMessage.user("owl")]),
@@ -578,7 +480,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
             assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 3
 
 
-async def test_a_name_another_relation_has_is_refused(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_a_name_another_relation_has_is_refused(pg_dsn: str, pg_table: str) -> None:
     """A new store needs ``<table>_ns`` (and ``_terms``, ``_seq``); if another relation
     has one of those names, nothing is created and the error names it."""
     taken = f"{pg_table}_ns"
@@ -598,8 +500,8 @@ async def test_a_name_another_relation_has_is_refused(pg_dsn: str, pg_table: str
 
 
 async def test_an_open_that_waits_past_its_timeout_on_a_migration_says_so(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """Another process holding the table's schema lock (a migration, an index build)
     past the statement timeout: the open fails with what is going on, not as an
@@ -620,8 +522,8 @@ async def test_an_open_that_waits_past_its_timeout_on_a_migration_says_so(
 
 
 async def test_a_memory_over_an_older_table_recalls_after_the_migration(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """The user's path after an upgrade: ``open_memory`` over a store whose table an
     older trio-recall made migrates it on open, then hybrid recall (the default) finds
@@ -637,7 +539,7 @@ async def test_a_memory_over_an_older_table_recalls_after_the_migration(
             for text in ("the owl sits in the tree", "a fish under the rock", "the cat"):
                 await memory.remember(text)
             before = [[t.id for t in (await memory.retrieve(q)).turns] for q in queries]
-        _make_version(pg_dsn, pg_table, 3)
+        make_version(pg_dsn, pg_table, 3)
         async with (
             open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store,
             open_memory(store=store, memory=config) as memory,

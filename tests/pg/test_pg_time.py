@@ -17,26 +17,18 @@ both backends.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any
 
+import psycopg
 import pytest
 import trio
-from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
-
-try:
-    import psycopg
-    from psycopg import sql
-
-    from actors._pg.filters import and_time_window, translate
-    from actors._pg.schema import SCHEMA_VERSION
-    from actors._pg.store import open_pg_store
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
+from old_schemas import make_version
+from psycopg import sql
 
 from actors import HashingEmbedder, open_store
+from actors._pg.filters import and_time_window, translate
+from actors._pg.schema import SCHEMA_VERSION
+from actors._pg.store import open_pg_store
 from protocol import ConfigError, Document, SearchRequest, UnifiedMessage, VectorStoreConfig
 from protocol.filters import Eq
 
@@ -60,28 +52,12 @@ def _query(dsn: str, statement: str, table: str, *params: Any) -> list[tuple[Any
         return conn.execute(sql.SQL(statement).format(**names), params).fetchall()
 
 
-def _to_version_5(dsn: str, table: str) -> None:
-    """What trio-recall of schema version 5 left: no time, conversation, position or
-    index text (their indexes go with them), no ``T_conv``."""
-    with psycopg.connect(dsn) as conn:
-        conn.execute(
-            sql.SQL(
-                "ALTER TABLE {} DROP COLUMN occurred_at, DROP COLUMN conversation, "
-                "DROP COLUMN position, DROP COLUMN index_text"
-            ).format(sql.Identifier(table))
-        )
-        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(f"{table}_conv")))
-        conn.execute(
-            sql.SQL("UPDATE {} SET schema_version = 5").format(sql.Identifier(f"{table}_meta"))
-        )
-
-
 async def _bm25(store: Any, query: str) -> list[tuple[str | None, float]]:
     hits = await store.search(SearchRequest(query=query, k=20, kind="bm25"))
     return [(h.document.id, round(h.score, 9)) for h in hits]
 
 
-async def test_a_version_5_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_a_version_5_table_is_migrated_in_place(pg_dsn: str, pg_table: str) -> None:
     embedder = HashingEmbedder(DIM)
     docs = [Document(id=f"d{i}", text=f"owl number {i} in the tree") for i in range(6)]
     with trio.fail_after(TIMEOUT):
@@ -89,7 +65,7 @@ async def test_a_version_5_table_is_migrated_in_place(pg_dsn: str, pg_table: str
             await store.add_documents(docs)
             await store.store_turns([UnifiedMessage.user("a fish under the owl")])
             before = await _bm25(store, "owl")
-        _to_version_5(pg_dsn, pg_table)
+        make_version(pg_dsn, pg_table, 5)
         opened = dt.datetime.now(dt.UTC)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             migrated = dt.datetime.now(dt.UTC)
@@ -126,8 +102,8 @@ async def test_a_version_5_table_is_migrated_in_place(pg_dsn: str, pg_table: str
 
 
 async def test_positions_go_on_after_a_conversation_is_emptied(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """pg keeps every conversation's counter (``T_conv``); the in-memory store forgets
     a conversation with no live entry (its bookkeeping is bounded) and starts again."""
@@ -155,8 +131,8 @@ async def test_positions_go_on_after_a_conversation_is_emptied(
 
 
 async def test_the_time_window_narrows_dense_and_bm25_statements(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     embedder = HashingEmbedder(DIM)
     docs = [
@@ -200,8 +176,8 @@ async def test_the_time_window_narrows_dense_and_bm25_statements(
 
 
 async def test_a_conversation_pg_text_cannot_hold_is_refused(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), HashingEmbedder(DIM), table=pg_table) as store:

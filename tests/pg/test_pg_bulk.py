@@ -14,39 +14,25 @@ through ``open_pg_store`` against a real server.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 import trio
-from pg_support import (  # noqa: F401
-    REQUIRED_ENV,
-    pg_dsn,
-    pg_table,
-    session_dsn,
-)
-
-try:
-    import psycopg
-    from psycopg import sql
-
-    from actors._pg import reads as reads_module
-    from actors._pg.reads import (
-        DEFAULT_EF_SEARCH,
-        HNSW_CANDIDATES,
-        HNSW_FILTERED_EF_SEARCH,
-        HNSW_SETTINGS,
-        parse_vector,
-    )
-    from actors._pg.store import open_pg_store
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
+from psycopg import sql
 
 from actors import HashingEmbedder
 from actors._embedding.embedders import normalize_rows
+from actors._pg import reads as reads_module
+from actors._pg.reads import (
+    DEFAULT_EF_SEARCH,
+    HNSW_CANDIDATES,
+    HNSW_FILTERED_EF_SEARCH,
+    HNSW_SETTINGS,
+    parse_vector,
+)
+from actors._pg.store import open_pg_store
 from protocol import (
     ConfigError,
     Document,
@@ -131,8 +117,8 @@ def allow(dsn: str, table: str, target: str) -> None:
     [("entries", "id", f"d{1000 + BATCH - 300}"), ("postings", "term", "word3")],
 )
 async def test_a_refused_row_in_a_bulk_batch_leaves_nothing(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     target: str,
     column: str,
     value: str,
@@ -166,7 +152,7 @@ async def test_a_refused_row_in_a_bulk_batch_leaves_nothing(
     assert postings > before[1]
 
 
-async def test_vectors_are_stored_bit_exactly(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_vectors_are_stored_bit_exactly(pg_dsn: str, pg_table: str) -> None:
     rng = np.random.default_rng(1)
     batch = docs(0, 300, rng)
     raw = np.array([d.embedding for d in batch], dtype=np.float64)
@@ -191,8 +177,8 @@ async def test_vectors_are_stored_bit_exactly(pg_dsn: str, pg_table: str) -> Non
 
 @pytest.mark.parametrize("foreign_key", [False, True])
 async def test_every_delete_takes_its_postings(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     foreign_key: bool,
 ) -> None:
     rng = np.random.default_rng(2)
@@ -245,8 +231,8 @@ async def shown_settings(store: Any, names: list[str]) -> list[str]:
 
 
 async def test_hnsw_reads_run_with_the_documented_settings(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(3)
@@ -290,8 +276,8 @@ async def test_hnsw_reads_run_with_the_documented_settings(
 
 
 async def test_ef_search_sets_the_candidate_list_of_every_connection(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(4)

