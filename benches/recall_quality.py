@@ -81,9 +81,9 @@ from protocol import (
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
+    contextual_entry,
 )
-from protocol._memory import contextual_entry
-from protocol._time import format_date
+from protocol.checks import format_date
 
 KS = (1, 5, 10, 25)
 # Relevance floors measured for the default configurations (``--floors``): a hit is

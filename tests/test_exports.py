@@ -243,7 +243,7 @@ ACTORS_TESTING = [
 ]
 
 # Imported lazily, so ``import actors`` does not need the pg extra.
-ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
+ACTORS_LAZY = ["PgStoreHandle", "PgTableInfo", "open_pg_store", "read_pg_table"]
 
 
 @pytest.mark.parametrize(

@@ -50,14 +50,15 @@ from protocol import (
     ToolResult,
     UnifiedMessage,
     VectorStoreError,
+    contextual_entry,
     parse_time,
     payload_bytes,
     projection,
 )
 from protocol._errors import to_plugin_error
-from protocol._memory import contextual_entry, describe_error, memory_id
+from protocol._memory import describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
-from protocol._time import format_date
+from protocol.checks import format_date, turn_bytes
 from protocol.events import TurnsOffloaded, TurnsSummarized
 from protocol.messages import Compress
 
@@ -65,7 +66,6 @@ from .._store.events import EventHub, StoreWatch, now
 from .._store.handle import Store
 from .._store.index_text import CONTEXT_CHARS, fit_index_text
 from .._store.mailbox import Mailbox
-from .._store.prepare import turn_bytes
 
 __all__ = [
     "DROPPED_OUTPUT_PREFIX",
@@ -258,7 +258,7 @@ def _marker(cut: int) -> str:
 def offload_bytes(message: UnifiedMessage) -> int:
     """What ``message`` counts against ``max_entry_bytes`` when ``Offload`` stores it
     without an index text: its payload, its blocks and the source ``"offload"``
-    (``actors._store.prepare.turn_bytes``)."""
+    (``protocol.checks.turn_bytes``)."""
     return turn_bytes(message, source=OFFLOAD_SOURCE)
 
 

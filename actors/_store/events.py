@@ -16,10 +16,10 @@ import attrs
 import trio
 
 from protocol import Event, TurnsStored
+from protocol.checks import check_int
 from protocol.events import Evicted, StoreNearCap
 
 from .handle import Store
-from .prepare import check_int
 
 __all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
 

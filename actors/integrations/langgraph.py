@@ -57,7 +57,7 @@ from langgraph.store.base.embed import EmbeddingsLambda
 
 from actors import HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
-from protocol._checks import check_int, shown
+from protocol.checks import check_int, shown
 
 from . import _langgraph_ops as mapping
 from ._backends import BridgedStore, store_opener

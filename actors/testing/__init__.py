@@ -22,7 +22,7 @@
   :class:`FaultyEmbedder`, plus :func:`inject_crash`.
 """
 
-from .._embedding.embedders import HashingEmbedder as HashingEmbedder
+from .. import HashingEmbedder as HashingEmbedder
 from ._conformance import StoreConformance as StoreConformance
 from ._crash import InjectedCrash as InjectedCrash
 from ._crash import inject_crash as inject_crash

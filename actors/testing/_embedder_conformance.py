@@ -41,9 +41,8 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedding.cache import CachedEmbedder, EmbeddingCache, EmbeddingModel, EmbeddingUsageLog
+from .. import CachedEmbedder, EmbeddingCache, EmbeddingModel, EmbeddingUsageLog, open_store
 from .._embedding.embedders import EmbedderAdapter, as_matrix, as_vector
-from .._inmemory.store import open_store
 
 __all__ = ["EmbedderConformance"]
 

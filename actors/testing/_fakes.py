@@ -15,7 +15,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError
-from protocol._checks import check_int
+from protocol.checks import check_int
 
 __all__ = [
     "DeterministicFakeEmbedding",

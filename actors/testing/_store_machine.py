@@ -44,10 +44,9 @@ from protocol import (
     VectorStoreConfig,
     projection,
 )
+from protocol.checks import metadata_json, turn_bytes
 
-from .._embedding.embedders import HashingEmbedder
-from .._inmemory.store import open_store
-from .._store.prepare import metadata_json, turn_bytes
+from .. import HashingEmbedder, open_store
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
 from ._machine import TrioRuleBasedStateMachine, initialize, precondition, rule

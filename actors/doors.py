@@ -1,6 +1,12 @@
 """What every door into the store shares: the MCP server, the command line and the
 LangChain and LangGraph adapters (README "MCP server", "Command line", "LangChain",
-"LangGraph").
+"LangGraph"), and a door of your own.
+
+A *door* is code that lets someone outside Python reach a store (a tool server, a
+command, a framework's retriever). Write yours with these rules and it searches, floors
+and reads times exactly as trio-recall's own doors do; the checks and encodings a door
+applies to what it is given (ints, JSON, conversations, sizes) are in
+:mod:`protocol.checks`.
 
 Each door searches the way ``Memory.retrieve`` does unless told otherwise: the store's
 ``recall`` search (``SearchRequest(kind="recall")``: hybrid BM25 and dense lists,
@@ -8,9 +14,12 @@ speaker focus, the time channel, entity links and the neighbour boost), with the
 relevance floor. The other search kinds stay available by name. One function decides
 each rule, so no door can drift from the others:
 
-- :data:`SEARCH_MODES` and :data:`DEFAULT_MODE`: the modes a door offers;
-- :func:`relevance_floor`: which cosine floor a mode applies by default, and which
-  modes take none;
+- :data:`SEARCH_MODES` and :data:`DEFAULT_MODE`: the modes a door offers, and
+  :func:`check_mode`, which refuses any other;
+- :func:`relevance_floor`: which cosine floor a mode applies by default
+  (``protocol.checks.DEFAULT_MIN_SIMILARITY`` for recall), and which modes take none;
+  :func:`check_similarity` checks a floor given at a door;
+- :func:`candidate_depth`: how deep a door's search of ``k`` hits reads;
 - :func:`door_time`: a time given at a door (ISO 8601 text, or an aware datetime where
   the door is Python) as the aware UTC datetime the store keeps.
 """
@@ -21,11 +30,8 @@ import datetime as dt
 import math
 from typing import cast
 
-from protocol import ConfigError, parse_time
-from protocol._checks import shown
-from protocol._documents import SearchKind
-from protocol._memory import DEFAULT_MIN_SIMILARITY
-from protocol._time import check_time
+from protocol import ConfigError, SearchKind, parse_time
+from protocol.checks import DEFAULT_MIN_SIMILARITY, check_time, shown
 
 __all__ = [
     "DEFAULT_MODE",
