@@ -2,6 +2,8 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
+
 from ._agent.compaction import Summarizer as Summarizer
 from ._agent.dispatch import Dispatcher as Dispatcher
 from ._agent.dispatch import EchoDispatcher as EchoDispatcher
@@ -18,6 +20,7 @@ from ._embedding.cache import EmbeddingRegistry as EmbeddingRegistry
 from ._embedding.cache import EmbeddingResult as EmbeddingResult
 from ._embedding.cache import EmbeddingUsageLog as EmbeddingUsageLog
 from ._embedding.cache import check_profile as check_profile
+from ._embedding.embedders import AnyEmbedder as AnyEmbedder
 from ._embedding.embedders import AsyncEmbedder as AsyncEmbedder
 from ._embedding.embedders import Embedder as Embedder
 from ._embedding.embedders import HashingEmbedder as HashingEmbedder
@@ -38,6 +41,7 @@ from ._store.indexing import RecordManager as RecordManager
 from ._store.indexing import index as index
 
 __all__ = [
+    "AnyEmbedder",
     "AsyncEmbedder",
     "CacheStatistics",
     "CachedEmbedder",
@@ -74,6 +78,8 @@ __all__ = [
     "open_store",
 ]
 
+_fixup_module_metadata(__name__, globals(), __all__)
+
 # The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,
 # so `import actors` works without it.
 _LAZY = {
@@ -96,7 +102,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'actors' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module, __name__), name)
+    # Its public path is actors.<name>, as for the names imported above.
+    _fixup_module_metadata(__name__, {name: value}, [name])
+    return value
 
 
 def __dir__() -> list[str]:

@@ -24,6 +24,8 @@ each rule, so no door can drift from the others:
   the door is Python) as the aware UTC datetime the store keeps.
 """
 
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
+
 from ._retrieval.doors import DEFAULT_MODE as DEFAULT_MODE
 from ._retrieval.doors import FLOORLESS_MODES as FLOORLESS_MODES
 from ._retrieval.doors import SEARCH_MODES as SEARCH_MODES
@@ -43,3 +45,5 @@ __all__ = [
     "door_time",
     "relevance_floor",
 ]
+
+_fixup_module_metadata(__name__, globals(), __all__)

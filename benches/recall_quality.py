@@ -20,7 +20,7 @@ id = the turn's ``dia_id``. The plain configurations offload each turn alone
 (``Offload(context=0, dated=False)``, as the reference figures were measured); the
 ``default`` configuration is the shipped one end to end: ``Offload`` as configured by
 default writes each turn with its date and the turn before it
-(:func:`protocol.contextual_entry`), and ``Memory.retrieve`` ranks with the default
+(:func:`protocol.compaction.contextual_entry`), and ``Memory.retrieve`` ranks with the default
 :class:`protocol.RecallSettings`.
 
 Every text is embedded once per run: a caching embedder embeds all of them up front,
@@ -75,15 +75,17 @@ from actors import HashingEmbedder, open_memory, open_store
 from protocol import (
     Document,
     MemoryConfig,
-    Offload,
-    Offloaded,
     RecallSettings,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
-    contextual_entry,
 )
 from protocol.checks import format_date
+from protocol.compaction import (
+    Offload,
+    Offloaded,
+    contextual_entry,
+)
 
 KS = (1, 5, 10, 25)
 # Relevance floors measured for the default configurations (``--floors``): a hit is

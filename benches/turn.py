@@ -64,11 +64,11 @@ from actors import EchoDispatcher, MiniLMEmbedder, open_memory
 from protocol import (
     Document,
     MemoryConfig,
-    Offload,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
 )
+from protocol.compaction import Offload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (1_000, 10_000, 100_000)

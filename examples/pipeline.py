@@ -34,12 +34,12 @@ from actors import (
 from actors.llama import open_llama_server
 from protocol import (
     MemoryConfig,
-    Offload,
     ToolCall,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
 )
+from protocol.compaction import Offload
 
 DATE = "9 June 2025, 18:30 UTC"
 

@@ -9,6 +9,8 @@ checks and encodings every door and backend shares (for those who write one) are
 package never imports trio, numpy or ``actors`` (design §1).
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._chat import ROLES as ROLES
 from ._chat import ContentBlock as ContentBlock
 from ._chat import ImageBase64 as ImageBase64
@@ -45,9 +47,6 @@ from ._errors import EmbeddingTimeout as EmbeddingTimeout
 from ._errors import EntryTooLarge as EntryTooLarge
 from ._errors import FilterError as FilterError
 from ._errors import JsonError as JsonError
-from ._errors import PluginError as PluginError
-from ._errors import PluginInternalError as PluginInternalError
-from ._errors import PluginValidationError as PluginValidationError
 from ._errors import Poisoned as Poisoned
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import VectorStoreError as VectorStoreError
@@ -56,27 +55,10 @@ from ._events import EventSink as EventSink
 from ._filters import Filter as Filter
 from ._filters import FilterNode as FilterNode
 from ._filters import parse_filter as parse_filter
-from ._memory import Clamped as Clamped
-from ._memory import ClampOversizedMessages as ClampOversizedMessages
-from ._memory import CompactionAction as CompactionAction
-from ._memory import CompressionReport as CompressionReport
-from ._memory import DropObservations as DropObservations
-from ._memory import Dropped as Dropped
 from ._memory import MemoryConfig as MemoryConfig
-from ._memory import Offload as Offload
-from ._memory import Offloaded as Offloaded
 from ._memory import RecallSettings as RecallSettings
-from ._memory import Rejected as Rejected
-from ._memory import Skipped as Skipped
-from ._memory import SlidingWindow as SlidingWindow
-from ._memory import Strategy as Strategy
-from ._memory import Summarize as Summarize
-from ._memory import Summarized as Summarized
 from ._memory import TurnReport as TurnReport
-from ._memory import contextual_entry as contextual_entry
-from ._messages import Cleared as Cleared
-from ._messages import Compressed as Compressed
-from ._messages import TurnsStored as TurnsStored
+from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._render import RECALL_MARKER as RECALL_MARKER
 from ._render import XML_RECALL_MARKER as XML_RECALL_MARKER
 from ._render import Injected as Injected
@@ -92,12 +74,6 @@ from ._time import entry_text as entry_text
 from ._time import parse_time as parse_time
 
 __all__ = [
-    "ClampOversizedMessages",
-    "Clamped",
-    "Cleared",
-    "CompactionAction",
-    "Compressed",
-    "CompressionReport",
     "ConfigError",
     "ContentBlock",
     "DEFAULT_NAMESPACE",
@@ -105,8 +81,6 @@ __all__ = [
     "DispatchError",
     "DispatchTimeout",
     "Document",
-    "DropObservations",
-    "Dropped",
     "EmbedderError",
     "EmbeddingCall",
     "EmbeddingError",
@@ -127,43 +101,30 @@ __all__ = [
     "InputType",
     "JsonError",
     "MemoryConfig",
-    "Offload",
-    "Offloaded",
-    "PluginError",
-    "PluginInternalError",
-    "PluginValidationError",
     "Poisoned",
     "RECALL_MARKER",
     "ROLES",
     "RecallInjection",
     "RecallSettings",
-    "Rejected",
     "RetrievalReport",
     "RetrievedTurn",
     "Role",
     "ScoredDocument",
     "SearchKind",
     "SearchRequest",
-    "Skipped",
-    "SlidingWindow",
     "SparseVector",
     "StoreUnavailable",
-    "Strategy",
-    "Summarize",
-    "Summarized",
     "Text",
     "Thinking",
     "ToolCall",
     "ToolResult",
     "TurnReport",
-    "TurnsStored",
     "UnifiedMessage",
     "UnifiedRequest",
     "VectorStoreConfig",
     "VectorStoreError",
     "VectorStoreUsage",
     "XML_RECALL_MARKER",
-    "contextual_entry",
     "digest_request",
     "document_id",
     "entry_text",
@@ -174,3 +135,54 @@ __all__ = [
     "projection",
     "render",
 ]
+
+_fixup_module_metadata(__name__, globals(), __all__)
+
+# Names that left the top level after 0.1.0 for a submodule: importable from here, with a
+# DeprecationWarning, for one release.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            "ClampOversizedMessages",
+            "Clamped",
+            "CompactionAction",
+            "CompressionReport",
+            "DropObservations",
+            "Dropped",
+            "Offload",
+            "Offloaded",
+            "PluginError",
+            "PluginInternalError",
+            "PluginValidationError",
+            "Rejected",
+            "Skipped",
+            "SlidingWindow",
+            "Strategy",
+            "Summarize",
+            "Summarized",
+            "contextual_entry",
+        ],
+        "protocol.compaction",
+    ),
+    **dict.fromkeys(["Cleared", "Compressed", "TurnsStored"], "protocol.messages"),
+}
+
+
+# Hidden from type checkers, so that mypy and pyright flag an old path (and a typo) rather
+# than typing every unknown name as ``object``.
+if not _TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        home = _MOVED.get(name)
+        if home is None:
+            raise AttributeError(f"module 'protocol' has no attribute {name!r}")
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"protocol.{name} moved to {home}.{name}; import it from {home} "
+            "(the old path goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)

@@ -7,8 +7,10 @@ for a read or a clear that is not scoped. Tags are dotted, ``<area>.<what>``:
 - ``compaction.offloaded``, ``compaction.summarized``;
 - ``recall.recalled``, ``recall.failed``, ``recall.injected``;
 - ``retriever.started``, ``retriever.completed``, ``retriever.failed`` (``Memory.retrieve``);
-- ``embedding.started``, then ``embedding.embedded`` or ``embedding.failed`` (every
-  embedder call, with its usage record; a cancelled call sends nothing more);
+- ``embedding.started``, then ``embedding.completed`` or ``embedding.failed`` (every
+  embedder call, with its usage record; a cancelled call sends nothing more). Until
+  0.2, ``embedding.completed`` was ``embedding.embedded`` (:class:`EmbeddingEmbedded`);
+  see :class:`EmbeddingCompleted` for what still works under the old name;
 - ``vector_store.added``, ``vector_store.deleted``, ``vector_store.searched``,
   ``vector_store.near_cap``, ``vector_store.evicted``;
 - ``indexing.started``, ``indexing.batch_completed``, ``indexing.completed``,
@@ -16,6 +18,13 @@ for a read or a clear that is not scoped. Tags are dotted, ``<area>.<what>``:
 
 Queries never appear in clear: an event about a query carries a fingerprint, the first
 16 hex characters of the query's sha256 (:func:`fingerprint`).
+
+Runs: the ``retriever.*`` events and ``vector_store.searched`` name the ``retriever``
+that read and carry a ``run_id`` (32 hex characters, fresh for each retrieval), as
+LangChain's retriever callbacks do. The ``retriever.started`` and
+``retriever.completed``/``retriever.failed`` of one ``Memory.retrieve`` share it, and so
+does the ``vector_store.searched`` of the store read it made; a direct read of a store
+is a run of its own, named ``"store"``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ __all__ = [
     "InjectedItem",
     "DocumentsAdded",
     "DocumentsDeleted",
+    "EmbeddingCompleted",
     "EmbeddingEmbedded",
     "EmbeddingFailed",
     "EmbeddingStarted",
@@ -146,6 +156,12 @@ class RetrieverStarted(Event, frozen=True, kw_only=True, tag="retriever.started"
     backend: str | None = None
     profile: str | None = None
     kind: str | None = None
+    #: The retriever's name (``MemoryConfig.retriever_name``, ``"memory"`` by default) and
+    #: this retrieval's run id, shared by its start and end events and by the
+    #: ``vector_store.searched`` of its store read. Always set by this release; None only
+    #: in an event decoded from an older log.
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.completed"):
@@ -163,6 +179,12 @@ class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.comple
     backend: str | None = None
     profile: str | None = None
     kind: str | None = None
+    #: The retriever's name (``MemoryConfig.retriever_name``, ``"memory"`` by default) and
+    #: this retrieval's run id, shared by its start and end events and by the
+    #: ``vector_store.searched`` of its store read. Always set by this release; None only
+    #: in an event decoded from an older log.
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
@@ -177,10 +199,16 @@ class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
     backend: str | None = None
     profile: str | None = None
     kind: str | None = None
+    #: The retriever's name (``MemoryConfig.retriever_name``, ``"memory"`` by default) and
+    #: this retrieval's run id, shared by its start and end events and by the
+    #: ``vector_store.searched`` of its store read. Always set by this release; None only
+    #: in an event decoded from an older log.
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class EmbeddingStarted(Event, frozen=True, kw_only=True, tag="embedding.started"):
-    """An embedder call began. ``embedding.embedded`` or ``embedding.failed`` follows it
+    """An embedder call began. ``embedding.completed`` or ``embedding.failed`` follows it
     (with the same provider and model), unless the call is cancelled.
 
     Attributes:
@@ -197,11 +225,28 @@ class EmbeddingStarted(Event, frozen=True, kw_only=True, tag="embedding.started"
 
 
 class EmbeddingEmbedded(Event, frozen=True, kw_only=True, tag="embedding.embedded"):
-    """One embedder call finished. ``usage`` is its record: texts asked for, cache hits
-    (counted apart from what reached the provider), texts embedded, characters, tokens
-    where the model reports them, batches, dimensions, wall time and cost."""
+    """Deprecated since 0.2 (removed in 0.3): the old name and tag of
+    :class:`EmbeddingCompleted`, which subclasses it.
+
+    Nothing sends it any more. It stays so that, for one release, a subscriber that
+    filters with ``isinstance(event, EmbeddingEmbedded)`` still receives every
+    ``embedding.completed`` event, and a log written before the rename (tag
+    ``embedding.embedded``) still decodes as :data:`MemoryEvent`. Importing it from
+    ``protocol.events`` warns with a ``DeprecationWarning``.
+    """
 
     usage: EmbeddingCall
+
+
+class EmbeddingCompleted(EmbeddingEmbedded, frozen=True, kw_only=True, tag="embedding.completed"):
+    """One embedder call finished. ``usage`` is its record: texts asked for, cache hits
+    (counted apart from what reached the provider), texts embedded, characters, tokens
+    where the model reports them, batches, dimensions, wall time and cost.
+
+    Named ``EmbeddingEmbedded`` (tag ``embedding.embedded``) before 0.2; it subclasses
+    that deprecated class, so ``isinstance`` checks against the old name still match.
+    A filter on the tag string must change to ``"embedding.completed"``.
+    """
 
 
 class EmbeddingFailed(Event, frozen=True, kw_only=True, tag="embedding.failed"):
@@ -260,6 +305,12 @@ class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched
         k: the hits asked for.
         best: the top score, or ``None`` when nothing was found.
         seconds: wall time of the read, query embedding included.
+        retriever: who read: the ``retriever_name`` of the memory whose
+            ``Memory.retrieve`` made this read (``"memory"`` by default), or
+            ``"store"`` for a direct read of a store handle. None only in an event
+            decoded from an older log.
+        run_id: the retrieval's run id (32 hex characters): the one its
+            ``retriever.*`` events carry, or a fresh one for a direct read.
     """
 
     operation: SearchOperation
@@ -273,6 +324,8 @@ class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched
     hits: int
     best: float | None
     seconds: float
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class IndexingStarted(Event, frozen=True, kw_only=True, tag="indexing.started"):
@@ -335,6 +388,7 @@ MemoryEvent = (
     | RetrieverCompleted
     | RetrieverFailed
     | EmbeddingStarted
+    | EmbeddingCompleted
     | EmbeddingEmbedded
     | EmbeddingFailed
     | DocumentsAdded
@@ -345,6 +399,9 @@ MemoryEvent = (
     | IndexingCompleted
     | IndexingFailed
 )
+"""Every event, as one tagged union to decode a log with (``msgspec.json.decode(line,
+type=MemoryEvent)``). It holds the deprecated :class:`EmbeddingEmbedded` so that a log
+written before 0.2 still decodes; nothing sends that event any more."""
 
 EventSink = Callable[[Event], None]
 """Where a store or ``index()`` sends its events: called synchronously, so it must not

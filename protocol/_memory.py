@@ -268,6 +268,16 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             system message just before the newest user message, which keeps the prompt
             prefix cacheable) or ``"system_section"`` (a section of the first system
             message, as the Nexus recall layer does; see :func:`protocol.inject`).
+        section_priority: with ``placement="system_section"``, the block's position
+            among the first system message's sections (its content blocks): an int
+            ``>= 0``, 0 before every section, N after the first N, and last when N is
+            at least their number; None (the default) appends it last. The other
+            sections carry no priority of their own, so this is a position, not a
+            weight (Nexus's ``section_priority: 45`` puts the block last in any prompt
+            of at most 45 sections). Refused with ``placement="before_user"``.
+        retriever_name: the retriever name the ``retriever.*`` and
+            ``vector_store.searched`` events of ``retrieve`` carry (``"memory"`` by
+            default): 1 to 128 characters, none of them a control character.
         recall: how recall ranks entries (hybrid BM25 + embedding by default); see
             :class:`RecallSettings`.
         auto_store_compaction: also store every summary, with source ``"compaction"``.
@@ -291,6 +301,8 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
     min_similarity: float | None = DEFAULT_MIN_SIMILARITY
     renderer: Literal["plain", "xml"] = "plain"
     placement: Literal["before_user", "system_section"] = "before_user"
+    section_priority: int | None = None
+    retriever_name: str = "memory"
     recall: RecallSettings = msgspec.field(default_factory=RecallSettings)
     auto_store_compaction: bool = True
     auto_store_user_input: bool = False
@@ -351,6 +363,22 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.placement not in PLACEMENTS:
             raise ConfigError(
                 f"MemoryConfig.placement is {self.placement!r}; expected one of {list(PLACEMENTS)}"
+            )
+        if self.section_priority is not None:
+            check_int(
+                "MemoryConfig.section_priority", self.section_priority, minimum=0, python=True
+            )
+            if self.placement != "system_section":
+                raise ConfigError(
+                    f"MemoryConfig.section_priority is {self.section_priority!r} with "
+                    f"placement={self.placement!r}; a section position needs "
+                    "placement='system_section' (or leave section_priority at None)"
+                )
+        name = self.retriever_name
+        if not isinstance(name, str) or not 1 <= len(name) <= 128 or not name.isprintable():
+            raise ConfigError(
+                f"MemoryConfig.retriever_name is {name!r:.80}; expected a str of 1 to 128 "
+                "printable characters"
             )
         if self.recall_errors not in ("warn", "raise"):
             raise ConfigError(
@@ -427,8 +455,8 @@ class CompressionReport(msgspec.Struct, frozen=True, kw_only=True):
             ``Rejected`` after its ``Summarized``).
         before, after: message counts.
         before_bytes, after_bytes: summed payload bytes.
-        last_error: the last error a strategy met, converted by
-            :func:`protocol.to_plugin_error` when it came from the store. It is a live
+        last_error: the last error a strategy met, converted to the ``PluginError``
+            seam (:mod:`protocol.compaction`) when it came from the store. It is a live
             exception, so a report that holds one cannot be msgpack-encoded; the
             ``Rejected`` action carries its text.
     """

@@ -51,7 +51,8 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
     turn of the batch, in order (see :class:`~protocol.Document`).
     ``texts``, when given, is what each turn is indexed and embedded by, in place of
     its projection (for example the turn with its context, see
-    :func:`protocol.contextual_entry`); the message itself is kept and returned as is.
+    :func:`protocol.compaction.contextual_entry`); the message itself is kept and
+    returned as is.
     """
 
     turns: list[UnifiedMessage]
@@ -140,7 +141,10 @@ class Compressed(Msg, frozen=True, kw_only=True, tag="compressed"):
 
 class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     """Rank the ``k`` best entries of ``namespace`` for ``query`` as ``settings`` says,
-    then drop those whose cosine similarity is under ``min_similarity``."""
+    then drop those whose cosine similarity is under ``min_similarity``.
+
+    ``retriever`` and ``run_id`` name the retrieval this read belongs to, for the
+    ``vector_store.searched`` event it sends (None: the recall actor's own run)."""
 
     query: str
     k: int
@@ -149,6 +153,8 @@ class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     settings: RecallSettings = msgspec.field(default_factory=RecallSettings)
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+    retriever: str | None = None
+    run_id: str | None = None
 
 
 class Inject(Msg, frozen=True, kw_only=True, tag="inject"):

@@ -29,6 +29,7 @@ from xml.sax.saxutils import escape, quoteattr
 import msgspec
 
 from ._chat import Text, UnifiedMessage, UnifiedRequest, projection
+from ._checks import check_int
 from ._errors import ConfigError
 from ._json import canonical_json
 from ._store import RetrievalReport
@@ -154,6 +155,7 @@ def inject(
     request: UnifiedRequest,
     renderer: str = "plain",
     placement: str = "before_user",
+    section_priority: int | None = None,
 ) -> Injected:
     """Put the rendered recall into ``request``.
 
@@ -163,8 +165,12 @@ def inject(
       before the most recent user message (appended when there is none). Everything
       before it is unchanged, so a server's cached prompt prefix stays valid.
     - ``"system_section"``: the block is a section of the first system message, as the
-      Nexus recall layer places it: a text block appended to that message's content.
-      With no system message, one holding only the block is created at index 0.
+      Nexus recall layer places it. A *section* is one content block of that message
+      (a ``Text`` block, in practice; the block is one ``Text`` of its own). The block
+      goes at index ``section_priority`` among the sections once any old block is
+      removed: 0 before every section, N after the first N, last when N is at least
+      their number, and last when ``section_priority`` is None (the default). With no
+      system message, one holding only the block is created at index 0.
 
     Any old recall block of that placement (a system message, or a text block of the
     first system message, whose text starts with the renderer's marker) is removed
@@ -172,11 +178,23 @@ def inject(
     removal (one ``inject`` created) goes too. The caller's request and its message
     list are never changed: a new request is returned.
 
+    Because the old block is removed before the new one is placed, re-injecting keeps
+    the block at the same position (``REPLACED``).
+
     Raises:
-        ConfigError: a bad ``renderer``, ``placement``, ``report`` or ``request``.
+        ConfigError: a bad ``renderer``, ``placement``, ``report`` or ``request``, or a
+            ``section_priority`` that is not None or an int >= 0, or is given with
+            ``placement="before_user"``.
     """
     renderer = _check_renderer(renderer)
     placement = _check_placement(placement)
+    if section_priority is not None:
+        section_priority = check_int("section_priority", section_priority, minimum=0)
+        if placement != "system_section":
+            raise ConfigError(
+                f"section_priority is {section_priority} with placement={placement!r}; a "
+                "section position needs placement='system_section'"
+            )
     report = _check_report(report)
     if not isinstance(request, UnifiedRequest):
         raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
@@ -200,7 +218,9 @@ def inject(
                 kept.insert(0, UnifiedMessage.system(text))
             else:
                 system = kept[first]
-                content = [*system.content, Text(text=text)]
+                content = list(system.content)
+                at = len(content) if section_priority is None else section_priority
+                content.insert(min(at, len(content)), Text(text=text))
                 kept[first] = msgspec.structs.replace(system, content=content)
     if text is None:
         outcome = RecallInjection.REMOVED if had_old else RecallInjection.ABSENT

@@ -60,6 +60,7 @@ from ._json import compact_json as compact_json
 from ._json import loads_json as loads_json
 from ._memory import DEFAULT_MIN_SIMILARITY as DEFAULT_MIN_SIMILARITY
 from ._memory import check_messages as check_messages
+from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._sizes import BLOCK_OVERHEAD as BLOCK_OVERHEAD
 from ._sizes import MAX_ID_BYTES as MAX_ID_BYTES
 from ._sizes import MAX_NAMESPACE_BYTES as MAX_NAMESPACE_BYTES
@@ -122,3 +123,5 @@ __all__ = [
     "unpack_metadata",
     "utf8_bytes",
 ]
+
+_fixup_module_metadata(__name__, globals(), __all__)

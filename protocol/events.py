@@ -1,10 +1,17 @@
 """The typed events (design §9): every event the memory, the store and the indexer send,
 each a msgspec Struct tagged by its dotted name. ``Event`` (their base) and
-``EventSink`` are also at the top of ``protocol``."""
+``EventSink`` are also at the top of ``protocol``.
 
+``EmbeddingEmbedded`` is the deprecated name of :class:`EmbeddingCompleted` (until 0.3):
+importing it warns with a ``DeprecationWarning``, and it is not in ``__all__``.
+"""
+
+import warnings
+
+from . import _events
 from ._events import DocumentsAdded as DocumentsAdded
 from ._events import DocumentsDeleted as DocumentsDeleted
-from ._events import EmbeddingEmbedded as EmbeddingEmbedded
+from ._events import EmbeddingCompleted as EmbeddingCompleted
 from ._events import EmbeddingFailed as EmbeddingFailed
 from ._events import EmbeddingStarted as EmbeddingStarted
 from ._events import Event as Event
@@ -31,7 +38,7 @@ from ._events import fingerprint as fingerprint
 __all__ = [
     "DocumentsAdded",
     "DocumentsDeleted",
-    "EmbeddingEmbedded",
+    "EmbeddingCompleted",
     "EmbeddingFailed",
     "EmbeddingStarted",
     "Event",
@@ -55,3 +62,24 @@ __all__ = [
     "TurnsSummarized",
     "fingerprint",
 ]
+
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals(), __all__)
+
+
+_DEPRECATED = {"EmbeddingEmbedded": "EmbeddingCompleted"}
+
+
+def __getattr__(name: str) -> object:
+    """The deprecated names, each with a ``DeprecationWarning`` that names its successor."""
+    if name in _DEPRECATED:
+        warnings.warn(
+            f"protocol.events.{name} is deprecated since 0.2 and goes in 0.3; use "
+            f"{_DEPRECATED[name]} (its event tag is embedding.completed, no longer "
+            "embedding.embedded)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_events, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

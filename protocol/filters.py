@@ -35,3 +35,7 @@ __all__ = [
     "Or",
     "parse_filter",
 ]
+
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -31,3 +31,7 @@ __all__ = [
     "TurnsStored",
     "UpsertDocuments",
 ]
+
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals(), __all__)

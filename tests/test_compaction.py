@@ -28,24 +28,11 @@ from actors._agent.compaction import (
 )
 from actors.testing import inject_crash
 from protocol import (
-    Clamped,
-    ClampOversizedMessages,
     ConfigError,
-    DropObservations,
-    Dropped,
     ImageBase64,
     MemoryConfig,
-    Offload,
-    Offloaded,
-    PluginInternalError,
-    PluginValidationError,
     Poisoned,
     RecallSettings,
-    Rejected,
-    Skipped,
-    SlidingWindow,
-    Summarize,
-    Summarized,
     Text,
     Thinking,
     ToolCall,
@@ -56,6 +43,21 @@ from protocol import (
     projection,
 )
 from protocol._memory import contextual_entry
+from protocol.compaction import (
+    Clamped,
+    ClampOversizedMessages,
+    DropObservations,
+    Dropped,
+    Offload,
+    Offloaded,
+    PluginInternalError,
+    PluginValidationError,
+    Rejected,
+    Skipped,
+    SlidingWindow,
+    Summarize,
+    Summarized,
+)
 
 DIM = 64
 NS = "memory-default"

@@ -488,8 +488,8 @@ async def test_embedding_started_comes_before_every_embedded_and_failed(plain: b
             got = drain(events)
     FailingHash.fail = False
     expected = [
-        ("embedding.embedded", ""),
-        ("embedding.embedded", ""),
+        ("embedding.completed", ""),
+        ("embedding.completed", ""),
         ("embedding.failed", "OSError"),
     ]
     if not plain:

@@ -13,11 +13,13 @@ from protocol import (
     ConfigError,
     Event,
     MemoryConfig,
-    Offload,
-    Summarize,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Summarize,
 )
 from protocol.events import (
     Evicted,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 
 import hypothesis.stateful
@@ -13,20 +13,23 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import run_state_machine_as_test
-
-from actors.testing import (
+from hypothesis.stateful import (
     Bundle,
-    DeterministicFakeEmbedding,
-    EmbedderFailure,
-    Fault,
-    FaultyEmbedder,
-    HashingEmbedder,
-    TrioRuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
+)
+
+from actors import HashingEmbedder
+from actors.testing import (
+    DeterministicFakeEmbedding,
+    EmbedderFailure,
+    Fault,
+    FaultyEmbedder,
+    TrioRuleBasedStateMachine,
+    trio_step,
 )
 from protocol import ConfigError
 
@@ -73,6 +76,7 @@ class CounterMachine(TrioRuleBasedStateMachine):
             self.opened.append("closed")
 
     @initialize()
+    @trio_step
     async def start(self) -> None:
         self._where()
         assert await self.enter_async_context(self.resource()) == "resource"
@@ -86,18 +90,21 @@ class CounterMachine(TrioRuleBasedStateMachine):
         self.start_soon(watcher)
 
     @rule(target=numbers, n=st.integers(0, 5))
+    @trio_step
     async def make(self, n: int) -> int:
         self._where()
         await trio.lowlevel.checkpoint()
         return n
 
     @rule(n=numbers)
+    @trio_step
     async def add(self, n: int) -> None:
         self._where()
         self.total += n
 
     @precondition(lambda self: self.wakeup is not None and not self.wakeup.is_set())
     @rule()
+    @trio_step
     async def wake(self) -> None:
         assert self.wakeup is not None
         self.wakeup.set()
@@ -105,10 +112,17 @@ class CounterMachine(TrioRuleBasedStateMachine):
         assert self.seen_by_task == self.total
 
     @invariant()
+    @trio_step
     async def on_the_loop(self) -> None:
         self._where()
         assert len(self.tokens) == 1, "every step must run on the example's one loop"
         assert threading.get_ident() != threading.main_thread().ident
+
+    @invariant()
+    def total_is_a_sum_of_draws(self) -> None:
+        # A sync step takes hypothesis's decorator as it is, with no trio_step.
+        assert self.total >= 0
+        assert threading.get_ident() == threading.main_thread().ident
 
     def teardown(self) -> None:
         super().teardown()
@@ -123,7 +137,7 @@ TestCounter = CounterMachine.TestCase
 
 
 def test_hypothesis_rule_on_async_def_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"actors\.testing\.rule"):
+    with pytest.raises(TypeError, match=r"without actors\.testing\.trio_step"):
 
         class Wrong(TrioRuleBasedStateMachine):
             @hypothesis.stateful.rule()
@@ -131,10 +145,29 @@ def test_hypothesis_rule_on_async_def_is_refused() -> None:
                 pass
 
 
+def test_trio_step_refuses_a_sync_def_and_the_wrong_order() -> None:
+    async def body() -> None:
+        pass
+
+    def sync_step(self: TrioRuleBasedStateMachine) -> Awaitable[None]:
+        # Returns an awaitable, but is no async def: hypothesis would get a coroutine.
+        return body()
+
+    with pytest.raises(TypeError, match="takes an async def method"):
+        trio_step(sync_step)
+
+    async def async_step(self: TrioRuleBasedStateMachine) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="put @trio_step directly above the async def"):
+        trio_step(rule()(async_step))
+
+
 class HangingMachine(TrioRuleBasedStateMachine):
     step_timeout = 0.05
 
     @rule()
+    @trio_step
     async def hang(self) -> None:
         await trio.sleep_forever()
 
@@ -148,6 +181,7 @@ def test_a_hanging_step_fails_with_too_slow() -> None:
 
 class LeakingMachine(TrioRuleBasedStateMachine):
     @rule()
+    @trio_step
     async def spawn_failure(self) -> None:
         async def fail() -> None:
             raise Boom("escaped from a background task")
@@ -155,6 +189,7 @@ class LeakingMachine(TrioRuleBasedStateMachine):
         self.start_soon(fail)
 
     @rule()
+    @trio_step
     async def idle(self) -> None:
         await trio.lowlevel.checkpoint()
 
@@ -171,10 +206,12 @@ class FailingCloseMachine(TrioRuleBasedStateMachine):
         raise Boom("failed while closing")
 
     @initialize()
+    @trio_step
     async def open(self) -> None:
         await self.enter_async_context(self.bad())
 
     @rule()
+    @trio_step
     async def idle(self) -> None:
         await trio.lowlevel.checkpoint()
 
@@ -188,6 +225,7 @@ class ThreadCheckMachine(TrioRuleBasedStateMachine):
     threads: list[threading.Thread] = []  # noqa: RUF012 - collected across examples
 
     @rule()
+    @trio_step
     async def note_thread(self) -> None:
         type(self).threads.append(threading.current_thread())
 

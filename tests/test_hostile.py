@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pg_support import fresh_pg_store, pg_dsn  # noqa: F401
 
 from actors import HashingEmbedder, open_memory, open_store
-from actors.testing import (
+from actors.testing.hostile import (
     EmbedFault,
     HostileCall,
     HostileEmbedder,
@@ -40,11 +40,11 @@ from protocol import (
     EmbedderError,
     EntryTooLarge,
     MemoryConfig,
-    Offload,
     Text,
     UnifiedMessage,
     VectorStoreConfig,
 )
+from protocol.compaction import Offload
 
 DIM = 8
 #: Per test: examples in the bounded ``ci`` profile, and under ``stress``.

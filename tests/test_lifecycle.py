@@ -26,12 +26,14 @@ from actors.testing import inject_crash
 from protocol import (
     EmbedderError,
     MemoryConfig,
-    Offload,
     Poisoned,
-    Summarize,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Summarize,
 )
 
 DIMS = 16
@@ -194,7 +196,7 @@ async def test_a_borrowed_store_reports_usage_and_events_to_the_memory() -> None
             adapter: Any = store._actor.embedder
             assert adapter.listeners == []
             assert store._actor.event_sinks == []
-    assert "embedding.embedded" in kinds
+    assert "embedding.completed" in kinds
     assert "vector_store.added" in kinds
 
 

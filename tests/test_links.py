@@ -23,11 +23,13 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Offload,
-    Offloaded,
     RecallSettings,
     UnifiedMessage,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Offloaded,
 )
 
 DIM = 64

@@ -33,13 +33,15 @@ from protocol import (
     DispatchError,
     DispatchTimeout,
     MemoryConfig,
-    Offload,
-    Offloaded,
     RecallInjection,
     TurnReport,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Offloaded,
 )
 
 MISSING = llm_extra_missing()

@@ -11,7 +11,7 @@ from actors._store.mailbox import Mailbox
 
 
 async def test_stopping_an_actor_fails_in_flight_and_queued_requests() -> None:
-    mailbox: Mailbox[int] = Mailbox.open("test", 4)
+    mailbox: Mailbox[int, int] = Mailbox.open("test", 4)
     started = trio.Event()
 
     async def handle(request: int) -> int:
@@ -42,7 +42,7 @@ async def test_stopping_an_actor_fails_in_flight_and_queued_requests() -> None:
 
 
 async def test_serve_answers_in_order_and_errors_are_replies() -> None:
-    mailbox: Mailbox[int] = Mailbox.open("test", 2)
+    mailbox: Mailbox[int, int] = Mailbox.open("test", 2)
 
     async def handle(request: int) -> int:
         if request < 0:

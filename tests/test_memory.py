@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 import msgspec
+import numpy as np
 import pytest
 import trio
 
@@ -18,7 +19,6 @@ from protocol import (
     EmbedderError,
     JsonError,
     MemoryConfig,
-    Offload,
     Poisoned,
     RecallInjection,
     RetrievalReport,
@@ -28,6 +28,7 @@ from protocol import (
     VectorStoreConfig,
     digest_request,
 )
+from protocol.compaction import Offload, Offloaded
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=16, dimensions=DIM, max_entry_bytes=2048)
@@ -101,6 +102,69 @@ async def test_turn_runs_all_four_stages() -> None:
             blocks = [m for m in second.request.messages if m.text().startswith(RECALL_MARKER)]
             assert len(blocks) == 1
             assert second.request.messages[-1] == UnifiedMessage.user("where is the key")
+
+
+def cosine(a: str, b: str) -> float:
+    """The cosine of two texts' embeddings, by hand."""
+    embedder = HashingEmbedder(DIM)
+    u, v = (np.asarray(embedder.embed(t), dtype=np.float64) for t in (a, b))
+    return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+async def test_seed_000_worked_example() -> None:
+    """The design's worked example, as the README's "Memory" section names it: a
+    six-message prompt; Offload moves the four oldest unprotected messages into the
+    store, each stored and indexed exactly as it was said; the next question recalls
+    them by the cosine of their own text; the block goes just before that question."""
+    example = MemoryConfig(strategies=[Offload(turns=4, context=0, dated=False)], top_k=2)
+    question = "what is my cat called"
+    request = conversation(question)
+    with trio.fail_after(10):
+        async with open_memory(store=STORE, memory=example) as memory:
+            turned = await memory.turn(request)
+            compression = turned.report.compression
+            (offloaded,) = compression.actions
+            assert isinstance(offloaded, Offloaded)
+            namespace = memory.config.namespace
+            stored = await memory.store.get_by_ids(offloaded.ids, namespace=namespace)
+        # The default Offload indexes each turn with a date line and the turn before it,
+        # so the same prompt recalls with other scores than the example's.
+        async with open_memory(
+            store=STORE, memory=MemoryConfig(strategies=[Offload(turns=4)])
+        ) as default:
+            default_report = (await default.turn(request)).report.recall
+    # Compress: the system prompt and the question stay; messages 1-4 are in the store.
+    assert (compression.before, compression.after) == (6, 2)
+    assert offloaded.indices == [1, 2, 3, 4]
+    assert [d.text for d in stored] == [
+        "my cat is called Miso",
+        "noted, Miso",
+        "the key is under the blue pot",
+        "noted, the blue pot",
+    ]
+    # Retrieve: the two best, each scored by the cosine of the question and its own text.
+    recall = turned.report.recall
+    assert recall is not None
+    assert recall.scanned == 4
+    best = ["my cat is called Miso", "the key is under the blue pot"]
+    assert [t.message.text() for t in recall.turns] == best
+    scores = [t.score for t in recall.turns]
+    assert scores == pytest.approx([cosine(question, text) for text in best], abs=1e-6)
+    assert scores[0] == pytest.approx(0.8, abs=1e-6)
+    # Inject: one plain block just before the question; the prefix is unchanged.
+    assert turned.report.injection is RecallInjection.INSERTED
+    assert turned.request.messages == [
+        UnifiedMessage.system("be brief"),
+        UnifiedMessage.system(
+            "Recalled memory: 2 item(s), best first\n"
+            f"1. [{scores[0]:.4f}] my cat is called Miso\n"
+            f"2. [{scores[1]:.4f}] the key is under the blue pot"
+        ),
+        UnifiedMessage.user(question),
+    ]
+    assert default_report is not None
+    assert default_report.turns[0].message.text() == best[0]
+    assert default_report.turns[0].score != pytest.approx(scores[0], abs=1e-3)
 
 
 async def test_stage_by_stage_equals_turn() -> None:

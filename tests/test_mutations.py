@@ -26,18 +26,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from actors import HashingEmbedder, open_store
-from actors.testing import (
+from actors.testing import VectorStoreMachine, inject_crash
+from actors.testing._model import normalize64
+from actors.testing.hostile import (
     HostileCall,
     HostileEmbedder,
     HostileInputViolation,
-    VectorStoreMachine,
     entry_bytes,
     hostile_numbers,
     hostile_text,
-    inject_crash,
     run_hostile_calls,
 )
-from actors.testing._model import normalize64
 from protocol import (
     DEFAULT_NAMESPACE,
     EntryTooLarge,
@@ -46,13 +45,13 @@ from protocol import (
     RetrievedTurn,
     Text,
     Thinking,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreUsage,
     payload_bytes,
     projection,
 )
+from protocol.messages import TurnsStored
 
 # Derandomized, so the search is the same on every run; generous, since it stops at the
 # first failure.

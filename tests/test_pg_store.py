@@ -56,13 +56,13 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Offload,
     Poisoned,
     RetrievalReport,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
 )
+from protocol.compaction import Offload
 
 DIM = 8
 TIMEOUT = 20

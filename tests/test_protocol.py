@@ -16,8 +16,6 @@ from protocol import (
     EntryTooLarge,
     ImageBase64,
     JsonError,
-    PluginInternalError,
-    PluginValidationError,
     Poisoned,
     Text,
     Thinking,
@@ -31,6 +29,10 @@ from protocol import (
     projection,
 )
 from protocol._errors import to_plugin_error
+from protocol.compaction import (
+    PluginInternalError,
+    PluginValidationError,
+)
 
 
 def test_role_is_a_plain_string() -> None:

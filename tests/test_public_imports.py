@@ -52,6 +52,12 @@ WHITE_BOX = {
 }
 
 
+# The house's own plumbing, which every public module of both packages calls: trio's
+# ``fixup_module_metadata`` pattern (``protocol._public``), giving each public name its
+# public ``__module__``. It changes metadata, not behaviour, and no user has a use for it.
+PLUMBING = {("protocol._public", "fixup_module_metadata")}
+
+
 def _module_of(path: Path, root: Path) -> tuple[str, ...]:
     parts = path.relative_to(root).with_suffix("").parts
     return parts[:-1] if parts[-1] == "__init__" else parts
@@ -92,6 +98,8 @@ def private_imports(
                 dotted = ".".join(full)
                 if dotted == own or dotted.startswith(own + "."):
                     continue  # inside its own package
+                if (".".join(path), name) in PLUMBING:
+                    continue  # the house's plumbing (PLUMBING)
                 if ".".join(path) in allowed:
                     continue  # a white-box stage (WHITE_BOX)
                 if any(_private(part) for part in full):

@@ -16,16 +16,18 @@ from pg_support import pg_dsn, pg_table  # noqa: F401
 from actors import HashingEmbedder, Memory, open_memory, open_store
 from protocol import (
     ConfigError,
+    Event,
     MemoryConfig,
     RecallInjection,
     RecallSettings,
-    Summarize,
+    Text,
     UnifiedMessage,
     UnifiedRequest,
     VectorStoreConfig,
     render,
 )
-from protocol.events import RecallInjected
+from protocol.compaction import Summarize
+from protocol.events import RecallInjected, RetrieverCompleted, RetrieverStarted, StoreSearched
 
 DIM = 64
 STORE = VectorStoreConfig(max_entries=64, dimensions=DIM, max_entry_bytes=2048)
@@ -281,3 +283,97 @@ async def test_a_turn_with_a_system_section_reaches_the_dispatcher() -> None:
             )
             assert again.report.injection is RecallInjection.REPLACED
             assert again.request.messages[0].text().count("<recalled_memory>") == 1
+
+
+# --- seed 001: section_priority, the block's position among the system sections ---------------
+
+
+def system_of(*sections: str) -> UnifiedMessage:
+    """A system message of several sections (content blocks), as a prompt builder makes."""
+    return UnifiedMessage(role="system", content=[Text(text=t) for t in sections])
+
+
+@pytest.mark.parametrize(
+    ("priority", "position"), [(0, 0), (1, 1), (2, 2), (3, 3), (45, 3), (None, 3)]
+)
+async def test_section_priority_places_the_block_among_the_system_sections(
+    memory_over: MemoryFactory, priority: int | None, position: int
+) -> None:
+    config = MemoryConfig(placement="system_section", section_priority=priority, renderer="xml")
+    sections = ["# Identity\nYou are Ada.", "# Tools\nnone", "# Rules\nbe brief"]
+    question = UnifiedMessage.user("what is my cat called?")
+    with trio.fail_after(30):
+        async with memory_over(config) as memory:
+            await memory.remember("my cat is called Miso")
+            report = await memory.retrieve("my cat called")
+            block = render(report, "xml")
+            assert block is not None
+            inserted = await memory.inject(report, req(system_of(*sections), question))
+            assert inserted.outcome is RecallInjection.INSERTED
+            expected = list(sections)
+            expected.insert(position, block)
+            assert inserted.request.messages == [system_of(*expected), question]
+            # Re-injecting a new report (the next turn) replaces the block where it was.
+            fewer = msgspec.structs.replace(report, turns=report.turns[:1])
+            replaced = await memory.inject(fewer, inserted.request)
+            assert replaced.outcome is RecallInjection.REPLACED
+            fewer_block = render(fewer, "xml")
+            assert fewer_block is not None
+            again = list(sections)
+            again.insert(position, fewer_block)
+            assert replaced.request.messages == [system_of(*again), question]
+            # And a whole turn, twice, keeps one block at that position.
+            turned = await memory.turn(req(system_of(*sections), question))
+            follow = msgspec.structs.replace(
+                turned.request, messages=[*turned.request.messages, turned.reply, question]
+            )
+            second = await memory.turn(follow)
+            assert second.report.injection is RecallInjection.REPLACED
+            content = second.request.messages[0].content
+            texts = [b.text for b in content if isinstance(b, Text)]
+            assert len(texts) == 4
+            assert texts[position].startswith("<recalled_memory>")
+            assert [t for i, t in enumerate(texts) if i != position] == sections
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"placement": "system_section", "section_priority": -1}, "section_priority is -1"),
+        ({"placement": "system_section", "section_priority": 1.5}, "section_priority is 1.5"),
+        ({"placement": "system_section", "section_priority": True}, "section_priority is True"),
+        ({"section_priority": 2}, "needs placement='system_section'"),
+    ],
+)
+def test_section_priority_is_validated(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        MemoryConfig(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_retrieve_is_one_named_run_on_either_backend(memory_over: MemoryFactory) -> None:
+    config = MemoryConfig(retriever_name="agent-7 recall")
+    with trio.fail_after(30):
+        async with memory_over(config) as memory, memory.events() as events:
+            await memory.remember("my cat is called Miso")
+            await memory.retrieve("my cat called")
+            await memory.retrieve("my cat called")
+            backend = memory.store.backend
+            got: list[Event] = []
+            while True:
+                try:
+                    got.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    started = [e for e in got if isinstance(e, RetrieverStarted)]
+    completed = [e for e in got if isinstance(e, RetrieverCompleted)]
+    assert [e.retriever for e in started + completed] == ["agent-7 recall"] * 4
+    assert [e.run_id for e in started] == [e.run_id for e in completed]
+    assert len({e.run_id for e in started}) == 2
+    # The store read of each run carries its run id and name. (pg sends its read events
+    # to open_pg_store's own on_event sink, not to the memory's stream.)
+    searched = [e for e in got if isinstance(e, StoreSearched)]
+    if backend == "memory":
+        assert [e.run_id for e in searched] == [e.run_id for e in started]
+        assert [e.retriever for e in searched] == ["agent-7 recall"] * 2
+    else:
+        assert searched == []

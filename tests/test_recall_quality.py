@@ -38,14 +38,16 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Offload,
-    Offloaded,
     RecallSettings,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
-    contextual_entry,
     projection,
+)
+from protocol.compaction import (
+    Offload,
+    Offloaded,
+    contextual_entry,
 )
 from protocol.messages import Recall
 

@@ -30,7 +30,6 @@ from actors._store.events import EventHub
 from protocol import (
     Document,
     MemoryConfig,
-    Offload,
     RecallSettings,
     RetrievalReport,
     RetrievedTurn,
@@ -39,6 +38,7 @@ from protocol import (
     VectorStoreConfig,
     projection,
 )
+from protocol.compaction import Offload
 from protocol.messages import Recall
 
 DIM = 64

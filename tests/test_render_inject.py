@@ -11,16 +11,12 @@ from hypothesis import strategies as st
 
 from protocol import (
     RECALL_MARKER,
-    ClampOversizedMessages,
     ConfigError,
-    DropObservations,
     MemoryConfig,
-    Offload,
     RecallInjection,
     RetrievalReport,
     RetrievedTurn,
-    SlidingWindow,
-    Summarize,
+    Text,
     ToolCall,
     UnifiedMessage,
     UnifiedRequest,
@@ -28,6 +24,13 @@ from protocol import (
     inject,
     projection,
     render,
+)
+from protocol.compaction import (
+    ClampOversizedMessages,
+    DropObservations,
+    Offload,
+    SlidingWindow,
+    Summarize,
 )
 from protocol.messages import Compress, Inject, Recall
 
@@ -256,6 +259,36 @@ def test_inject_validates_its_inputs() -> None:
         inject(REPORT, {})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="renderer is 'md'"):
         inject(REPORT, BASE, "md")
+
+
+def test_inject_places_a_section_by_priority_and_keeps_it_there() -> None:
+    system = UnifiedMessage(role="system", content=[Text(text="a"), Text(text="b")])
+    req = request(system, UnifiedMessage.user("q"))
+    block = render(REPORT, "plain")
+    assert block is not None
+    cases = [(0, [block, "a", "b"]), (1, ["a", block, "b"]), (9, ["a", "b", block])]
+    for priority, expected in cases:
+        once = inject(REPORT, req, placement="system_section", section_priority=priority)
+        sections = once.request.messages[0].content
+        assert sections == [Text(text=t) for t in expected]
+        twice = inject(REPORT, once.request, placement="system_section", section_priority=priority)
+        assert twice.outcome is RecallInjection.REPLACED
+        assert twice.request == once.request
+    # With no system message, the block is the only section of a new one, whatever the
+    # priority.
+    alone = inject(
+        REPORT, request(UnifiedMessage.user("q")), placement="system_section", section_priority=3
+    )
+    assert alone.request.messages[0] == UnifiedMessage.system(block)
+
+
+def test_inject_validates_the_section_priority() -> None:
+    with pytest.raises(ConfigError, match="section_priority is -1; expected an int >= 0"):
+        inject(REPORT, BASE, placement="system_section", section_priority=-1)
+    with pytest.raises(ConfigError, match="section_priority is '1'"):
+        inject(REPORT, BASE, placement="system_section", section_priority="1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs placement='system_section'"):
+        inject(REPORT, BASE, section_priority=0)
 
 
 # --- digest ---------------------------------------------------------------------------------

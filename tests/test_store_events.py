@@ -3,6 +3,7 @@ binding; Memory.embedding_usage(); auto_store_user_input (design §9)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -38,7 +39,7 @@ from protocol import (
 from protocol.events import (
     DocumentsAdded,
     DocumentsDeleted,
-    EmbeddingEmbedded,
+    EmbeddingCompleted,
     EmbeddingFailed,
     EmbeddingStarted,
     IndexingBatchCompleted,
@@ -235,7 +236,7 @@ async def test_retriever_events_bracket_each_retrieve() -> None:
     tags = [type(e).__struct_config__.tag for e in got]
     assert tags[0] == "retriever.started"
     assert tags[-1] == "retriever.completed"
-    assert "embedding.embedded" in tags
+    assert "embedding.completed" in tags
     assert "vector_store.searched" in tags
     started, completed = got[0], got[-1]
     assert isinstance(started, RetrieverStarted)
@@ -287,7 +288,7 @@ async def test_embedding_usage_counts_every_call_by_default() -> None:
             await memory.store.add_documents([Document(text="one two"), Document(text="three")])
             await memory.retrieve("one")
             totals = memory.embedding_usage()
-            got = [e for e in drain(events) if isinstance(e, EmbeddingEmbedded)]
+            got = [e for e in drain(events) if isinstance(e, EmbeddingCompleted)]
             usage = memory.usage()
     assert usage.entries == 2  # usage() stays the store's
     assert [e.usage.input_type for e in got] == ["document", "query"]
@@ -310,7 +311,7 @@ async def test_cache_hits_are_counted_apart_and_the_callers_log_sees_them() -> N
             await memory.store.add_documents([Document(text="alpha beta")])
             await memory.store.add_documents([Document(text="alpha beta", id="again")])
             totals = memory.embedding_usage()
-            got = [e for e in drain(events) if isinstance(e, EmbeddingEmbedded)]
+            got = [e for e in drain(events) if isinstance(e, EmbeddingCompleted)]
     first, second = (e.usage for e in got)
     assert (first.cache_hits, first.texts_embedded, first.characters) == (0, 1, 10)
     assert (second.cache_hits, second.texts_embedded, second.characters) == (1, 0, 0)
@@ -478,7 +479,7 @@ async def test_index_events_reach_the_memory_stream() -> None:
     assert tags[0] == "indexing.started"
     assert tags[-1] == "indexing.completed"
     assert "vector_store.added" in tags
-    assert "embedding.embedded" in tags
+    assert "embedding.completed" in tags
 
 
 # --- auto_store_user_input -----------------------------------------------------------------
@@ -508,3 +509,108 @@ async def test_auto_store_user_input_stores_each_turns_user_message() -> None:
     texts = {t.message.content[0].text for t in report.turns}  # type: ignore[union-attr]
     assert texts == {"I like green tea", "my cat is Miso"}
     assert {t.source for t in report.turns} == {"user"}
+
+
+# --- seed 004: event names, retriever names and run ids ---------------------------------------
+
+
+async def test_an_embedder_call_ends_with_embedding_completed_and_the_old_name_still_matches() -> (
+    None
+):
+    import protocol.events
+
+    with trio.fail_after(TIMEOUT):
+        async with open_memory(store=STORE) as memory, memory.events() as events:
+            await memory.remember("cats purr")
+            await memory.retrieve("cats")
+            got = drain(events)
+    ends = [e for e in got if type(e).__struct_config__.tag.startswith("embedding.")]
+    tags = [type(e).__struct_config__.tag for e in ends]
+    assert tags == ["embedding.started", "embedding.completed"] * 2
+    completed = [e for e in ends if isinstance(e, EmbeddingCompleted)]
+    assert [e.usage.input_type for e in completed] == ["document", "query"]
+    # The old name is an alias for one release: importing it warns and names the new
+    # one, and a subscriber that filters by it still receives every completed call.
+    assert "EmbeddingEmbedded" not in protocol.events.__all__
+    with pytest.warns(DeprecationWarning, match="use EmbeddingCompleted"):
+        from protocol.events import EmbeddingEmbedded
+    assert [e for e in got if isinstance(e, EmbeddingEmbedded)] == completed
+    # A log written before the rename still decodes, as the old class.
+    old_line = msgspec.json.encode(completed[0]).replace(
+        b'"embedding.completed"', b'"embedding.embedded"'
+    )
+    decoded = msgspec.json.decode(old_line, type=MemoryEvent)
+    assert type(decoded) is EmbeddingEmbedded
+    assert decoded.usage == completed[0].usage
+    # The new event round-trips as itself.
+    line = msgspec.json.encode(completed[1])
+    assert msgspec.json.decode(line, type=MemoryEvent) == completed[1]
+    with pytest.raises(AttributeError, match="EmbeddingDone"):
+        protocol.events.EmbeddingDone  # noqa: B018
+
+
+def runs(got: Sequence[Event]) -> list[list[Event]]:
+    """The retriever and search events of ``got``, grouped by run id in order."""
+    out: dict[str, list[Event]] = {}
+    for e in got:
+        if isinstance(e, RetrieverStarted | RetrieverCompleted | RetrieverFailed | StoreSearched):
+            assert e.run_id is not None
+            out.setdefault(e.run_id, []).append(e)
+    return list(out.values())
+
+
+async def test_each_retrieve_is_one_named_run_with_its_store_read() -> None:
+    config = MemoryConfig(retriever_name="kb-search")
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_memory(store=STORE, memory=config) as memory,
+            memory.events() as events,
+        ):
+            await memory.remember("cats purr")
+            await memory.remember("dogs bark")
+            drain(events)
+            await memory.retrieve("cats")
+            await memory.retrieve("dogs")
+            # A direct read of the store is a run of its own, named "store".
+            await memory.store.search(SearchRequest(query="cats", k=1))
+            got = drain(events)
+    first, second, direct = runs(got)
+    for run, query in ((first, "cats"), (second, "dogs")):
+        started, searched, completed = run
+        assert isinstance(started, RetrieverStarted)
+        assert isinstance(searched, StoreSearched)
+        assert isinstance(completed, RetrieverCompleted)
+        assert {started.retriever, searched.retriever, completed.retriever} == {"kb-search"}
+        assert started.query_fingerprint == searched.query_fingerprint == fingerprint(query)
+        assert searched.kind == "recall"
+        assert started.run_id is not None and re.fullmatch("[0-9a-f]{32}", started.run_id)
+    assert first[0].run_id != second[0].run_id  # type: ignore[attr-defined]
+    (read,) = direct
+    assert isinstance(read, StoreSearched)
+    assert read.retriever == "store"
+    assert read.run_id is not None and re.fullmatch("[0-9a-f]{32}", read.run_id)
+    # Both fields survive the wire form.
+    for e in got:
+        assert msgspec.json.decode(msgspec.json.encode(e), type=MemoryEvent) == e
+
+
+async def test_a_failed_retrieve_ends_its_run_and_the_default_name_is_memory() -> None:
+    model = ProfiledModel()
+    with trio.fail_after(TIMEOUT):
+        async with open_memory(store=STORE, embedder=model) as memory, memory.events() as events:
+            model.fail = OSError("offline")
+            with pytest.raises(Exception, match="offline"):
+                await memory.retrieve("anything")
+            got = drain(events)
+    (run,) = runs(got)
+    started, failed = run
+    assert isinstance(started, RetrieverStarted)
+    assert isinstance(failed, RetrieverFailed)
+    assert started.retriever == failed.retriever == "memory"
+    assert started.run_id == failed.run_id
+
+
+@pytest.mark.parametrize("name", ["", "x" * 129, "tab\there", 7])
+def test_the_retriever_name_is_validated(name: object) -> None:
+    with pytest.raises(ConfigError, match=r"MemoryConfig\.retriever_name is .*1 to 128"):
+        MemoryConfig(retriever_name=name)  # type: ignore[arg-type]

@@ -24,9 +24,7 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Offload,
     SearchRequest,
-    Summarize,
     Text,
     Thinking,
     ToolCall,
@@ -40,6 +38,10 @@ from protocol import (
 )
 from protocol._filters import Eq
 from protocol._surrogates import pack, replace_surrogates, unpack_message, unpack_metadata
+from protocol.compaction import (
+    Offload,
+    Summarize,
+)
 
 LONE = json.loads('"\\ud83d"')  # what a cut-off emoji decodes to
 assert LONE == "\ud83d"

@@ -36,11 +36,13 @@ from protocol import (
     ConfigError,
     Document,
     MemoryConfig,
-    Offload,
-    Offloaded,
     SearchRequest,
     UnifiedMessage,
     VectorStoreConfig,
+)
+from protocol.compaction import (
+    Offload,
+    Offloaded,
 )
 
 DIM = 32

@@ -25,32 +25,16 @@ import msgspec
 import trio
 
 from protocol import (
-    Clamped,
-    ClampOversizedMessages,
-    CompactionAction,
-    Compressed,
-    CompressionReport,
     ConfigError,
-    DropObservations,
-    Dropped,
     ImageBase64,
     MemoryConfig,
-    Offload,
-    Offloaded,
     Poisoned,
-    Rejected,
-    Skipped,
-    SlidingWindow,
-    Strategy,
-    Summarize,
-    Summarized,
     Text,
     Thinking,
     ToolCall,
     ToolResult,
     UnifiedMessage,
     VectorStoreError,
-    contextual_entry,
     parse_time,
     payload_bytes,
     projection,
@@ -59,8 +43,25 @@ from protocol._errors import to_plugin_error
 from protocol._memory import describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
 from protocol.checks import format_date, turn_bytes
+from protocol.compaction import (
+    Clamped,
+    ClampOversizedMessages,
+    CompactionAction,
+    CompressionReport,
+    DropObservations,
+    Dropped,
+    Offload,
+    Offloaded,
+    Rejected,
+    Skipped,
+    SlidingWindow,
+    Strategy,
+    Summarize,
+    Summarized,
+    contextual_entry,
+)
 from protocol.events import TurnsOffloaded, TurnsSummarized
-from protocol.messages import Compress
+from protocol.messages import Compress, Compressed
 
 from .._store.events import EventHub, StoreWatch, now
 from .._store.handle import Store
@@ -220,9 +221,9 @@ def entry_texts(
 ) -> list[str] | None:
     """The text each picked message is indexed and embedded by (``Offload``).
 
-    It is :func:`protocol.contextual_entry` of the message's projection, its ``date``
-    and the projections of the ``context`` non-system messages just before it, each cut
-    to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
+    It is :func:`protocol.compaction.contextual_entry` of the message's projection, its
+    ``date`` and the projections of the ``context`` non-system messages just before it,
+    each cut to ``CONTEXT_CHARS``. The store counts the text towards the entry's size, so a text
     that would take the entry over ``max_entry_bytes`` is cut to fit, and only ever in
     the date and context that follow the turn: the turn's own text is never cut.
 
@@ -333,7 +334,7 @@ class CompactionActor:
         self.hub = hub
         self.watch = watch
         self.summarizer = summarizer
-        self.mailbox: Mailbox[Compress] = Mailbox.open("compaction", inbox_size)
+        self.mailbox: Mailbox[Compress, Compressed] = Mailbox.open("compaction", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, final, runtime_checkable
 
 import httpx
 import trio
@@ -55,6 +55,7 @@ def _check_request(request: object) -> UnifiedRequest:
 # --- the echo dispatcher ----------------------------------------------------------------------
 
 
+@final
 class EchoDispatcher:
     """The offline default: answers from what the model would read, with no model.
 
@@ -214,6 +215,7 @@ def from_openai(data: object, endpoint: str, status: int) -> UnifiedMessage:
     return UnifiedMessage(role="assistant", content=content)
 
 
+@final
 class OpenAIChatDispatcher(trio.abc.AsyncResource):
     """An OpenAI-compatible ``/v1/chat/completions`` client over ``httpx.AsyncClient``.
 

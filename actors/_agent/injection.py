@@ -1,7 +1,7 @@
 """The injection actor: renders a recall and places it in the request (design §5).
 
 The work is the pure :func:`protocol.inject`; the actor adds the configured renderer,
-placement and block budget (``RecallSettings.max_block_bytes``), and the
+placement (and section position) and block budget (``RecallSettings.max_block_bytes``), and the
 ``RecallInjected`` event, which names every item that entered the prompt. It keeps
 injection on the same message-passing footing as the other stages, so that a stream of
 ``Inject`` messages can be logged and replayed.
@@ -50,14 +50,16 @@ class InjectionActor:
         inbox_size: int,
         *,
         placement: str = "before_user",
+        section_priority: int | None = None,
         max_block_bytes: int | None = None,
     ) -> None:
         self.renderer = renderer
         self.placement = placement
+        self.section_priority = section_priority
         self.max_block_bytes = max_block_bytes
         self.namespace = namespace
         self.hub = hub
-        self.mailbox: Mailbox[Inject] = Mailbox.open("injection", inbox_size)
+        self.mailbox: Mailbox[Inject, Injected] = Mailbox.open("injection", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)
@@ -67,7 +69,9 @@ class InjectionActor:
 
     def inject(self, request: Inject) -> Injected:
         report = fit_block(request.report, self.renderer, self.max_block_bytes)
-        injected = inject(report, request.request, self.renderer, self.placement)
+        injected = inject(
+            report, request.request, self.renderer, self.placement, self.section_priority
+        )
         self.hub.publish(
             RecallInjected(
                 at=now(),

@@ -21,7 +21,6 @@ import msgspec
 import trio
 
 from protocol import (
-    Compressed,
     ConfigError,
     DispatchError,
     EmbeddingCall,
@@ -52,7 +51,7 @@ from protocol.checks import (
     shown,
 )
 from protocol.events import (
-    EmbeddingEmbedded,
+    EmbeddingCompleted,
     EmbeddingFailed,
     EmbeddingStarted,
     RetrieverCompleted,
@@ -60,14 +59,15 @@ from protocol.events import (
     RetrieverStarted,
     fingerprint,
 )
-from protocol.messages import Compress, Inject, Recall
+from protocol.messages import Compress, Compressed, Inject, Recall
 
 from .._embedding.cache import EmbeddingUsageLog
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.embedders import AnyEmbedder, HashingEmbedder
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.events import EventHub, StoreWatch, Subscription, now
 from .._store.handle import OPENED, Store, StoreHandleBase
+from .._store.hooks import new_run_id
 from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
 from .._store.prepare import check_k, check_name, clamp_k
@@ -100,6 +100,7 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
 _USER_DIGESTS = 4096
 
 
+@final
 @attrs.frozen
 class MemoryStatistics:
     """Inbox sizes and fill levels, per actor, and the event hub's state.
@@ -140,9 +141,9 @@ class Memory:
         hub: EventHub,
         watch: StoreWatch,
         dispatcher: Dispatcher,
-        compaction: Mailbox[Compress],
-        recall: Mailbox[Recall],
-        injection: Mailbox[Inject],
+        compaction: Mailbox[Compress, Compressed],
+        recall: Mailbox[Recall, RetrievalReport],
+        injection: Mailbox[Inject, Injected],
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
@@ -181,7 +182,7 @@ class Memory:
         Args:
             messages: the prompt.
             date: when these messages were said, in any human-readable form; the
-                entries ``Offload`` writes carry it (see :class:`protocol.Offload`).
+                entries ``Offload`` writes carry it (see :class:`protocol.compaction.Offload`).
                 None dates them with the current UTC date and time.
 
         Returns:
@@ -206,7 +207,6 @@ class Memory:
             raise ConfigError(f"date is a {type(date).__name__}; expected a str or None")
         request = Compress(messages=check_messages(messages), date=date)
         result = await self._compaction.ask(request)
-        assert isinstance(result, Compressed)
         return result
 
     async def retrieve(
@@ -228,6 +228,9 @@ class Memory:
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
+        Each call is one run: ``retriever.started``, the ``vector_store.searched`` of its
+        store read and ``retriever.completed`` (or ``retriever.failed``) carry its fresh
+        ``run_id`` and the config's ``retriever_name``.
         Blocks while the recall actor's inbox is full, then until it replies; a cancelled
         caller's request is still answered and the reply dropped (a read changes nothing).
 
@@ -253,6 +256,7 @@ class Memory:
                 f"since is {since.isoformat()} and until is {until.isoformat()}; expected "
                 "since <= until"
             )
+        run_id = new_run_id()
         request = Recall(
             query=query,
             k=k,
@@ -261,6 +265,8 @@ class Memory:
             settings=self._config.recall,
             since=since,
             until=until,
+            retriever=self._config.retriever_name,
+            run_id=run_id,
         )
         query_print = fingerprint(query)
         bound = self._store.profile
@@ -268,6 +274,8 @@ class Memory:
             "backend": self._store.backend,
             "profile": None if bound is None else bound.name,
             "kind": self._config.recall.search,
+            "retriever": self._config.retriever_name,
+            "run_id": run_id,
         }
         started = time.perf_counter()
         self._hub.publish(
@@ -290,7 +298,6 @@ class Memory:
                 )
             )
             raise
-        assert isinstance(result, RetrievalReport)
         self._hub.publish(
             RetrieverCompleted(
                 at=now(),
@@ -323,7 +330,6 @@ class Memory:
         if not isinstance(request, UnifiedRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected UnifiedRequest")
         result = await self._injection.ask(Inject(report=report, request=request))
-        assert isinstance(result, Injected)
         return result
 
     async def dispatch(self, request: UnifiedRequest) -> UnifiedMessage:
@@ -580,7 +586,7 @@ class Memory:
 @asynccontextmanager
 async def _memory_store(
     store: object,
-    embedder: object | None,
+    embedder: AnyEmbedder | None,
     *,
     inbox_size: int,
     thread_scan_threshold: int,
@@ -631,7 +637,7 @@ async def open_memory(
     *,
     store: VectorStoreConfig | Store,
     memory: MemoryConfig | None = None,
-    embedder: object | None = None,
+    embedder: AnyEmbedder | None = None,
     dispatcher: Dispatcher | None = None,
     summarizer: Summarizer | None = None,
     inbox_size: int = 16,
@@ -763,6 +769,7 @@ async def _run_memory(
         hub,
         inbox_size,
         placement=config.placement,
+        section_priority=config.section_priority,
         max_block_bytes=config.recall.max_block_bytes,
     )
     mailboxes = (compaction.mailbox, recall.mailbox, injection.mailbox)
@@ -810,7 +817,7 @@ def _store_taps(
 
     def on_embedding(call: EmbeddingCall) -> None:
         embedding_log.record(call)
-        kind = EmbeddingEmbedded if call.error is None else EmbeddingFailed
+        kind = EmbeddingCompleted if call.error is None else EmbeddingFailed
         hub.publish(kind(at=now(), namespace=namespace, usage=call))
 
     def on_embedding_started(provider: str, model: str, input_type: str, texts: int) -> None:

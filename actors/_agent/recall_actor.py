@@ -21,6 +21,7 @@ from protocol.messages import Recall
 
 from .._store.events import EventHub, now
 from .._store.handle import Store, StoreHandleBase
+from .._store.hooks import new_run_id
 from .._store.mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -34,7 +35,7 @@ class RecallActor:
         assert isinstance(store, StoreHandleBase)
         self.store: StoreHandleBase[Any] = store
         self.hub = hub
-        self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
+        self.mailbox: Mailbox[Recall, RetrievalReport] = Mailbox.open("recall", inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self.recall, task_status=task_status)
@@ -54,7 +55,8 @@ class RecallActor:
                     settings=request.settings,
                     since=request.since,
                     until=request.until,
-                )
+                ),
+                run=(request.retriever or "memory", request.run_id or new_run_id()),
             )
         except Exception as error:
             self.hub.publish(

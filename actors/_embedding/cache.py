@@ -12,7 +12,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, final, runtime_checkable
 
 import attrs
 import msgspec
@@ -87,6 +87,7 @@ def check_profile(bound: EmbeddingProfile, used: EmbeddingProfile) -> None:
         )
 
 
+@final
 @attrs.frozen
 class EmbeddingResult:
     """What one model call returned.
@@ -127,6 +128,7 @@ class EmbeddingModel(Protocol):
 # ---------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------
+@final
 class EmbeddingRegistry:
     """Named embedding models, one of them the default.
 
@@ -219,6 +221,7 @@ CacheKey = tuple[str, str, str, int, str, str]
 _ENTRY_OVERHEAD = 256
 
 
+@final
 @attrs.frozen
 class CacheStatistics:
     """What the cache holds and has done.
@@ -244,6 +247,7 @@ class CacheStatistics:
     enabled: bool
 
 
+@final
 class EmbeddingCache:
     """An LRU cache of vectors, bounded by count and by bytes.
 
@@ -558,6 +562,7 @@ def _as_rows(vectors: object, count: int, dimensions: int, what: str) -> Matrix:
     return arr
 
 
+@final
 class CachedEmbedder:
     """A model behind a cache, with a usage record for every call.
 

@@ -7,7 +7,7 @@ import inspect
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, final, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,14 @@ from protocol.checks import check_int, shown
 from .._store.mailbox import PROPAGATE
 from .cache import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
 
-__all__ = ["AsyncEmbedder", "Embedder", "EmbedderAdapter", "HashingEmbedder", "VectorLike"]
+__all__ = [
+    "AnyEmbedder",
+    "AsyncEmbedder",
+    "Embedder",
+    "EmbedderAdapter",
+    "HashingEmbedder",
+    "VectorLike",
+]
 
 VectorLike = Sequence[float] | npt.NDArray[Any]
 Matrix = npt.NDArray[np.float32]
@@ -56,6 +63,14 @@ class AsyncEmbedder(Protocol):
     async def embed_query(self, text: str) -> VectorLike: ...
 
 
+#: What every ``embedder=`` parameter takes (``open_store``, ``open_pg_store``,
+#: ``open_memory``...): a sync :class:`Embedder`, run in a worker thread; an
+#: :class:`AsyncEmbedder`, awaited; or an :class:`~actors.EmbeddingModel` (an async
+#: embedder with a ``profile``, metered through a :class:`~actors.CachedEmbedder`, which
+#: is itself one). The check at run time stays: anything else is refused with a
+#: :class:`~protocol.ConfigError` that names what it lacks.
+AnyEmbedder: TypeAlias = Embedder | AsyncEmbedder | EmbeddingModel
+
 _TOKEN = re.compile(rb"[A-Za-z0-9]+")
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -70,6 +85,7 @@ def fnv1a_64(data: bytes) -> int:
     return h
 
 
+@final
 class HashingEmbedder:
     """A deterministic bag of words, for tests and the offline default.
 
@@ -151,7 +167,7 @@ class EmbedderAdapter:
 
     def __init__(
         self,
-        embedder: object,
+        embedder: AnyEmbedder,
         *,
         dimensions: int = 0,
         timeout: float | None = None,

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import final
 
 import attrs
 import numpy as np
@@ -310,6 +311,7 @@ def _mean_pool(tokens: npt.NDArray[np.float32], mask: Array) -> Array:
     return vectors
 
 
+@final
 @attrs.frozen
 class MiniLMStatistics:
     """Counters since the embedder was made.
@@ -329,6 +331,7 @@ class MiniLMStatistics:
     seconds: float
 
 
+@final
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
 

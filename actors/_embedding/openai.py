@@ -11,7 +11,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, final
 
 import anyio
 import httpx
@@ -89,6 +89,7 @@ def _server_message(response: httpx.Response) -> str:
     return repr(response.text[:300])
 
 
+@final
 class OpenAIEmbeddings(trio.abc.AsyncResource):
     """An ``EmbeddingModel`` backed by an OpenAI-compatible ``/v1/embeddings`` endpoint.
 

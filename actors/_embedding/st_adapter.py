@@ -4,7 +4,7 @@ models. trio-recall never imports sentence-transformers unless this adapter is b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,7 @@ from .cache import EmbeddingResult, check_texts
 __all__ = ["SentenceTransformerEmbedder"]
 
 
+@final
 class SentenceTransformerEmbedder:
     """A ``sentence_transformers.SentenceTransformer`` as an ``EmbeddingModel``.
 

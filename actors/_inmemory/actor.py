@@ -23,7 +23,6 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Cleared,
     DeleteResult,
     Document,
     EmbeddingError,
@@ -36,7 +35,6 @@ from protocol import (
     SearchRequest,
     SparseVector,
     Text,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     projection,
@@ -44,15 +42,17 @@ from protocol import (
 from protocol.checks import check_json_object, unpack_message
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreReply,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 
-from .._embedding.embedders import EmbedderAdapter
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
 from .._embedding.sparse import SparseEmbeddingModel
 from .._retrieval.engine import run_search
 from .._store.hooks import (
@@ -86,7 +86,7 @@ _EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 
 
-_Envelope = Envelope[StoreRequest]
+_Envelope = Envelope[StoreRequest, object]
 
 
 @attrs.frozen
@@ -130,7 +130,7 @@ class _StoreActor(CrashableActor):
     def __init__(
         self,
         config: VectorStoreConfig,
-        embedder: object,
+        embedder: AnyEmbedder,
         inbox_size: int,
         *,
         thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,

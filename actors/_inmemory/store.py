@@ -17,6 +17,7 @@ from protocol import (
 )
 from protocol.checks import check_int
 
+from .._embedding.embedders import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.handle import OPENED, StoreHandleBase, StoreStatistics
 from .._store.hooks import (
@@ -72,7 +73,7 @@ class StoreHandle(StoreHandleBase[_StoreActor]):
 @asynccontextmanager
 async def open_store(
     config: VectorStoreConfig,
-    embedder: object,
+    embedder: AnyEmbedder,
     *,
     inbox_size: int = 64,
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,

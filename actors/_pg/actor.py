@@ -20,7 +20,6 @@ import psycopg_pool
 import trio
 
 from protocol import (
-    Cleared,
     ConfigError,
     DeleteResult,
     Document,
@@ -31,20 +30,21 @@ from protocol import (
     ScoredDocument,
     SearchRequest,
     StoreUnavailable,
-    TurnsStored,
     VectorStoreConfig,
     VectorStoreError,
 )
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 
-from .._embedding.embedders import EmbedderAdapter
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
 from .._store.hooks import checked_query, normalize_query
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import clamp_k
@@ -116,7 +116,7 @@ def refused(what: str, error: psycopg.Error) -> ConfigError | None:
     )
 
 
-_Envelope = Envelope[StoreRequest]
+_Envelope = Envelope[StoreRequest, object]
 
 
 def _representable(value: str) -> bool:
@@ -134,7 +134,7 @@ class _PgStoreActor(CrashableActor):
     def __init__(
         self,
         config: VectorStoreConfig,
-        embedder: object,
+        embedder: AnyEmbedder,
         names: Names,
         pool: psycopg_pool.ConnectionPool[Any],
         *,

@@ -15,7 +15,11 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from protocol import Cleared, ConfigError, DeleteResult
+from protocol import (
+    ConfigError,
+    DeleteResult,
+)
+from protocol.messages import Cleared
 
 from .._retrieval.bm25 import term_counts
 from .._store.index_text import indexed_texts

@@ -77,7 +77,7 @@ from protocol import (
 )
 from protocol.checks import check_int
 
-from .._embedding.embedders import EmbedderAdapter, check_timeout
+from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
 from .._store.handle import OPENED, StoreHandleBase
 from .._store.lifecycle import run_store
 from .._store.prepare import check_ids, check_store_config
@@ -182,7 +182,7 @@ def _where(dsn: str) -> str:
 async def open_pg_store(
     dsn: str,
     config: VectorStoreConfig,
-    embedder: object,
+    embedder: AnyEmbedder,
     *,
     table: str = "trio_recall",
     pool_size: int = 4,
@@ -196,7 +196,7 @@ async def open_pg_store(
     keyword_index: bool | None = None,
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
-    sparse: object = None,
+    sparse: None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 

@@ -8,6 +8,8 @@ with that config and a matching embedder: :func:`read_pg_table`.
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 import psycopg
 import trio
@@ -21,6 +23,7 @@ from .schema import Names, bound_profile
 __all__ = ["PgTableInfo", "read_pg_table"]
 
 
+@final
 @attrs.frozen
 class PgTableInfo:
     """An existing store table's bounds and binding (its ``<table>_meta`` row).

@@ -2,9 +2,9 @@
 
 Pure functions over texts, used by the recall actor (``RecallSettings.speaker_weight``
 and ``date_weight``). A conversation's turns are stored as ``"Name: text"`` (the form
-:func:`protocol.contextual_entry` asks for) and ``Offload`` adds a ``"Date: ..."`` line
-to each; a question about a person is mostly answered by that person's own turns, and a
-question that names a date by the turns said near it.
+:func:`protocol.compaction.contextual_entry` asks for) and ``Offload`` adds a
+``"Date: ..."`` line to each; a question about a person is mostly answered by that
+person's own turns, and a question that names a date by the turns said near it.
 """
 
 from __future__ import annotations
@@ -155,8 +155,9 @@ def _valid(m: DateMention) -> bool:
 
 
 def entry_date(text: str) -> dt.date | None:
-    """The day of an entry's first ``"Date: "`` line (as :func:`protocol.contextual_entry`
-    writes it) that names a full date, else None."""
+    """The day of an entry's first ``"Date: "`` line (as
+    :func:`protocol.compaction.contextual_entry` writes it) that names a full date, else
+    None."""
     line = _DATE_LINE.search(text)
     if line is None:
         return None

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, final
 
 import attrs
 import trio
 
-from protocol import Event, TurnsStored
+from protocol import Event
 from protocol.checks import check_int
 from protocol.events import Evicted, StoreNearCap
+from protocol.messages import TurnsStored
 
 from .handle import Store
 
@@ -29,6 +30,7 @@ R = TypeVar("R")
 # --- events ---------------------------------------------------------------------------------
 
 
+@final
 @attrs.define(eq=False)
 class Subscription:
     """One subscriber's view of the event stream: an async iterator with a bounded buffer.

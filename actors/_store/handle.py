@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, final, runtime_checkable
 
 import attrs
 import numpy as np
@@ -19,7 +19,6 @@ import trio
 
 from protocol import (
     DEFAULT_NAMESPACE,
-    Cleared,
     ConfigError,
     DeleteResult,
     Document,
@@ -28,13 +27,20 @@ from protocol import (
     RetrievedTurn,
     ScoredDocument,
     SearchRequest,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreUsage,
 )
 from protocol.checks import check_filter
-from protocol.messages import Clear, Delete, DocumentsUpserted, StoreRequest, UpsertDocuments
+from protocol.messages import (
+    Clear,
+    Cleared,
+    Delete,
+    DocumentsUpserted,
+    StoreRequest,
+    TurnsStored,
+    UpsertDocuments,
+)
 
 from .hooks import check_query_profile, retrieve_event, search_event
 from .mailbox import CrashableActor, Envelope, ReplySlot
@@ -50,6 +56,7 @@ ActorT = TypeVar("ActorT", bound=CrashableActor)
 OPENED = object()
 
 
+@final
 @attrs.frozen
 class StoreStatistics:
     """A point-in-time view of the actor's inbox and state.
@@ -145,8 +152,9 @@ class StoreHandleBase(Generic[ActorT]):
         batch. ``ids`` names each turn (an explicit memory's id): an id already live in
         the namespace is replaced. Without it, each id is ``turn-<sequence>``.
         ``texts`` gives each turn the text it is indexed and embedded by, in place of
-        its projection (a turn with its context, :func:`protocol.contextual_entry`);
-        the message is kept and returned as is. Each turn's size against
+        its projection (a turn with its context,
+        :func:`protocol.compaction.contextual_entry`); the message is kept and returned
+        as is. Each turn's size against
         ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
         first, the metadata as compact JSON (once per turn), the source, its id, the
         conversation and its index text (``protocol.checks.entry_bytes``).
@@ -353,14 +361,17 @@ class StoreHandleBase(Generic[ActorT]):
         hits, _ = await self._search(request, turns=False)
         return hits  # type: ignore[return-value]
 
-    async def _recall(self, request: SearchRequest) -> RetrievalReport:
+    async def _recall(
+        self, request: SearchRequest, *, run: tuple[str, str] | None = None
+    ) -> RetrievalReport:
         """:meth:`search` with the hits built as turns (what the recall actor injects),
-        and how many entries were scored, as a report."""
-        turns, scanned = await self._search(request, turns=True)
+        and how many entries were scored, as a report. ``run`` is the (retriever name,
+        run id) its ``vector_store.searched`` event carries (None: a run of its own)."""
+        turns, scanned = await self._search(request, turns=True, run=run)
         return RetrievalReport(turns=turns, scanned=scanned, exact=self._exact)  # type: ignore[arg-type]
 
     async def _search(
-        self, request: SearchRequest, *, turns: bool
+        self, request: SearchRequest, *, turns: bool, run: tuple[str, str] | None = None
     ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
         self._check()
         started = time.perf_counter()
@@ -388,7 +399,9 @@ class StoreHandleBase(Generic[ActorT]):
             k = clamp_k(request.k, actor.config.max_entries)
             scores = [h.score for h in hits]
             actor.on_event(
-                search_event(self.backend, actor.profile, request, namespace, k, scores, started)
+                search_event(
+                    self.backend, actor.profile, request, namespace, k, scores, started, run
+                )
             )
         return hits, scanned
 
@@ -566,7 +579,7 @@ class StoreHandleBase(Generic[ActorT]):
 
     async def _request(self, request: StoreRequest) -> object:
         self._check()
-        reply = ReplySlot()
+        reply = ReplySlot[object]()
         envelope = Envelope(request, reply)
         try:
             # When the inbox has room, queue without send()'s extra scheduler round

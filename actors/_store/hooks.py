@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +21,6 @@ import numpy.typing as npt
 import trio
 
 from protocol import (
-    Cleared,
     ConfigError,
     DeleteResult,
     EmbeddingError,
@@ -28,18 +28,19 @@ from protocol import (
     Event,
     RetrievalReport,
     SearchRequest,
-    TurnsStored,
     VectorStoreConfig,
 )
 from protocol._events import SearchOperation
 from protocol.events import DocumentsAdded, DocumentsDeleted, StoreSearched, fingerprint
 from protocol.messages import (
     Clear,
+    Cleared,
     Delete,
     DocumentsUpserted,
     StoreReply,
     StoreRequest,
     StoreTurns,
+    TurnsStored,
     UpsertDocuments,
 )
 
@@ -47,8 +48,10 @@ from .._embedding.cache import check_profile
 from .._embedding.embedders import as_vector, normalize_rows
 
 __all__ = [
+    "STORE_RETRIEVER",
     "bound_profile",
     "check_query_profile",
+    "new_run_id",
     "checked_query",
     "normalize_query",
     "read_event",
@@ -56,6 +59,16 @@ __all__ = [
     "search_event",
     "write_event",
 ]
+
+
+STORE_RETRIEVER = "store"
+"""The retriever name of a direct read of a store handle (``search``, ``retrieve``,
+``retrieve_in``, ``retrieve_embedding``) in its ``vector_store.searched`` event."""
+
+
+def new_run_id() -> str:
+    """A fresh run id for one retrieval's events: 32 hex characters (a random UUID4)."""
+    return uuid.uuid4().hex
 
 
 def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
@@ -110,9 +123,11 @@ def search_event(
     k: int,
     scores: Sequence[float],
     started: float,
+    run: tuple[str, str] | None = None,
 ) -> StoreSearched:
     """``vector_store.searched`` for a ``search`` whose hits scored ``scores``; ``k`` is
-    the request's, cut to the store's capacity (see :func:`read_event`)."""
+    the request's, cut to the store's capacity; ``run`` the (retriever, run id) of the
+    retrieval it serves, None for a direct read (see :func:`read_event`)."""
     return read_event(
         "search",
         backend=backend,
@@ -125,6 +140,7 @@ def search_event(
         k=k,
         scores=list(scores),
         started=started,
+        run=run,
     )
 
 
@@ -167,10 +183,14 @@ def read_event(
     k: int,
     scores: list[float],
     started: float,
+    run: tuple[str, str] | None = None,
 ) -> StoreSearched:
     """``vector_store.searched`` for a read whose hits scored ``scores`` (best first),
     started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one.
-    ``backend`` is ``"memory"`` or ``"pg"``; ``profile`` the store's bound profile."""
+    ``backend`` is ``"memory"`` or ``"pg"``; ``profile`` the store's bound profile;
+    ``run`` the (retriever name, run id) of the retrieval the read serves, or None for
+    a direct read of the store: a run of its own, named :data:`STORE_RETRIEVER`."""
+    retriever, run_id = (STORE_RETRIEVER, new_run_id()) if run is None else run
     return StoreSearched(
         at=trio.current_time(),
         namespace=namespace or "",
@@ -185,6 +205,8 @@ def read_event(
         hits=len(scores),
         best=scores[0] if scores else None,
         seconds=time.perf_counter() - started,
+        retriever=retriever,
+        run_id=run_id,
     )
 
 

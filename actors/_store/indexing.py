@@ -45,7 +45,7 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, Literal, Protocol, TextIO, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TextIO, final, get_args, runtime_checkable
 
 import attrs
 import trio
@@ -91,6 +91,7 @@ class DocumentStore(Protocol):
         ...
 
 
+@final
 @attrs.frozen
 class Record:
     """What the record manager knows of one document.
@@ -143,6 +144,7 @@ class RecordManager(Protocol):
         ...
 
 
+@final
 @attrs.define(eq=False)
 class InMemoryRecordManager:
     """A :class:`RecordManager` in a dict, for one namespace. Not persistent.

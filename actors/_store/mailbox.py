@@ -25,12 +25,14 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+#: The reply type of a request, so that a caller gets what the actor answers, typed.
+A = TypeVar("A")
 
 
 @attrs.define(eq=False)
-class ReplySlot:
-    """A one-shot reply. Setting it never blocks, so an actor never waits on a caller
-    that has gone away; only the first answer counts.
+class ReplySlot(Generic[A]):
+    """A one-shot reply, of type ``A``. Setting it never blocks, so an actor never waits
+    on a caller that has gone away; only the first answer counts.
 
     Built on ``wait_task_rescheduled`` and ``reschedule``, the primitives ``trio.Event``
     is built on, without the Event's parking lot: every write makes one slot and
@@ -39,10 +41,11 @@ class ReplySlot:
 
     _waiter: trio.lowlevel.Task | None = None  # the caller, while it waits
     _done: bool = False
-    _value: object = None
     _error: BaseException | None = None
+    # Set only by succeed(), and read only once it has been, so it needs no default.
+    _value: A = attrs.field(init=False)
 
-    def succeed(self, value: object) -> None:
+    def succeed(self, value: A) -> None:
         if not self._done:
             self._value = value
             self._answered()
@@ -61,7 +64,7 @@ class ReplySlot:
             waiter, self._waiter = self._waiter, None
             trio.lowlevel.reschedule(waiter)
 
-    async def wait(self) -> object:
+    async def wait(self) -> A:
         """Wait for the answer; raise the error, or return the value.
 
         If the caller is cancelled while it waits, the answer is simply never read.
@@ -82,15 +85,15 @@ class ReplySlot:
 
 
 @attrs.frozen
-class Envelope(Generic[R]):
+class Envelope(Generic[R, A]):
     """A request and its one-shot reply slot."""
 
     request: R
-    reply: ReplySlot
+    reply: ReplySlot[A]
 
 
 def drain(
-    receive: trio.MemoryReceiveChannel[Envelope[Any]], error: Callable[[], BaseException]
+    receive: trio.MemoryReceiveChannel[Envelope[Any, Any]], error: Callable[[], BaseException]
 ) -> None:
     """Fail every request still queued in ``receive``, then close it.
 
@@ -118,19 +121,19 @@ class CrashableActor:
     """
 
     config: VectorStoreConfig
-    send: trio.MemorySendChannel[Envelope[Any]]
-    receive: trio.MemoryReceiveChannel[Envelope[Any]]
+    send: trio.MemorySendChannel[Envelope[Any, object]]
+    receive: trio.MemoryReceiveChannel[Envelope[Any, object]]
     crash: BaseException | None
     what: str
     logger: logging.Logger
 
-    async def _handle(self, envelope: Envelope[Any]) -> None:
+    async def _handle(self, envelope: Envelope[Any, object]) -> None:
         raise NotImplementedError
 
     async def _prepare(self, request: Any) -> object:
         raise NotImplementedError
 
-    async def _prepared_or_replied(self, envelope: Envelope[Any]) -> object:
+    async def _prepared_or_replied(self, envelope: Envelope[Any, object]) -> object:
         """Phase 1 of a write, the same on every backend: validate and embed (it may
         await and fail, and changes nothing). Returns the prepared write, or
         :data:`REPLIED` once the caller has its answer: ``Poisoned`` on a crashed store,
@@ -155,7 +158,7 @@ class CrashableActor:
         :func:`answer_base_exception`, so nothing but ``Cancelled`` ever leaves this task
         (an exception leaving an actor task would tear down the caller's nursery).
         """
-        in_flight: Envelope[Any] | None = None
+        in_flight: Envelope[Any, object] | None = None
         try:
             task_status.started()
             async for envelope in self.receive:
@@ -234,8 +237,9 @@ def answer_base_exception(
 
 
 @attrs.define(eq=False)
-class Mailbox(Generic[R]):
-    """A bounded inbox for one actor, and the way callers ask it something.
+class Mailbox(Generic[R, A]):
+    """A bounded inbox for one actor, and the way callers ask it something: requests
+    of type ``R``, each answered with an ``A``.
 
     The actor owns ``receive``; callers use :meth:`ask`. The actor replies through the
     envelope's slot, which never blocks, so an actor never waits on a caller that has
@@ -244,18 +248,18 @@ class Mailbox(Generic[R]):
 
     name: str
     size: int
-    send: trio.MemorySendChannel[Envelope[R]]
-    receive: trio.MemoryReceiveChannel[Envelope[R]]
+    send: trio.MemorySendChannel[Envelope[R, A]]
+    receive: trio.MemoryReceiveChannel[Envelope[R, A]]
     #: Set by ``open_memory``: poisons the store, and gives what a crashed request raises.
     crashed: Callable[[BaseException], BaseException] | None = None
 
     @classmethod
-    def open(cls, name: str, size: int) -> Mailbox[R]:
+    def open(cls, name: str, size: int) -> Mailbox[R, A]:
         # ``size`` is checked by whoever takes it from a user (``open_memory``).
-        send, receive = trio.open_memory_channel[Envelope[R]](size)
+        send, receive = trio.open_memory_channel[Envelope[R, A]](size)
         return cls(name, size, send, receive)
 
-    async def ask(self, request: R) -> object:
+    async def ask(self, request: R) -> A:
         """Send ``request`` and wait for the reply.
 
         Blocks while the inbox is full, then until the actor replies. If the caller is
@@ -267,7 +271,7 @@ class Mailbox(Generic[R]):
             trio.BrokenResourceError: the actor stopped while the memory was open.
             Exception: whatever the actor's handler raised for this request.
         """
-        reply = ReplySlot()
+        reply = ReplySlot[A]()
         try:
             await self.send.send(Envelope(request, reply))
         except trio.ClosedResourceError:
@@ -278,7 +282,7 @@ class Mailbox(Generic[R]):
 
     async def serve(
         self,
-        handle: Callable[[R], Awaitable[object]],
+        handle: Callable[[R], Awaitable[A]],
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -289,7 +293,7 @@ class Mailbox(Generic[R]):
         queued one fail with ``trio.ClosedResourceError``, so no caller waits forever;
         the inbox is drained before it is closed, or the drain would find nothing.
         """
-        in_flight: Envelope[R] | None = None
+        in_flight: Envelope[R, A] | None = None
         try:
             task_status.started()
             async for envelope in self.receive:

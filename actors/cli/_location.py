@@ -40,7 +40,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -54,6 +54,9 @@ from protocol import (
 )
 
 from ._embedded import Cluster, Notice
+
+if TYPE_CHECKING:
+    from actors import AnyEmbedder
 
 __all__ = [
     "DATA_ENV",
@@ -242,7 +245,7 @@ class ProfiledHashingEmbedder:
         return HASHING_PROFILE
 
 
-def _make_embedder(name: str) -> object:
+def _make_embedder(name: str) -> AnyEmbedder:
     if name == "hashing":
         return ProfiledHashingEmbedder()
     from .. import MiniLMEmbedder

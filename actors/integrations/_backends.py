@@ -6,7 +6,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
 
-from actors import open_store
+from actors import AnyEmbedder, open_store
 from protocol import ConfigError, VectorStoreConfig
 
 from ._bridge import TrioBridge
@@ -49,7 +49,7 @@ class BridgedStore:
 def store_opener(
     dsn: str | None,
     config: VectorStoreConfig,
-    embedder: object,
+    embedder: AnyEmbedder,
     *,
     table: str,
     embed_timeout: float | None,

@@ -67,6 +67,7 @@ from protocol import (
     SearchRequest,
     VectorStoreConfig,
 )
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol.checks import check_conversation, check_int, shown
 
 from ..doors import check_similarity, door_time, relevance_floor
@@ -763,3 +764,6 @@ def _scored(hits: list[Any]) -> list[tuple[LCDocument, float]]:
 
 def _relevance(similarity: float) -> float:
     return min(1.0, max(0.0, similarity))
+
+
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -55,8 +55,9 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import EmbeddingsLambda
 
-from actors import HashingEmbedder, Store
+from actors import AnyEmbedder, HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
+from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol.checks import check_int, shown
 
 from . import _langgraph_ops as mapping
@@ -508,7 +509,7 @@ def _check_ranking(ranking: object) -> Ranking:
 
 def _index_settings(
     index: IndexConfig | None,
-) -> tuple[list[tuple[str, str | list[str]]] | None, object, int]:
+) -> tuple[list[tuple[str, str | list[str]]] | None, AnyEmbedder, int]:
     """The tokenized fields, the embedder and the width an index config asks for."""
     if index is None:
         # Nothing is ever embedded: every item keeps a one-float zero vector.
@@ -572,3 +573,6 @@ def _check_space(namespace: object) -> str:
     if not isinstance(namespace, str) or not namespace:
         raise ConfigError(f"namespace is {shown(namespace)}; expected a non-empty str")
     return namespace
+
+
+_fixup_module_metadata(__name__, globals(), __all__)

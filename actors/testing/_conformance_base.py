@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from actors import AnyEmbedder
 from protocol import (
     Document,
     EmbeddingProfile,
@@ -74,7 +75,7 @@ class ConformanceBase:
     # --- overridable ---------------------------------------------------------------------
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object
+        self, config: VectorStoreConfig, embedder: AnyEmbedder
     ) -> AbstractAsyncContextManager[Any]:
         """Return an async context manager that yields a new, empty store to test."""
         return open_store(config, embedder)

@@ -36,6 +36,7 @@ import numpy.typing as npt
 import pytest
 import trio
 
+from actors import AnyEmbedder
 from protocol import (
     EmbedderError,
     EmbeddingProfile,
@@ -144,17 +145,17 @@ class EmbedderConformance:
 
     # --- overridable ---------------------------------------------------------------------
 
-    def make_embedder(self) -> object:
+    def make_embedder(self) -> AnyEmbedder:
         """Return a new embedder to test."""
         raise NotImplementedError("define make_embedder() in your EmbedderConformance subclass")
 
     # --- helpers -------------------------------------------------------------------------
 
-    def profile_of(self, embedder: object) -> EmbeddingProfile | None:
+    def profile_of(self, embedder: AnyEmbedder) -> EmbeddingProfile | None:
         profile = getattr(embedder, "profile", None)
         return profile if isinstance(profile, EmbeddingProfile) else None
 
-    def dimensions_of(self, embedder: object) -> int:
+    def dimensions_of(self, embedder: AnyEmbedder) -> int:
         """The width the embedder promises: its profile's, else its ``dimensions``."""
         profile = self.profile_of(embedder)
         if profile is not None:
@@ -167,18 +168,20 @@ class EmbedderConformance:
             )
         return width
 
-    async def documents(self, embedder: object, texts: Sequence[str]) -> npt.NDArray[np.float64]:
+    async def documents(
+        self, embedder: AnyEmbedder, texts: Sequence[str]
+    ) -> npt.NDArray[np.float64]:
         """``texts`` embedded as documents, checked: one finite row per text."""
         raw = await _embed_documents(embedder, list(texts))
         return _rows(raw, len(texts), self.dimensions_of(embedder), f"{len(texts)} text(s)")
 
-    async def query(self, embedder: object, text: str) -> npt.NDArray[np.float64]:
+    async def query(self, embedder: AnyEmbedder, text: str) -> npt.NDArray[np.float64]:
         raw = await _embed_query(embedder, text)
         # One flat vector: as a batch of one, a 2-D answer has the wrong shape.
         row: npt.NDArray[np.float64] = _rows([raw], 1, self.dimensions_of(embedder), "a query")[0]
         return row
 
-    def cached(self, embedder: object) -> CachedEmbedder:
+    def cached(self, embedder: AnyEmbedder) -> CachedEmbedder:
         """A ``CachedEmbedder`` with a fresh cache over the embedder (a sync one is
         wrapped as an ``EmbeddingModel`` first)."""
         if isinstance(embedder, CachedEmbedder):
@@ -244,8 +247,8 @@ class EmbedderConformance:
             docs = getattr(embedder, "embed_documents", None)
             if docs is not None and inspect.iscoroutinefunction(docs):
                 assert len(await docs([])) == 0
-            elif callable(getattr(embedder, "embed_batch", None)):
-                out: Any = embedder.embed_batch([])  # type: ignore[attr-defined]
+            elif callable(batch := getattr(embedder, "embed_batch", None)):
+                out: Any = batch([])
                 assert len(out) == 0
             # The empty string is a text like any other: one vector of the right width.
             rows = await self.documents(embedder, ["", "not empty"])
@@ -276,7 +279,7 @@ class EmbedderConformance:
                 for i in (0, n // 2, n - 1):
                     self.assert_same(rows[i], await self.query_as_document(embedder, texts[i]))
 
-    async def query_as_document(self, embedder: object, text: str) -> npt.NDArray[np.float64]:
+    async def query_as_document(self, embedder: AnyEmbedder, text: str) -> npt.NDArray[np.float64]:
         row: npt.NDArray[np.float64] = (await self.documents(embedder, [text]))[0]
         return row
 

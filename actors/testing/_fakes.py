@@ -7,13 +7,14 @@ import hashlib
 import inspect
 import threading
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
 
+from actors import AnyEmbedder
 from protocol import ConfigError
 from protocol.checks import check_int
 
@@ -31,6 +32,7 @@ def _check_dimensions(dimensions: object) -> int:
     return check_int("dimensions", dimensions)
 
 
+@final
 class DeterministicFakeEmbedding:
     """A sync embedder whose vectors depend only on ``(text, seed)``.
 
@@ -75,6 +77,7 @@ class DeterministicFakeEmbedding:
         return f"DeterministicFakeEmbedding(dimensions={self.dimensions}, seed={self.seed})"
 
 
+@final
 class RandomFakeEmbedding:
     """A sync embedder that returns a fresh random vector on every call, for tests of
     shapes and plumbing only: the same text gives a different vector each time, so
@@ -139,6 +142,7 @@ def _check_gate(_instance: object, _attribute: object, value: object) -> None:
         raise ConfigError(f"gate is a {type(value).__name__}; expected trio.Event or None")
 
 
+@final
 @attrs.frozen
 class Fault:
     """What one embedder call does.
@@ -158,6 +162,7 @@ class Fault:
     error: BaseException | None = None
 
 
+@final
 @attrs.frozen
 class EmbedCall:
     """One call to a :class:`FaultyEmbedder`, as ``fail_on`` sees it.
@@ -182,6 +187,7 @@ class _Scripted:
     texts: tuple[str, ...] | None
 
 
+@final
 class FaultyEmbedder:
     """An async embedder that wraps another one and misbehaves on request.
 
@@ -208,7 +214,9 @@ class FaultyEmbedder:
             nor a collection of ints.
     """
 
-    def __init__(self, inner: object, fail_on: FailOn = None, *, max_scripted: int = 64) -> None:
+    def __init__(
+        self, inner: AnyEmbedder, fail_on: FailOn = None, *, max_scripted: int = 64
+    ) -> None:
         has_async = inspect.iscoroutinefunction(getattr(inner, "embed_documents", None))
         if not has_async and not callable(getattr(inner, "embed", None)):
             raise ConfigError(

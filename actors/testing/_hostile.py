@@ -41,13 +41,14 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import numpy as np
 import trio
 from hypothesis import strategies as st
 
+from actors import Embedder
 from protocol import VectorStoreError
 from protocol.filters import And, Eq, Not, Or
 
@@ -531,6 +532,7 @@ _BASE_EXCEPTIONS: tuple[Callable[[], BaseException], ...] = (
 )
 
 
+@final
 @attrs.frozen
 class EmbedFault:
     """What every embedder call does while this fault is armed.
@@ -582,6 +584,7 @@ def embed_faults(*, interrupts: bool = False) -> st.SearchStrategy[EmbedFault]:
     )
 
 
+@final
 class HostileEmbedder:
     """An embedder that wraps another and misbehaves while a fault is armed.
 
@@ -600,7 +603,7 @@ class HostileEmbedder:
         sync: present the sync interface instead of the async one.
     """
 
-    def __init__(self, inner: Any, *, sync: bool = False) -> None:
+    def __init__(self, inner: Embedder, *, sync: bool = False) -> None:
         if not callable(getattr(inner, "embed", None)):
             raise TypeError(f"inner is a {type(inner).__name__}; expected a sync Embedder")
         self.inner = inner

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import msgspec
@@ -68,6 +68,7 @@ __all__ = [
 Maker = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
+@final
 @attrs.frozen(repr=False)
 class HostileCall:
     """One call on a store or a memory, with its arguments still to be built.

@@ -3,9 +3,17 @@
 Hypothesis drives a state machine synchronously, one step at a time. This base keeps
 one trio loop alive for a whole example, in a worker thread, and runs each async rule,
 initializer and invariant on it through ``trio.from_thread.run``, under a per-step
-deadline. Only Hypothesis's public API is used: the async steps are wrapped into plain
-sync functions *before* they are handed to Hypothesis's own decorators, which is why
-this module exports its own :func:`rule`, :func:`initialize` and :func:`invariant`.
+deadline. Only Hypothesis's public API is used: Hypothesis calls a step and expects its
+result, so an ``async def`` step is first made a plain sync method by :func:`trio_step`,
+and Hypothesis's own ``rule``, ``initialize``, ``invariant`` and ``precondition`` decorate
+that::
+
+    from hypothesis.stateful import initialize, rule
+
+    class MyMachine(TrioRuleBasedStateMachine):
+        @initialize()
+        @trio_step
+        async def open(self) -> None: ...
 
 Anything an example opens with :meth:`TrioRuleBasedStateMachine.enter_async_context`
 (a store, a nursery of background tasks) is entered and exited by one long-lived task
@@ -20,32 +28,19 @@ import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar, TypeVarTuple
 
 import attrs
 import trio
 import trio.testing
-from hypothesis import stateful as _stateful
-from hypothesis.stateful import Bundle as Bundle
 from hypothesis.stateful import RuleBasedStateMachine
-from hypothesis.stateful import consumes as consumes
-from hypothesis.stateful import multiple as multiple
-from hypothesis.stateful import precondition as precondition
 
-__all__ = [
-    "Bundle",
-    "LoopStopTimeout",
-    "TrioRuleBasedStateMachine",
-    "consumes",
-    "initialize",
-    "invariant",
-    "multiple",
-    "precondition",
-    "rule",
-]
+__all__ = ["LoopStopTimeout", "TrioRuleBasedStateMachine", "trio_step"]
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+Ts = TypeVarTuple("Ts")
+M = TypeVar("M", bound="TrioRuleBasedStateMachine")
 
 _ASYNC_STEP = "__trio_recall_async_step__"
 
@@ -54,13 +49,37 @@ class LoopStopTimeout(RuntimeError):
     """The example's trio loop did not stop in time at teardown: something hangs."""
 
 
-def _as_sync_step(f: F) -> F:
-    """Wrap an ``async def`` method into a sync one that runs it on the machine's loop."""
+def trio_step(f: Callable[Concatenate[M, P], Awaitable[T]]) -> Callable[Concatenate[M, P], T]:
+    """Make an ``async def`` method of a :class:`TrioRuleBasedStateMachine` a sync step
+    that runs on the example's trio loop, under the machine's ``step_timeout``.
+
+    Put it directly above the ``async def``, under Hypothesis's own decorators
+    (``hypothesis.stateful.rule``, ``initialize``, ``invariant``, ``precondition``),
+    whose arguments (``target``, ``targets``, strategies) then work unchanged::
+
+        @precondition(lambda self: self.store is not None)
+        @rule(n=st.integers(0, 5))
+        @trio_step
+        async def write(self, n: int) -> None: ...
+
+    Raises:
+        TypeError: ``f`` is not an ``async def`` (a sync step needs no wrapper), or it is
+            already wrapped by a sync decorator (put ``@trio_step`` innermost).
+    """
     if not inspect.iscoroutinefunction(f):
-        return f
+        if inspect.iscoroutinefunction(inspect.unwrap(f)):
+            raise TypeError(
+                f"trio_step got {f.__qualname__}, an async def already wrapped by a sync "
+                "decorator; put @trio_step directly above the async def, under "
+                "hypothesis's @rule/@initialize/@invariant/@precondition"
+            )
+        raise TypeError(
+            f"trio_step takes an async def method; got {f!r}, which is not one "
+            "(a sync step needs no wrapper)"
+        )
 
     @functools.wraps(f)
-    def step(self: TrioRuleBasedStateMachine, *args: Any, **kwargs: Any) -> Any:
+    def step(self: M, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.run_on_loop(functools.partial(f, self, *args, **kwargs))
 
     # The wrapper must look sync to anything that unwraps it (Hypothesis's proxies and
@@ -68,29 +87,7 @@ def _as_sync_step(f: F) -> F:
     del step.__wrapped__
     step.__signature__ = inspect.signature(f)  # type: ignore[attr-defined]
     setattr(step, _ASYNC_STEP, f)
-    return step  # type: ignore[return-value]
-
-
-def rule(**kwargs: Any) -> Callable[[F], F]:
-    """Hypothesis's ``@rule``, which also accepts ``async def`` methods.
-
-    An async rule runs on the example's trio loop under the machine's ``step_timeout``.
-    All of Hypothesis's arguments (``target``, ``targets``, strategies) work unchanged.
-    """
-    decorator: Any = _stateful.rule(**kwargs)
-    return lambda f: decorator(_as_sync_step(f))
-
-
-def initialize(**kwargs: Any) -> Callable[[F], F]:
-    """Hypothesis's ``@initialize``, which also accepts ``async def`` methods."""
-    decorator: Any = _stateful.initialize(**kwargs)
-    return lambda f: decorator(_as_sync_step(f))
-
-
-def invariant(*, check_during_init: bool = False) -> Callable[[F], F]:
-    """Hypothesis's ``@invariant``, which also accepts ``async def`` methods."""
-    decorator = _stateful.invariant(check_during_init=check_during_init)
-    return lambda f: decorator(_as_sync_step(f))
+    return step
 
 
 @attrs.define(eq=False)
@@ -188,8 +185,9 @@ class _Loop:
 class TrioRuleBasedStateMachine(RuleBasedStateMachine):
     """A ``RuleBasedStateMachine`` whose rules may be ``async def``.
 
-    Use :func:`rule`, :func:`initialize`, :func:`invariant` from this module (and
-    Hypothesis's ``precondition`` and ``Bundle``, re-exported here). One trio loop runs
+    Decorate steps with Hypothesis's own ``rule``, ``initialize``, ``invariant`` and
+    ``precondition`` (and use its ``Bundle``, ``consumes``, ``multiple``), with
+    :func:`trio_step` directly above each ``async def``. One trio loop runs
     for the whole example, in a worker thread; it starts at the first step and stops at
     :meth:`teardown`. Every async step runs under ``step_timeout`` seconds, so a hang
     fails the example with ``trio.TooSlowError`` instead of stalling the run.
@@ -242,8 +240,9 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
             ):
                 raise TypeError(
                     f"{cls.__name__}.{name} is an async def wrapped by a sync decorator "
-                    "(probably hypothesis.stateful.rule/initialize/invariant); use "
-                    "actors.testing.rule/initialize/invariant, which run it on the trio loop"
+                    "(probably hypothesis.stateful.rule/initialize/invariant) without "
+                    "actors.testing.trio_step, so hypothesis would get a coroutine; put "
+                    "@trio_step directly above the async def, under hypothesis's decorators"
                 )
 
     def __init__(self) -> None:
@@ -316,7 +315,7 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
         assert nursery is not None
         return nursery
 
-    def start_soon(self, afn: Callable[..., Awaitable[object]], *args: object) -> None:
+    def start_soon(self, afn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
         """Start ``afn(*args)`` as a background task; call it from an async step."""
         self.nursery.start_soon(afn, *args)
 

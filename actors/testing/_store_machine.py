@@ -28,7 +28,9 @@ import attrs
 import numpy as np
 import trio
 from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule
 
+from actors import AnyEmbedder
 from protocol import (
     DEFAULT_NAMESPACE,
     ConfigError,
@@ -39,17 +41,17 @@ from protocol import (
     RetrievalReport,
     Text,
     Thinking,
-    TurnsStored,
     UnifiedMessage,
     VectorStoreConfig,
     projection,
 )
 from protocol.checks import metadata_json, turn_bytes
+from protocol.messages import TurnsStored
 
 from .. import HashingEmbedder, open_store
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
-from ._machine import TrioRuleBasedStateMachine, initialize, precondition, rule
+from ._machine import TrioRuleBasedStateMachine, trio_step
 from ._model import ModelEntry, ModelState, check_report, normalize64
 
 __all__ = ["VectorStoreMachine"]
@@ -148,7 +150,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     # --- overridable -------------------------------------------------------------------
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object
+        self, config: VectorStoreConfig, embedder: AnyEmbedder
     ) -> AbstractAsyncContextManager[Any]:
         """Return an async context manager that yields the store to test."""
         return open_store(config, embedder)
@@ -168,6 +170,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         warn_fraction=st.sampled_from([None, 0.5, 1.0]),
         hashing=st.booleans(),
     )
+    @trio_step
     async def open(
         self,
         max_entries: int,
@@ -325,6 +328,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         fault=faults,
         park=parks,
     )
+    @trio_step
     async def store_turns(
         self,
         turns: list[UnifiedMessage],
@@ -341,6 +345,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     # common instead of letting ``clear`` dominate.
     @precondition(lambda self: len(self.pending) < self.max_pending)
     @rule(entry=st.tuples(texts, st.sampled_from(NAMESPACES)))
+    @trio_step
     async def add(self, entry: tuple[str, str]) -> None:
         """Store one well-behaved turn."""
         text, namespace = entry
@@ -453,6 +458,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         unknown=st.booleans(),
         namespace=st.sampled_from((None, *NAMESPACES)),
     )
+    @trio_step
     async def delete(self, picks: list[int], unknown: bool, namespace: str | None) -> None:
         store = self.store
         known = sorted(self.ids.items())
@@ -488,6 +494,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     @precondition(lambda self: len(self.pending) < self.max_pending)
     @rule(namespace=st.sampled_from((None, *NAMESPACES)))
+    @trio_step
     async def clear(self, namespace: str | None) -> None:
         store = self.store
         if self.poisoned:
@@ -519,6 +526,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         vector_kind=vector_kinds,
         park=parks,
     )
+    @trio_step
     async def read(
         self,
         kind: str,
@@ -645,6 +653,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         lambda self: any(op.gate is not None and not op.gate.is_set() for op in self.pending)
     )
     @rule(pick=st.integers(0, 10), cascade=st.booleans())
+    @trio_step
     async def release(self, pick: int, cascade: bool) -> None:
         """Let one parked operation go on; with ``cascade``, also every write ahead of
         it, so that it can finish."""
@@ -664,6 +673,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         )
     )
     @rule()
+    @trio_step
     async def cancel_last_write(self) -> None:
         """Cancel the newest pending writer while it waits; its batch must then be either
         fully applied or not at all (design §3)."""
@@ -712,6 +722,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         )
     )
     @rule(roll=st.integers(0, 7))
+    @trio_step
     async def crash(self, roll: int) -> None:
         """Crash the actor at its next commit: every later call raises Poisoned, queued
         writes included, and nothing hangs.

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from actors import AnyEmbedder
 from protocol import (
     Document,
     RetrievalReport,
@@ -101,7 +102,7 @@ class WriteSuiteBase:
     # --- overridable ---------------------------------------------------------------------
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: object, **options: Any
+        self, config: VectorStoreConfig, embedder: AnyEmbedder, **options: Any
     ) -> AbstractAsyncContextManager[Any]:
         """Return an async context manager that yields a new, empty store to test;
         ``options`` are ``open_store`` keyword arguments (``inbox_size``)."""
@@ -125,7 +126,10 @@ class WriteSuiteBase:
 
     @asynccontextmanager
     async def fresh_store(
-        self, config: VectorStoreConfig | None = None, embedder: object = None, **options: Any
+        self,
+        config: VectorStoreConfig | None = None,
+        embedder: AnyEmbedder | None = None,
+        **options: Any,
     ) -> AsyncIterator[Any]:
         """A new store from :meth:`open_store_under_test` (default: 8 entries of 8
         floats, 256 bytes each, a :class:`HashingEmbedder`)."""
