@@ -5,8 +5,8 @@ documents, filters, reports, events, errors, and the pure functions over them
 The actors' own messages are in :mod:`protocol.messages`, the filter nodes in
 :mod:`protocol.filters` and the concrete event types in :mod:`protocol.events`; the
 checks and encodings every door and backend shares (for those who write one) are in
-:mod:`protocol.checks`. This
-package never imports trio, numpy or ``actors`` (design §1).
+:mod:`protocol.checks`. This package never imports trio, numpy or ``actors`` (design
+§1).
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
