@@ -334,7 +334,7 @@ def test_protocol_imports_neither_trio_nor_numpy() -> None:
     import sys
 
     code = (
-        "import sys, protocol; "
+        "import sys, protocol, protocol.checks; "
         "bad = [m for m in ('trio', 'numpy', 'actors') if m in sys.modules]; "
         "print(','.join(bad))"
     )
