@@ -1,5 +1,7 @@
 """trio-recall's running system: the actors, the arena, the embedders and the wiring."""
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
 
 from ._agent.compaction import Summarizer as Summarizer
@@ -80,7 +82,18 @@ _fixup_module_metadata(__name__, globals(), __all__)
 
 # The PostgreSQL backend needs the `pg` extra (psycopg): import it only when asked for,
 # so `import actors` works without it.
-_LAZY = {"open_pg_store": "._pg.store", "PgStoreHandle": "._pg.store"}
+_LAZY = {
+    "open_pg_store": "._pg.store",
+    "PgStoreHandle": "._pg.store",
+    "read_pg_table": "._pg.tables",
+    "PgTableInfo": "._pg.tables",
+}
+
+if _TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from ._pg.store import PgStoreHandle as PgStoreHandle
+    from ._pg.store import open_pg_store as open_pg_store
+    from ._pg.tables import PgTableInfo as PgTableInfo
+    from ._pg.tables import read_pg_table as read_pg_table
 
 
 def __getattr__(name: str) -> object:

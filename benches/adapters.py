@@ -8,8 +8,9 @@ Run from the repository root::
 At 1,000 and 10,000 documents (384 floats, k = 4), in one run, one call of each
 contender per round in an order shuffled every round:
 
-- ``direct``: ``StoreHandle.search`` awaited inside the store's own trio loop (timed
-  there, so no bridge crossing is counted): what a trio program pays;
+- ``direct``: ``StoreHandle.search`` awaited inside a trio loop (timed there, so no
+  crossing is counted), on an ``open_store`` of the same vectors that runs in a trio
+  thread of the bench's own (an anyio portal): what a trio program pays;
 - ``bridge sync``: ``TrioRecallVectorStore.similarity_search`` from the main thread;
 - ``bridge sync, by vector``: the caller embeds the query (``embed_query``) and calls
   ``similarity_search_by_vector``: one thread round trip, where ``similarity_search``
@@ -17,13 +18,14 @@ contender per round in an order shuffled every round:
 - ``bridge async``: ``await TrioRecallVectorStore.asimilarity_search`` in asyncio;
 - ``InMemoryVectorStore``: LangChain's own in-memory store, ``similarity_search``;
 - ``bridge sync, warm`` and ``bridge async, warm``: the same two bridge calls, each right
-  after an untimed empty call through the bridge (steady use keeps the store's threads
-  awake; otherwise each call here follows another contender's work).
+  after an untimed ``get_by_ids([])`` through the bridge (steady use keeps the store's
+  threads awake; otherwise each call here follows another contender's work).
 
 All four embed the query with the same LangChain ``Embeddings``, a table of precomputed
 vectors (so the model's cost, identical for all, does not hide the store's). It also
-times the round trip of an empty call through the bridge and through the alternatives
-it was chosen over (anyio's blocking portal, trio's guest mode), and writes
+times the round trip of an empty call through the bridge (``get_by_ids([])``, the
+adapter's cheapest public call, from a thread and from asyncio) and through the
+alternatives it was chosen over (anyio's blocking portal, trio's guest mode), and writes
 ``benches/results/adapters.json``.
 """
 
@@ -38,6 +40,7 @@ import platform
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +49,9 @@ import trio
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from actors.integrations._bridge import TrioBridge
+from actors import open_store
 from actors.integrations.langchain import TrioRecallVectorStore
-from protocol import SearchRequest
+from protocol import SearchRequest, VectorStoreConfig
 
 DIM = 384
 K = 4
@@ -79,8 +82,18 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_us": float(p50), "p90_us": float(p90), "n": len(samples)}
 
 
-async def _noop(store: Any) -> None:
-    return None
+class TableEmbedder:
+    """The same table as a trio-recall ``Embedder``, for the direct store."""
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+        self.dimensions = DIM
+
+    def embed(self, text: str) -> list[float]:
+        return self.vectors[text]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return [self.vectors[t] for t in texts]
 
 
 async def _direct(store: Any, request: SearchRequest) -> float:
@@ -90,6 +103,8 @@ async def _direct(store: Any, request: SearchRequest) -> float:
 
 
 def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
+    from anyio.from_thread import start_blocking_portal
+
     rng = np.random.default_rng(seed)
     texts = [f"document {i}" for i in range(n)]
     queries = [f"query {i}" for i in range(200)]
@@ -99,78 +114,86 @@ def measure_search(n: int, rounds: int, seed: int) -> dict[str, Any]:
     reference.add_texts(texts)
     vs = TrioRecallVectorStore(embedding, max_entries=n, dimensions=DIM)
     loop = asyncio.new_event_loop()
+    config = VectorStoreConfig(max_entries=n, dimensions=DIM, max_entry_bytes=4096)
     try:
-        for start in range(0, n, 1000):
-            vs.add_texts(texts[start : start + 1000], ids=texts[start : start + 1000])
-        bridge = vs._bridge
+        # The direct contender's store: the same vectors, in a trio loop of the bench's
+        # own, where each search is timed (so the crossing into it is not counted).
+        with (
+            start_blocking_portal(backend="trio") as portal,
+            portal.wrap_async_context_manager(open_store(config, TableEmbedder(vectors))) as store,
+        ):
+            for start in range(0, n, 1000):
+                batch = texts[start : start + 1000]
+                vs.add_texts(batch, ids=batch)
+                portal.call(partial(store.add_texts, batch, ids=batch))
 
-        def direct(q: str) -> float:
-            request = SearchRequest(query=q, k=K, namespace=vs.namespace)
-            return bridge.call(_direct, request)
+            def direct(q: str) -> float:
+                return portal.call(_direct, store, SearchRequest(query=q, k=K))
 
-        def sync(q: str) -> float:
-            started = time.perf_counter()
-            vs.similarity_search(q, k=K)
-            return time.perf_counter() - started
+            def sync(q: str) -> float:
+                started = time.perf_counter()
+                vs.similarity_search(q, k=K)
+                return time.perf_counter() - started
 
-        def by_vector(q: str) -> float:
-            started = time.perf_counter()
-            vs.similarity_search_by_vector(embedding.embed_query(q), k=K)
-            return time.perf_counter() - started
+            def by_vector(q: str) -> float:
+                started = time.perf_counter()
+                vs.similarity_search_by_vector(embedding.embed_query(q), k=K)
+                return time.perf_counter() - started
 
-        async def timed_async(q: str) -> float:
-            started = time.perf_counter()
-            await vs.asimilarity_search(q, k=K)
-            return time.perf_counter() - started
+            async def timed_async(q: str) -> float:
+                started = time.perf_counter()
+                await vs.asimilarity_search(q, k=K)
+                return time.perf_counter() - started
 
-        def in_asyncio(q: str) -> float:
-            return loop.run_until_complete(timed_async(q))
+            def in_asyncio(q: str) -> float:
+                return loop.run_until_complete(timed_async(q))
 
-        # "warm": an untimed empty call first wakes the trio thread (and its worker),
-        # as steady use keeps them awake; without it each bridge call here follows
-        # another contender's work and pays the wake-up of idle threads.
-        def sync_warm(q: str) -> float:
-            bridge.call(_noop)
-            return sync(q)
+            # "warm": an untimed empty call first wakes the trio thread (and its
+            # worker), as steady use keeps them awake; without it each bridge call here
+            # follows another contender's work and pays the wake-up of idle threads.
+            def sync_warm(q: str) -> float:
+                vs.get_by_ids([])
+                return sync(q)
 
-        async def timed_async_warm(q: str) -> float:
-            await bridge.acall(_noop)
-            return await timed_async(q)
+            async def timed_async_warm(q: str) -> float:
+                await vs.aget_by_ids([])
+                return await timed_async(q)
 
-        def in_asyncio_warm(q: str) -> float:
-            return loop.run_until_complete(timed_async_warm(q))
+            def in_asyncio_warm(q: str) -> float:
+                return loop.run_until_complete(timed_async_warm(q))
 
-        def langchain(q: str) -> float:
-            started = time.perf_counter()
-            reference.similarity_search(q, k=K)
-            return time.perf_counter() - started
+            def langchain(q: str) -> float:
+                started = time.perf_counter()
+                reference.similarity_search(q, k=K)
+                return time.perf_counter() - started
 
-        # Same answers first: the contenders rank the same documents.
-        for q in queries[:5]:
-            ours = [d.page_content for d in vs.similarity_search(q, k=K)]
-            theirs = [d.page_content for d in reference.similarity_search(q, k=K)]
-            assert ours == theirs, (q, ours, theirs)
-        contenders: dict[str, Callable[[str], float]] = {
-            "direct": direct,
-            "bridge sync": sync,
-            "bridge sync, by vector": by_vector,
-            "bridge async": in_asyncio,
-            "bridge sync, warm": sync_warm,
-            "bridge async, warm": in_asyncio_warm,
-            "InMemoryVectorStore": langchain,
-        }
-        # The fixtures (10,000 vectors as Python lists, twice) would make every cyclic
-        # GC pass walk millions of objects, in whichever contender triggers it.
-        gc.collect()
-        gc.freeze()
-        samples: dict[str, list[float]] = {name: [] for name in contenders}
-        order = list(contenders)
-        shuffle = random.Random(seed)
-        for r in range(rounds):
-            q = queries[r % len(queries)]
-            shuffle.shuffle(order)
-            for name in order:
-                samples[name].append(contenders[name](q))
+            # Same answers first: the contenders rank the same documents.
+            for q in queries[:5]:
+                ours = [d.page_content for d in vs.similarity_search(q, k=K)]
+                theirs = [d.page_content for d in reference.similarity_search(q, k=K)]
+                mine = portal.call(store.search, SearchRequest(query=q, k=K))
+                assert ours == theirs == [h.document.text for h in mine], (q, ours, theirs)
+            contenders: dict[str, Callable[[str], float]] = {
+                "direct": direct,
+                "bridge sync": sync,
+                "bridge sync, by vector": by_vector,
+                "bridge async": in_asyncio,
+                "bridge sync, warm": sync_warm,
+                "bridge async, warm": in_asyncio_warm,
+                "InMemoryVectorStore": langchain,
+            }
+            # The fixtures (10,000 vectors as Python lists, twice) would make every
+            # cyclic GC pass walk millions of objects, in whichever contender triggers it.
+            gc.collect()
+            gc.freeze()
+            samples: dict[str, list[float]] = {name: [] for name in contenders}
+            order = list(contenders)
+            shuffle = random.Random(seed)
+            for r in range(rounds):
+                q = queries[r % len(queries)]
+                shuffle.shuffle(order)
+                for name in order:
+                    samples[name].append(contenders[name](q))
     finally:
         gc.unfreeze()
         vs.close()
@@ -198,13 +221,7 @@ async def _noop_plain() -> None:
 
 
 def measure_round_trip(calls: int) -> dict[str, Any]:
-    import contextlib
-
     from anyio.from_thread import start_blocking_portal
-
-    @contextlib.asynccontextmanager
-    async def nothing() -> Any:
-        yield None
 
     samples: dict[str, list[float]] = {}
 
@@ -213,21 +230,25 @@ def measure_round_trip(calls: int) -> dict[str, Any]:
         fn()
         samples.setdefault(name, []).append(time.perf_counter() - started)
 
-    bridge: TrioBridge[Any] = TrioBridge.start(nothing)
+    # An empty store: get_by_ids([]) is the adapter's cheapest call, a round trip
+    # through its bridge and an empty read.
+    vs = TrioRecallVectorStore(Table({}), max_entries=1, dimensions=DIM)
     loop = asyncio.new_event_loop()
     guest = _GuestRun(loop)
     try:
         with start_blocking_portal(backend="trio") as portal:
 
             async def bridge_async() -> None:
-                await bridge.acall(_noop)
+                await vs.aget_by_ids([])
 
             async def portal_async() -> None:
                 await asyncio.wrap_future(portal.start_task_soon(_noop_plain))
 
             contenders: dict[str, Callable[[], object]] = {
-                "TrioBridge.call (thread)": lambda: bridge.call(_noop),
-                "TrioBridge.acall (asyncio)": lambda: loop.run_until_complete(bridge_async()),
+                "get_by_ids([]) through the bridge (thread)": lambda: vs.get_by_ids([]),
+                "aget_by_ids([]) through the bridge (asyncio)": lambda: loop.run_until_complete(
+                    bridge_async()
+                ),
                 "anyio portal.call (thread)": lambda: portal.call(_noop_plain),
                 "anyio portal, wrap_future (asyncio)": lambda: loop.run_until_complete(
                     portal_async()
@@ -242,7 +263,7 @@ def measure_round_trip(calls: int) -> dict[str, Any]:
                     record(name, contenders[name])
     finally:
         guest.stop()
-        bridge.close()
+        vs.close()
         loop.close()
     return {name: percentiles(s) for name, s in samples.items()}
 

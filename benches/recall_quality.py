@@ -80,11 +80,11 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
 )
-from protocol._memory import contextual_entry
-from protocol._time import format_date
+from protocol.checks import format_date
 from protocol.compaction import (
     Offload,
     Offloaded,
+    contextual_entry,
 )
 
 KS = (1, 5, 10, 25)

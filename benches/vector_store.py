@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import platform
@@ -36,8 +37,6 @@ import numpy.typing as npt
 import trio
 
 from actors import open_store
-from actors._inmemory.blas import blas_threads
-from actors._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from protocol import UnifiedMessage, VectorStoreConfig
 
 K = 8
@@ -45,6 +44,19 @@ SIZES = [(1024, 384), (8192, 768), (8192, 1536), (65536, 768)]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 Timer = Callable[[], Awaitable[None]]
+
+#: open_store's documented default, read from its signature (the bench records it).
+DEFAULT_THREAD_SCAN_THRESHOLD = (
+    inspect.signature(open_store).parameters["thread_scan_threshold"].default
+)
+
+
+def blas_libraries() -> list[Any]:
+    """The BLAS library controllers numpy loaded (threadpoolctl's, of the same classes
+    the store's ``blas_threads="auto"`` holds, so patching a class counts its calls)."""
+    from threadpoolctl import ThreadpoolController
+
+    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
 class CountWatch:
@@ -54,7 +66,7 @@ class CountWatch:
     def __init__(self) -> None:
         self.current = "setup"
         self.calls: dict[str, int] = {}
-        self.libs = blas_threads.libraries()
+        self.libs = blas_libraries()
         for cls in {type(lib) for lib in self.libs}:
             original = cls.set_num_threads
 
@@ -89,7 +101,7 @@ def machine() -> dict[str, Any]:
             for k, v in info.items()
             if k in ("internal_api", "version", "num_threads", "architecture")
         }
-        for info in blas_threads.info()
+        for info in (lib.info() for lib in blas_libraries())
     ]
     return {
         "host": platform.node(),
@@ -208,7 +220,7 @@ def sync(fn: Callable[[], object]) -> Timer:
 
 
 def with_blas_threads(count: int, fn: Callable[[], object]) -> Callable[[], object]:
-    lib = blas_threads.libraries()
+    lib = blas_libraries()
 
     def call() -> object:
         saved = [x.get_num_threads() for x in lib]
@@ -475,7 +487,7 @@ def bench_blas(quick: bool) -> dict[str, Any]:
 
     reps = 50 if quick else 300
     controller = ThreadpoolController()
-    lib = blas_threads.libraries()[0]
+    lib = blas_libraries()[0]
 
     def fresh() -> None:
         with threadpool_limits(1):
@@ -731,7 +743,7 @@ async def bench_pg(quick: bool) -> dict[str, Any]:
     import psycopg
     from psycopg import sql as pgsql
 
-    from actors._pg.store import open_pg_store
+    from actors import open_pg_store
 
     dsn = os.environ.get("TRIO_RECALL_PG_DSN")
     if not dsn:

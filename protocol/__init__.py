@@ -3,8 +3,10 @@ documents, filters, reports, events, errors, and the pure functions over them
 (projection, payload size, render, inject, digest).
 
 The actors' own messages are in :mod:`protocol.messages`, the filter nodes in
-:mod:`protocol.filters` and the concrete event types in :mod:`protocol.events`. This
-package never imports trio, numpy or ``actors`` (design §1).
+:mod:`protocol.filters` and the concrete event types in :mod:`protocol.events`; the
+checks and encodings every door and backend shares (for those who write one) are in
+:mod:`protocol.checks`. This package never imports trio, numpy or ``actors`` (design
+§1).
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING

@@ -1,8 +1,8 @@
 """The argument checks every layer shares: an int bound, and a value shown in an error.
 
 ``protocol`` never imports numpy, so a numpy integer is recognised by ``__index__``
-(``bool`` is refused, and ``numpy.bool`` has no ``__index__``: a flag is not a count), and
-``actors._store.prepare`` re-exports :func:`check_int` for the running system.
+(``bool`` is refused, and ``numpy.bool`` has no ``__index__``: a flag is not a count).
+Both names are public in :mod:`protocol.checks`.
 """
 
 from __future__ import annotations

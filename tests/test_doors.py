@@ -32,7 +32,7 @@ from extras import needs_extra
 from pg_support import pg_store_opener
 
 from actors import MiniLMEmbedder, open_store
-from actors._retrieval.doors import relevance_floor
+from actors.doors import relevance_floor
 from protocol import Document, RecallSettings, SearchRequest, VectorStoreConfig
 
 pytest.importorskip(

@@ -237,8 +237,63 @@ ACTORS_TESTING_HOSTILE = [
     "tolerate_expected_poison",
 ]
 
+# The checks and encodings every door and backend shares (for those who write one).
+PROTOCOL_CHECKS = [
+    "BLOCK_OVERHEAD",
+    "DEFAULT_MIN_SIMILARITY",
+    "FLOAT64_MARKER",
+    "MAX_CONVERSATION_BYTES",
+    "MAX_FILTER_DEPTH",
+    "MAX_FILTER_NODES",
+    "MAX_ID_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_NAMESPACE_BYTES",
+    "Scalar",
+    "arguments_surplus",
+    "canonical_json",
+    "check_conversation",
+    "check_filter",
+    "check_int",
+    "check_json",
+    "check_json_object",
+    "check_messages",
+    "check_time",
+    "compact_json",
+    "document_bytes",
+    "entry_bytes",
+    "format_date",
+    "loads_json",
+    "matches",
+    "metadata_json",
+    "msgpack_array_header",
+    "name_bytes",
+    "pack",
+    "replace_surrogates",
+    "replace_surrogates_json",
+    "scalar_equal",
+    "scalar_order",
+    "shown",
+    "turn_bytes",
+    "unpack",
+    "unpack_message",
+    "unpack_metadata",
+    "utf8_bytes",
+]
+
+# The rules every door shares.
+ACTORS_DOORS = [
+    "DEFAULT_MODE",
+    "FLOORLESS_MODES",
+    "SEARCH_MODES",
+    "candidate_depth",
+    "check_mode",
+    "check_similarity",
+    "door_time",
+    "relevance_floor",
+]
+
 # Imported lazily, so ``import actors`` does not need the pg extra.
-ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
+ACTORS_LAZY = ["PgStoreHandle", "PgTableInfo", "open_pg_store", "read_pg_table"]
 
 
 @pytest.mark.parametrize(
@@ -249,8 +304,10 @@ ACTORS_LAZY = ["PgStoreHandle", "open_pg_store"]
         ("protocol.messages", PROTOCOL_MESSAGES),
         ("protocol.filters", PROTOCOL_FILTERS),
         ("protocol.events", PROTOCOL_EVENTS),
+        ("protocol.checks", PROTOCOL_CHECKS),
         ("actors", ACTORS),
         ("actors.testing", ACTORS_TESTING),
+        ("actors.doors", ACTORS_DOORS),
         ("actors.testing.hostile", ACTORS_TESTING_HOSTILE),
         ("actors.llama", ["open_llama_server", "smollm2_gguf_path"]),
         ("actors.cli", ["main"]),
@@ -277,7 +334,7 @@ def test_protocol_imports_neither_trio_nor_numpy() -> None:
     import sys
 
     code = (
-        "import sys, protocol; "
+        "import sys, protocol, protocol.checks; "
         "bad = [m for m in ('trio', 'numpy', 'actors') if m in sys.modules]; "
         "print(','.join(bad))"
     )

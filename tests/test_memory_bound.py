@@ -28,7 +28,6 @@ import trio
 from actors import open_store
 from actors._inmemory.arena import ENTRY_CONSTANT, STORE_CONSTANT
 from actors._retrieval.bm25 import BM25_BYTES_PER_DOCUMENT, BM25_BYTES_PER_TEXT_BYTE, Bm25Index
-from actors._store.prepare import BLOCK_OVERHEAD, document_bytes, turn_bytes
 from protocol import (
     Document,
     EntryTooLarge,
@@ -41,6 +40,7 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
 )
+from protocol.checks import BLOCK_OVERHEAD, document_bytes, turn_bytes
 from protocol.filters import Eq
 
 ENTRIES = 50

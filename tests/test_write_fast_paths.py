@@ -230,7 +230,7 @@ def test_jsonb_reuses_the_compact_json_only_where_it_is_the_filter_text(
 ) -> None:
     _pg_modules()
     from actors._pg.schema import filter_json, jsonb_binary
-    from actors._store.prepare import metadata_json
+    from protocol.checks import metadata_json
 
     compact = metadata_json(metadata)
     assert jsonb_binary(metadata, compact) == b"\x01" + filter_json(metadata).encode("utf-8")

@@ -40,9 +40,9 @@ from protocol import (
     projection,
 )
 from protocol._errors import to_plugin_error
-from protocol._memory import contextual_entry, describe_error, memory_id
+from protocol._memory import describe_error, memory_id
 from protocol._render import RENDERERS, is_recall_block
-from protocol._time import format_date
+from protocol.checks import format_date, turn_bytes
 from protocol.compaction import (
     Clamped,
     ClampOversizedMessages,
@@ -58,6 +58,7 @@ from protocol.compaction import (
     Strategy,
     Summarize,
     Summarized,
+    contextual_entry,
 )
 from protocol.events import TurnsOffloaded, TurnsSummarized
 from protocol.messages import Compress, Compressed
@@ -66,7 +67,6 @@ from .._store.events import EventHub, StoreWatch, now
 from .._store.handle import Store
 from .._store.index_text import CONTEXT_CHARS, fit_index_text
 from .._store.mailbox import Mailbox
-from .._store.prepare import turn_bytes
 
 __all__ = [
     "DROPPED_OUTPUT_PREFIX",
@@ -259,7 +259,7 @@ def _marker(cut: int) -> str:
 def offload_bytes(message: UnifiedMessage) -> int:
     """What ``message`` counts against ``max_entry_bytes`` when ``Offload`` stores it
     without an index text: its payload, its blocks and the source ``"offload"``
-    (``actors._store.prepare.turn_bytes``)."""
+    (``protocol.checks.turn_bytes``)."""
     return turn_bytes(message, source=OFFLOAD_SOURCE)
 
 

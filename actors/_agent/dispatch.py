@@ -30,7 +30,7 @@ from protocol import (
     projection,
 )
 from protocol._render import RENDERERS
-from protocol._surrogates import replace_surrogates_json
+from protocol.checks import replace_surrogates_json
 
 __all__ = ["Dispatcher", "EchoDispatcher", "OpenAIChatDispatcher", "to_openai"]
 

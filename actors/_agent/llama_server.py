@@ -35,7 +35,7 @@ from typing import IO
 import httpx
 import trio
 
-from protocol._checks import check_int
+from protocol.checks import check_int
 
 __all__ = [
     "MODEL_FILE",

@@ -40,12 +40,16 @@ from protocol import (
     digest_request,
     projection,
 )
-from protocol._checks import shown
-from protocol._events import fingerprint
-from protocol._json import check_json_object
-from protocol._memory import check_messages, describe_error, memory_id
-from protocol._surrogates import pack
-from protocol._time import check_conversation, check_time
+from protocol._memory import describe_error, memory_id
+from protocol.checks import (
+    check_conversation,
+    check_int,
+    check_json_object,
+    check_messages,
+    check_time,
+    pack,
+    shown,
+)
 from protocol.events import (
     EmbeddingCompleted,
     EmbeddingFailed,
@@ -53,6 +57,7 @@ from protocol.events import (
     RetrieverCompleted,
     RetrieverFailed,
     RetrieverStarted,
+    fingerprint,
 )
 from protocol.messages import Compress, Compressed, Inject, Recall
 
@@ -65,7 +70,7 @@ from .._store.handle import OPENED, Store, StoreHandleBase
 from .._store.hooks import new_run_id
 from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
-from .._store.prepare import check_int, check_k, check_name, clamp_k
+from .._store.prepare import check_k, check_name, clamp_k
 from .compaction import CompactionActor, Summarizer, default_summarizer
 from .dispatch import Dispatcher, EchoDispatcher
 from .injection import InjectionActor

@@ -15,9 +15,8 @@ from typing import Any
 import trio
 
 from protocol import RetrievalReport, SearchRequest
-from protocol._events import fingerprint
 from protocol._memory import describe_error
-from protocol.events import Recalled, RecallFailed
+from protocol.events import Recalled, RecallFailed, fingerprint
 from protocol.messages import Recall
 
 from .._store.events import EventHub, now

@@ -28,7 +28,7 @@ from protocol import (
     EmbeddingUsageTotals,
     InputType,
 )
-from protocol._checks import check_int
+from protocol.checks import check_int
 
 __all__ = [
     "CacheStatistics",

@@ -21,7 +21,7 @@ from protocol import (
     EmbeddingPrice,
     EmbeddingProfile,
 )
-from protocol._checks import check_int, shown
+from protocol.checks import check_int, shown
 
 from .._store.mailbox import PROPAGATE
 from .cache import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog

@@ -35,8 +35,7 @@ import trio
 from threadpoolctl import threadpool_limits
 
 from protocol import ConfigError, EmbeddingProfile
-from protocol._checks import shown
-from protocol._surrogates import replace_surrogates
+from protocol.checks import replace_surrogates, shown
 
 from .cache import EmbeddingResult, check_texts
 from .onnx import OnnxEncoder, onnx_available, onnx_encoder

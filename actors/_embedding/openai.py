@@ -26,8 +26,7 @@ from protocol import (
     EmbeddingProviderError,
     EmbeddingTimeout,
 )
-from protocol._checks import check_int
-from protocol._surrogates import replace_surrogates
+from protocol.checks import check_int, replace_surrogates
 
 from .cache import EmbeddingResult, check_texts
 

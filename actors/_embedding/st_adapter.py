@@ -11,8 +11,7 @@ import numpy.typing as npt
 import trio
 
 from protocol import ConfigError, EmbeddingProfile
-from protocol._checks import check_int
-from protocol._surrogates import replace_surrogates
+from protocol.checks import check_int, replace_surrogates
 
 from .cache import EmbeddingResult, check_texts
 

@@ -39,8 +39,7 @@ from protocol import (
     VectorStoreConfig,
     projection,
 )
-from protocol._json import check_json_object
-from protocol._surrogates import unpack_message
+from protocol.checks import check_json_object, unpack_message
 from protocol.messages import (
     Clear,
     Cleared,

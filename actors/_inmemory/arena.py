@@ -16,7 +16,7 @@ the BM25 index has indexed the entries (its first hybrid or BM25 search does), p
 ``MetadataIndex.max_columns``, 64), 13 bytes per slot and one str per distinct string
 value of that key.
 
-- ``max_entry_bytes`` bounds what each entry keeps (``actors._store.prepare.entry_bytes``):
+- ``max_entry_bytes`` bounds what each entry keeps (``protocol.checks.entry_bytes``):
   a message as exact-size msgpack, a plain ASCII turn as its text, a document's or
   index text as an ASCII str or UTF-8 bytes, metadata as its compact JSON bytes.
 - :data:`ENTRY_CONSTANT` is the rest of an entry: its slot's bookkeeping (the sequence,
@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import Role, projection
-from protocol._surrogates import unpack_message, utf8_bytes
+from protocol.checks import unpack_message, utf8_bytes
 
 from .._retrieval.bm25 import Bm25Index
 from .conversations import Conversations

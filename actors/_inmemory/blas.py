@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from protocol import ConfigError
-from protocol._checks import shown
+from protocol.checks import shown
 
 __all__ = [
     "BLAS_SINGLE_BELOW",

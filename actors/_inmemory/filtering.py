@@ -30,27 +30,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol._checks import check_int, shown
-from protocol._errors import ConfigError, FilterError
-from protocol._filters import (
-    And,
-    Eq,
-    Exists,
-    Filter,
-    Gt,
-    Gte,
-    In,
-    Lt,
-    Lte,
-    Ne,
-    Nin,
-    Not,
-    Or,
-    Scalar,
-    check_filter,
-    scalar_equal,
-    scalar_order,
-)
+from protocol import ConfigError, Filter, FilterError
+from protocol.checks import Scalar, check_filter, check_int, scalar_equal, scalar_order, shown
+from protocol.filters import And, Eq, Exists, Gt, Gte, In, Lt, Lte, Ne, Nin, Not, Or
 
 __all__ = ["CompiledFilter", "MetadataIndex", "PackedMetadata", "compile_filter", "plain_metadata"]
 

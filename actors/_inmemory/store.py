@@ -15,6 +15,7 @@ from protocol import (
     Event,
     VectorStoreConfig,
 )
+from protocol.checks import check_int
 
 from .._embedding.embedders import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
@@ -23,11 +24,7 @@ from .._store.hooks import (
     bound_profile,
 )
 from .._store.lifecycle import run_store
-from .._store.prepare import (
-    check_ids,
-    check_int,
-    check_store_config,
-)
+from .._store.prepare import check_ids, check_store_config
 from .actor import _StoreActor
 from .blas import blas_control
 from .scan import DEFAULT_THREAD_SCAN_THRESHOLD

@@ -32,24 +32,9 @@ from typing import Any
 import msgspec
 from psycopg import sql
 
-from protocol._filters import (
-    And,
-    Eq,
-    Exists,
-    Filter,
-    Gt,
-    Gte,
-    In,
-    Lt,
-    Lte,
-    Ne,
-    Nin,
-    Not,
-    Or,
-    Scalar,
-    check_filter,
-)
-from protocol._time import check_time
+from protocol import Filter
+from protocol.checks import Scalar, check_filter, check_time
+from protocol.filters import And, Eq, Exists, Gt, Gte, In, Lt, Lte, Ne, Nin, Not, Or
 
 from .schema import jsonb_string
 

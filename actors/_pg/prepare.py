@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from protocol import VectorStoreConfig
-from protocol._json import check_json_object
-from protocol._surrogates import pack
+from protocol.checks import check_json_object, pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._embedding.embedders import EmbedderAdapter, as_matrix, normalize_rows

@@ -40,7 +40,7 @@ from protocol import (
     UnifiedMessage,
     projection,
 )
-from protocol._surrogates import unpack_message, unpack_metadata
+from protocol.checks import unpack_message, unpack_metadata
 
 from .._retrieval.bm25 import K1, B, tokenize
 from .filters import FilterSql

@@ -63,7 +63,7 @@ import psycopg
 from psycopg import sql
 
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
-from protocol._surrogates import unpack_metadata
+from protocol.checks import unpack_metadata
 
 from .._retrieval.bm25 import MAX_TERM_BYTES, term_counts
 from .values import check_pg_text as check_pg_text

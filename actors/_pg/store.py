@@ -75,11 +75,12 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
+from protocol.checks import check_int
 
 from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
 from .._store.handle import OPENED, StoreHandleBase
 from .._store.lifecycle import run_store
-from .._store.prepare import check_ids, check_int, check_store_config
+from .._store.prepare import check_ids, check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (

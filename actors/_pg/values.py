@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import ConfigError
-from protocol._surrogates import replace_surrogates
+from protocol.checks import replace_surrogates
 
 __all__ = [
     "check_pg_text",
@@ -140,7 +140,7 @@ def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
     """jsonb's binary input form (a version byte, 1, then the text) of
     :func:`filter_json`'s text of ``metadata``.
 
-    ``compact`` is the metadata as compact JSON (``actors._store.prepare.metadata_json``, which
+    ``compact`` is the metadata as compact JSON (``protocol.checks.metadata_json``, which
     the size check made): it is that very text, and is reused, when the metadata has no
     top-level float, holds no str that :func:`jsonb_string` changes and is valid UTF-8
     (no lone surrogate).

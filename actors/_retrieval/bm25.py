@@ -55,8 +55,8 @@ import numpy as np
 import numpy.typing as npt
 import snowballstemmer
 
-from protocol._checks import check_int
-from protocol._errors import ConfigError
+from protocol import ConfigError
+from protocol.checks import check_int
 
 __all__ = [
     "B",
@@ -87,7 +87,7 @@ _TOKEN = re.compile(r"[^\W_]+")
 #: its digest (:func:`index_term`). Above every word of a natural language (English's
 #: longest are about 45 letters) and every usual digest (SHA-512's 128 hex digits), so
 #: what it changes is only the rare long token; far below PostgreSQL's btree limit with
-#: the longest namespace beside it (``actors._store.prepare.MAX_NAMESPACE_BYTES``).
+#: the longest namespace beside it (``protocol.checks.MAX_NAMESPACE_BYTES``).
 MAX_TERM_BYTES = 128
 # A character the tokenizer never emits (a term is alphanumeric), so a digest cannot
 # equal a word's term.

@@ -1,18 +1,5 @@
-"""What every door into the store shares: the MCP server, the command line and the
-LangChain and LangGraph adapters (README "MCP server", "Command line", "LangChain",
-"LangGraph").
-
-Each door searches the way ``Memory.retrieve`` does unless told otherwise: the store's
-``recall`` search (``SearchRequest(kind="recall")``: hybrid BM25 and dense lists,
-speaker focus, the time channel, entity links and the neighbour boost), with the same
-relevance floor. The other search kinds stay available by name. One function decides
-each rule, so no door can drift from the others:
-
-- :data:`SEARCH_MODES` and :data:`DEFAULT_MODE`: the modes a door offers;
-- :func:`relevance_floor`: which cosine floor a mode applies by default, and which
-  modes take none;
-- :func:`door_time`: a time given at a door (ISO 8601 text, or an aware datetime where
-  the door is Python) as the aware UTC datetime the store keeps.
+"""The rules every door shares: the code of the public :mod:`actors.doors`, whose
+docstring says what each rule is for.
 """
 
 from __future__ import annotations
@@ -21,11 +8,8 @@ import datetime as dt
 import math
 from typing import cast
 
-from protocol import ConfigError, parse_time
-from protocol._checks import shown
-from protocol._documents import SearchKind
-from protocol._memory import DEFAULT_MIN_SIMILARITY
-from protocol._time import check_time
+from protocol import ConfigError, SearchKind, parse_time
+from protocol.checks import DEFAULT_MIN_SIMILARITY, check_time, shown
 
 __all__ = [
     "DEFAULT_MODE",

@@ -14,8 +14,8 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from protocol._checks import check_int
-from protocol._errors import ConfigError
+from protocol import ConfigError
+from protocol.checks import check_int
 
 __all__ = ["RRF_K", "Fused", "FusedHit", "fuse", "lend", "mmr", "neighbor_boost", "rrf"]
 

@@ -16,11 +16,11 @@ import attrs
 import trio
 
 from protocol import Event
+from protocol.checks import check_int
 from protocol.events import Evicted, StoreNearCap
 from protocol.messages import TurnsStored
 
 from .handle import Store
-from .prepare import check_int
 
 __all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
 

@@ -31,7 +31,7 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
-from protocol._filters import check_filter
+from protocol.checks import check_filter
 from protocol.messages import (
     Clear,
     Cleared,
@@ -157,7 +157,7 @@ class StoreHandleBase(Generic[ActorT]):
         as is. Each turn's size against
         ``max_entry_bytes`` counts its payload, a fixed overhead per block after the
         first, the metadata as compact JSON (once per turn), the source, its id, the
-        conversation and its index text (``actors._store.prepare.entry_bytes``).
+        conversation and its index text (``protocol.checks.entry_bytes``).
 
         ``occurred_at`` (an aware datetime, kept in UTC) is when the turns happened;
         None stamps the time of the write. ``conversation`` names the conversation they
@@ -218,7 +218,7 @@ class StoreHandleBase(Generic[ActorT]):
 
         Raises:
             EntryTooLarge: a document's text, ids and metadata are over
-                ``max_entry_bytes`` (``actors._store.prepare.document_bytes``).
+                ``max_entry_bytes`` (``protocol.checks.document_bytes``).
             ConfigError: not a list of Documents, one id with two different contents
                 (or rows), or ``embeddings`` beside a document's own embedding.
             EmbeddingError, EmbedderError: the batch could not be embedded, or

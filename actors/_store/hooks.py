@@ -30,8 +30,8 @@ from protocol import (
     SearchRequest,
     VectorStoreConfig,
 )
-from protocol._events import SearchOperation, fingerprint
-from protocol.events import DocumentsAdded, DocumentsDeleted, StoreSearched
+from protocol._events import SearchOperation
+from protocol.events import DocumentsAdded, DocumentsDeleted, StoreSearched, fingerprint
 from protocol.messages import (
     Clear,
     Cleared,

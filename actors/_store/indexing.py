@@ -50,18 +50,14 @@ from typing import Any, Literal, Protocol, TextIO, final, get_args, runtime_chec
 import attrs
 import trio
 
-from protocol._documents import DeleteResult, Document, IndexResult
-from protocol._errors import ConfigError
-from protocol._events import (
-    Event,
+from protocol import ConfigError, DeleteResult, Document, Event, IndexResult
+from protocol.checks import canonical_json, check_int
+from protocol.events import (
     IndexingBatchCompleted,
     IndexingCompleted,
     IndexingFailed,
     IndexingStarted,
 )
-from protocol._json import canonical_json
-
-from .prepare import check_int
 
 __all__ = [
     "Cleanup",

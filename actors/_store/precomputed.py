@@ -14,8 +14,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from protocol import EmbeddingError
-from protocol._documents import FLOAT64_MARKER, Document, msgpack_array_header
+from protocol import Document, EmbeddingError
+from protocol.checks import FLOAT64_MARKER, msgpack_array_header
 
 from .._embedding.embedders import EmbedderAdapter, _real_type, as_matrix, as_vector
 

@@ -4,23 +4,8 @@ Both stores (the in-memory arena and PostgreSQL) validate a batch the same way, 
 same order, with the same errors; this module is the one place those rules live. A
 backend adds only what it alone cannot hold (PostgreSQL text cannot hold a NUL, say).
 
-What ``max_entry_bytes`` counts (:func:`entry_bytes`, for turns and documents alike):
-design §2's payload bytes (a document's payload is its text), plus
-
-- :data:`BLOCK_OVERHEAD` for each content block after a turn's first (the framing of
-  an empty block in the stored msgpack, which an entry of 100,000 empty blocks would
-  otherwise hold for free; the first block's framing is in the per-entry constant);
-- the longer of a tool call's arguments as compact JSON (§2) and as msgpack (how the
-  store keeps them: a float is 9 bytes there, as few as 4 in JSON);
-- the metadata as compact JSON (a batch's metadata counts once per turn);
-- the source (a turn's), the id when the caller gives one, a document's source id,
-  the entry's conversation, and its index text: the caller's (``store_turns(texts=...)``)
-  or the one the store derives (``actors._store.index_text``).
-
-Strings count their UTF-8 length (a lone surrogate as 3 bytes). A name (source, id,
-source id) that is not ASCII counts 4 bytes more per character: CPython may keep such
-a str at 4 bytes per character (and beside it a cached UTF-8 copy). Texts are kept as
-UTF-8 bytes when they are not ASCII, so they need no such surcharge.
+What ``max_entry_bytes`` counts, and the longest id and namespace, are
+:mod:`protocol.checks`' rule (``protocol._sizes``), which this module applies.
 
 The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`` says
 (:data:`actors._inmemory.arena.ENTRY_CONSTANT`).
@@ -44,30 +29,38 @@ from protocol import (
     EntryTooLarge,
     Role,
     Text,
-    ToolCall,
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreError,
     payload_bytes,
     projection,
 )
-from protocol._checks import check_int, shown
-from protocol._json import check_json_object, compact_json
-from protocol._surrogates import pack, unpack_metadata
-from protocol._time import check_conversation, check_time
+from protocol.checks import (
+    BLOCK_OVERHEAD,
+    MAX_ID_BYTES,
+    MAX_NAMESPACE_BYTES,
+    arguments_surplus,
+    check_conversation,
+    check_int,
+    check_json_object,
+    check_time,
+    document_bytes,
+    metadata_json,
+    name_bytes,
+    pack,
+    shown,
+    unpack_metadata,
+    utf8_bytes,
+)
 from protocol.messages import StoreTurns, UpsertDocuments
 
 from .._embedding.embedders import as_matrix, normalize_rows
 
 __all__ = [
-    "BLOCK_OVERHEAD",
-    "MAX_ID_BYTES",
-    "MAX_NAMESPACE_BYTES",
     "DocumentBatch",
     "TurnBatch",
     "check_documents",
     "check_ids",
-    "check_int",
     "check_k",
     "check_name",
     "check_name_size",
@@ -76,10 +69,6 @@ __all__ = [
     "check_turns",
     "checked_rows",
     "clamp_k",
-    "document_bytes",
-    "entry_bytes",
-    "name_bytes",
-    "turn_bytes",
     "exact_msgpack",
     "exact_msgpack_many",
     "private_json",
@@ -88,20 +77,9 @@ __all__ = [
 
 _ENCODER = msgspec.msgpack.Encoder()
 _JSON_ENCODER = msgspec.json.Encoder()
-# Values that may take more bytes in msgpack than in JSON: a float (9 bytes against as
-# few as 3), a str of 256 bytes or more (a 3- or 5-byte header against 2 quotes; one of
-# fewer than 85 characters has fewer than 256 bytes), and containers, which may hold
-# either.
-_LONGER_IN_MSGPACK = (float, str, list, dict)
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
-
-#: What each content block after a turn's first counts against ``max_entry_bytes``,
-#: besides its strings: the most an empty block's framing takes in the stored msgpack
-#: (an empty ``ToolResult``: 50 bytes, 58 with the longest string headers, 60 in the
-#: surrogate form), rounded up. The store keeps no Python object per block.
-BLOCK_OVERHEAD = 64
 
 
 def exact_msgpack(value: object) -> bytes:
@@ -220,156 +198,6 @@ def check_ids(ids: object, what: str = "ids") -> list[str]:
     return list(ids)
 
 
-def name_bytes(name: str) -> int:
-    """What a name (source, id, source id) counts: its UTF-8 length, plus 4 bytes per
-    character when it is not ASCII (see the module docstring)."""
-    if name.isascii():
-        return len(name)
-    return _utf8_len(name) + 4 * len(name)
-
-
-def entry_bytes(
-    payload: int,
-    *,
-    blocks: int = 1,
-    metadata: int = 0,
-    index_text: str | None = None,
-    source: str | None = None,
-    entry_id: str | None = None,
-    source_id: str | None = None,
-    conversation: str | None = None,
-) -> int:
-    """The size one entry counts against ``max_entry_bytes`` (see the module docstring).
-
-    Args:
-        payload: design §2's payload bytes (with tool-call arguments at the longer of
-            JSON and msgpack), or a document's text length.
-        blocks: the turn's content blocks (a document is one).
-        metadata: the length of the entry's metadata as compact JSON (0 for ``{}``).
-        index_text: the entry's own index text, when it has one (the caller's, or
-            the one the store derives).
-        source, entry_id, source_id, conversation: the names the entry keeps, where
-            given.
-    """
-    size = payload + metadata + BLOCK_OVERHEAD * max(blocks - 1, 0)
-    if index_text is not None:
-        size += _utf8_len(index_text)
-    for name in (source, entry_id, source_id, conversation):
-        if name is not None:
-            size += name_bytes(name)
-    return size
-
-
-def metadata_json(
-    metadata: dict[str, Any], what: str = "metadata", *, checked: bool = False
-) -> bytes:
-    """The metadata as compact JSON, as counted and as the in-memory store keeps it;
-    ``b""`` for ``{}``. ``checked`` skips :func:`protocol._json.check_json` for a value
-    that has just passed it.
-
-    Raises:
-        JsonError: not a JSON object.
-    """
-    if not metadata:
-        return b""
-    if not checked:
-        check_json_object(metadata, what=what)
-    try:
-        encoded = _JSON_ENCODER.encode(metadata)  # checked: encode without checking again
-    except UnicodeEncodeError:
-        encoded = compact_json(metadata, what=what)
-    # An exact-size copy: msgspec may return an over-allocated buffer (1.5 KB held for
-    # 1 KB of JSON, measured), and the store keeps these bytes.
-    return bytes(memoryview(encoded))
-
-
-def document_bytes(document: Document) -> int:
-    """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
-    its text, id, source id, conversation and metadata (an index text the store derives
-    for it is counted when it is derived, ``actors._store.index_text``)."""
-    return _document_bytes(document, len(metadata_json(document.metadata, "document metadata")))
-
-
-def _document_bytes(document: Document, metadata: int) -> int:
-    text = document.text
-    return entry_bytes(
-        len(text) if text.isascii() else _utf8_len(text),
-        metadata=metadata,
-        entry_id=document.id,
-        source_id=document.source_id,
-        conversation=document.conversation,
-    )
-
-
-def turn_bytes(
-    turn: UnifiedMessage,
-    *,
-    source: str,
-    metadata: int = 0,
-    index_text: str | None = None,
-    entry_id: str | None = None,
-    conversation: str | None = None,
-) -> int:
-    """:func:`entry_bytes` of one turn stored with this source (and metadata of this
-    compact-JSON length, index text, id and conversation): what ``max_entry_bytes`` is
-    checked against.
-
-    Raises:
-        JsonError: a tool call's arguments are not JSON.
-    """
-    return entry_bytes(
-        payload_bytes(turn) + _arguments_surplus(turn),
-        blocks=len(turn.content),
-        metadata=metadata,
-        index_text=index_text,
-        source=source,
-        entry_id=entry_id,
-        conversation=conversation,
-    )
-
-
-def _arguments_surplus(message: UnifiedMessage) -> int:
-    """How much longer the message's tool-call arguments are as msgpack (how they are
-    stored) than as the compact JSON that design §2 counts."""
-    surplus = 0
-    for block in message.content:
-        if type(block) is ToolCall and block.arguments is not None:
-            if type(block.arguments) is dict and len(block.arguments) < 16:
-                # Small flat arguments: no value or key that may be longer in msgpack
-                # (see _LONGER_IN_MSGPACK), so the whole is not, header included.
-                for key, value in block.arguments.items():
-                    if type(value) in _LONGER_IN_MSGPACK and not (
-                        type(value) is str and len(value) < 85
-                    ):
-                        break
-                    if len(key) >= 85:
-                        break
-                else:
-                    continue
-            arguments = block.arguments
-            # payload_bytes has checked them: encode without checking again.
-            try:
-                as_json = len(_JSON_ENCODER.encode(arguments))
-                stored = len(_ENCODER.encode(arguments))
-            except UnicodeEncodeError:  # a lone surrogate: the forms that handle one
-                what = f"arguments of tool call {block.id!r}"
-                as_json = len(compact_json(arguments, what=what))
-                stored = len(pack(arguments))
-            if stored > as_json:
-                surplus += stored - as_json
-    return surplus
-
-
-#: The longest id (a turn's or a document's) any store takes, in UTF-8 bytes, and the
-#: longest namespace a write takes. Both backends refuse a longer one alike
-#: (:func:`check_name_size`): PostgreSQL indexes ``(namespace, id)`` in a btree, whose
-#: rows hold at most 2,704 bytes, and these two (with the row's headers, about 20
-#: bytes) stay under it; its other indexes hold a namespace beside a BM25 term of at
-#: most ``actors._retrieval.bm25.MAX_TERM_BYTES``. The CLI and MCP doors take at most 256 bytes.
-MAX_ID_BYTES = 2048
-MAX_NAMESPACE_BYTES = 512
-
-
 def check_name_size(what: str, value: str, limit: int) -> None:
     """Refuse a name (an id, a namespace) of more than ``limit`` UTF-8 bytes."""
     # At most 4 bytes a character: a short name needs no encoding to be measured.
@@ -447,10 +275,6 @@ def turns_request(
         occurred_at=check_time("occurred_at", occurred_at),
         conversation=check_conversation(conversation),
     )
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 @attrs.frozen
@@ -593,11 +417,11 @@ def _check_turn_sizes(
         try:
             # turn_bytes, inlined (a call with keywords per turn cost a fifth of
             # a batch's checks) with the shared part added once.
-            size = payload_bytes(turn) + _arguments_surplus(turn) + shared
+            size = payload_bytes(turn) + arguments_surplus(turn) + shared
             if len(turn.content) > 1:
                 size += BLOCK_OVERHEAD * (len(turn.content) - 1)
             if texts is not None:
-                size += _utf8_len(texts[i])
+                size += len(utf8_bytes(texts[i]))
             if ids is not None:
                 size += name_bytes(ids[i])
         except VectorStoreError:
@@ -693,7 +517,7 @@ def check_documents(
             check_time("document occurred_at", document.occurred_at)
         check_conversation(document.conversation)
         meta = metadata_json(document.metadata, "document metadata")
-        size = _document_bytes(document, len(meta))
+        size = document_bytes(document, metadata=len(meta))
         if size > max_entry_bytes:
             raise EntryTooLarge(size, max_entry_bytes, i)
         check_name_size("document id", document.id, MAX_ID_BYTES)
@@ -788,7 +612,7 @@ def _utf8_lens(texts: Sequence[str]) -> tuple[list[int], bool]:
     every text is ASCII (then its length is its UTF-8 length)."""
     if "".join(texts).isascii():
         return list(map(len, texts)), True
-    return [_utf8_len(text) for text in texts], False
+    return [len(utf8_bytes(text)) for text in texts], False
 
 
 def check_store_config(config: object, embedder: object) -> VectorStoreConfig:

@@ -191,7 +191,7 @@ def _hit_line(hit: dict[str, Any]) -> str:
 def _json_arg(flag: str, value: str | None) -> Any:
     if value is None:
         return None
-    from protocol._json import loads_json
+    from protocol.checks import loads_json
 
     try:
         return loads_json(value, what=flag)

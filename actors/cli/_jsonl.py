@@ -27,7 +27,7 @@ Both read and write bytes: a file and stdin (``-``) are decoded alike, strictly 
 UTF-8, line by line, so an invalid byte is reported on its own line (a text stream
 decodes ahead of the line it returns) and is never stored as a lone surrogate (what
 ``surrogateescape``, stdin's error handler in the C locale, would make of it). JSON
-nested too deep to parse is refused as too deep (:func:`protocol._json.loads_json`).
+nested too deep to parse is refused as too deep (:func:`protocol.checks.loads_json`).
 
 **Export** lists every entry (of one namespace, or all) oldest first, and writes it
 where :func:`~actors.cli._output.open_output` says: stdout, through a FIFO or device,
@@ -48,10 +48,9 @@ import msgspec
 import trio
 
 from protocol import Document, JsonError
-from protocol._json import canonical_json, loads_json
+from protocol.checks import canonical_json, document_bytes, loads_json
 
-from .._store.indexing import Record, hash_document, index
-from .._store.prepare import document_bytes
+from .. import Record, index
 from ._output import open_output
 from ._progress import Progress
 from ._service import (
@@ -183,15 +182,13 @@ def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
 
 
 def content_hash(doc: Document, source_id: str | None) -> str:
-    """What tells an import whether a memory changed: :func:`hash_document` (text,
-    metadata, source), and its ``occurred_at`` and ``conversation`` when it has them
-    (an ``index`` key encoder)."""
-    if doc.occurred_at is None and doc.conversation is None:
-        return hash_document(doc, source_id)
-    return hash_document(doc, source_id, _with_time)
+    """What tells an import whether a memory changed (its ``index`` key encoder): the
+    sha256 of its text, metadata and source, and of its ``occurred_at`` and
+    ``conversation`` (each None when the line gives none), as canonical JSON.
 
-
-def _with_time(doc: Document, source_id: str | None) -> str:
+    Both sides of the comparison (a line, and the stored memory as the line sees it:
+    :class:`_StoreRecords`) are hashed here, so no hash outlives one import.
+    """
     content = {
         "text": doc.text,
         "metadata": doc.metadata,

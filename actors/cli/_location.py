@@ -127,9 +127,7 @@ class Where:
         if self.in_memory:
             return "this process (--in-memory)"
         if self.dsn is not None:
-            from .._pg.store import _where
-
-            return f"PostgreSQL at {_where(self.dsn)}, table {self.table}"
+            return f"PostgreSQL at {_dsn_place(self.dsn)}, table {self.table}"
         return f"the data directory {self.data_dir()}"
 
     def data_dir(self) -> Path:
@@ -235,7 +233,7 @@ class ProfiledHashingEmbedder:
     table it writes is bound to it like MiniLM's."""
 
     def __init__(self) -> None:
-        from .._embedding.embedders import HashingEmbedder
+        from .. import HashingEmbedder
 
         self._inner = HashingEmbedder(DIMENSIONS)
         self.dimensions = DIMENSIONS
@@ -250,48 +248,27 @@ class ProfiledHashingEmbedder:
 def _make_embedder(name: str) -> AnyEmbedder:
     if name == "hashing":
         return ProfiledHashingEmbedder()
-    from .._embedding.minilm import MiniLMEmbedder
+    from .. import MiniLMEmbedder
 
     return MiniLMEmbedder()
 
 
-# --- the table's record ----------------------------------------------------------------
+# --- the database --------------------------------------------------------------------
 
 
-@attrs.frozen
-class _TableMeta:
-    dimensions: int
-    max_entries: int
-    profile: EmbeddingProfile | None
+def _dsn_place(dsn: str) -> str:
+    """The DSN's host and database, for messages; never its password.
 
-
-def _read_meta(dsn: str, table: str) -> _TableMeta | None:
-    """The existing table's width, cap and bound profile, or None when there is none."""
+    Raises:
+        ConfigError: not a PostgreSQL connection string.
+    """
     import psycopg
-    from psycopg import sql
 
-    from .._pg.schema import Names, bound_profile
-
-    names = Names(table)
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            exists = conn.execute("SELECT to_regclass(%s)", (names.meta_regclass,)).fetchone()
-            if exists is None or exists[0] is None:
-                return None
-            row = conn.execute(
-                sql.SQL("SELECT dimensions, max_entries, profile FROM {meta}").format(
-                    meta=names.meta
-                )
-            ).fetchone()
-    except psycopg.OperationalError as error:
-        message = " ".join(str(error).split())
-        raise StoreUnavailable(f"could not reach PostgreSQL: {message}") from error
-    except psycopg.Error as error:
-        message = " ".join(str(error).split())
-        raise ConfigError(f"table {table}_meta is not a trio-recall store's: {message}") from error
-    if row is None:
-        return None
-    return _TableMeta(int(row[0]), int(row[1]), bound_profile(row[2]))
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as error:
+        raise ConfigError(f"--dsn is not a valid PostgreSQL connection string: {error}") from None
+    return f"host={parts.get('host', '(default)')} dbname={parts.get('dbname', '(default)')}"
 
 
 # --- the embedded server ---------------------------------------------------------------
@@ -499,7 +476,7 @@ async def open_location(
 
     where.check()
     if where.in_memory:
-        from .._inmemory.store import open_store
+        from .. import open_store
 
         name = choose_embedder(embedder, None, where.describe())
         config = VectorStoreConfig(
@@ -524,16 +501,15 @@ async def _open_pg(
     where: Where, dsn: str, embedder: str | None, backend: str
 ) -> AsyncIterator[Any]:
     try:
-        from .._pg.schema import Names
-        from .._pg.store import open_pg_store
+        from .. import open_pg_store, read_pg_table
     except ImportError as error:
         raise ConfigError(
             f"PostgreSQL needs the pg extra (pip install 'trio-recall[pg]'): {error}"
         ) from error
     from ._service import MemoryService
 
-    Names(where.table)  # a bad table name fails before anything connects
-    meta = await trio.to_thread.run_sync(_read_meta, dsn, where.table)
+    # A bad table name fails before anything connects.
+    meta = await read_pg_table(dsn, table=where.table)
     name = choose_embedder(embedder, None if meta is None else meta.profile, where.describe())
     config = VectorStoreConfig(
         max_entries=DEFAULT_CAPACITY if meta is None else meta.max_entries,

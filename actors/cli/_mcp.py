@@ -40,11 +40,14 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from protocol import ConfigError, VectorStoreError
-from protocol._memory import DEFAULT_MIN_SIMILARITY
-from protocol._surrogates import replace_surrogates, replace_surrogates_json
-from protocol._time import MAX_CONVERSATION_BYTES
+from protocol.checks import (
+    DEFAULT_MIN_SIMILARITY,
+    MAX_CONVERSATION_BYTES,
+    replace_surrogates,
+    replace_surrogates_json,
+)
 
-from .._retrieval.doors import DEFAULT_MODE, SEARCH_MODES
+from ..doors import DEFAULT_MODE, SEARCH_MODES
 from ._http_auth import BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from protocol._memory import DEFAULT_MIN_SIMILARITY
+from protocol.checks import DEFAULT_MIN_SIMILARITY
 
-from .._retrieval.doors import DEFAULT_MODE, SEARCH_MODES
+from ..doors import DEFAULT_MODE, SEARCH_MODES
 
 __all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
 

@@ -19,7 +19,7 @@ memories are neighbours in the order they were remembered.
 
 ``recall`` searches as ``Memory.retrieve`` does unless ``mode`` says otherwise: the
 store's tuned recall (``SearchRequest(kind="recall")``) with ``Memory``'s relevance floor
-(``actors._retrieval.doors``, which the LangChain and LangGraph adapters follow too).
+(``actors.doors``, which the LangChain and LangGraph adapters follow too).
 
 Namespaces are the store's: an id is unique within its namespace and no operation ever
 reads or deletes across namespaces. ``None`` is the library's default
@@ -46,11 +46,10 @@ from protocol import (
     SearchRequest,
     parse_filter,
 )
-from protocol._checks import check_int, shown
-from protocol._json import check_json_object
-from protocol._time import MAX_CONVERSATION_BYTES
+from protocol.checks import MAX_CONVERSATION_BYTES, check_int, check_json_object, shown
 
-from .._retrieval.doors import (
+from .. import Store
+from ..doors import (
     DEFAULT_MODE,
     candidate_depth,
     check_mode,
@@ -58,7 +57,6 @@ from .._retrieval.doors import (
     door_time,
     relevance_floor,
 )
-from .._store.handle import Store
 
 __all__ = ["MAX_IDS", "MAX_NAME_BYTES", "MemoryService", "ToolInputError", "hit", "iso_time"]
 
@@ -170,7 +168,7 @@ class MemoryService:
             min_similarity: keep hits whose cosine similarity is at least this, in
                 [-1, 1]. None: ``Memory``'s floor (0.02) for ``recall``, none for
                 ``similarity`` and ``mmr``; ``bm25`` and ``hybrid`` refuse one
-                (:func:`actors._retrieval.doors.relevance_floor`).
+                (:func:`actors.doors.relevance_floor`).
             filter: a metadata filter in the store's language (``{"kind": "pet"}``,
                 ``{"year": {"$gte": 2020}}``, ``$and``/``$or``/``$not``...).
             mode: ``"recall"`` (the default: what ``Memory.retrieve`` runs), or

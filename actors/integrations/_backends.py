@@ -68,7 +68,7 @@ def store_opener(
             raise ConfigError("pg_options is set but dsn is None; pg_options are for pg only")
         return lambda: open_store(config, embedder, embed_timeout=embed_timeout)
     try:
-        from .._pg.store import open_pg_store
+        from .. import open_pg_store
     except ImportError as error:
         raise ConfigError(
             f"dsn is set but the pg extra is not installed ({error}); install "

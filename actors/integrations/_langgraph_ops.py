@@ -35,12 +35,10 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from protocol import ConfigError, Document, FilterError, ScoredDocument
-from protocol._checks import shown
-from protocol._filters import matches, parse_filter
-from protocol._time import check_conversation
+from protocol import ConfigError, Document, FilterError, ScoredDocument, parse_filter
+from protocol.checks import check_conversation, matches, shown
 
-from .._retrieval.doors import door_time
+from ..doors import door_time
 
 __all__ = [
     "CONVERSATION_FIELD",

@@ -67,11 +67,10 @@ from protocol import (
     SearchRequest,
     VectorStoreConfig,
 )
-from protocol._checks import check_int, shown
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
-from protocol._time import check_conversation
+from protocol.checks import check_conversation, check_int, shown
 
-from .._retrieval.doors import check_similarity, door_time, relevance_floor
+from ..doors import check_similarity, door_time, relevance_floor
 from ._backends import BridgedStore, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width

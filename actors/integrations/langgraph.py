@@ -57,8 +57,8 @@ from langgraph.store.base.embed import EmbeddingsLambda
 
 from actors import AnyEmbedder, HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
-from protocol._checks import check_int, shown
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
+from protocol.checks import check_int, shown
 
 from . import _langgraph_ops as mapping
 from ._backends import BridgedStore, store_opener

@@ -3,7 +3,7 @@ metadata one backend takes, every backend takes, and answers for alike.
 
 - a text holding one very long token (a hex blob, a key) is stored, and found by
   similarity, by keyword search for that token and by an ordinary word beside it;
-- the longest id and namespace the contract allows (``actors._store.prepare.MAX_ID_BYTES``,
+- the longest id and namespace the contract allows (``protocol.checks.MAX_ID_BYTES``,
   ``MAX_NAMESPACE_BYTES``) are taken, and one byte more is refused alike;
 - metadata keys and values holding a NUL, a lone surrogate or their neighbours match
   every filter form as the reference evaluator (:func:`protocol.filters.matches`) says.
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import trio
 
-from protocol import ConfigError, Document, VectorStoreConfig
-from protocol._filters import Eq, Exists, Filter, Gt, Gte, In, Lt, Lte, Ne, Nin, matches
+from protocol import ConfigError, Document, Filter, VectorStoreConfig
+from protocol.checks import MAX_ID_BYTES, MAX_NAMESPACE_BYTES, matches
+from protocol.filters import Eq, Exists, Gt, Gte, In, Lt, Lte, Ne, Nin
 
-from .._store.prepare import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
 from ._conformance_base import ConformanceBase, _ids
 
 __all__ = ["InputShapeTests", "long_token"]

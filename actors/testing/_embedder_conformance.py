@@ -11,9 +11,10 @@ Subclass :class:`EmbedderConformance` as a pytest test class and define
 
 The embedder may be sync (``embed`` and optionally ``embed_batch``) or async
 (``embed_documents``/``embed_query``, with a ``profile`` for an ``EmbeddingModel``).
-Every call goes through ``actors._embedding.embedders.EmbedderAdapter``, the way both stores call
-an embedder, and every vector is held to the store's rules (``as_matrix``/``as_vector``:
-the right count, the right width, finite real numbers). The tests cover what the
+The suite calls the embedder as its protocol says (``Embedder``: ``embed`` and
+``embed_batch``, in a worker thread, as a store runs them; ``AsyncEmbedder``:
+``embed_documents`` and ``embed_query``) and holds every vector to what a store takes
+from one: the right count, the right width, finite real numbers. The tests cover what the
 embeddings-layer document lists for providers: count matches input, one query vector,
 dimensions match the profile, empty input, Unicode (lone surrogates included), batch
 sizing, concurrent async calls, cache hit and miss through ``CachedEmbedder``, usage
@@ -41,10 +42,9 @@ from protocol import (
     EmbeddingProfile,
     VectorStoreConfig,
 )
+from protocol.checks import shown
 
-from .._embedding.cache import CachedEmbedder, EmbeddingCache, EmbeddingModel, EmbeddingUsageLog
-from .._embedding.embedders import EmbedderAdapter, as_matrix, as_vector
-from .._inmemory.store import open_store
+from .. import CachedEmbedder, EmbeddingCache, EmbeddingModel, EmbeddingUsageLog, open_store
 
 __all__ = ["EmbedderConformance"]
 
@@ -60,6 +60,52 @@ UNICODE_TEXTS = (
 )
 
 
+def _is_async(embedder: object) -> bool:
+    return inspect.iscoroutinefunction(getattr(embedder, "embed_documents", None))
+
+
+async def _embed_documents(embedder: Any, texts: list[str]) -> object:
+    """``texts`` through the embedder's own protocol: ``embed_documents`` awaited, or
+    ``embed_batch`` (else ``embed`` per text) in a worker thread."""
+    if _is_async(embedder):
+        return await embedder.embed_documents(texts)
+    batch = getattr(embedder, "embed_batch", None)
+    if callable(batch):
+        return await trio.to_thread.run_sync(batch, texts)
+    return await trio.to_thread.run_sync(lambda: [embedder.embed(t) for t in texts])
+
+
+async def _embed_query(embedder: Any, text: str) -> object:
+    if _is_async(embedder):
+        return await embedder.embed_query(text)
+    return await trio.to_thread.run_sync(embedder.embed, text)
+
+
+def _rows(raw: object, count: int, width: int, what: str) -> npt.NDArray[np.float64]:
+    """``raw`` as a float64 ``[count, width]`` array, asserting what a store takes from
+    an embedder: that many vectors of that width, real numbers (an int or float dtype:
+    not bool, str, complex or a ragged object array), all finite."""
+    if isinstance(raw, np.ma.MaskedArray):
+        raise AssertionError(f"the embedder returned a masked array for {what}")
+    try:
+        array = np.asarray(raw)
+    except (TypeError, ValueError) as error:
+        raise AssertionError(
+            f"the embedder returned {shown(raw)} for {what}; expected {count} vector(s) of "
+            f"{width} real numbers ({error})"
+        ) from None
+    assert array.dtype.kind in "fiu", (
+        f"the embedder returned {array.dtype} values for {what}; expected real numbers "
+        "(a float or int dtype)"
+    )
+    assert array.shape == (count, width), (
+        f"the embedder returned the shape {array.shape} for {what}; expected ({count}, {width})"
+    )
+    rows = array.astype(np.float64)
+    assert bool(np.isfinite(rows).all()), f"the embedder returned a non-finite number for {what}"
+    return rows
+
+
 class _SyncModel:
     """A sync embedder as an :class:`EmbeddingModel`, so a ``CachedEmbedder`` can sit
     over it: the calls run in a worker thread, as a store runs them."""
@@ -71,12 +117,10 @@ class _SyncModel:
         )
 
     async def embed_documents(self, texts: Sequence[str]) -> Any:
-        adapter = EmbedderAdapter(self._embedder, dimensions=self.profile.dimensions)
-        return await adapter.documents(list(texts))
+        return await _embed_documents(self._embedder, list(texts))
 
     async def embed_query(self, text: str) -> Any:
-        adapter = EmbedderAdapter(self._embedder, dimensions=self.profile.dimensions)
-        return await adapter.query(text)
+        return await _embed_query(self._embedder, text)
 
 
 class EmbedderConformance:
@@ -124,19 +168,18 @@ class EmbedderConformance:
             )
         return width
 
-    def adapter(self, embedder: AnyEmbedder, **kw: Any) -> EmbedderAdapter:
-        return EmbedderAdapter(embedder, dimensions=self.dimensions_of(embedder), **kw)
-
     async def documents(
         self, embedder: AnyEmbedder, texts: Sequence[str]
     ) -> npt.NDArray[np.float64]:
         """``texts`` embedded as documents, checked: one finite row per text."""
-        raw = await self.adapter(embedder).documents(list(texts))
-        return as_matrix(raw, len(texts), self.dimensions_of(embedder))
+        raw = await _embed_documents(embedder, list(texts))
+        return _rows(raw, len(texts), self.dimensions_of(embedder), f"{len(texts)} text(s)")
 
     async def query(self, embedder: AnyEmbedder, text: str) -> npt.NDArray[np.float64]:
-        raw = await self.adapter(embedder).query(text)
-        return as_vector(raw, self.dimensions_of(embedder), what="query embedding")
+        raw = await _embed_query(embedder, text)
+        # One flat vector: as a batch of one, a 2-D answer has the wrong shape.
+        row: npt.NDArray[np.float64] = _rows([raw], 1, self.dimensions_of(embedder), "a query")[0]
+        return row
 
     def cached(self, embedder: AnyEmbedder) -> CachedEmbedder:
         """A ``CachedEmbedder`` with a fresh cache over the embedder (a sync one is
@@ -199,9 +242,8 @@ class EmbedderConformance:
         with trio.fail_after(self.timeout):
             embedder = self.make_embedder()
             width = self.dimensions_of(embedder)
-            # No texts: no rows (and the adapter does not call the embedder at all).
-            nothing: Any = await self.adapter(embedder).documents([])
-            assert len(nothing) == 0
+            # No texts: no rows (a store does not call the embedder at all, but an
+            # embedder may be asked for none).
             docs = getattr(embedder, "embed_documents", None)
             if docs is not None and inspect.iscoroutinefunction(docs):
                 assert len(await docs([])) == 0
@@ -325,14 +367,10 @@ class EmbedderConformance:
         # carrying the original; it is never a crash (a BaseException) or a bad vector.
         with trio.fail_after(self.timeout):
             embedder = self.make_embedder()
-            adapter = self.adapter(embedder)
-            failure: EmbedderError | None = None
+            failure: Exception | None = None
             try:
-                raw = await adapter.documents([12345])  # type: ignore[list-item]
-            except EmbedderError as error:
+                raw = await _embed_documents(embedder, [12345])  # type: ignore[list-item]
+            except Exception as error:  # a store raises it as EmbedderError(error)
                 failure = error
             if failure is None:
-                as_matrix(raw, 1, self.dimensions_of(embedder))
-            else:
-                assert isinstance(failure.error, Exception)
-                assert failure.__cause__ is failure.error
+                _rows(raw, 1, self.dimensions_of(embedder), "the text 12345")

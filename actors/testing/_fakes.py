@@ -16,7 +16,7 @@ import trio
 
 from actors import AnyEmbedder
 from protocol import ConfigError
-from protocol._checks import check_int
+from protocol.checks import check_int
 
 __all__ = [
     "DeterministicFakeEmbedding",

@@ -32,9 +32,7 @@ import trio
 from actors import AnyEmbedder
 from protocol import Document, IndexResult, VectorStoreConfig
 
-from .._embedding.embedders import HashingEmbedder
-from .._inmemory.store import open_store
-from .._store.indexing import Record, RecordManager, index
+from .. import HashingEmbedder, Record, RecordManager, index, open_store
 
 __all__ = ["RecordManagerConformance"]
 

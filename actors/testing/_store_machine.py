@@ -45,11 +45,10 @@ from protocol import (
     VectorStoreConfig,
     projection,
 )
+from protocol.checks import metadata_json, turn_bytes
 from protocol.messages import TurnsStored
 
-from .._embedding.embedders import HashingEmbedder
-from .._inmemory.store import open_store
-from .._store.prepare import metadata_json, turn_bytes
+from .. import HashingEmbedder, open_store
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
 from ._machine import TrioRuleBasedStateMachine, trio_step

@@ -22,8 +22,7 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedding.embedders import HashingEmbedder
-from .._inmemory.store import open_store
+from .. import HashingEmbedder, open_store
 
 __all__ = ["WriteSuiteBase"]
 

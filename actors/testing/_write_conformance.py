@@ -45,8 +45,8 @@ from protocol import (
     UnifiedMessage,
     payload_bytes,
 )
+from protocol.checks import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
 
-from .._store.prepare import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
 from ._conformance_inputs import long_token
 from ._crash import inject_crash
 from ._document_writes import DocumentWriteCases
