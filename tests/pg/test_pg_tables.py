@@ -3,23 +3,12 @@ opening a store (the command line picks its config and embedder with it)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 import trio
-from pg_support import REQUIRED_ENV, pg_dsn, pg_table  # noqa: F401
 
-try:
-    import psycopg  # noqa: F401
-
-    from actors import PgTableInfo, open_pg_store, read_pg_table
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    if os.environ.get(REQUIRED_ENV) == "1":
-        raise
-    pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
-
-from actors import HashingEmbedder
+from actors import HashingEmbedder, PgTableInfo, open_pg_store, read_pg_table
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable, VectorStoreConfig
 
 PROFILE = EmbeddingProfile(provider="test", model="hashing-16", dimensions=16)
@@ -34,8 +23,8 @@ class _Profiled(HashingEmbedder):
 
 
 async def test_a_missing_table_is_none_and_an_opened_one_tells_its_bounds(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     with trio.fail_after(60):
         assert await read_pg_table(pg_dsn, table=pg_table) is None
@@ -47,8 +36,8 @@ async def test_a_missing_table_is_none_and_an_opened_one_tells_its_bounds(
 
 
 async def test_a_table_made_without_a_profile_has_none(
-    pg_dsn: str,  # noqa: F811
-    pg_table: str,  # noqa: F811
+    pg_dsn: str,
+    pg_table: str,
 ) -> None:
     with trio.fail_after(60):
         config = VectorStoreConfig(max_entries=7, dimensions=16, max_entry_bytes=4096)
