@@ -25,8 +25,8 @@ import msgspec
 
 from ._checks import check_int, shown
 from ._embedding import EmbeddingProfile
-from ._errors import ConfigError, EmbeddingError, FilterError
-from ._filters import Filter, FilterNode, parse_filter
+from ._errors import ConfigError, EmbeddingError
+from ._filters import Filter, filter_option
 from ._json import canonical_json, check_json_object
 from ._memory import RecallSettings
 from ._time import check_conversation, check_time
@@ -335,13 +335,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     def _check_scope(self) -> None:
         """The filter (checked against the depth and size limits) and the namespace."""
         if self.filter is not None:
-            if not isinstance(self.filter, dict | FilterNode):
-                raise FilterError(
-                    f"filter is a {type(self.filter).__name__}; expected a dict or a Filter tree"
-                )
             # A tree (built by hand, or decoded with this request) is checked against the
             # depth and size limits like a dict, so no backend ever recurses past them.
-            msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
+            msgspec.structs.force_setattr(self, "filter", filter_option(self.filter))
         _check_optional_str("namespace", self.namespace)
 
     def _check_fusion(self) -> None:
