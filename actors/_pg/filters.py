@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Any
 
 import msgspec
 from psycopg import sql
@@ -88,7 +87,7 @@ class FilterSql:
 
     def __init__(self, column: sql.Composable) -> None:
         self.column = column
-        self.params: dict[str, Any] = {}
+        self.params: dict[str, object] = {}
         self.where: sql.Composable = _TRUE
 
     @property
@@ -96,7 +95,7 @@ class FilterSql:
         """Whether the condition is the constant true (no filter)."""
         return self.where is _TRUE
 
-    def bind(self, value: Any) -> sql.Composable:
+    def bind(self, value: object) -> sql.Composable:
         name = f"f{len(self.params)}"
         self.params[name] = value
         return sql.Placeholder(name)
