@@ -40,7 +40,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 import attrs
 import trio
@@ -54,6 +54,9 @@ from protocol import (
 )
 
 from ._embedded import Cluster, Notice
+
+if TYPE_CHECKING:  # imported when a store opens: the command line starts fast
+    from ._service import MemoryService
 
 __all__ = [
     "DATA_ENV",
@@ -294,7 +297,7 @@ def _read_meta(dsn: str, table: str) -> _TableMeta | None:
 # --- the embedded server ---------------------------------------------------------------
 
 
-def _flock(handle: IO[Any], exclusive: bool) -> bool:
+def _flock(handle: IO[bytes], exclusive: bool) -> bool:
     """Try to take ``handle``'s flock without waiting; whether it was taken."""
     import fcntl
 
@@ -306,7 +309,7 @@ def _flock(handle: IO[Any], exclusive: bool) -> bool:
     return True
 
 
-async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
+async def _wait_flock(handle: IO[bytes], exclusive: bool, what: str) -> None:
     """Take a flock, polling (a blocking flock in a thread could not be cancelled)."""
     deadline = trio.current_time() + _LOCK_TIMEOUT
     while not _flock(handle, exclusive):
@@ -318,7 +321,7 @@ async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
         await trio.sleep(_LOCK_POLL)
 
 
-def _open_lock(path: Path) -> IO[Any]:
+def _open_lock(path: Path) -> IO[bytes]:
     """Open a lock file, 0600 (held across awaits, closed by the caller). Another
     account must not open it: flock needs only an open file, so one that could would
     hold the server's locks (a lock file of an earlier version, 0644, is narrowed)."""
@@ -451,7 +454,7 @@ async def _watch(data: Path, cluster: Cluster, notice: Notice) -> None:
             notice(f"the embedded PostgreSQL in {data} runs again")
 
 
-async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
+async def _leave(data: Path, cluster: Cluster, users: IO[bytes]) -> None:
     from ._embedded import stop
 
     try:
@@ -474,7 +477,7 @@ async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
 @asynccontextmanager
 async def open_location(
     where: Where, *, embedder: str | None = None, watch: bool = False
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[MemoryService]:
     """Open the store ``where`` names and yield a ``MemoryService`` over it.
 
     Args:
@@ -519,7 +522,7 @@ async def open_location(
 @asynccontextmanager
 async def _open_pg(
     where: Where, dsn: str, embedder: str | None, backend: str
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[MemoryService]:
     try:
         from .._pg.schema import Names
         from .._pg.store import open_pg_store

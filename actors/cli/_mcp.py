@@ -38,7 +38,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import ASGIApp
 
 from protocol import ConfigError, VectorStoreError
 from protocol._json import JsonValue
@@ -47,7 +46,7 @@ from protocol._surrogates import replace_surrogates, replace_surrogates_json
 from protocol._time import MAX_CONVERSATION_BYTES
 
 from .._retrieval.doors import DEFAULT_MODE, SEARCH_MODES
-from ._http_auth import BearerAuth, check_http, is_loopback
+from ._http_auth import App, BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
@@ -489,7 +488,7 @@ async def _serve_http(server: Server[object], host: str, port: int, *, token: st
             f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
             f"'trio-recall[mcp]'): {error}"
         ) from error
-    app: ASGIApp = server.streamable_http_app(
+    app: App = server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
         host=host,
         transport_security=_rebinding_protection(host),
