@@ -55,7 +55,7 @@ Every value goes to the server as a bound parameter. Only names (validated, quot
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
 import attrs
 import msgspec
@@ -673,9 +673,9 @@ def _read_meta(
     ).fetchone()
     if meta is None:
         raise ConfigError(f"table {names.table_name}_meta is empty: it is not a trio-recall store")
-    row: dict[str, Any] = meta[0]
+    row: dict[str, object] = meta[0]
     version, dims, cap, entries, evicted, zero, commits = (
-        int(row[key])
+        _meta_int(names, row, key)
         for key in (
             "schema_version",
             "dimensions",
@@ -686,7 +686,12 @@ def _read_meta(
             "version",
         )
     )
-    bound: str | None = row["profile"]
+    bound = row["profile"]
+    if bound is not None and not isinstance(bound, str):
+        raise ConfigError(
+            f"table {names.table_name}_meta has the profile {bound!r:.60}; expected text or "
+            "null: it is not a trio-recall store"
+        )
     return (
         version,
         dims,
@@ -758,3 +763,13 @@ def _check_meta(
             f"embedder's profile is {profile}. Vectors from another model do not compare: "
             "open another table, or use the same model"
         )
+
+
+def _meta_int(names: Names, row: Mapping[str, object], key: str) -> int:
+    value = row[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(
+        f"table {names.table_name}_meta has {key} = {value!r:.60}; expected an integer: it "
+        "is not a trio-recall store"
+    )
