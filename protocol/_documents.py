@@ -19,7 +19,7 @@ import hashlib
 import math
 import sys
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat, SupportsInt
 
 import msgspec
 
@@ -483,7 +483,10 @@ def _component(i: int, x: object, what: str = "vector") -> float:
             )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning
-            x = float(x) if kind == "f" else int(x)  # type: ignore[arg-type, call-overload]
+            if kind == "f" and isinstance(x, SupportsFloat):
+                x = float(x)
+            elif kind != "f" and isinstance(x, SupportsInt):
+                x = int(x)
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise EmbeddingError(
             f"{what}[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "

@@ -416,10 +416,10 @@ def _parse_dict(spec: object, depth: int) -> Filter:
     # is exact, this bound only keeps the recursion short.
     if depth > MAX_FILTER_DEPTH:
         raise _too_deep(depth)
-    if isinstance(spec, FilterNode):
+    if isinstance(spec, Filter):
         # A tree inside a dict (``{"$or": [Eq(...), {...}]}``) is taken as it is; the
         # tree check after parsing counts its depth with the rest.
-        return spec  # type: ignore[return-value]
+        return spec
     if not isinstance(spec, Mapping):
         raise FilterError(
             f"filter is {shown(spec)} ({type(spec).__name__}); expected a dict such as "

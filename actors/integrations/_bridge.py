@@ -285,11 +285,11 @@ class TrioBridge(Generic[H]):
 
     async def _run(self, job: _Job[H, T]) -> None:
         result: outcome.Outcome[T] | None = None
-        handle = self._handle
-        assert handle is not None  # set before the first call can be submitted
         try:
             with job.scope:
                 try:
+                    handle = self._handle
+                    assert handle is not None  # set before a call can be submitted
                     value = await job.fn(handle)
                 except Exception as error:
                     result = outcome.Error(error)
