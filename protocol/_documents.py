@@ -19,7 +19,7 @@ import hashlib
 import math
 import sys
 import warnings
-from typing import Any, Literal, SupportsFloat, SupportsInt
+from typing import Any, Literal, SupportsFloat, SupportsInt, TypeGuard
 
 import msgspec
 
@@ -442,15 +442,23 @@ def msgpack_array_header(count: int) -> int:
     return 1 if count < 16 else 3 if count < 1 << 16 else 5
 
 
-def _finite_floats(items: list[Any] | tuple[Any, ...]) -> bool:
+def _finite_floats(items: list[object] | tuple[object, ...]) -> bool:
     """Whether ``items`` (a plain list or tuple) holds at least one item, each a Python
-    float (not a subclass, a bool or an int), all finite, checked at C speed.
+    float (not a subclass, a bool or an int), all finite, checked at C speed (a finite
+    sum proves each finite; an overflowing one only means the caller takes the slow
+    path)."""
+    return _exact_floats(items) and math.isfinite(sum(items))
+
+
+def _exact_floats(
+    items: list[object] | tuple[object, ...],
+) -> TypeGuard[list[float] | tuple[float, ...]]:
+    """Whether ``items`` holds at least one item, each a Python float.
 
     msgspec encodes an exact float as 9 bytes that start with :data:`FLOAT64_MARKER`
     and refuses a float subclass (numpy's float64 included), so an encoding exactly the
     header plus 9 bytes per item, with the marker at each item's place, can only be
-    floats (each item starts where the one before it, 9 bytes long, ended). A finite sum
-    proves each finite; an overflowing one only means the caller takes the slow path.
+    floats (each item starts where the one before it, 9 bytes long, ended).
     """
     count = len(items)
     if not count:
@@ -460,11 +468,7 @@ def _finite_floats(items: list[Any] | tuple[Any, ...]) -> bool:
     except Exception:  # TypeError for another type; any doubt is the slow path's
         return False
     head = msgpack_array_header(count)
-    return (
-        len(encoded) == head + 9 * count
-        and encoded[head::9].count(FLOAT64_MARKER) == count
-        and math.isfinite(sum(items))
-    )
+    return len(encoded) == head + 9 * count and encoded[head::9].count(FLOAT64_MARKER) == count
 
 
 _REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
