@@ -19,14 +19,14 @@ import hashlib
 import math
 import sys
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat, SupportsInt, TypeGuard
 
 import msgspec
 
 from ._checks import check_int, shown
 from ._embedding import EmbeddingProfile
-from ._errors import ConfigError, EmbeddingError, FilterError
-from ._filters import Filter, FilterNode, parse_filter
+from ._errors import ConfigError, EmbeddingError
+from ._filters import Filter, filter_option
 from ._json import canonical_json, check_json_object
 from ._memory import RecallSettings
 from ._time import check_conversation, check_time
@@ -335,13 +335,9 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     def _check_scope(self) -> None:
         """The filter (checked against the depth and size limits) and the namespace."""
         if self.filter is not None:
-            if not isinstance(self.filter, dict | FilterNode):
-                raise FilterError(
-                    f"filter is a {type(self.filter).__name__}; expected a dict or a Filter tree"
-                )
             # A tree (built by hand, or decoded with this request) is checked against the
             # depth and size limits like a dict, so no backend ever recurses past them.
-            msgspec.structs.force_setattr(self, "filter", parse_filter(self.filter))
+            msgspec.structs.force_setattr(self, "filter", filter_option(self.filter))
         _check_optional_str("namespace", self.namespace)
 
     def _check_fusion(self) -> None:
@@ -446,15 +442,23 @@ def msgpack_array_header(count: int) -> int:
     return 1 if count < 16 else 3 if count < 1 << 16 else 5
 
 
-def _finite_floats(items: list[Any] | tuple[Any, ...]) -> bool:
+def _finite_floats(items: list[object] | tuple[object, ...]) -> bool:
     """Whether ``items`` (a plain list or tuple) holds at least one item, each a Python
-    float (not a subclass, a bool or an int), all finite, checked at C speed.
+    float (not a subclass, a bool or an int), all finite, checked at C speed (a finite
+    sum proves each finite; an overflowing one only means the caller takes the slow
+    path)."""
+    return _exact_floats(items) and math.isfinite(sum(items))
+
+
+def _exact_floats(
+    items: list[object] | tuple[object, ...],
+) -> TypeGuard[list[float] | tuple[float, ...]]:
+    """Whether ``items`` holds at least one item, each a Python float.
 
     msgspec encodes an exact float as 9 bytes that start with :data:`FLOAT64_MARKER`
     and refuses a float subclass (numpy's float64 included), so an encoding exactly the
     header plus 9 bytes per item, with the marker at each item's place, can only be
-    floats (each item starts where the one before it, 9 bytes long, ended). A finite sum
-    proves each finite; an overflowing one only means the caller takes the slow path.
+    floats (each item starts where the one before it, 9 bytes long, ended).
     """
     count = len(items)
     if not count:
@@ -464,11 +468,7 @@ def _finite_floats(items: list[Any] | tuple[Any, ...]) -> bool:
     except Exception:  # TypeError for another type; any doubt is the slow path's
         return False
     head = msgpack_array_header(count)
-    return (
-        len(encoded) == head + 9 * count
-        and encoded[head::9].count(FLOAT64_MARKER) == count
-        and math.isfinite(sum(items))
-    )
+    return len(encoded) == head + 9 * count and encoded[head::9].count(FLOAT64_MARKER) == count
 
 
 _REAL_VECTOR = "expected a flat vector of real numbers (a float or int dtype, or a list of them)"
@@ -487,7 +487,10 @@ def _component(i: int, x: object, what: str = "vector") -> float:
             )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning
-            x = float(x) if kind == "f" else int(x)  # type: ignore[arg-type, call-overload]
+            if kind == "f" and isinstance(x, SupportsFloat):
+                x = float(x)
+            elif kind != "f" and isinstance(x, SupportsInt):
+                x = int(x)
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise EmbeddingError(
             f"{what}[{i}] is {shown(x)} ({type(x).__name__}); expected a real number "

@@ -332,8 +332,10 @@ class SparseVector(msgspec.Struct, frozen=True, kw_only=True):
             clean.append(n)
         numbers: list[float] = []
         for i, value in enumerate(values):
-            if getattr(getattr(value, "dtype", None), "kind", None) in ("f", "i", "u"):
-                value = value.item()  # type: ignore[attr-defined]  # a numpy scalar of a real dtype
+            kind = getattr(getattr(value, "dtype", None), "kind", None)
+            item = getattr(value, "item", None)
+            if kind in ("f", "i", "u") and callable(item):
+                value = item()  # a numpy scalar of a real dtype
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(
                     f"values[{i}] is {value!r:.60} ({type(value).__name__}); expected a number"

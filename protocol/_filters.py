@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -85,6 +85,7 @@ __all__ = [
     "MAX_FILTER_NODES",
     "Scalar",
     "check_filter",
+    "filter_option",
     "matches",
     "parse_filter",
 ]
@@ -108,26 +109,48 @@ def _check_key(key: object) -> None:
         )
 
 
-def _check_scalar(op: str, value: object) -> None:
+def _check_scalar(op: str, value: object) -> Scalar:
+    """``value`` if it is a JSON scalar (a filter operand), else a :class:`FilterError`."""
     if value is None or isinstance(value, bool | int | str):
-        return
+        return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise FilterError(f"{op} operand is {value!r}; expected a finite number")
-        return
+        return value
     raise FilterError(
         f"{op} operand is {shown(value)} ({type(value).__name__}); expected a JSON scalar "
         "(None, bool, int, float or str)"
     )
 
 
-def _check_orderable(op: str, value: object) -> None:
+def _check_orderable(op: str, value: object) -> Orderable:
+    """``value`` if it is a number (not bool) or a str, else a :class:`FilterError`."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise FilterError(
             f"{op} operand is {shown(value)} ({type(value).__name__}); expected a number "
             "(int or float, not bool) or a str"
         )
     _check_scalar(op, value)
+    return value
+
+
+def _check_scalars(op: str, values: object) -> list[Scalar]:
+    """``values`` if it is a list of JSON scalars (``$in``, ``$nin``), else a
+    :class:`FilterError`."""
+    if not isinstance(values, list):
+        raise FilterError(
+            f"{op} operand is {shown(values)} ({type(values).__name__}); "
+            "expected a list of JSON scalars"
+        )
+    return [_check_scalar(op, item) for item in values]
+
+
+def _check_exists(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise FilterError(
+            f"$exists operand is {shown(value)} ({type(value).__name__}); expected a bool"
+        )
+    return value
 
 
 class FilterNode(msgspec.Struct, frozen=True, tag_field="op"):
@@ -208,13 +231,7 @@ class In(FilterNode, frozen=True, kw_only=True, tag="in"):
 
     def __post_init__(self) -> None:
         _check_key(self.key)
-        if not isinstance(self.values, list):
-            raise FilterError(
-                f"$in operand is {shown(self.values)} ({type(self.values).__name__}); "
-                "expected a list of JSON scalars"
-            )
-        for item in self.values:
-            _check_scalar("$in", item)
+        _check_scalars("$in", self.values)
 
 
 class Nin(FilterNode, frozen=True, kw_only=True, tag="nin"):
@@ -225,13 +242,7 @@ class Nin(FilterNode, frozen=True, kw_only=True, tag="nin"):
 
     def __post_init__(self) -> None:
         _check_key(self.key)
-        if not isinstance(self.values, list):
-            raise FilterError(
-                f"$nin operand is {shown(self.values)} ({type(self.values).__name__}); "
-                "expected a list of JSON scalars"
-            )
-        for item in self.values:
-            _check_scalar("$nin", item)
+        _check_scalars("$nin", self.values)
 
 
 class Exists(FilterNode, frozen=True, kw_only=True, tag="exists"):
@@ -243,11 +254,7 @@ class Exists(FilterNode, frozen=True, kw_only=True, tag="exists"):
 
     def __post_init__(self) -> None:
         _check_key(self.key)
-        if not isinstance(self.value, bool):
-            raise FilterError(
-                f"$exists operand is {shown(self.value)} ({type(self.value).__name__}); "
-                "expected a bool"
-            )
+        _check_exists(self.value)
 
 
 class And(FilterNode, frozen=True, kw_only=True, tag="and"):
@@ -295,21 +302,22 @@ def _check_children(op: str, filters: object) -> None:
 
 # --- parsing -------------------------------------------------------------------------
 
-_COMPARISONS: dict[str, Callable[[str, Any], Filter]] = {
-    "$eq": lambda key, v: Eq(key=key, value=v),
-    "$ne": lambda key, v: Ne(key=key, value=v),
-    "$gt": lambda key, v: Gt(key=key, value=v),
-    "$gte": lambda key, v: Gte(key=key, value=v),
-    "$lt": lambda key, v: Lt(key=key, value=v),
-    "$lte": lambda key, v: Lte(key=key, value=v),
-    "$in": lambda key, v: In(key=key, values=_as_list("$in", v)),
-    "$nin": lambda key, v: Nin(key=key, values=_as_list("$nin", v)),
-    "$exists": lambda key, v: Exists(key=key, value=v),
+# Each operand is checked (and typed) as its node's __post_init__ checks it.
+_COMPARISONS: dict[str, Callable[[str, object], Filter]] = {
+    "$eq": lambda key, v: Eq(key=key, value=_check_scalar("$eq", v)),
+    "$ne": lambda key, v: Ne(key=key, value=_check_scalar("$ne", v)),
+    "$gt": lambda key, v: Gt(key=key, value=_check_orderable("$gt", v)),
+    "$gte": lambda key, v: Gte(key=key, value=_check_orderable("$gte", v)),
+    "$lt": lambda key, v: Lt(key=key, value=_check_orderable("$lt", v)),
+    "$lte": lambda key, v: Lte(key=key, value=_check_orderable("$lte", v)),
+    "$in": lambda key, v: In(key=key, values=_check_scalars("$in", _as_list("$in", v))),
+    "$nin": lambda key, v: Nin(key=key, values=_check_scalars("$nin", _as_list("$nin", v))),
+    "$exists": lambda key, v: Exists(key=key, value=_check_exists(v)),
 }
 _LOGICAL = ("$and", "$or", "$not")
 
 
-def _as_list(op: str, value: object) -> list[Any]:
+def _as_list(op: str, value: object) -> list[object]:
     if isinstance(value, list | tuple):
         return list(value)
     raise FilterError(
@@ -317,7 +325,7 @@ def _as_list(op: str, value: object) -> list[Any]:
     )
 
 
-def parse_filter(spec: Mapping[str, Any] | Filter) -> Filter:
+def parse_filter(spec: Mapping[str, object] | Filter) -> Filter:
     """Parse a Mongo-style filter dict into a :data:`Filter` tree.
 
     A tree passes through unchanged, once checked against the limits; a dict may hold
@@ -336,6 +344,20 @@ def parse_filter(spec: Mapping[str, Any] | Filter) -> Filter:
     tree = _parse_dict(spec, 1)
     check_filter(tree)
     return tree
+
+
+def filter_option(spec: object) -> Filter | None:
+    """A search's ``filter=`` as given by a caller: None, a dict (parsed) or a
+    :data:`Filter` tree (checked against the limits).
+
+    Raises:
+        FilterError: anything else, or what :func:`parse_filter` refuses.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, dict | Filter):
+        return parse_filter(spec)
+    raise FilterError(f"filter is a {type(spec).__name__}; expected a dict or a Filter tree")
 
 
 def _too_deep(depth: int) -> FilterError:
@@ -394,10 +416,10 @@ def _parse_dict(spec: object, depth: int) -> Filter:
     # is exact, this bound only keeps the recursion short.
     if depth > MAX_FILTER_DEPTH:
         raise _too_deep(depth)
-    if isinstance(spec, FilterNode):
+    if isinstance(spec, Filter):
         # A tree inside a dict (``{"$or": [Eq(...), {...}]}``) is taken as it is; the
         # tree check after parsing counts its depth with the rest.
-        return spec  # type: ignore[return-value]
+        return spec
     if not isinstance(spec, Mapping):
         raise FilterError(
             f"filter is {shown(spec)} ({type(spec).__name__}); expected a dict such as "
@@ -445,7 +467,7 @@ def _parse_field(key: str, value: object, depth: int) -> Filter:
                 'JSON scalar (use {"$in": [...]} to match any of several values)'
             )
         # Eq checks the operand and names what was wrong.
-        return Eq(key=key, value=value)  # type: ignore[arg-type]
+        return Eq(key=key, value=_check_scalar("$eq", value))
     if not value:
         raise FilterError(f"filter for {shown(key)} is an empty dict; expected operators")
     parts: list[Filter] = []
@@ -471,10 +493,10 @@ def _parse_field(key: str, value: object, depth: int) -> Filter:
 
 # --- the reference evaluator ---------------------------------------------------------
 
-_MISSING: Any = object()
+_MISSING = object()
 
 
-def scalar_equal(value: Any, operand: Scalar) -> bool:
+def scalar_equal(value: object, operand: Scalar) -> bool:
     """``value == operand`` under the filter's type rules (no coercion)."""
     if value is _MISSING:
         return False
@@ -487,13 +509,19 @@ def scalar_equal(value: Any, operand: Scalar) -> bool:
     return isinstance(value, str) and value == operand
 
 
-def scalar_order(value: Any, op: str, operand: Orderable) -> bool:
+def scalar_order(value: object, op: str, operand: Orderable) -> bool:
     """``value <op> operand`` for ``op`` in gt/gte/lt/lte; false across types."""
     if isinstance(operand, str):
-        if not isinstance(value, str):
-            return False
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+        return isinstance(value, str) and _ordered(value, op, operand)
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
+    return _ordered(value, op, operand)
+
+
+_Ordered = TypeVar("_Ordered", str, float)
+
+
+def _ordered(value: _Ordered, op: str, operand: _Ordered) -> bool:
     if op == "gt":
         return bool(value > operand)
     if op == "gte":
@@ -506,7 +534,7 @@ def scalar_order(value: Any, op: str, operand: Orderable) -> bool:
 _ORDER_OPS: dict[type, str] = {Gt: "gt", Gte: "gte", Lt: "lt", Lte: "lte"}
 
 
-def matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
+def matches(filter: Filter, metadata: Mapping[str, object]) -> bool:
     """The reference evaluator: does ``metadata`` satisfy ``filter``?
 
     Plain Python, written for clarity rather than speed; every backend is tested
@@ -520,21 +548,21 @@ def matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
     return _matches(filter, metadata)
 
 
-def _matches(filter: Filter, metadata: Mapping[str, Any]) -> bool:
+def _matches(filter: Filter, metadata: Mapping[str, object]) -> bool:
     match filter:
         case Eq(key=key, value=value):
             return scalar_equal(metadata.get(key, _MISSING), value)
         case Ne(key=key, value=value):
             return not scalar_equal(metadata.get(key, _MISSING), value)
         case Gt() | Gte() | Lt() | Lte():
-            value = metadata.get(filter.key, _MISSING)
-            return scalar_order(value, _ORDER_OPS[type(filter)], filter.value)
+            found = metadata.get(filter.key, _MISSING)
+            return scalar_order(found, _ORDER_OPS[type(filter)], filter.value)
         case In(key=key, values=values):
-            value = metadata.get(key, _MISSING)
-            return any(scalar_equal(value, v) for v in values)
+            found = metadata.get(key, _MISSING)
+            return any(scalar_equal(found, v) for v in values)
         case Nin(key=key, values=values):
-            value = metadata.get(key, _MISSING)
-            return not any(scalar_equal(value, v) for v in values)
+            found = metadata.get(key, _MISSING)
+            return not any(scalar_equal(found, v) for v in values)
         case Exists(key=key, value=present):
             return (key in metadata) == present
         case And(filters=filters):

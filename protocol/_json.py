@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 import msgspec
 
@@ -13,12 +12,16 @@ from ._errors import JsonError
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "JsonValue",
     "canonical_json",
     "check_json",
     "check_json_object",
     "compact_json",
     "loads_json",
 ]
+
+#: A JSON value as :func:`check_json` accepts it (and ``json.loads`` returns it).
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
 #: The deepest a JSON value (metadata, tool-call arguments) may nest.
 MAX_JSON_DEPTH = 64
@@ -27,7 +30,7 @@ _INT_MAX = 2**64 - 1
 _SORTED = msgspec.json.Encoder(order="sorted")
 
 
-def check_json(value: Any, *, what: str = "value", _depth: int = 0) -> None:
+def check_json(value: object, *, what: str = "value", _depth: int = 0) -> None:
     """Raise :class:`JsonError` unless ``value`` is a plain JSON value.
 
     Plain JSON means ``None``, ``bool``, ``int`` (within msgpack's 64-bit range), finite
@@ -81,7 +84,7 @@ def _too_deep(what: str) -> JsonError:
     )
 
 
-def loads_json(text: str, *, what: str = "value") -> Any:
+def loads_json(text: str, *, what: str = "value") -> JsonValue:
     """``json.loads(text)``, with JSON nested too deep to parse refused as
     :class:`JsonError` (the message of :func:`check_json`'s depth limit) rather than a
     ``RecursionError``.
@@ -95,12 +98,13 @@ def loads_json(text: str, *, what: str = "value") -> Any:
         JsonError: ``text`` nests deeper than the parser can go.
     """
     try:
-        return json.loads(text)
+        value: JsonValue = json.loads(text)
     except RecursionError:
         raise _too_deep(what) from None
+    return value
 
 
-def _flat_json(value: dict[Any, Any]) -> bool:
+def _flat_json(value: dict[object, object]) -> bool:
     """Whether ``value`` is a dict of str keys and valid JSON scalars (the usual
     metadata), checked in one loop; False sends it through :func:`check_json`'s
     general walk, which then accepts nested values or raises its error."""
@@ -110,15 +114,15 @@ def _flat_json(value: dict[Any, Any]) -> bool:
         kind = type(item)
         if kind is str or kind is bool or item is None:
             continue
-        if kind is int:
+        if type(item) is int:
             if not _INT_MIN <= item <= _INT_MAX:
                 return False
-        elif kind is not float or not math.isfinite(item):
+        elif type(item) is not float or not math.isfinite(item):
             return False
     return True
 
 
-def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:
+def check_json_object(value: object, *, what: str = "metadata") -> dict[str, JsonValue]:
     """Check that ``value`` is a JSON object (a ``dict``) and return it."""
     if not isinstance(value, dict):
         raise JsonError(f"{what} is a {type(value).__name__}; expected a JSON object (dict)")
@@ -126,7 +130,7 @@ def check_json_object(value: Any, *, what: str = "metadata") -> dict[str, Any]:
     return value
 
 
-def compact_json(value: Any, *, what: str = "value") -> bytes:
+def compact_json(value: object, *, what: str = "value") -> bytes:
     """Serialize ``value`` as compact UTF-8 JSON, after :func:`check_json`.
 
     A str holding a lone surrogate (which has no UTF-8 form) is written with the
@@ -141,7 +145,7 @@ def compact_json(value: Any, *, what: str = "value") -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def canonical_json(value: Any) -> bytes:
+def canonical_json(value: object) -> bytes:
     """Stable bytes for hashing ``value`` (msgspec Structs included): JSON with sorted
     keys and fields.
 

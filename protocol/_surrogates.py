@@ -23,7 +23,7 @@ How trio-recall stores them:
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -90,7 +90,7 @@ def _has_utf8(text: str) -> bool:
     return True
 
 
-def _tree(value: Any) -> Any:
+def _tree(value: object) -> object:
     """Builtins for the surrogate form: a str without UTF-8 form becomes extension 1,
     a dict with such a key extension 2 (msgpack map keys cannot be extensions here)."""
     if isinstance(value, str):
@@ -102,7 +102,7 @@ def _tree(value: Any) -> Any:
     if isinstance(value, dict):
         if all(not isinstance(k, str) or _has_utf8(k) for k in value):
             return {k: _tree(v) for k, v in value.items()}
-        flat: list[Any] = []
+        flat: list[object] = []
         for k, v in value.items():
             flat.append(_tree(k))
             flat.append(_tree(v))
@@ -110,16 +110,17 @@ def _tree(value: Any) -> Any:
     return value
 
 
-def _ext_hook(code: int, data: memoryview) -> Any:
+def _ext_hook(code: int, data: memoryview) -> object:
     if code == _STR:
         return bytes(data).decode("utf-8", "surrogatepass")
     if code == _DICT:
-        flat = _DECODER.decode(data)
+        flat = _FLAT_DECODER.decode(data)
         return dict(zip(flat[::2], flat[1::2], strict=True))
     raise ValueError(f"msgpack extension {code} is not one of trio-recall's (1, 2)")
 
 
-_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+_DECODER = msgspec.msgpack.Decoder(object, ext_hook=_ext_hook)
+_FLAT_DECODER = msgspec.msgpack.Decoder(list[object], ext_hook=_ext_hook)
 
 
 def pack(value: object) -> bytes:
@@ -149,7 +150,7 @@ def unpack(payload: bytes, decoder: msgspec.msgpack.Decoder[T], kind: type[T]) -
 
 
 _MESSAGE_DECODER = msgspec.msgpack.Decoder(UnifiedMessage)
-_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, object])
 
 
 def unpack_message(payload: bytes) -> UnifiedMessage:
@@ -157,6 +158,6 @@ def unpack_message(payload: bytes) -> UnifiedMessage:
     return unpack(payload, _MESSAGE_DECODER, UnifiedMessage)
 
 
-def unpack_metadata(payload: bytes) -> dict[str, Any]:
+def unpack_metadata(payload: bytes) -> dict[str, object]:
     """Stored metadata (:func:`pack` of a JSON object) read back exactly."""
-    return unpack(payload, _METADATA_DECODER, dict[str, Any])
+    return unpack(payload, _METADATA_DECODER, dict[str, object])

@@ -49,10 +49,12 @@ from ._filters import MAX_FILTER_DEPTH as MAX_FILTER_DEPTH
 from ._filters import MAX_FILTER_NODES as MAX_FILTER_NODES
 from ._filters import Scalar as Scalar
 from ._filters import check_filter as check_filter
+from ._filters import filter_option as filter_option
 from ._filters import matches as matches
 from ._filters import scalar_equal as scalar_equal
 from ._filters import scalar_order as scalar_order
 from ._json import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from ._json import JsonValue as JsonValue
 from ._json import canonical_json as canonical_json
 from ._json import check_json as check_json
 from ._json import check_json_object as check_json_object
@@ -91,6 +93,7 @@ __all__ = [
     "MAX_FILTER_NODES",
     "MAX_ID_BYTES",
     "MAX_JSON_DEPTH",
+    "JsonValue",
     "MAX_NAMESPACE_BYTES",
     "Scalar",
     "arguments_surplus",
@@ -102,6 +105,7 @@ __all__ = [
     "check_json_object",
     "check_messages",
     "check_time",
+    "filter_option",
     "compact_json",
     "document_bytes",
     "entry_bytes",

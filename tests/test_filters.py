@@ -27,6 +27,7 @@ from protocol._filters import (
     Nin,
     Not,
     Or,
+    filter_option,
     matches,
     parse_filter,
 )
@@ -79,6 +80,17 @@ def test_every_operator_parses_to_its_node() -> None:
 def test_a_tree_passes_through() -> None:
     tree = Exists(key="a")
     assert parse_filter(tree) is tree
+
+
+def test_a_search_filter_option_is_none_a_dict_or_a_tree() -> None:
+    tree = Exists(key="a")
+    assert filter_option(None) is None
+    assert filter_option(tree) is tree
+    assert filter_option({"a": 1}) == Eq(key="a", value=1)
+    # A tree inside a dict is taken as it is.
+    assert filter_option({"$or": [tree, {"b": 2}]}) == Or(filters=[tree, Eq(key="b", value=2)])
+    with pytest.raises(FilterError, match="filter is a list; expected a dict or a Filter tree"):
+        filter_option([{"a": 1}])
 
 
 @pytest.mark.parametrize(

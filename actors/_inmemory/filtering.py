@@ -23,7 +23,6 @@ import json
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
 import attrs
 import msgspec
@@ -31,7 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import ConfigError, Filter, FilterError
-from protocol.checks import Scalar, check_filter, check_int, scalar_equal, scalar_order, shown
+from protocol.checks import (
+    JsonValue,
+    Scalar,
+    check_filter,
+    check_int,
+    scalar_equal,
+    scalar_order,
+    shown,
+)
 from protocol.filters import And, Eq, Exists, Gt, Gte, In, Lt, Lte, Ne, Nin, Not, Or
 
 __all__ = ["CompiledFilter", "MetadataIndex", "PackedMetadata", "compile_filter", "plain_metadata"]
@@ -42,10 +49,10 @@ Mask = npt.NDArray[np.bool_]
 _MISSING, _NULL, _BOOL, _NUM, _BIGNUM, _STR, _OTHER = range(7)
 # float64 holds every int up to 2**53 exactly; beyond that, compare in Python.
 _EXACT_INT = 2**53
-_ABSENT: Any = object()
+_ABSENT = object()
 
 
-def _kind_of(value: Any) -> int:
+def _kind_of(value: object) -> int:
     if value is _ABSENT:
         return _MISSING
     if value is None:
@@ -68,7 +75,7 @@ def _exact_number(operand: Scalar) -> bool:
     )
 
 
-class PackedMetadata(Mapping[str, Any]):
+class PackedMetadata(Mapping[str, JsonValue]):
     """A JSON object kept as its compact JSON (the bytes ``max_entry_bytes`` counts),
     decoded when it is read.
 
@@ -83,15 +90,15 @@ class PackedMetadata(Mapping[str, Any]):
     def __init__(self, json: bytes) -> None:
         self.json = json
 
-    def decoded(self) -> dict[str, Any]:
+    def decoded(self) -> dict[str, JsonValue]:
         """A new dict of the metadata."""
         try:
-            value: dict[str, Any] = msgspec.json.decode(self.json)
+            value: dict[str, JsonValue] = msgspec.json.decode(self.json)
         except msgspec.DecodeError:
             value = json.loads(self.json.decode("utf-8", "surrogatepass"))
         return value
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JsonValue:
         return self.decoded()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -104,7 +111,7 @@ class PackedMetadata(Mapping[str, Any]):
         return f"PackedMetadata({self.json!r:.80})"
 
 
-def plain_metadata(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+def plain_metadata(metadata: Mapping[str, object]) -> Mapping[str, object]:
     """``metadata`` decoded once, when it is packed; else itself."""
     if type(metadata) is PackedMetadata:
         return metadata.decoded()
@@ -136,15 +143,16 @@ class _Column:
             code=np.full(capacity, -1, dtype=np.int32),
         )
 
-    def set(self, slot: int, value: Any) -> None:
+    def set(self, slot: int, value: object) -> None:
         self.clear(slot)
         kind = _kind_of(value)
         self.kind[slot] = kind
-        if kind in (_NUM, _BOOL):
+        # Each kind is one of these types (_kind_of), so each test below is its kind's.
+        if kind in (_NUM, _BOOL) and isinstance(value, int | float):
             self.num[slot] = float(value)
-        elif kind == _BIGNUM:
+        elif kind == _BIGNUM and isinstance(value, int):
             self.big[slot] = value
-        elif kind == _STR:
+        elif kind == _STR and isinstance(value, str):
             self.code[slot] = self._intern(value)
 
     def clear(self, slot: int) -> None:
@@ -209,7 +217,7 @@ class MetadataIndex:
     capacity: int
     max_columns: int = 64
     live: Mask = attrs.field(init=False)
-    _docs: list[Mapping[str, Any] | None] = attrs.field(init=False)
+    _docs: list[Mapping[str, object] | None] = attrs.field(init=False)
     _columns: OrderedDict[str, _Column] = attrs.field(init=False, factory=OrderedDict)
     high: int = attrs.field(init=False, default=0)
 
@@ -221,7 +229,7 @@ class MetadataIndex:
 
     # --- writes (at commit) ------------------------------------------------------------
 
-    def set(self, slot: int, metadata: Mapping[str, Any]) -> None:
+    def set(self, slot: int, metadata: Mapping[str, object]) -> None:
         """Record the metadata of the entry now in ``slot``, replacing what was there.
 
         The index keeps ``metadata`` by reference: the caller must not mutate it later.
@@ -238,7 +246,7 @@ class MetadataIndex:
     def set_many(
         self,
         slots: Sequence[int],
-        metadata: Sequence[Mapping[str, Any]],
+        metadata: Sequence[Mapping[str, object]],
         *,
         consecutive: bool | None = None,
     ) -> None:
@@ -270,8 +278,8 @@ class MetadataIndex:
         if not self._columns:
             return
         # A batch of turns shares one metadata object: decode it once.
-        decoded: dict[int, Mapping[str, Any]] = {}
-        plain: list[Mapping[str, Any]] = []
+        decoded: dict[int, Mapping[str, object]] = {}
+        plain: list[Mapping[str, object]] = []
         for meta in metadata:
             one = decoded.get(id(meta))
             if one is None:
@@ -291,7 +299,7 @@ class MetadataIndex:
         for column in self._columns.values():
             column.clear(slot)
 
-    def get(self, slot: int) -> Mapping[str, Any] | None:
+    def get(self, slot: int) -> Mapping[str, object] | None:
         """The metadata of the live entry in ``slot``, or None for a free slot."""
         return self._docs[slot]
 
@@ -310,7 +318,7 @@ class MetadataIndex:
             self._columns.move_to_end(key)
             return column
         column = _Column.empty(key, self.capacity)
-        decoded: dict[int, Mapping[str, Any]] = {}  # a batch of turns shares one object
+        decoded: dict[int, Mapping[str, object]] = {}  # a batch of turns shares one object
         for slot in np.flatnonzero(self.live[: self.high]).tolist():
             doc = self._docs[slot]
             assert doc is not None
@@ -408,7 +416,7 @@ def _fold(
 
 
 def _python_fallback(
-    column: _Column, n: int, out: Mask, test: Callable[[Any], bool], exact_only: bool
+    column: _Column, n: int, out: Mask, test: Callable[[object], bool], exact_only: bool
 ) -> None:
     """Evaluate ``test`` in Python on the slots numpy cannot compare exactly.
 
@@ -439,7 +447,7 @@ def _equal(column: _Column, n: int, operands: list[Scalar]) -> Mask:
     if numbers:
         inexact = len(exact) != len(numbers)
 
-        def test(value: Any) -> bool:
+        def test(value: object) -> bool:
             return any(scalar_equal(value, v) for v in numbers)
 
         # An exact slot can equal an inexact operand only if that int happens to be a

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Any
 
 import msgspec
 from psycopg import sql
@@ -73,7 +72,7 @@ class FilterSql:
 
     def __init__(self, column: sql.Composable) -> None:
         self.column = column
-        self.params: dict[str, Any] = {}
+        self.params: dict[str, object] = {}
         self.where: sql.Composable = _TRUE
 
     @property
@@ -81,7 +80,7 @@ class FilterSql:
         """Whether the condition is the constant true (no filter)."""
         return self.where is _TRUE
 
-    def bind(self, value: Any) -> sql.Composable:
+    def bind(self, value: object) -> sql.Composable:
         name = f"f{len(self.params)}"
         self.params[name] = value
         return sql.Placeholder(name)

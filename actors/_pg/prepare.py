@@ -9,8 +9,7 @@ metadata may hold them: the exact copy is kept as bytes (see ``schema``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from protocol import VectorStoreConfig
 from protocol.checks import check_json_object, pack
@@ -48,7 +47,7 @@ async def _no_before(
 
 
 def _metadata(
-    metadata: list[dict[str, Any]], compact: list[bytes]
+    metadata: Sequence[Mapping[str, object]], compact: list[bytes]
 ) -> tuple[list[bytes], list[bytes | None]]:
     """Each entry's jsonb copy that filters read (in jsonb's binary input form) and its
     exact metadata as msgpack (the surrogate form when it holds a lone surrogate), or

@@ -23,12 +23,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from protocol import (
     ConfigError,
@@ -95,7 +95,7 @@ class DocRow:
         "text",
     )
 
-    def __init__(self, row: tuple[Any, ...] | Any) -> None:
+    def __init__(self, row: TupleRow) -> None:
         self.seq = int(row[0])
         self.id: str = row[1]
         self.namespace: str = row[2]
@@ -111,7 +111,7 @@ class DocRow:
         self.position: int | None = None if row[11] is None else int(row[11])
         self.index_text: str | None = row[12]
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, object]:
         return {} if self.meta is None else unpack_metadata(self.meta)
 
     def indexed(self) -> str:
@@ -341,7 +341,7 @@ class Reads:
         return min(max(base, self.fetch(k)), 1000)
 
     def _approximate(
-        self, conn: psycopg.Connection[Any], k: int, *, filtered: bool = False
+        self, conn: psycopg.Connection[TupleRow], k: int, *, filtered: bool = False
     ) -> None:
         # The connection already holds HNSW_SETTINGS; only a read that needs a longer
         # list pays a round trip to raise it, for its transaction only.
@@ -350,7 +350,7 @@ class Reads:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
 
     def retrieve(
-        self, conn: psycopg.Connection[Any], query: str, k: int, namespace: str | None
+        self, conn: psycopg.Connection[TupleRow], query: str, k: int, namespace: str | None
     ) -> tuple[RetrievalReport, Counts]:
         self._approximate(conn, k)
         params: dict[str, object] = {"q": query, "k": k, "fetch": self.fetch(k)}
@@ -367,31 +367,31 @@ class Reads:
         return report, counts
 
     def get_by_ids(
-        self, conn: psycopg.Connection[Any], ids: list[str], namespace: str
+        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str
     ) -> list[Document]:
         return [row.document() for row in self.rows_by_ids(conn, ids, namespace)]
 
     def rows_by_ids(
-        self, conn: psycopg.Connection[Any], ids: list[str], namespace: str
+        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str
     ) -> list[DocRow]:
         rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
         return [DocRow(row) for row in rows]
 
     def cosines(
-        self, conn: psycopg.Connection[Any], query: str, seqs: list[int]
+        self, conn: psycopg.Connection[TupleRow], query: str, seqs: list[int]
     ) -> dict[int, float]:
         """The cosine of each live entry of ``seqs`` with a normalized query; - turns
         pgvector's negative inner product into the similarity, as in :meth:`retrieve`."""
         rows = conn.execute(self._cosines, (query, seqs)).fetchall()
         return {int(seq): -float(dist) for seq, dist in rows}
 
-    def entries_in(self, conn: psycopg.Connection[Any], namespace: str) -> int:
+    def entries_in(self, conn: psycopg.Connection[TupleRow], namespace: str) -> int:
         """How many live entries ``namespace`` holds (its ``T_ns`` row)."""
         row = conn.execute(self._entries_in, (namespace,)).fetchone()
         return 0 if row is None else int(row[0])
 
     def term_counts(
-        self, conn: psycopg.Connection[Any], terms: list[str], namespace: str
+        self, conn: psycopg.Connection[TupleRow], terms: list[str], namespace: str
     ) -> tuple[int, dict[str, int]]:
         """How many entries ``namespace`` holds, and how many hold each of ``terms``
         (BM25's N and df), in one statement."""
@@ -400,7 +400,7 @@ class Reads:
 
     def dense(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         query: str,
         depth: int,
         namespace: str,
@@ -431,7 +431,7 @@ class Reads:
 
     def bm25(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         query: str,
         depth: int,
         namespace: str,
@@ -468,7 +468,7 @@ class Reads:
             ns=self.names.namespaces, terms=self.names.terms, join=join, filter=where.where
         )
 
-    def check_keyword_index(self, conn: psycopg.Connection[Any]) -> None:
+    def check_keyword_index(self, conn: psycopg.Connection[TupleRow]) -> None:
         """Refuse a keyword read on a table without a keyword index, as the table is
         now (another process may have switched it since this store opened)."""
         row = conn.execute(self._keyword_index).fetchone()
@@ -482,7 +482,7 @@ class Reads:
 
     def newest_texts(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         namespace: str,
         conversations: Sequence[str],
         leaving_out: Sequence[str],
@@ -503,6 +503,6 @@ class Reads:
                 )
         return out
 
-    def by_seqs(self, conn: psycopg.Connection[Any], seqs: list[int]) -> dict[int, DocRow]:
+    def by_seqs(self, conn: psycopg.Connection[TupleRow], seqs: list[int]) -> dict[int, DocRow]:
         rows = conn.execute(self._by_seqs, (seqs,)).fetchall()
         return {int(row[0]): DocRow(row) for row in rows}

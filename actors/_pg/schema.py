@@ -55,12 +55,13 @@ Every value goes to the server as a bound parameter. Only names (validated, quot
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
 import attrs
 import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
 from protocol.checks import unpack_metadata
@@ -280,7 +281,7 @@ class Opened:
 
 
 def ensure_schema(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     names: Names,
     dimensions: int,
     max_entries: int,
@@ -354,7 +355,7 @@ def ensure_schema(
     return Opened((entries, evicted, zero, commits), profile if bound is None else bound, kept)
 
 
-def _schema_lock(conn: psycopg.Connection[Any], names: Names) -> None:
+def _schema_lock(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     """Take the table's schema lock; another process may hold it for a migration or a
     keyword index build (about 80 s at 1M entries), which the session's statement
     timeout bounds: past it, say so instead of failing as an unreachable server."""
@@ -375,7 +376,9 @@ def _schema_lock(conn: psycopg.Connection[Any], names: Names) -> None:
         ) from None
 
 
-def _refuse_taken_names(conn: psycopg.Connection[Any], names: Names, wanted: list[str]) -> None:
+def _refuse_taken_names(
+    conn: psycopg.Connection[TupleRow], names: Names, wanted: list[str]
+) -> None:
     """Refuse to create relations whose names another object already has (a store
     named ``<table>_ns`` or ``<table>_terms`` has an entries table of that name)."""
     for name in wanted:
@@ -388,7 +391,7 @@ def _refuse_taken_names(conn: psycopg.Connection[Any], names: Names, wanted: lis
             )
 
 
-def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
+def _migrate(conn: psycopg.Connection[TupleRow], names: Names) -> bool:
     """Bring an older table to :data:`SCHEMA_VERSION` in the caller's transaction, one
     version at a time; any other version is left for :func:`_check_meta` to refuse.
 
@@ -426,7 +429,7 @@ def _migrate(conn: psycopg.Connection[Any], names: Names) -> bool:
     return built
 
 
-def _migrate_to_4(conn: psycopg.Connection[Any], names: Names, version: int) -> bool:
+def _migrate_to_4(conn: psycopg.Connection[TupleRow], names: Names, version: int) -> bool:
     """Versions 2 and 3 to 4 (see :func:`_migrate`), under the meta row's lock; returns
     whether it filled the postings."""
     if version == 2:
@@ -469,7 +472,7 @@ def _migrate_to_4(conn: psycopg.Connection[Any], names: Names, version: int) -> 
     return keyword_index
 
 
-def _migrate_4_to_5(conn: psycopg.Connection[Any], names: Names) -> None:
+def _migrate_4_to_5(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     """Version 4 to 5, under the meta row's lock: rewrite what version 5 writes
     otherwise, and nothing else (one scan of the postings and one of the metadata).
 
@@ -508,7 +511,7 @@ def _migrate_4_to_5(conn: psycopg.Connection[Any], names: Names) -> None:
         )
 
 
-def _migrate_5_to_6(conn: psycopg.Connection[Any], names: Names) -> None:
+def _migrate_5_to_6(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     """Version 5 to 6, under the meta row's lock: the entries gain ``occurred_at``,
     ``conversation``, ``position`` and ``index_text``, with their two indexes, and
     ``T_conv`` is made.
@@ -543,7 +546,7 @@ def _migrate_5_to_6(conn: psycopg.Connection[Any], names: Names) -> None:
 _BACKFILL_ROWS = 5000
 
 
-def _switch_keyword_index(conn: psycopg.Connection[Any], names: Names, on: bool) -> None:
+def _switch_keyword_index(conn: psycopg.Connection[TupleRow], names: Names, on: bool) -> None:
     """Turn a table's keyword index on (build every entry's postings) or off (empty
     them), under the meta row's lock, in the caller's transaction."""
     conn.execute(sql.SQL("SELECT 1 FROM {meta} FOR UPDATE").format(meta=names.meta))
@@ -555,7 +558,7 @@ def _switch_keyword_index(conn: psycopg.Connection[Any], names: Names, on: bool)
     conn.execute(sql.SQL("UPDATE {meta} SET keyword_index = %s").format(meta=names.meta), (on,))
 
 
-def _build_postings(conn: psycopg.Connection[Any], names: Names) -> None:
+def _build_postings(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     """Fill the (empty) postings from every entry's text, with their key and index
     dropped while they fill and built once at the end: several times faster than
     keeping them up to date posting by posting."""
@@ -565,7 +568,7 @@ def _build_postings(conn: psycopg.Connection[Any], names: Names) -> None:
         conn.execute(statement)
 
 
-def _drop_postings_keys(conn: psycopg.Connection[Any], names: Names) -> None:
+def _drop_postings_keys(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     key = conn.execute(
         "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
         (f'"{names.table_name}_terms"',),
@@ -580,7 +583,10 @@ def _drop_postings_keys(conn: psycopg.Connection[Any], names: Names) -> None:
 
 
 def _fill_postings(
-    conn: psycopg.Connection[Any], names: Names, *, indexed: str = "coalesce(index_text, text)"
+    conn: psycopg.Connection[TupleRow],
+    names: Names,
+    *,
+    indexed: str = "coalesce(index_text, text)",
 ) -> None:
     """COPY every entry's postings, of what it is indexed by (``indexed``, an SQL
     expression: its index text, or else its text), into the empty postings table."""
@@ -602,7 +608,7 @@ def _fill_postings(
                         copy.write_row((seq, term, namespace, tf, doc_len))
 
 
-def _ensure_pgvector(conn: psycopg.Connection[Any]) -> None:
+def _ensure_pgvector(conn: psycopg.Connection[TupleRow]) -> None:
     """Create the pgvector extension if it is missing and the role may."""
     have_vector = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
     if have_vector is None:
@@ -618,7 +624,7 @@ def _ensure_pgvector(conn: psycopg.Connection[Any]) -> None:
 
 
 def _create_if_missing(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     names: Names,
     dimensions: int,
     max_entries: int,
@@ -657,7 +663,7 @@ def _create_if_missing(
 
 
 def _read_meta(
-    conn: psycopg.Connection[Any], names: Names
+    conn: psycopg.Connection[TupleRow], names: Names
 ) -> tuple[int, int, int, int, int, int, int, str | None, bool]:
     """The meta row: schema version, dimensions, capacity, the usage counters (entries,
     evicted, zero-norm), the commit version, the bound profile and the keyword index
@@ -667,9 +673,9 @@ def _read_meta(
     ).fetchone()
     if meta is None:
         raise ConfigError(f"table {names.table_name}_meta is empty: it is not a trio-recall store")
-    row: dict[str, Any] = meta[0]
+    row: dict[str, object] = meta[0]
     version, dims, cap, entries, evicted, zero, commits = (
-        int(row[key])
+        _meta_int(names, row, key)
         for key in (
             "schema_version",
             "dimensions",
@@ -680,7 +686,12 @@ def _read_meta(
             "version",
         )
     )
-    bound: str | None = row["profile"]
+    bound = row["profile"]
+    if bound is not None and not isinstance(bound, str):
+        raise ConfigError(
+            f"table {names.table_name}_meta has the profile {bound!r:.60}; expected text or "
+            "null: it is not a trio-recall store"
+        )
     return (
         version,
         dims,
@@ -752,3 +763,13 @@ def _check_meta(
             f"embedder's profile is {profile}. Vectors from another model do not compare: "
             "open another table, or use the same model"
         )
+
+
+def _meta_int(names: Names, row: Mapping[str, object], key: str) -> int:
+    value = row[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(
+        f"table {names.table_name}_meta has {key} = {value!r:.60}; expected an integer: it "
+        "is not a trio-recall store"
+    )

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from protocol import RetrievedTurn, ScoredDocument, SearchRequest
 
@@ -43,7 +43,7 @@ _METADATA = sql.Identifier("metadata")
 class _PgView:
     """One search's statements, on one connection (one transaction)."""
 
-    conn: psycopg.Connection[Any]
+    conn: psycopg.Connection[TupleRow]
     reads: Reads
     query: str
     namespace: str
@@ -132,7 +132,7 @@ class _PgView:
 
 
 def run_search(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     reads: Reads,
     request: SearchRequest,
     namespace: str,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from typing import Any
 
 import attrs
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from protocol import (
     ConfigError,
@@ -216,20 +216,20 @@ class Statements:
         self.clear_all = sql.SQL(clear).format(scope=sql.SQL(""), **f)
         self.clear_in = sql.SQL(clear).format(scope=sql.SQL(" WHERE namespace = %s"), **f)
 
-    def _lock(self, conn: psycopg.Connection[Any]) -> None:
+    def _lock(self, conn: psycopg.Connection[TupleRow]) -> None:
         locked = conn.execute(self.lock_meta).fetchone()
         assert locked is not None
         _check_version(self.names, int(locked[1]))
 
     def _finish(
-        self, conn: psycopg.Connection[Any], d_entries: int, d_evicted: int, d_zero: int
+        self, conn: psycopg.Connection[TupleRow], d_entries: int, d_evicted: int, d_zero: int
     ) -> Counts:
         row = conn.execute(self.update_meta, (d_entries, d_evicted, d_zero)).fetchone()
         assert row is not None
         return Counts(*(int(v) for v in row))
 
     def store(
-        self, conn: psycopg.Connection[Any], p: PreparedEntries, cap: int
+        self, conn: psycopg.Connection[TupleRow], p: PreparedEntries, cap: int
     ) -> tuple[Committed, Counts]:
         """Replace the batch's live ids, insert it, evict the oldest past the cap."""
         locked = conn.execute(self.lock_meta_keyword).fetchone()
@@ -280,7 +280,9 @@ class Statements:
         )
         return committed, counts
 
-    def _positions(self, conn: psycopg.Connection[Any], p: PreparedEntries) -> list[int | None]:
+    def _positions(
+        self, conn: psycopg.Connection[TupleRow], p: PreparedEntries
+    ) -> list[int | None]:
         """Each entry's position in its conversation (None without one), drawn from
         ``T_conv`` in the caller's transaction, in batch order."""
         n = len(p.vectors)
@@ -305,7 +307,7 @@ class Statements:
 
     def _copy(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         p: PreparedEntries,
         seqs: list[int],
         ids: list[str],
@@ -353,7 +355,7 @@ class Statements:
 
     def delete(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         wanted: list[str],
         storable: list[str],
         namespace: str | None,
@@ -376,7 +378,7 @@ class Statements:
         )
 
     def clear(
-        self, conn: psycopg.Connection[Any], namespace: str | None
+        self, conn: psycopg.Connection[TupleRow], namespace: str | None
     ) -> tuple[Cleared, Counts]:
         self._lock(conn)
         if namespace is None:
@@ -388,7 +390,7 @@ class Statements:
         counts = self._finish(conn, -removed, 0, -zero) if removed else self.counts(conn)
         return Cleared(removed=removed), counts
 
-    def counts(self, conn: psycopg.Connection[Any]) -> Counts:
+    def counts(self, conn: psycopg.Connection[TupleRow]) -> Counts:
         row = conn.execute(self.read_counts).fetchone()
         assert row is not None
         return Counts(*(int(v) for v in row))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -84,7 +84,7 @@ def jsonb_string(value: str) -> str:
     return _JSONB_ESCAPED.sub(_jsonb_escape, value)
 
 
-def _jsonb_safe(value: Any) -> Any:
+def _jsonb_safe(value: object) -> object:
     """A JSON value with :func:`jsonb_string` applied to every str, keys included."""
     if isinstance(value, str):
         return jsonb_string(value)
@@ -103,7 +103,7 @@ def exact_text(text: str, searchable: str) -> bytes | None:
     return text.encode("utf-8", "surrogatepass")
 
 
-def filter_json(metadata: dict[str, Any]) -> str:
+def filter_json(metadata: Mapping[str, object]) -> str:
     """The jsonb text that filters read: the metadata, with every top-level float as its
     exact binary value in decimal.
 
@@ -136,7 +136,7 @@ def _escapes(text: str) -> bool:
     return "\\u0000" in text or "\\u0001" in text or "\ud7ff" in text
 
 
-def jsonb_binary(metadata: dict[str, Any], compact: bytes) -> bytes:
+def jsonb_binary(metadata: Mapping[str, object], compact: bytes) -> bytes:
     """jsonb's binary input form (a version byte, 1, then the text) of
     :func:`filter_json`'s text of ``metadata``.
 

@@ -20,12 +20,18 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
-from typing import Any, TextIO
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import TYPE_CHECKING, TextIO
 
 import trio
 
 from ._parser import USAGE_ERROR, UsageError
+
+if TYPE_CHECKING:  # imported when a command runs: the command line starts fast
+    from protocol.checks import JsonValue
+
+    from ._location import Where
+    from ._service import MemoryService
 
 __all__ = ["BROKEN_PIPE", "FAILED", "INTERRUPTED", "run"]
 
@@ -158,7 +164,9 @@ async def _main(args: argparse.Namespace, status: list[int]) -> None:
         status[:] = [128 + caught[0]]
 
 
-async def _watch_signals(signals: Any, scope: trio.CancelScope, caught: list[int]) -> None:
+async def _watch_signals(
+    signals: AsyncIterable[int], scope: trio.CancelScope, caught: list[int]
+) -> None:
     async for signum in signals:
         caught.append(int(signum))
         scope.cancel()
@@ -178,17 +186,19 @@ def _one_line(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
 
-def _hit_line(hit: dict[str, Any]) -> str:
+def _hit_line(hit: dict[str, JsonValue]) -> str:
     """One search hit for people: ``score  id  text``; a recall hit starts with its rank
     and has the channels that lifted it before the text (``-`` for none)."""
-    text = _one_line(hit["text"])
+    text = _one_line(str(hit["text"]))
     if "rank" not in hit:
         return f"{hit['score']:.4f}  {hit['id']}  {text}"
-    channels = ",".join(hit["channels"]) or "-"
+    lifted = hit["channels"]
+    assert isinstance(lifted, list)  # service.hit makes it a list of str
+    channels = ",".join(map(str, lifted)) or "-"
     return f"{hit['rank']:>2}  {hit['score']:.4f}  {hit['id']}  {channels}  {text}"
 
 
-def _json_arg(flag: str, value: str | None) -> Any:
+def _json_arg(flag: str, value: str | None) -> JsonValue:
     if value is None:
         return None
     from protocol.checks import loads_json
@@ -205,7 +215,7 @@ def _json_arg(flag: str, value: str | None) -> Any:
 # --- the commands ----------------------------------------------------------------------
 
 
-def _where(args: argparse.Namespace) -> Any:
+def _where(args: argparse.Namespace) -> Where:
     from protocol import ConfigError
 
     from ._location import Where
@@ -219,7 +229,10 @@ def _where(args: argparse.Namespace) -> Any:
 
 
 async def _with_service(
-    args: argparse.Namespace, body: Callable[[Any], Awaitable[int]], *, watch: bool = False
+    args: argparse.Namespace,
+    body: Callable[[MemoryService], Awaitable[int]],
+    *,
+    watch: bool = False,
 ) -> int:
     from ._location import open_location
 
@@ -237,7 +250,7 @@ async def _add(args: argparse.Namespace) -> int:
         text = decode_utf8(sys.stdin.buffer.read(), "stdin", "text in UTF-8").rstrip("\n")
     metadata = _json_arg("--metadata", args.metadata)
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         result = await service.remember(
             text,
             namespace=args.namespace,
@@ -258,7 +271,7 @@ async def _add(args: argparse.Namespace) -> int:
 async def _search(args: argparse.Namespace) -> int:
     filter_ = _json_arg("--filter", args.filter)
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         hits = await service.recall(
             args.query,
             k=args.k,
@@ -281,7 +294,7 @@ async def _search(args: argparse.Namespace) -> int:
 
 
 async def _forget(args: argparse.Namespace) -> int:
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         result = await service.forget(args.ids, namespace=args.namespace)
         if args.json:
             _print_json(result)
@@ -298,15 +311,16 @@ async def _forget(args: argparse.Namespace) -> int:
 async def _stats(args: argparse.Namespace) -> int:
     where = _where(args)
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         stats = dict(await service.memory_stats())
         stats["location"] = where.describe()
         if args.json:
             _print_json(stats)
         else:
             for key, value in stats.items():
-                shown = f"{value * 100:.3g}%" if key == "fill" else value
-                print(f"{key:<10} {shown}")
+                if key == "fill" and isinstance(value, int | float):
+                    value = f"{value * 100:.3g}%"
+                print(f"{key:<10} {value}")
         return 0
 
     return await _with_service(args, body)
@@ -319,7 +333,7 @@ async def _import(args: argparse.Namespace) -> int:
     # Every line is checked before the store opens: a bad file starts no server.
     memories = read_jsonl(args.file, namespace=args.namespace, cap=MAX_ENTRY_BYTES)
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         result = await import_jsonl(service, memories)
         if args.json:
             _print_json(result)
@@ -337,7 +351,7 @@ async def _export(args: argparse.Namespace) -> int:
     from ._jsonl import export_jsonl
     from ._output import writes_stdout
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         count = await export_jsonl(service, args.file, namespace=args.namespace)
         if writes_stdout(args.file):
             pass  # stdout carries the memories, and nothing else
@@ -362,7 +376,7 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     token = _http_token(args)
 
-    async def body(service: Any) -> int:
+    async def body(service: MemoryService) -> int:
         await serve(service, http=args.http, namespace=args.namespace, token=token)
         return 0
 

@@ -65,11 +65,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
 from protocol import ConfigError, StoreUnavailable
+
+if TYPE_CHECKING:  # imported where processes are looked at: the command line starts fast
+    import psutil
 
 __all__ = [
     "PORT",
@@ -112,6 +115,14 @@ _ORPHANS_TIMEOUT = 30.0
 _POLL = 0.05
 
 
+class SwitchUser(TypedDict, total=False):
+    """``subprocess`` keyword arguments that run a program as another user."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
 @attrs.frozen
 class Account:
     """The OS user the server runs as: this process's own, or (as root) ``SERVER_USER``."""
@@ -121,7 +132,7 @@ class Account:
     name: str | None = None  # None: this process's own user
 
     @property
-    def switch(self) -> dict[str, Any]:
+    def switch(self) -> SwitchUser:
         """``subprocess`` arguments that run a program as this user."""
         if self.name is None:
             return {}
@@ -297,7 +308,7 @@ def _pid_guess(pgdata: Path) -> int | None:
     return pid if pid > 0 else None
 
 
-def _of_cluster(pid: int, pgdata: Path) -> Any:
+def _of_cluster(pid: int, pgdata: Path) -> psutil.Process | None:
     """The live ``postgres`` process ``pid`` if it runs in ``pgdata``, else None."""
     import psutil
 
@@ -310,7 +321,7 @@ def _of_cluster(pid: int, pgdata: Path) -> Any:
         return None
 
 
-def _cluster_processes(pgdata: Path) -> list[Any]:
+def _cluster_processes(pgdata: Path) -> list[psutil.Process]:
     """Every live ``postgres`` process running in ``pgdata``: the postmaster and its
     children (which outlive a postmaster killed with SIGKILL for a moment)."""
     import psutil
@@ -322,7 +333,7 @@ def _cluster_processes(pgdata: Path) -> list[Any]:
     return found
 
 
-def _is_postmaster(process: Any) -> bool:
+def _is_postmaster(process: psutil.Process) -> bool:
     """Whether a ``postgres`` process is a postmaster: its command line is still the
     one it was started with (``.../postgres -D ...``); every child retitles its own
     (``postgres: walwriter``), and may outlive a postmaster killed with SIGKILL."""
@@ -335,7 +346,7 @@ def _is_postmaster(process: Any) -> bool:
     return bool(argv) and Path(argv[0]).name == "postgres" and "-D" in argv
 
 
-def _postmaster(pgdata: Path) -> Any:
+def _postmaster(pgdata: Path) -> psutil.Process | None:
     """The postmaster of ``pgdata``, or None: the pid in ``postmaster.pid`` if that is a
     postmaster running there, else the postmaster among the processes running there."""
     guess = _pid_guess(pgdata)
@@ -346,7 +357,7 @@ def _postmaster(pgdata: Path) -> Any:
     return next(filter(_is_postmaster, _cluster_processes(pgdata)), None)
 
 
-def _gone(process: Any) -> bool:
+def _gone(process: psutil.Process) -> bool:
     import psutil
 
     try:
@@ -355,7 +366,7 @@ def _gone(process: Any) -> bool:
         return True
 
 
-def _wait_gone(processes: list[Any], timeout: float) -> bool:
+def _wait_gone(processes: list[psutil.Process], timeout: float) -> bool:
     """Wait until every process has exited (a zombie counts: it runs no more)."""
     deadline = time.monotonic() + timeout
     while not all(_gone(process) for process in processes):

@@ -48,6 +48,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+#: An ASGI application.
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def is_loopback(host: str) -> bool:
@@ -132,7 +134,7 @@ class BearerAuth:
     ``error="invalid_token"`` when credentials were sent). A WebSocket without it is
     closed. Lifespan events pass through."""
 
-    app: Callable[[Scope, Receive, Send], Awaitable[None]]
+    app: App
     token: str
 
     def authorized(self, scope: Scope) -> bool | None:

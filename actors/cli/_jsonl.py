@@ -41,7 +41,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import attrs
 import msgspec
@@ -50,10 +50,11 @@ import trio
 from protocol import Document, JsonError
 from protocol.checks import canonical_json, document_bytes, loads_json
 
-from .. import Record, index
+from .. import DocumentStore, Record, Store, index
 from ._output import open_output
 from ._progress import Progress
 from ._service import (
+    MemoryService,
     ToolInputError,
     _conversation,
     _metadata,
@@ -214,7 +215,7 @@ class _StoreRecords:
     with.
     """
 
-    store: Any
+    store: DocumentStore
     namespace: str
     lines: dict[str, Document]
     _run: int = 0
@@ -273,13 +274,14 @@ def _batches(namespaces: Sequence[str]) -> Iterator[tuple[int, int]]:
         start = end
 
 
-async def import_jsonl(service: Any, lines: list[Line]) -> dict[str, int]:
+async def import_jsonl(service: MemoryService, lines: list[Line]) -> dict[str, int]:
     """Write the memories through :func:`actors.index`, a batch at a time; the counts.
 
     A store error stops the import with the batches before it written; importing the
     file again then writes only what is missing.
     """
     store = service.store
+    assert isinstance(store, DocumentStore)  # both backends' handles upsert
     totals = {"added": 0, "updated": 0, "skipped": 0}
     progress = Progress("import", len(lines))
     try:
@@ -317,7 +319,7 @@ def _line(doc: Document, namespace: str) -> bytes:
         return (json.dumps(value) + "\n").encode("ascii")
 
 
-async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int:
+async def export_jsonl(service: MemoryService, path: str, *, namespace: str | None) -> int:
     """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout; see
     :func:`~actors.cli._output.open_output` for FIFOs, devices and links), oldest
     first; the number written.
@@ -342,7 +344,7 @@ async def export_jsonl(service: Any, path: str, *, namespace: str | None) -> int
     return written
 
 
-async def _write(store: Any, namespace: str | None, stream: BinaryIO) -> int:
+async def _write(store: Store, namespace: str | None, stream: BinaryIO) -> int:
     import numpy as np
 
     # A zero vector scores 0.0 against every entry, so this lists them all (newest

@@ -40,7 +40,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import attrs
 import trio
@@ -55,8 +55,10 @@ from protocol import (
 
 from ._embedded import Cluster, Notice
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when a store opens: the command line starts fast
     from actors import AnyEmbedder
+
+    from ._service import MemoryService
 
 __all__ = [
     "DATA_ENV",
@@ -274,7 +276,7 @@ def _dsn_place(dsn: str) -> str:
 # --- the embedded server ---------------------------------------------------------------
 
 
-def _flock(handle: IO[Any], exclusive: bool) -> bool:
+def _flock(handle: IO[bytes], exclusive: bool) -> bool:
     """Try to take ``handle``'s flock without waiting; whether it was taken."""
     import fcntl
 
@@ -286,7 +288,7 @@ def _flock(handle: IO[Any], exclusive: bool) -> bool:
     return True
 
 
-async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
+async def _wait_flock(handle: IO[bytes], exclusive: bool, what: str) -> None:
     """Take a flock, polling (a blocking flock in a thread could not be cancelled)."""
     deadline = trio.current_time() + _LOCK_TIMEOUT
     while not _flock(handle, exclusive):
@@ -298,7 +300,7 @@ async def _wait_flock(handle: IO[Any], exclusive: bool, what: str) -> None:
         await trio.sleep(_LOCK_POLL)
 
 
-def _open_lock(path: Path) -> IO[Any]:
+def _open_lock(path: Path) -> IO[bytes]:
     """Open a lock file, 0600 (held across awaits, closed by the caller). Another
     account must not open it: flock needs only an open file, so one that could would
     hold the server's locks (a lock file of an earlier version, 0644, is narrowed)."""
@@ -431,7 +433,7 @@ async def _watch(data: Path, cluster: Cluster, notice: Notice) -> None:
             notice(f"the embedded PostgreSQL in {data} runs again")
 
 
-async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
+async def _leave(data: Path, cluster: Cluster, users: IO[bytes]) -> None:
     from ._embedded import stop
 
     try:
@@ -454,7 +456,7 @@ async def _leave(data: Path, cluster: Cluster, users: IO[Any]) -> None:
 @asynccontextmanager
 async def open_location(
     where: Where, *, embedder: str | None = None, watch: bool = False
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[MemoryService]:
     """Open the store ``where`` names and yield a ``MemoryService`` over it.
 
     Args:
@@ -499,7 +501,7 @@ async def open_location(
 @asynccontextmanager
 async def _open_pg(
     where: Where, dsn: str, embedder: str | None, backend: str
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[MemoryService]:
     try:
         from .. import open_pg_store, read_pg_table
     except ImportError as error:

@@ -30,11 +30,11 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 import mcp_types as types
 import trio
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -43,12 +43,13 @@ from protocol import ConfigError, VectorStoreError
 from protocol.checks import (
     DEFAULT_MIN_SIMILARITY,
     MAX_CONVERSATION_BYTES,
+    JsonValue,
     replace_surrogates,
     replace_surrogates_json,
 )
 
 from ..doors import DEFAULT_MODE, SEARCH_MODES
-from ._http_auth import BearerAuth, check_http, is_loopback
+from ._http_auth import App, BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
@@ -69,12 +70,21 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any]
+    input_schema: dict[str, JsonValue]
+    output_schema: dict[str, JsonValue]
     read_only: bool
 
+    @property
+    def arguments(self) -> tuple[dict[str, JsonValue], list[JsonValue]]:
+        """The arguments it takes and those it needs (``input_schema``, made by
+        :func:`_object`)."""
+        known, required = self.input_schema["properties"], self.input_schema["required"]
+        assert isinstance(known, dict)
+        assert isinstance(required, list)
+        return known, required
 
-_NAMESPACE = {
+
+_NAMESPACE: JsonValue = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_NAME_BYTES,
@@ -82,13 +92,13 @@ _NAMESPACE = {
         "Which memory to use (isolated from every other namespace); omit for the default one."
     ),
 }
-_IDS = {
+_IDS: JsonValue = {
     "type": "array",
     "items": {"type": "string", "minLength": 1},
     "maxItems": MAX_IDS,
     "description": "Memory ids, as remember or recall returned them.",
 }
-_METADATA = {
+_METADATA: JsonValue = {
     "type": "object",
     "description": 'JSON object of attributes (e.g. {"topic": "travel"}); recall filters on it.',
 }
@@ -96,7 +106,7 @@ _ISO_TIME = (
     "ISO 8601: 2023-05-25, 2023-05-25T13:14:00+02:00 or ...Z; a date, or a time without "
     "an offset, is UTC"
 )
-_MEMORY_FIELDS: dict[str, Any] = {
+_MEMORY_FIELDS: dict[str, JsonValue] = {
     "id": {"type": "string"},
     "text": {"type": "string"},
     "source": {"type": ["string", "null"]},
@@ -108,8 +118,12 @@ _MEMORY_FIELDS: dict[str, Any] = {
     },
     "conversation": {"type": ["string", "null"]},
 }
-_MEMORY = {"type": "object", "properties": _MEMORY_FIELDS, "required": list(_MEMORY_FIELDS)}
-_HIT = {
+_MEMORY: JsonValue = {
+    "type": "object",
+    "properties": _MEMORY_FIELDS,
+    "required": [*_MEMORY_FIELDS],
+}
+_HIT: JsonValue = {
     "type": "object",
     "properties": {
         **_MEMORY_FIELDS,
@@ -132,7 +146,7 @@ _HIT = {
 }
 
 
-def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _object(properties: dict[str, JsonValue], required: list[JsonValue]) -> dict[str, JsonValue]:
     return {
         "type": "object",
         "properties": properties,
@@ -142,7 +156,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 _BY_IDS = _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"])
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STRINGS: JsonValue = {"type": "array", "items": {"type": "string"}}
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -283,25 +297,25 @@ TOOLS: tuple[ToolSpec, ...] = (
 _BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
-def _check_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
+def _check_arguments(tool: ToolSpec, arguments: Mapping[str, object]) -> None:
     """Refuse an argument the tool does not take, or a missing required one."""
-    known = tool.input_schema["properties"]
+    known, required = tool.arguments
     for name in arguments:
         if name not in known:
             takes = ", ".join(known) or "no arguments"
             raise ToolInputError(f"{tool.name} takes no argument {name!r}; it takes {takes}")
-    for name in tool.input_schema["required"]:
-        if name not in arguments:
-            raise ToolInputError(f"{tool.name} needs the argument {name!r}; it was not given")
+    for needed in required:
+        if needed not in arguments:
+            raise ToolInputError(f"{tool.name} needs the argument {needed!r}; it was not given")
 
 
 async def call_tool(
     service: MemoryService,
     name: str,
-    arguments: Mapping[str, Any],
+    arguments: Mapping[str, object],
     *,
     namespace: str | None = None,
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     """Run tool ``name`` with ``arguments`` (the JSON object of an MCP tool call) and
     return its structured result. ``namespace`` is the server's default namespace, used
     by a call that names none (``None``: the library's default).
@@ -315,7 +329,7 @@ async def call_tool(
         raise ToolInputError(f"there is no tool {name!r}; expected one of {', '.join(_BY_NAME)}")
     _check_arguments(tool, arguments)
     args = dict(arguments)
-    if namespace is not None and "namespace" in tool.input_schema["properties"]:
+    if namespace is not None and "namespace" in tool.arguments[0]:
         args.setdefault("namespace", namespace)
     match name:
         case "remember":
@@ -327,6 +341,7 @@ async def call_tool(
         case "get_memories":
             ids = args.pop("ids")
             memories = await service.get_memories(ids, **args)
+            assert isinstance(ids, list)  # get_memories refuses anything else
             found = {m["id"] for m in memories}
             missing = [i for i in dict.fromkeys(ids) if i not in found]
             return {"memories": memories, "missing": missing}
@@ -334,7 +349,7 @@ async def call_tool(
             return await service.memory_stats()
 
 
-def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
+def _build_server(service: MemoryService, namespace: str | None) -> Server[object]:
     tools = [
         types.Tool(
             name=tool.name,
@@ -351,10 +366,14 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
         for tool in TOOLS
     ]
 
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    async def list_tools(
+        ctx: ServerRequestContext[object], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def on_call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call(
+        ctx: ServerRequestContext[object], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         def error(text: str) -> types.CallToolResult:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=replace_surrogates(text))],
@@ -380,7 +399,7 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[Any]:
         result = replace_surrogates_json(result)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(result))],
-            structured_content=result,
+            structured_content=dict(result),
         )
 
     return Server(
@@ -462,7 +481,7 @@ def _rebinding_protection(host: str) -> TransportSecuritySettings | None:
     )
 
 
-async def _serve_http(server: Server[Any], host: str, port: int, *, token: str | None) -> None:
+async def _serve_http(server: Server[object], host: str, port: int, *, token: str | None) -> None:
     # Imported here: stdio (what agent hosts launch) does not pay for Hypercorn.
     try:
         import hypercorn.config
@@ -472,7 +491,7 @@ async def _serve_http(server: Server[Any], host: str, port: int, *, token: str |
             f"trio-recall mcp --http needs Hypercorn, from the mcp extra (pip install "
             f"'trio-recall[mcp]'): {error}"
         ) from error
-    app: Any = server.streamable_http_app(
+    app: App = server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
         host=host,
         transport_security=_rebinding_protection(host),

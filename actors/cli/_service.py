@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 
@@ -46,7 +45,13 @@ from protocol import (
     SearchRequest,
     parse_filter,
 )
-from protocol.checks import MAX_CONVERSATION_BYTES, check_int, check_json_object, shown
+from protocol.checks import (
+    MAX_CONVERSATION_BYTES,
+    JsonValue,
+    check_int,
+    check_json_object,
+    shown,
+)
 
 from .. import Store
 from ..doors import (
@@ -101,7 +106,7 @@ class MemoryService:
         metadata: object = None,
         occurred_at: object = None,
         conversation: object = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JsonValue]:
         """Store one memory and return ``{"id": ...}`` (its content hash).
 
         Args:
@@ -155,7 +160,7 @@ class MemoryService:
         mode: object = DEFAULT_MODE,
         since: object = None,
         until: object = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, JsonValue]]:
         """The ``k`` memories that best answer ``query``, best first, each
         ``{"id", "text", "score", "source", "metadata", "occurred_at", "conversation"}``
         (``score`` is the hit's cosine similarity in every mode but ``bm25`` and
@@ -230,7 +235,9 @@ class MemoryService:
         result = await self.store.delete(wanted, namespace=_namespace(namespace))
         return {"deleted": list(result.deleted), "missing": list(result.missing)}
 
-    async def get_memories(self, ids: object, *, namespace: object = None) -> list[dict[str, Any]]:
+    async def get_memories(
+        self, ids: object, *, namespace: object = None
+    ) -> list[dict[str, JsonValue]]:
         """The memories with these ids in one namespace, in input order (deduplicated),
         each ``{"id", "text", "source", "metadata", "occurred_at", "conversation"}``
         (``occurred_at`` as ISO 8601 in UTC); an id not there is left out.
@@ -244,7 +251,7 @@ class MemoryService:
         }
         return [_memory(found[i]) for i in dict.fromkeys(wanted) if i in found]
 
-    async def memory_stats(self) -> dict[str, Any]:
+    async def memory_stats(self) -> dict[str, JsonValue]:
         """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``: the
         whole store's counts (every namespace), fresh from the database on pg."""
         refresh = getattr(self.store, "refresh", None)
@@ -259,7 +266,7 @@ class MemoryService:
         }
 
 
-def _memory(document: Document) -> dict[str, Any]:
+def _memory(document: Document) -> dict[str, JsonValue]:
     return {
         "id": document.id,
         "text": document.text,
@@ -270,7 +277,7 @@ def _memory(document: Document) -> dict[str, Any]:
     }
 
 
-def hit(found: ScoredDocument) -> dict[str, Any]:
+def hit(found: ScoredDocument) -> dict[str, JsonValue]:
     """One search hit as the MCP server and ``search --json`` give it: the memory's
     fields (:func:`_memory`) and its ``score``; a recall hit also has its ``rank`` (1 is
     the best) and its ``channels`` (what lifted it: ``"dense"``, ``"bm25"``,
@@ -328,7 +335,7 @@ def _namespace(value: object) -> str:
     return DEFAULT_NAMESPACE if value is None else _name("namespace", value)
 
 
-def _metadata(value: object) -> dict[str, Any]:
+def _metadata(value: object) -> dict[str, JsonValue]:
     if value is None:
         return {}
     if not isinstance(value, dict):

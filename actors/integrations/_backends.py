@@ -4,20 +4,45 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Self
+from typing import Generic, Protocol, Self, TypedDict, TypeVar
 
-from actors import AnyEmbedder, open_store
+from actors import AnyEmbedder, DocumentStore, Store, open_store
 from protocol import ConfigError, VectorStoreConfig
+from protocol.events import Event
 
 from ._bridge import TrioBridge
 
-__all__ = ["BridgedStore", "store_opener"]
+__all__ = ["AdapterStore", "BridgedStore", "PgOptions", "store_opener"]
 
 
-class BridgedStore:
-    """The lifecycle every adapter shares: its store behind ``self._bridge``."""
+class AdapterStore(Store, DocumentStore, Protocol):
+    """What an adapter calls on its store: a :class:`~actors.Store` that also
+    upserts (:class:`~actors.DocumentStore`); both backends' handles are one."""
 
-    _bridge: TrioBridge[Any]
+
+class PgOptions(TypedDict, total=False):
+    """More keyword arguments for ``open_pg_store``, as an adapter's ``pg_options``."""
+
+    pool_size: int
+    inbox_size: int
+    retries: int
+    retry_delay: float
+    connect_timeout: float
+    statement_timeout: float
+    index: str | None
+    ef_search: int | None
+    keyword_index: bool | None
+    on_event: Callable[[Event], None] | None
+
+
+H = TypeVar("H")
+
+
+class BridgedStore(Generic[H]):
+    """The lifecycle every adapter shares: its store (or what its calls run against,
+    ``H``) behind ``self._bridge``."""
+
+    _bridge: TrioBridge[H]
 
     def close(self) -> None:
         """Close the store (see ``TrioBridge.close``): calls in flight raise
@@ -53,8 +78,8 @@ def store_opener(
     *,
     table: str,
     embed_timeout: float | None,
-    pg_options: dict[str, Any] | None = None,
-) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    pg_options: PgOptions | None = None,
+) -> Callable[[], AbstractAsyncContextManager[AdapterStore]]:
     """A function opening the store (``open_store``, or ``open_pg_store`` on ``dsn``,
     with ``pg_options`` as more keyword arguments), for :meth:`TrioBridge.start` to enter
     in its trio thread.
@@ -74,7 +99,7 @@ def store_opener(
             f"dsn is set but the pg extra is not installed ({error}); install "
             "trio-recall[pg] or leave dsn=None for an in-memory store"
         ) from None
-    options = dict(pg_options or {})
+    options: PgOptions = {} if pg_options is None else PgOptions(**pg_options)
     return lambda: open_pg_store(
         dsn, config, embedder, table=table, embed_timeout=embed_timeout, **options
     )

@@ -37,7 +37,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar, TypeVarTuple
 
 import outcome
 import trio
@@ -46,18 +46,20 @@ __all__ = ["TrioBridge"]
 
 H = TypeVar("H")
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
-Deliver = Callable[[outcome.Outcome[Any]], None]
 
-
-class _Job:
+class _Job(Generic[H, T]):
     """One call: made in the caller's thread, run and settled in the trio thread."""
 
-    __slots__ = ("args", "caller_cancelled", "deliver", "fn", "scope")
+    __slots__ = ("caller_cancelled", "deliver", "fn", "scope")
 
-    def __init__(self, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], deliver: Deliver):
+    def __init__(
+        self,
+        fn: Callable[[H], Awaitable[T]],
+        deliver: Callable[[outcome.Outcome[T]], None],
+    ):
         self.fn = fn
-        self.args = args
         self.deliver = deliver
         self.scope = trio.CancelScope()
         self.caller_cancelled = False  # trio thread only
@@ -83,7 +85,7 @@ class TrioBridge(Generic[H]):
         self._crash: BaseException | None = None  # why the owned trio run ended early
         # trio thread only:
         self._accepting = True
-        self._jobs: set[_Job] = set()
+        self._jobs: set[trio.CancelScope] = set()  # the scopes of the calls in flight
         self._stop: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
         self._drained = threading.Event()
@@ -178,7 +180,7 @@ class TrioBridge(Generic[H]):
 
     # --- calling ---------------------------------------------------------------------
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def call(self, fn: Callable[[H, *Ts], Awaitable[T]], *args: *Ts) -> T:
         """Run ``await fn(handle, *args)`` in the store's trio loop; block until done.
 
         Safe from any thread but the loop's own. A ``KeyboardInterrupt`` while waiting
@@ -191,7 +193,7 @@ class TrioBridge(Generic[H]):
         """
         self._check_thread(f"a blocking call to {self._what}")
         future: concurrent.futures.Future[outcome.Outcome[T]] = concurrent.futures.Future()
-        job = _Job(fn, args, future.set_result)
+        job: _Job[H, T] = _Job(lambda handle: fn(handle, *args), future.set_result)
         self._submit(job)
         try:
             result = future.result()
@@ -200,7 +202,7 @@ class TrioBridge(Generic[H]):
             raise
         return result.unwrap()
 
-    async def acall(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def acall(self, fn: Callable[[H, *Ts], Awaitable[T]], *args: *Ts) -> T:
         """Run ``await fn(handle, *args)`` in the store's trio loop; await it in asyncio.
 
         Cancellation: cancelling the awaiting task cancels the trio call, then waits
@@ -222,7 +224,7 @@ class TrioBridge(Generic[H]):
             with contextlib.suppress(RuntimeError):  # the caller's loop has closed
                 loop.call_soon_threadsafe(_settle, done, result)
 
-        job = _Job(fn, args, deliver)
+        job: _Job[H, T] = _Job(lambda handle: fn(handle, *args), deliver)
         self._submit(job)
         try:
             result = await asyncio.shield(done)
@@ -242,7 +244,7 @@ class TrioBridge(Generic[H]):
                 "await the trio store's own methods in this thread."
             )
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: _Job[H, T]) -> None:
         with self._lock:
             if self._closed:
                 raise trio.ClosedResourceError(f"{self._what} is closed")
@@ -255,7 +257,7 @@ class TrioBridge(Generic[H]):
                 f"{self._what}'s trio loop has stopped"
             ) from self._crash
 
-    def _cancel(self, job: _Job) -> None:
+    def _cancel(self, job: _Job[H, T]) -> None:
         token = self._token
         assert token is not None
         with contextlib.suppress(trio.RunFinishedError):  # it ended, and the call with it
@@ -263,7 +265,7 @@ class TrioBridge(Generic[H]):
 
     # --- in the trio thread ----------------------------------------------------------
 
-    def _spawn(self, job: _Job) -> None:
+    def _spawn(self, job: _Job[H, T]) -> None:
         if not self._accepting:
             job.deliver(outcome.Error(trio.ClosedResourceError(f"{self._what} is closed")))
             return
@@ -275,18 +277,20 @@ class TrioBridge(Generic[H]):
         except RuntimeError as error:  # the run is ending (a crash): answer, never hang
             job.deliver(outcome.Error(trio.ClosedResourceError(f"{self._what}: {error}")))
             return
-        self._jobs.add(job)
+        self._jobs.add(job.scope)
 
-    def _cancel_in_trio(self, job: _Job) -> None:
+    def _cancel_in_trio(self, job: _Job[H, T]) -> None:
         job.caller_cancelled = True
         job.scope.cancel()
 
-    async def _run(self, job: _Job) -> None:
-        result: outcome.Outcome[Any] | None = None
+    async def _run(self, job: _Job[H, T]) -> None:
+        result: outcome.Outcome[T] | None = None
         try:
             with job.scope:
                 try:
-                    value = await job.fn(self._handle, *job.args)
+                    handle = self._handle
+                    assert handle is not None  # set before a call can be submitted
+                    value = await job.fn(handle)
                 except Exception as error:
                     result = outcome.Error(error)
                 else:
@@ -297,7 +301,7 @@ class TrioBridge(Generic[H]):
             result = outcome.Error(RuntimeError(f"{self._what}'s trio loop crashed: {error!r}"))
             raise
         finally:
-            self._jobs.discard(job)
+            self._jobs.discard(job.scope)
             if result is None:
                 # Cancelled: by the caller (who no longer waits for a value) or by close().
                 what = "the call was cancelled" if job.caller_cancelled else "it closed"
@@ -310,8 +314,8 @@ class TrioBridge(Generic[H]):
 
     def _begin_stop(self) -> None:
         self._accepting = False
-        for job in list(self._jobs):
-            job.scope.cancel()
+        for scope in list(self._jobs):
+            scope.cancel()
         if self._stop is not None:
             self._stop.set()
         elif not self._jobs:

@@ -11,13 +11,21 @@ which a trio loop cannot await, so they are not used.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 import trio
 
 from protocol import ConfigError
 
-__all__ = ["LangChainEmbedder", "embedding_width"]
+__all__ = ["LangChainEmbedder", "SyncEmbeddings", "embedding_width"]
+
+
+class SyncEmbeddings(Protocol):
+    """What the adapters embed with: a LangChain ``Embeddings`` (its sync half)."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
 
 
 class LangChainEmbedder:
@@ -27,7 +35,7 @@ class LangChainEmbedder:
     sync embedder of the store; ``embed_timeout`` on the store bounds each call.
     """
 
-    def __init__(self, embedding: Any) -> None:
+    def __init__(self, embedding: SyncEmbeddings) -> None:
         for method in ("embed_documents", "embed_query"):
             if not callable(getattr(embedding, method, None)):
                 raise ConfigError(
@@ -52,7 +60,7 @@ class LangChainEmbedder:
         return f"LangChainEmbedder({type(self.embedding).__name__})"
 
 
-def embedding_width(embedding: Any) -> int:
+def embedding_width(embedding: SyncEmbeddings) -> int:
     """How many floats ``embedding`` returns, found by embedding one short query (a
     store needs its width before it holds a vector).
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal, TypeGuard
 
 from langgraph.store.base import (
     InvalidNamespaceError,
@@ -159,7 +159,7 @@ def check_namespace(namespace: object, what: str = "namespace") -> tuple[str, ..
     return namespace
 
 
-def prefix_filter(prefix: Sequence[str]) -> dict[str, Any]:
+def prefix_filter(prefix: Sequence[str]) -> dict[str, object]:
     """The filter selecting the namespaces that start with ``prefix`` ({} for ())."""
     if not prefix:
         return {}
@@ -202,7 +202,7 @@ def tokenized_fields(fields: Sequence[str] | None) -> list[tuple[str, str | list
 
 
 def index_text(
-    value: Mapping[str, Any],
+    value: Mapping[str, object],
     index: Literal[False] | list[str] | None,
     fields: list[tuple[str, str | list[str]]] | None,
 ) -> str | None:
@@ -220,7 +220,7 @@ def index_text(
     return "\n\n".join(texts) if texts else None
 
 
-def item_time(key: str, value: Mapping[str, Any]) -> tuple[datetime | None, str | None]:
+def item_time(key: str, value: Mapping[str, object]) -> tuple[datetime | None, str | None]:
     """The ``occurred_at`` and ``conversation`` a value gives (:data:`OCCURRED_AT_FIELD`,
     :data:`CONVERSATION_FIELD`), each None when absent or null.
 
@@ -249,7 +249,7 @@ def item_time(key: str, value: Mapping[str, Any]) -> tuple[datetime | None, str 
 def item_document(
     namespace: tuple[str, ...],
     key: str,
-    value: Mapping[str, Any],
+    value: Mapping[str, object],
     *,
     text: str | None,
     created_at: datetime,
@@ -273,7 +273,7 @@ def item_document(
         raise InvalidNamespaceError(  # a ValueError, like LangGraph's own checks
             f"value of {key!r} is a {type(value).__name__}; expected a dict (or None to delete)"
         )
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, object] = {}
     for name, field in value.items():
         if not isinstance(name, str):
             raise InvalidNamespaceError(
@@ -322,7 +322,7 @@ def item_namespace(document: Document) -> tuple[str, ...]:
 
 def _item_fields(
     document: Document,
-) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime]:
+) -> tuple[tuple[str, ...], str, dict[str, object], datetime, datetime]:
     meta = document.metadata
     cut = len(VALUE_PREFIX)
     value = {k[cut:]: v for k, v in meta.items() if k.startswith(VALUE_PREFIX)}
@@ -339,14 +339,14 @@ def _item_fields(
 # --- filters ---------------------------------------------------------------------------
 
 #: A check the store cannot make inside its scan, applied to each item's value after it.
-PostFilter = Callable[[Mapping[str, Any]], bool]
+PostFilter = Callable[[Mapping[str, object]], bool]
 
-_MISSING: Any = object()
+_MISSING = object()
 
 
 def translate_filter(
-    spec: Mapping[str, Any] | None,
-) -> tuple[dict[str, Any], PostFilter | None]:
+    spec: Mapping[str, object] | None,
+) -> tuple[dict[str, object], PostFilter | None]:
     """A LangGraph ``SearchOp.filter`` as a trio-recall filter, plus what must run after.
 
     Top-level entries whose operand is a scalar (plain equality) or an operator dict
@@ -366,8 +366,8 @@ def translate_filter(
         return {}, None
     if not isinstance(spec, Mapping):
         raise FilterError(f"filter is a {type(spec).__name__}; expected a dict")
-    scan: dict[str, Any] = {}
-    later: list[tuple[str, PostFilter]] = []
+    scan: dict[str, object] = {}
+    later: list[tuple[str, Callable[[object], bool]]] = []
     for key, wanted in spec.items():
         if not isinstance(key, str):
             raise FilterError(f"filter key {shown(key)} is a {type(key).__name__}; expected a str")
@@ -381,19 +381,19 @@ def translate_filter(
     if not later:
         return scan, None
 
-    def post(value: Mapping[str, Any]) -> bool:
+    def post(value: Mapping[str, object]) -> bool:
         return all(check(value.get(key, _MISSING)) for key, check in later)
 
     return scan, post
 
 
-def _is_operators(wanted: object) -> bool:
+def _is_operators(wanted: object) -> TypeGuard[Mapping[object, object]]:
     return isinstance(wanted, Mapping) and any(
         isinstance(k, str) and k.startswith("$") for k in wanted
     )
 
 
-def _compile(wanted: object) -> Callable[[Any], bool]:
+def _compile(wanted: object) -> Callable[[object], bool]:
     """A check of one value against a LangGraph filter operand, at any depth."""
     if _is_operators(wanted):
         assert isinstance(wanted, Mapping)

@@ -47,9 +47,10 @@ What trio-recall adds:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Self
 
+import msgspec
 import numpy as np
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -59,19 +60,22 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
+from actors import Embedder
 from protocol import (
     DEFAULT_NAMESPACE,
     ConfigError,
     Document,
     RecallSettings,
+    ScoredDocument,
+    SearchKind,
     SearchRequest,
     VectorStoreConfig,
 )
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
-from protocol.checks import check_conversation, check_int, shown
+from protocol.checks import check_conversation, check_int, filter_option, shown
 
 from ..doors import check_similarity, door_time, relevance_floor
-from ._backends import BridgedStore, store_opener
+from ._backends import AdapterStore, BridgedStore, PgOptions, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width
 
@@ -83,7 +87,7 @@ OCCURRED_AT_KEY = "occurred_at"
 CONVERSATION_KEY = "conversation"
 
 
-class TrioRecallVectorStore(BridgedStore, VectorStore):
+class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
     """A LangChain vector store backed by a trio-recall store.
 
     Args:
@@ -125,7 +129,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         table: str = "trio_recall_langchain",
         dimensions: int | None = None,
         embed_timeout: float | None = None,
-        pg_options: dict[str, Any] | None = None,
+        pg_options: PgOptions | None = None,
     ) -> None:
         embedder = LangChainEmbedder(embedding)
         width = embedding_width(embedding) if dimensions is None else dimensions
@@ -140,7 +144,10 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         self._setup(embedding, namespace, TrioBridge.start(opener, what=_WHAT))
 
     def _setup(
-        self, embedding: Embeddings | None, namespace: str | None, bridge: TrioBridge[Any]
+        self,
+        embedding: Embeddings | None,
+        namespace: str | None,
+        bridge: TrioBridge[AdapterStore],
     ) -> None:
         self._embedding = embedding
         self._space = DEFAULT_NAMESPACE if namespace is None else namespace
@@ -149,7 +156,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
     @classmethod
     def from_store(
         cls,
-        store: Any,
+        store: AdapterStore,
         *,
         embedding: Embeddings | None = None,
         namespace: str | None = None,
@@ -174,11 +181,11 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         cls,
         texts: list[str],
         embedding: Embeddings,
-        metadatas: list[dict[str, Any]] | None = None,
+        metadatas: Sequence[Mapping[str, object]] | None = None,
         *,
         ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> TrioRecallVectorStore:
+        **kwargs: Any,  # LangChain's signature; the constructor checks them
+    ) -> Self:
         """A new store (``kwargs`` are the constructor's) holding ``texts``."""
         store = cls(embedding, **kwargs)
         try:
@@ -193,11 +200,11 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         cls,
         texts: list[str],
         embedding: Embeddings,
-        metadatas: list[dict[str, Any]] | None = None,
+        metadatas: Sequence[Mapping[str, object]] | None = None,
         *,
         ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> TrioRecallVectorStore:
+        **kwargs: Any,  # LangChain's signature; the constructor checks them
+    ) -> Self:
         """:meth:`from_texts` for asyncio: the store opens in a worker thread (opening
         a pg store connects), then the texts are added natively."""
         store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
@@ -210,11 +217,15 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
 
     @classmethod
     def from_documents(
-        cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any
-    ) -> Any:
+        cls,
+        documents: list[LCDocument],
+        embedding: Embeddings,
+        *,
+        ids: Sequence[str | None] | None = None,
+        **kwargs: Any,  # LangChain's signature; the constructor checks them
+    ) -> Self:
         """A new store (``kwargs`` are the constructor's, plus ``ids``) holding
         ``documents``; their ids are kept."""
-        ids = kwargs.pop("ids", None)
         store = cls(embedding, **kwargs)
         try:
             store.add_documents(documents, ids=ids)
@@ -225,10 +236,14 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
 
     @classmethod
     async def afrom_documents(
-        cls, documents: list[LCDocument], embedding: Embeddings, **kwargs: Any
-    ) -> Any:
+        cls,
+        documents: list[LCDocument],
+        embedding: Embeddings,
+        *,
+        ids: Sequence[str | None] | None = None,
+        **kwargs: Any,  # LangChain's signature; the constructor checks them
+    ) -> Self:
         """:meth:`from_documents` for asyncio (opening as in :meth:`afrom_texts`)."""
-        ids = kwargs.pop("ids", None)
         store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
         try:
             await store.aadd_documents(documents, ids=ids)
@@ -251,10 +266,10 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
     def add_texts(
         self,
         texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
+        metadatas: Sequence[Mapping[str, object]] | None = None,
         *,
         ids: list[str] | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[str]:
         """Embed and store ``texts``, all or nothing; return their ids in order.
 
@@ -270,24 +285,36 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
     async def aadd_texts(
         self,
         texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
+        metadatas: Sequence[Mapping[str, object]] | None = None,
         *,
         ids: list[str] | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[str]:
         """:meth:`add_texts`, awaited. Cancelled after the write was queued, the write
         is still applied, all or nothing."""
         return await self._awrite(_text_documents(texts, metadatas, ids, kwargs))
 
-    def add_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+    def add_documents(
+        self,
+        documents: list[LCDocument],
+        *,
+        ids: Sequence[str | None] | None = None,
+        **kwargs: object,
+    ) -> list[str]:
         """Store documents, all or nothing. An id in ``ids=`` wins over the document's
         own ``id``; a document with neither gets its content hash. Re-adding an id
         replaces that document. The documents passed are not modified."""
-        return self._write(_documents(documents, kwargs))
+        return self._write(_documents(documents, ids, kwargs))
 
-    async def aadd_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+    async def aadd_documents(
+        self,
+        documents: list[LCDocument],
+        *,
+        ids: Sequence[str | None] | None = None,
+        **kwargs: object,
+    ) -> list[str]:
         """:meth:`add_documents`, awaited (cancellation as :meth:`aadd_texts`)."""
-        return await self._awrite(_documents(documents, kwargs))
+        return await self._awrite(_documents(documents, ids, kwargs))
 
     def _write(self, documents: list[Document]) -> list[str]:
         return list(self._bridge.call(_upsert, documents, self._space))
@@ -295,14 +322,14 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
     async def _awrite(self, documents: list[Document]) -> list[str]:
         return list(await self._bridge.acall(_upsert, documents, self._space))
 
-    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+    def delete(self, ids: list[str] | None = None, **kwargs: object) -> bool:
         """Delete these ids (missing ones are skipped), or with ``ids=None`` every
         document of this store's namespace. Returns True."""
         _no_extra("delete", kwargs)
         self._bridge.call(_delete, None if ids is None else list(ids), self._space)
         return True
 
-    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+    async def adelete(self, ids: list[str] | None = None, **kwargs: object) -> bool:
         """:meth:`delete`, awaited."""
         _no_extra("adelete", kwargs)
         await self._bridge.acall(_delete, None if ids is None else list(ids), self._space)
@@ -319,39 +346,41 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         """:meth:`get_by_ids`, awaited."""
         return [_lc(d) for d in await self._bridge.acall(_get, list(ids), self._space)]
 
-    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
+    def similarity_search(self, query: str, k: int = 4, **kwargs: object) -> list[LCDocument]:
         """The ``k`` nearest documents to ``query`` (exact, ties to the newest).
         ``filter=`` is a trio-recall metadata filter (``protocol.filters``), applied
         before top-k."""
-        return _docs(self._search(self._request(query=query, k=k, **kwargs)))
+        return _docs(self._search(self._request(kwargs, query=query, k=k)))
 
-    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
+    async def asimilarity_search(
+        self, query: str, k: int = 4, **kwargs: object
+    ) -> list[LCDocument]:
         """:meth:`similarity_search`, awaited."""
-        return _docs(await self._asearch(self._request(query=query, k=k, **kwargs)))
+        return _docs(await self._asearch(self._request(kwargs, query=query, k=k)))
 
     def similarity_search_with_score(
-        self, query: str, k: int = 4, **kwargs: Any
+        self, query: str, k: int = 4, **kwargs: object
     ) -> list[tuple[LCDocument, float]]:
         """:meth:`similarity_search` with each hit's cosine similarity, in [-1, 1]."""
-        return _scored(self._search(self._request(query=query, k=k, **kwargs)))
+        return _scored(self._search(self._request(kwargs, query=query, k=k)))
 
     async def asimilarity_search_with_score(
-        self, query: str, k: int = 4, **kwargs: Any
+        self, query: str, k: int = 4, **kwargs: object
     ) -> list[tuple[LCDocument, float]]:
         """:meth:`similarity_search_with_score`, awaited."""
-        return _scored(await self._asearch(self._request(query=query, k=k, **kwargs)))
+        return _scored(await self._asearch(self._request(kwargs, query=query, k=k)))
 
     def similarity_search_by_vector(
-        self, embedding: list[float], k: int = 4, **kwargs: Any
+        self, embedding: list[float], k: int = 4, **kwargs: object
     ) -> list[LCDocument]:
         """The ``k`` nearest documents to a query vector (as wide as the store's)."""
-        return _docs(self._search(self._request(vector=embedding, k=k, **kwargs)))
+        return _docs(self._search(self._request(kwargs, vector=embedding, k=k)))
 
     async def asimilarity_search_by_vector(
-        self, embedding: list[float], k: int = 4, **kwargs: Any
+        self, embedding: list[float], k: int = 4, **kwargs: object
     ) -> list[LCDocument]:
         """:meth:`similarity_search_by_vector`, awaited."""
-        return _docs(await self._asearch(self._request(vector=embedding, k=k, **kwargs)))
+        return _docs(await self._asearch(self._request(kwargs, vector=embedding, k=k)))
 
     def recall_search(
         self,
@@ -360,7 +389,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         *,
         min_similarity: float | None = None,
         settings: RecallSettings | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """The ``k`` documents that best answer ``query`` by the store's tuned recall
         (what ``Memory.retrieve`` runs; module docstring), best first.
@@ -384,7 +413,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         *,
         min_similarity: float | None = None,
         settings: RecallSettings | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """:meth:`recall_search`, awaited."""
         request = self._recall(query, k, min_similarity, settings, kwargs)
@@ -397,7 +426,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         *,
         min_similarity: float | None = None,
         settings: RecallSettings | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[tuple[LCDocument, float]]:
         """:meth:`recall_search` with each hit's cosine similarity, in [-1, 1] (the
         order is recall's, not the scores')."""
@@ -411,7 +440,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         *,
         min_similarity: float | None = None,
         settings: RecallSettings | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[tuple[LCDocument, float]]:
         """:meth:`recall_search_with_score`, awaited."""
         request = self._recall(query, k, min_similarity, settings, kwargs)
@@ -423,9 +452,9 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int,
         min_similarity: float | None,
         settings: RecallSettings | None,
-        kwargs: dict[str, Any],
+        kwargs: Mapping[str, object],
     ) -> SearchRequest:
-        extra = sorted(set(kwargs) - {"filter", "since", "until"})
+        extra = sorted(set(kwargs) - _SEARCH_OPTIONS)
         if extra:
             raise ConfigError(
                 f"unknown recall_search arguments {extra}; it takes k, filter, since, until, "
@@ -433,36 +462,53 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
             )
         given = None if min_similarity is None else check_similarity(min_similarity)
         return self._request(
+            kwargs,
             query=query,
             k=k,
             kind="recall",
             score_threshold=relevance_floor("recall", given),
             settings=settings,
-            **kwargs,
         )
 
-    def search(self, query: str, search_type: str, **kwargs: Any) -> list[LCDocument]:
+    def _recall_options(self, query: str, kwargs: Mapping[str, object]) -> SearchRequest:
+        """:meth:`_recall` from keyword arguments that arrived untyped (``search``, the
+        retriever's ``search_kwargs``): ``k``, ``min_similarity`` and ``settings`` are
+        checked here, the rest as :meth:`recall_search` checks them."""
+        options = dict(kwargs)
+        k = check_int("k", options.pop("k", 4))
+        floor = options.pop("min_similarity", None)
+        settings = options.pop("settings", None)
+        if settings is not None and not isinstance(settings, RecallSettings):
+            raise ConfigError(f"settings is a {type(settings).__name__}; expected RecallSettings")
+        given = None if floor is None else check_similarity(floor)
+        return self._recall(query, k, given, settings, options)
+
+    def search(self, query: str, search_type: str, **kwargs: object) -> list[LCDocument]:
         """LangChain's ``search``, with ``search_type="recall"`` too (:meth:`recall_search`)."""
         if search_type == "recall":
-            return self.recall_search(query, **kwargs)
+            return _docs(self._search(self._recall_options(query, kwargs)))
         # Typed here: some langchain-core releases annotate the base method loosely.
         hits: list[LCDocument] = super().search(query, search_type, **kwargs)
         return hits
 
-    async def asearch(self, query: str, search_type: str, **kwargs: Any) -> list[LCDocument]:
+    async def asearch(self, query: str, search_type: str, **kwargs: object) -> list[LCDocument]:
         """:meth:`search`, awaited."""
         if search_type == "recall":
-            return await self.arecall_search(query, **kwargs)
+            return _docs(await self._asearch(self._recall_options(query, kwargs)))
         hits: list[LCDocument] = await super().asearch(query, search_type, **kwargs)
         return hits
 
-    def as_retriever(self, **kwargs: Any) -> TrioRecallRetriever:
+    def as_retriever(self, **kwargs: object) -> TrioRecallRetriever:
         """LangChain's ``VectorStoreRetriever`` over this store, which also takes
         ``search_type="recall"`` (:meth:`recall_search`, with ``search_kwargs`` as its
         keyword arguments: ``k``, ``filter``, ``since``, ``until``, ``min_similarity``,
         ``settings``). The default stays LangChain's ``"similarity"``."""
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
-        return TrioRecallRetriever(vectorstore=self, tags=tags, **kwargs)
+        # pydantic checks each field, as the constructor would with these keywords.
+        retriever: TrioRecallRetriever = TrioRecallRetriever.model_validate(
+            {**kwargs, "vectorstore": self, "tags": tags}
+        )
+        return retriever
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         return _relevance
@@ -473,7 +519,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """``k`` documents chosen by maximal marginal relevance among the ``fetch_k``
         nearest (``lambda_mult`` 1 is pure relevance, 0 pure diversity)."""
@@ -486,7 +532,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """:meth:`max_marginal_relevance_search`, awaited."""
         request = self._mmr(query, None, k, fetch_k, lambda_mult, kwargs)
@@ -498,7 +544,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """:meth:`max_marginal_relevance_search` from a query vector."""
         request = self._mmr(None, embedding, k, fetch_k, lambda_mult, kwargs)
@@ -510,7 +556,7 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         """:meth:`max_marginal_relevance_search_by_vector`, awaited."""
         request = self._mmr(None, embedding, k, fetch_k, lambda_mult, kwargs)
@@ -523,43 +569,67 @@ class TrioRecallVectorStore(BridgedStore, VectorStore):
         k: int,
         fetch_k: int,
         lambda_mult: float,
-        kwargs: dict[str, Any],
+        kwargs: Mapping[str, object],
     ) -> SearchRequest:
         if isinstance(k, int) and isinstance(fetch_k, int) and fetch_k < k:
             fetch_k = k
         return self._request(
+            kwargs,
             query=query,
             vector=vector,
             k=k,
             kind="mmr",
             fetch_k=fetch_k,
             lambda_mult=lambda_mult,
-            **kwargs,
         )
 
     def _request(
-        self, *, filter: Any = None, since: Any = None, until: Any = None, **fields: Any
+        self,
+        options: Mapping[str, object],
+        *,
+        query: str | None = None,
+        vector: list[float] | None = None,
+        k: int,
+        kind: SearchKind = "similarity",
+        fetch_k: int | None = None,
+        lambda_mult: float | None = None,
+        score_threshold: float | None = None,
+        settings: RecallSettings | None = None,
     ) -> SearchRequest:
-        extra = {name for name in fields if name not in _REQUEST_FIELDS}
+        """The request of one search: the method's own arguments, and ``options``, the
+        keyword arguments a caller may add (``filter``, ``since``, ``until``)."""
+        extra = sorted(set(options) - _SEARCH_OPTIONS)
         if extra:
             raise ConfigError(
-                f"unknown search arguments {sorted(extra)}; {_WHAT} takes k, filter, since, "
+                f"unknown search arguments {extra}; {_WHAT} takes k, filter, since, "
                 "until (and fetch_k, lambda_mult for MMR; min_similarity, settings for "
                 "recall_search)"
             )
-        fields = {name: value for name, value in fields.items() if value is not None}
-        return SearchRequest(
-            filter=filter,
+        request = SearchRequest(
+            query=query,
+            vector=vector,
+            k=k,
+            kind=kind,
+            score_threshold=score_threshold,
+            settings=settings,
+            filter=filter_option(options.get("filter")),
             namespace=self._space,
-            since=door_time("since", since),
-            until=door_time("until", until),
-            **fields,
+            since=door_time("since", options.get("since")),
+            until=door_time("until", options.get("until")),
+        )
+        if fetch_k is None and lambda_mult is None:
+            return request
+        # MMR's own two: given, they replace the request's defaults (checked again).
+        return msgspec.structs.replace(
+            request,
+            fetch_k=request.fetch_k if fetch_k is None else fetch_k,
+            lambda_mult=request.lambda_mult if lambda_mult is None else lambda_mult,
         )
 
-    def _search(self, request: SearchRequest) -> list[Any]:
+    def _search(self, request: SearchRequest) -> list[ScoredDocument]:
         return list(self._bridge.call(_search, request))
 
-    async def _asearch(self, request: SearchRequest) -> list[Any]:
+    async def _asearch(self, request: SearchRequest) -> list[ScoredDocument]:
         return list(await self._bridge.acall(_search, request))
 
     def __repr__(self) -> str:
@@ -581,10 +651,11 @@ class TrioRecallRetriever(VectorStoreRetriever):
     )
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: object
     ) -> list[LCDocument]:
         if self.search_type == "recall":
-            return _store_of(self).recall_search(query, **(self.search_kwargs | kwargs))
+            store = _store_of(self)
+            return _docs(store._search(store._recall_options(query, self.search_kwargs | kwargs)))
         hits: list[LCDocument] = super()._get_relevant_documents(
             query, run_manager=run_manager, **kwargs
         )
@@ -595,11 +666,12 @@ class TrioRecallRetriever(VectorStoreRetriever):
         query: str,
         *,
         run_manager: AsyncCallbackManagerForRetrieverRun,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[LCDocument]:
         if self.search_type == "recall":
             store = _store_of(self)
-            return await store.arecall_search(query, **(self.search_kwargs | kwargs))
+            request = store._recall_options(query, self.search_kwargs | kwargs)
+            return _docs(await store._asearch(request))
         hits: list[LCDocument] = await super()._aget_relevant_documents(
             query, run_manager=run_manager, **kwargs
         )
@@ -629,7 +701,7 @@ class TrioRecallEmbeddings(Embeddings):
         ConfigError: ``embedder`` has no ``embed(text)``.
     """
 
-    def __init__(self, embedder: Any) -> None:
+    def __init__(self, embedder: Embedder) -> None:
         if not callable(getattr(embedder, "embed", None)):
             raise ConfigError(
                 f"embedder {type(embedder).__name__} has no embed(text); expected a "
@@ -652,49 +724,47 @@ class TrioRecallEmbeddings(Embeddings):
         return f"TrioRecallEmbeddings({self.embedder!r})"
 
 
-_REQUEST_FIELDS = frozenset(
-    {"query", "vector", "k", "kind", "fetch_k", "lambda_mult", "score_threshold", "settings"}
-)
+#: The keyword arguments every search takes beside its own (module docstring).
+_SEARCH_OPTIONS = frozenset({"filter", "since", "until"})
 
 
 # --- run in the store's trio loop: plain data in, plain data out ------------------------
 
 
-async def _upsert(store: Any, documents: list[Document], namespace: str) -> list[str]:
+async def _upsert(store: AdapterStore, documents: list[Document], namespace: str) -> list[str]:
     ids: list[str] = await store.upsert(documents, namespace)
     return ids
 
 
-async def _delete(store: Any, ids: list[str] | None, namespace: str) -> None:
+async def _delete(store: AdapterStore, ids: list[str] | None, namespace: str) -> None:
     if ids is None:
         await store.clear(namespace)
     elif ids:
         await store.delete(ids, namespace)
 
 
-async def _get(store: Any, ids: list[str], namespace: str) -> list[Document]:
+async def _get(store: AdapterStore, ids: list[str], namespace: str) -> list[Document]:
     documents: list[Document] = await store.get_by_ids(ids, namespace)
     return documents
 
 
-async def _search(store: Any, request: SearchRequest) -> list[Any]:
-    hits: list[Any] = await store.search(request)
-    return hits
+async def _search(store: AdapterStore, request: SearchRequest) -> list[ScoredDocument]:
+    return await store.search(request)
 
 
 # --- conversions, in the caller's thread ------------------------------------------------
 
 
-def _no_extra(method: str, kwargs: dict[str, Any]) -> None:
+def _no_extra(method: str, kwargs: Mapping[str, object]) -> None:
     if kwargs:
         raise ConfigError(f"{_WHAT}.{method} got unknown arguments {sorted(kwargs)}")
 
 
 def _text_documents(
     texts: Iterable[str],
-    metadatas: list[dict[str, Any]] | None,
+    metadatas: Sequence[Mapping[str, object]] | None,
     ids: Sequence[str | None] | None,
-    kwargs: dict[str, Any],
+    kwargs: Mapping[str, object],
 ) -> list[Document]:
     _no_extra("add_texts", kwargs)
     if isinstance(texts, str):
@@ -711,7 +781,7 @@ def _text_documents(
     ]
 
 
-def _document(text: str, metadata: dict[str, Any], id: str | None) -> Document:
+def _document(text: str, metadata: Mapping[str, object], id: str | None) -> Document:
     """A LangChain text and metadata as the store's document: ``occurred_at`` and
     ``conversation`` (module docstring) are read from the metadata into the document's
     fields, and ``occurred_at`` is kept there as ISO 8601 text in UTC."""
@@ -734,8 +804,9 @@ def _document(text: str, metadata: dict[str, Any], id: str | None) -> Document:
     ).with_id()
 
 
-def _documents(documents: list[LCDocument], kwargs: dict[str, Any]) -> list[Document]:
-    ids = kwargs.pop("ids", None)
+def _documents(
+    documents: list[LCDocument], ids: Sequence[str | None] | None, kwargs: Mapping[str, object]
+) -> list[Document]:
     _no_extra("add_documents", kwargs)
     if ids is not None and len(ids) != len(documents):
         raise ConfigError(
@@ -754,11 +825,11 @@ def _lc(document: Document) -> LCDocument:
     return LCDocument(page_content=document.text, metadata=document.metadata, id=document.id)
 
 
-def _docs(hits: list[Any]) -> list[LCDocument]:
+def _docs(hits: list[ScoredDocument]) -> list[LCDocument]:
     return [_lc(hit.document) for hit in hits]
 
 
-def _scored(hits: list[Any]) -> list[tuple[LCDocument, float]]:
+def _scored(hits: list[ScoredDocument]) -> list[tuple[LCDocument, float]]:
     return [(_lc(hit.document), float(hit.score)) for hit in hits]
 
 

@@ -32,10 +32,10 @@ How LangGraph's model maps onto trio-recall's (``_langgraph_ops`` has the detail
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import attrs
 import msgspec
@@ -53,7 +53,7 @@ from langgraph.store.base import (
     SearchOp,
     ensure_embeddings,
 )
-from langgraph.store.base.embed import EmbeddingsLambda
+from langgraph.store.base.embed import AEmbeddingsFunc, EmbeddingsFunc, EmbeddingsLambda
 
 from actors import AnyEmbedder, HashingEmbedder, Store
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
@@ -61,9 +61,9 @@ from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol.checks import check_int, shown
 
 from . import _langgraph_ops as mapping
-from ._backends import BridgedStore, store_opener
+from ._backends import AdapterStore, BridgedStore, PgOptions, store_opener
 from ._bridge import TrioBridge
-from ._embeddings import LangChainEmbedder
+from ._embeddings import LangChainEmbedder, SyncEmbeddings
 
 __all__ = ["TrioRecallStore"]
 
@@ -72,9 +72,10 @@ _WHAT = "TrioRecallStore"
 _INDEX_KEYS = ("dims", "embed", "fields")
 _RANKINGS = ("recall", "similarity")
 Ranking = Literal["recall", "similarity"]
+T = TypeVar("T")
 
 
-class TrioRecallStore(BridgedStore, BaseStore):
+class TrioRecallStore(BridgedStore["_Core"], BaseStore):
     """A LangGraph store over a trio-recall store, in memory or on PostgreSQL.
 
     Args:
@@ -121,7 +122,7 @@ class TrioRecallStore(BridgedStore, BaseStore):
         dsn: str | None = None,
         table: str = "trio_recall_langgraph",
         embed_timeout: float | None = None,
-        pg_options: dict[str, Any] | None = None,
+        pg_options: PgOptions | None = None,
         ranking: Ranking = "recall",
     ) -> None:
         order = _check_ranking(ranking)
@@ -296,7 +297,7 @@ class _Get:
 
 @attrs.frozen
 class _Search:
-    scope: dict[str, Any]
+    scope: dict[str, object]
     post: mapping.PostFilter | None
     query: str | None
     limit: int
@@ -305,7 +306,7 @@ class _Search:
 
 @attrs.frozen
 class _Listing:
-    scope: dict[str, Any]
+    scope: dict[str, object]
     conditions: tuple[MatchCondition, ...]
     max_depth: int | None
     limit: int
@@ -393,7 +394,7 @@ class _Core:
     # and writes it with no other put of this process in between.
     lock: trio.Lock = attrs.field(factory=trio.Lock)
 
-    async def everything(self, scope: Mapping[str, Any], k: int) -> list[Document]:
+    async def everything(self, scope: Mapping[str, object], k: int) -> list[Document]:
         """The newest-written ``k`` entries in scope (a zero query scores all 0.0, and
         ties go to the newest)."""
         request = SearchRequest(
@@ -489,7 +490,7 @@ async def _execute(core: _Core, plan: _Plan) -> list[Result]:
 
 @asynccontextmanager
 async def _open_core(
-    opener: Callable[[], AbstractAsyncContextManager[Any]],
+    opener: Callable[[], AbstractAsyncContextManager[AdapterStore]],
     namespace: str,
     fields: list[tuple[str, str | list[str]]] | None,
     ranking: Ranking,
@@ -523,7 +524,7 @@ def _index_settings(
             "index has no 'embed'; expected a LangChain Embeddings, an embedding "
             "function or a provider string"
         )
-    embeddings: Any = ensure_embeddings(index["embed"])
+    embeddings: SyncEmbeddings = ensure_embeddings(index["embed"])
     if isinstance(embeddings, EmbeddingsLambda) and getattr(embeddings, "func", None) is None:
         embeddings = _AsyncFunction(embeddings.afunc)
     fields = mapping.tokenized_fields(_check_fields(index.get("fields")))
@@ -558,15 +559,21 @@ class _AsyncFunction:
     from the store's embedding worker thread, where no asyncio loop runs: each call runs
     it to completion in a fresh loop of that thread (``asyncio.run``)."""
 
-    def __init__(self, afunc: Any) -> None:
-        self.afunc = afunc
+    def __init__(self, afunc: EmbeddingsFunc | AEmbeddingsFunc) -> None:
+        self.afunc = afunc  # LangGraph types it either way; it is async when func is None
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        vectors: list[list[float]] = asyncio.run(self.afunc(list(texts)))
-        return vectors
+        vectors = self.afunc(list(texts))
+        if isinstance(vectors, list):
+            return vectors
+        return asyncio.run(_awaited(vectors))
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def _check_space(namespace: object) -> str:

@@ -275,6 +275,13 @@ def test_bad_input_is_refused_whole(backend: dict[str, Any]) -> None:
             vs.add_texts(["a", "b"], [{}])
         with pytest.raises(ConfigError, match="unknown search arguments"):
             vs.similarity_search("a", k=1, filters={"a": 1})
+        # Only filter, since and until come as extra keywords; the rest are the method's.
+        with pytest.raises(ConfigError, match=r"unknown search arguments \['kind'\]"):
+            vs.similarity_search("a", k=1, kind="mmr")
+        with pytest.raises(ConfigError, match="settings is a dict; expected RecallSettings"):
+            vs.search("a", "recall", settings={"date_weight": 0})
+        with pytest.raises(ConfigError, match=r"unknown recall_search arguments \['fetch_k'\]"):
+            vs.search("a", "recall", fetch_k=3)
         with pytest.raises(ConfigError, match="k is 0"):
             vs.similarity_search("a", k=0)
         with pytest.raises(ConfigError, match="unknown arguments"):
