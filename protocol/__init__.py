@@ -72,6 +72,7 @@ from ._store import RetrievedTurn as RetrievedTurn
 from ._store import VectorStoreUsage as VectorStoreUsage
 from ._time import entry_text as entry_text
 from ._time import parse_time as parse_time
+from .compaction import __all__ as _compaction_names
 
 __all__ = [
     "ConfigError",
@@ -141,29 +142,7 @@ _fixup_module_metadata(__name__, globals(), __all__)
 # Names that left the top level after 0.1.0 for a submodule: importable from here, with a
 # DeprecationWarning, for one release.
 _MOVED = {
-    **dict.fromkeys(
-        [
-            "ClampOversizedMessages",
-            "Clamped",
-            "CompactionAction",
-            "CompressionReport",
-            "DropObservations",
-            "Dropped",
-            "Offload",
-            "Offloaded",
-            "PluginError",
-            "PluginInternalError",
-            "PluginValidationError",
-            "Rejected",
-            "Skipped",
-            "SlidingWindow",
-            "Strategy",
-            "Summarize",
-            "Summarized",
-            "contextual_entry",
-        ],
-        "protocol.compaction",
-    ),
+    **dict.fromkeys(_compaction_names, "protocol.compaction"),
     **dict.fromkeys(["Cleared", "Compressed", "TurnsStored"], "protocol.messages"),
 }
 

@@ -37,35 +37,6 @@ import msgspec
 
 from ._embedding import EmbeddingCall, InputType
 
-__all__ = [
-    "InjectedItem",
-    "DocumentsAdded",
-    "DocumentsDeleted",
-    "EmbeddingCompleted",
-    "EmbeddingEmbedded",
-    "EmbeddingFailed",
-    "EmbeddingStarted",
-    "Event",
-    "EventSink",
-    "Evicted",
-    "IndexingBatchCompleted",
-    "IndexingCompleted",
-    "IndexingFailed",
-    "IndexingStarted",
-    "MemoryEvent",
-    "RecallFailed",
-    "RecallInjected",
-    "Recalled",
-    "RetrieverCompleted",
-    "RetrieverFailed",
-    "RetrieverStarted",
-    "StoreNearCap",
-    "StoreSearched",
-    "TurnsOffloaded",
-    "TurnsSummarized",
-    "fingerprint",
-]
-
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     """Base of every event."""

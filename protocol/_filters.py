@@ -66,30 +66,6 @@ import msgspec
 from ._checks import shown
 from ._errors import FilterError
 
-__all__ = [
-    "And",
-    "Eq",
-    "Exists",
-    "Filter",
-    "FilterNode",
-    "Gt",
-    "Gte",
-    "In",
-    "Lt",
-    "Lte",
-    "Ne",
-    "Nin",
-    "Not",
-    "Or",
-    "MAX_FILTER_DEPTH",
-    "MAX_FILTER_NODES",
-    "Scalar",
-    "check_filter",
-    "filter_option",
-    "matches",
-    "parse_filter",
-]
-
 Scalar = str | int | float | bool | None
 Orderable = str | int | float
 

@@ -20,28 +20,6 @@ from ._errors import ConfigError
 from ._render import PLACEMENTS, RENDERERS, RecallInjection
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
 
-__all__ = [
-    "Clamped",
-    "ClampOversizedMessages",
-    "CompactionAction",
-    "CompressionReport",
-    "contextual_entry",
-    "DropObservations",
-    "Dropped",
-    "MemoryConfig",
-    "Offload",
-    "Offloaded",
-    "RecallSettings",
-    "Rejected",
-    "Skipped",
-    "SlidingWindow",
-    "Strategy",
-    "Summarize",
-    "Summarized",
-    "TurnReport",
-]
-
-
 # --- strategies ---------------------------------------------------------------------------
 
 

@@ -20,23 +20,6 @@ from ._documents import DeleteResult, Document
 from ._memory import CompressionReport, RecallSettings
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
 
-__all__ = [
-    "Clear",
-    "Cleared",
-    "Compress",
-    "Compressed",
-    "Delete",
-    "DocumentsUpserted",
-    "Inject",
-    "Msg",
-    "Recall",
-    "StoreReply",
-    "StoreRequest",
-    "StoreTurns",
-    "TurnsStored",
-    "UpsertDocuments",
-]
-
 
 class Msg(msgspec.Struct, frozen=True, tag_field="kind"):
     """The base of every actor message. Subclasses repeat ``kw_only=True``."""

@@ -151,9 +151,38 @@ def _search_request() -> st.SearchStrategy[Any]:
     )
 
 
+def _memory_config() -> st.SearchStrategy[Any]:
+    # Its validation ties fields together (section_priority only with a system_section
+    # placement, instance_id against namespace) and bounds most of them, so random
+    # fields are almost always refused: build valid ones directly.
+    from protocol.compaction import Offload, SlidingWindow, Summarize
+
+    cls = protocol.MemoryConfig
+    strategies = [Offload(turns=2), Summarize(turns=3), SlidingWindow(max_messages=8)]
+
+    def build(placement: str) -> st.SearchStrategy[Any]:
+        priority = st.none()
+        if placement == "system_section":
+            priority = st.none() | st.integers(0, 64)
+        return st.builds(
+            cls,
+            strategies=st.lists(st.sampled_from(strategies), max_size=3),
+            instance_id=st.none() | st.text(alphabet="abcdef0123456789", min_size=1, max_size=8),
+            top_k=st.integers(1, 64),
+            min_similarity=st.none() | st.floats(-1, 1),
+            renderer=st.sampled_from(["plain", "xml"]),
+            placement=st.just(placement),
+            section_priority=priority,
+            retriever_name=st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=16),
+            recall=struct_strategy(protocol.RecallSettings),
+        )
+
+    return st.sampled_from(["before_user", "system_section"]).flatmap(build)
+
+
 #: Hand-written strategies, by class name, for types whose validation random fields
 #: rarely pass.
-OVERRIDES: dict[str, Any] = {"SearchRequest": _search_request}
+OVERRIDES: dict[str, Any] = {"SearchRequest": _search_request, "MemoryConfig": _memory_config}
 
 
 def struct_strategy(cls: type[msgspec.Struct]) -> st.SearchStrategy[Any]:

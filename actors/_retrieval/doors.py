@@ -11,17 +11,6 @@ from typing import cast
 from protocol import ConfigError, SearchKind, parse_time
 from protocol.checks import DEFAULT_MIN_SIMILARITY, check_time, shown
 
-__all__ = [
-    "DEFAULT_MODE",
-    "FLOORLESS_MODES",
-    "SEARCH_MODES",
-    "candidate_depth",
-    "check_mode",
-    "check_similarity",
-    "door_time",
-    "relevance_floor",
-]
-
 #: The search modes a door offers, the default first (``SearchRequest.kind``'s values).
 SEARCH_MODES = ("recall", "similarity", "bm25", "hybrid", "mmr")
 #: What a door searches with when the caller names no mode: what ``Memory`` recalls with.
