@@ -4,13 +4,12 @@ It serves one request at a time, so recall load never piles up concurrent embedd
 calls; the store's reads do not use the store's inbox, so recall never waits behind a
 slow write. What it does inside is one call of the engine: a
 ``SearchRequest(kind="recall")`` (``actors/_retrieval/recall.py``), with ``min_similarity`` as
-its floor, built as turns; the block budget and the provenance of every injected item
+its floor, built as turns (``Store.search_turns``, so any :class:`~actors.Store`
+serves it); the block budget and the provenance of every injected item
 are the injection actor's.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import trio
 
@@ -20,8 +19,8 @@ from protocol._memory import describe_error
 from protocol.events import Recalled, RecallFailed
 from protocol.messages import Recall
 
+from .._store.contract import Store
 from .._store.events import EventHub, now
-from .._store.handle import Store, StoreHandleBase
 from .._store.mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -31,9 +30,7 @@ class RecallActor:
     """Owns the receive side of its inbox; every failure is a reply to its caller."""
 
     def __init__(self, store: Store, hub: EventHub, inbox_size: int) -> None:
-        # Every Store a memory runs over is a handle, which runs the engine.
-        assert isinstance(store, StoreHandleBase)
-        self.store: StoreHandleBase[Any] = store
+        self.store = store
         self.hub = hub
         self.mailbox: Mailbox[Recall] = Mailbox.open("recall", inbox_size)
 
@@ -45,7 +42,7 @@ class RecallActor:
         or ``RecallFailed``. ``scanned`` still counts every entry scored."""
         query_print = fingerprint(request.query)
         try:
-            report = await self.store._recall(
+            report = await self.store.search_turns(
                 SearchRequest(
                     query=request.query,
                     k=request.k,

@@ -18,7 +18,7 @@ import trio
 from protocol import Event, TurnsStored
 from protocol.events import Evicted, StoreNearCap
 
-from .handle import Store
+from .contract import Store
 from .prepare import check_int
 
 __all__ = ["EventHub", "StoreWatch", "Subscription", "now"]

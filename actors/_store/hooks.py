@@ -38,13 +38,13 @@ from protocol.messages import (
     Delete,
     DocumentsUpserted,
     StoreReply,
-    StoreRequest,
     StoreTurns,
     UpsertDocuments,
 )
 
 from .._embedding.cache import check_profile
 from .._embedding.embedders import as_vector, normalize_rows
+from .backend import PutDocuments, PutTurns, Write
 
 __all__ = [
     "bound_profile",
@@ -58,11 +58,11 @@ __all__ = [
 ]
 
 
-def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
+def write_event(request: Write, result: StoreReply) -> Event | None:
     """The event of a committed write, or None for a write that has none."""
     at = trio.current_time()
     match request, result:
-        case StoreTurns(namespace=namespace, source=source), TurnsStored():
+        case PutTurns(request=StoreTurns(namespace=namespace, source=source)), TurnsStored():
             return DocumentsAdded(
                 at=at,
                 namespace=namespace,
@@ -72,7 +72,7 @@ def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
                 replaced=0,
                 evicted=result.evicted,
             )
-        case UpsertDocuments(namespace=namespace), DocumentsUpserted():
+        case PutDocuments(request=UpsertDocuments(namespace=namespace)), DocumentsUpserted():
             return DocumentsAdded(
                 at=at,
                 namespace=namespace,

@@ -29,6 +29,7 @@ The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -78,6 +79,7 @@ __all__ = [
     "clamp_k",
     "document_bytes",
     "entry_bytes",
+    "metadata_from_json",
     "name_bytes",
     "turn_bytes",
     "exact_msgpack",
@@ -95,6 +97,7 @@ _JSON_ENCODER = msgspec.json.Encoder()
 _LONGER_IN_MSGPACK = (float, str, list, dict)
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_JSON_DICT_DECODER = msgspec.json.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
 
 #: What each content block after a turn's first counts against ``max_entry_bytes``,
@@ -283,6 +286,20 @@ def metadata_json(
     return bytes(memoryview(encoded))
 
 
+def metadata_from_json(compact: bytes) -> dict[str, Any]:
+    """The metadata a :func:`metadata_json` text holds, as a new dict: what a backend
+    reads once the handle has checked a write, so that the caller's own dict, which it
+    may change while the write waits in the inbox, is never read again."""
+    if not compact:
+        return {}
+    try:
+        decoded: dict[str, Any] = _JSON_DICT_DECODER.decode(compact)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # A lone surrogate: compact_json wrote it in its 3-byte form.
+        decoded = json.loads(compact.decode("utf-8", "surrogatepass"))
+    return decoded
+
+
 def document_bytes(document: Document) -> int:
     """A document's size, checked against ``max_entry_bytes``: :func:`entry_bytes` of
     its text, id, source id, conversation and metadata (an index text the store derives
@@ -422,30 +439,31 @@ def turns_request(
     metadata: dict[str, Any] | None,
     ids: Sequence[str] | None,
     texts: Sequence[str] | None,
-    occurred_at: object = None,
-    conversation: object = None,
+    occurred_at: dt.datetime | None = None,
+    conversation: str | None = None,
 ) -> StoreTurns:
-    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments; the actor
-    checks the rest (:func:`check_turns`) before it changes anything.
+    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments, with its
+    lists copied; :func:`check_turns` then checks everything in it, once.
 
     Raises:
-        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list; ``occurred_at`` is
-            not None or an aware datetime; ``conversation`` is not None or a name
-            (:func:`protocol._time.check_conversation`).
+        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list.
     """
     if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
         raise ConfigError(f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage")
-    if texts is not None and (isinstance(texts, str | bytes) or not isinstance(texts, Sequence)):
-        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    for name, values in (("texts", texts), ("ids", ids)):
+        if values is not None and (
+            isinstance(values, str | bytes) or not isinstance(values, Sequence)
+        ):
+            raise ConfigError(f"{name} is a {type(values).__name__}; expected a list of str")
     return StoreTurns(
         turns=list(turns),
         namespace=namespace,
         source=source,
         metadata={} if metadata is None else metadata,
-        ids=None if ids is None else check_ids(ids),
+        ids=None if ids is None else list(ids),
         texts=None if texts is None else list(texts),
-        occurred_at=check_time("occurred_at", occurred_at),
-        conversation=check_conversation(conversation),
+        occurred_at=occurred_at,
+        conversation=conversation,
     )
 
 
@@ -496,8 +514,12 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     payload, blocks, index text, id and the batch's source and metadata, against
     ``max_entry_bytes``. (A batch of plain turns takes the same sum in one light pass.)
 
+    This is the one place a turn batch is checked: the store handle calls it once per
+    write, in the caller's task, and the backend trusts the batch it returns.
+
     Raises:
-        ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
+        ConfigError: an empty or non-str namespace or source; a turn that is not a
+            ``UnifiedMessage``; ids or texts that are not
             one non-empty str (ids) or one str (texts) per turn; a repeated id; an id
             over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`;
             an ``occurred_at`` that is not an aware datetime, or a bad conversation.
@@ -507,6 +529,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     """
     turns = request.turns
     count = len(turns)
+    check_name("namespace", request.namespace)
+    check_name("source", request.source)
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     occurred_at = check_time("occurred_at", request.occurred_at)
     conversation = check_conversation(request.conversation)
@@ -516,7 +540,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         _check_turn_texts(texts, count)
     meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
-    shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
+    shared = len(meta) + name_bytes(request.source)
     if conversation is not None:
         shared += name_bytes(conversation)
     plain, roles = _plain_turns(turns)

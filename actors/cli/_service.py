@@ -58,7 +58,7 @@ from .._retrieval.doors import (
     door_time,
     relevance_floor,
 )
-from .._store.handle import Store
+from .._store.contract import Store
 
 __all__ = ["MAX_IDS", "MAX_NAME_BYTES", "MemoryService", "ToolInputError", "hit", "iso_time"]
 
@@ -249,8 +249,7 @@ class MemoryService:
     async def memory_stats(self) -> dict[str, Any]:
         """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``: the
         whole store's counts (every namespace), fresh from the database on pg."""
-        refresh = getattr(self.store, "refresh", None)
-        usage = await refresh() if refresh is not None else self.store.usage()
+        usage = await self.store.refresh()
         return {
             "entries": usage.entries,
             "capacity": usage.capacity,

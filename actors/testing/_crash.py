@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._inmemory.store import StoreHandle
+from .._store.handle import StoreHandle
 
 
 class InjectedCrash(RuntimeError):
