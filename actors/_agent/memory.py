@@ -645,9 +645,10 @@ async def open_memory(
 
     **The store.** ``store`` is either a :class:`~protocol.VectorStoreConfig`, and the
     memory opens an in-memory store with :func:`~actors.open_store` and owns it, or an
-    open store handle (from ``open_store`` or ``open_pg_store``), which the memory
-    borrows: it never closes it, so the handle stays usable after the memory closes,
-    and several memories may share it (with the same namespace they see each other's
+    open store (a handle from ``open_store`` or ``open_pg_store``, or any object that
+    implements :class:`~actors.Store`), which the memory borrows: it never closes it,
+    so the store stays usable after the memory closes, and several memories may share
+    it (with the same namespace they see each other's
     memories; give each its own ``MemoryConfig(namespace=...)`` to keep them apart).
     A memory over a pg handle persists what it offloads.
 
@@ -661,8 +662,10 @@ async def open_memory(
     own ``async with``.
 
     Args:
-        store: a ``VectorStoreConfig`` (an owned in-memory store) or an open store
-            handle (borrowed).
+        store: a ``VectorStoreConfig`` (an owned in-memory store) or an open
+            :class:`~actors.Store` (borrowed): a handle of either backend, or a class
+            of the caller's own, which the memory uses through the ``Store`` methods
+            alone (then it has no taps on the store's embedder or write events).
         memory: compaction, recall and injection settings; ``MemoryConfig()`` if None.
         embedder: for an owned store: an ``Embedder``, ``AsyncEmbedder``,
             ``EmbeddingModel`` or ``CachedEmbedder``; ``HashingEmbedder(dimensions)`` if
