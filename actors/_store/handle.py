@@ -107,6 +107,11 @@ class StoreHandle(metaclass=NoPublicConstructor):
     caller that wants fresh counters needs no backend test; only the pg ``table``
     stays on the thin ``PgStoreHandle``.
 
+    Each write is checked here, once, in the caller's task (``check_turns``,
+    ``check_documents``): a refused write raises before anything is sent, and the
+    actor trusts the checked batch it is sent (it only embeds, sizes what needs the
+    embedder, and commits).
+
     Once the actor has crashed every method raises :class:`~protocol.Poisoned`; once the
     store has closed, ``trio.ClosedResourceError``; if the actor stopped while the store
     is open, ``trio.BrokenResourceError``.
