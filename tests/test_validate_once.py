@@ -11,19 +11,21 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 import trio
+import trio.testing
 from pg_support import fresh_pg_store, session_dsn
 
 import protocol._json
 import protocol._time
 from actors import HashingEmbedder, open_memory, open_store
 from actors._store import prepare
-from protocol import Document, JsonError, UnifiedMessage, VectorStoreConfig
+from protocol import Document, JsonError, Text, UnifiedMessage, VectorStoreConfig
 
 DIM = 16
 CONFIG = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=4096)
@@ -146,3 +148,70 @@ async def test_add_documents_checks_each_write_once(
                 "check_conversation": 4,
             }
             assert len(await store.get_by_ids(ids)) == 4
+
+
+class GatedEmbedder:
+    """An async embedder whose document calls wait for ``gate`` once it is armed."""
+
+    dimensions = DIM
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(DIM)
+        self.gate: trio.Event | None = None
+        self.waiting = trio.Event()
+
+    async def embed_documents(self, texts: Sequence[str]) -> object:
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+        return self.inner.embed_batch(texts)
+
+    async def embed_query(self, text: str) -> object:
+        return self.inner.embed(text)
+
+
+def gated_memory_store(embedder: GatedEmbedder) -> AbstractAsyncContextManager[Any]:
+    return open_store(CONFIG, embedder)
+
+
+def gated_pg_store(embedder: GatedEmbedder) -> AbstractAsyncContextManager[Any]:
+    return fresh_pg_store(session_dsn(), CONFIG, embedder)
+
+
+@pytest.mark.parametrize("opener", [gated_memory_store, gated_pg_store], ids=["memory", "pg"])
+async def test_a_checked_write_ignores_changes_made_while_it_waits(
+    opener: Callable[[GatedEmbedder], AbstractAsyncContextManager[Any]],
+) -> None:
+    """The actor trusts the batch the handle built, so that batch must not read the
+    caller's objects again: a message and metadata changed after ``store_turns`` was
+    called (here while the write waits in the inbox) are stored as they were checked,
+    and nothing poisons the store."""
+    embedder = GatedEmbedder()
+    first = UnifiedMessage.user("first")
+    message = UnifiedMessage(role="user", content=[Text(text="as checked")], name="ann")
+    metadata: dict[str, Any] = {"kept": "yes"}
+    with trio.fail_after(30):
+        async with opener(embedder) as store:
+            async with trio.open_nursery() as nursery:
+                embedder.gate = trio.Event()
+                nursery.start_soon(store.store_turns, [first])
+                await embedder.waiting.wait()  # the actor is embedding the first write
+                stored: list[Any] = []
+
+                async def second() -> None:
+                    stored.append(await store.store_turns([message], metadata=metadata))
+
+                nursery.start_soon(second)
+                await trio.testing.wait_all_tasks_blocked()  # checked and queued
+                content: list[Any] = message.content
+                content.append(object())
+                metadata["kept"] = object()
+                embedder.gate.set()
+            [entry_id] = stored[0].ids
+            report = await store.retrieve_embedding(np.ones(DIM), k=8)
+            got = {t.id: t for t in report.turns}[entry_id]
+            assert got.message == UnifiedMessage(
+                role="user", content=[Text(text="as checked")], name="ann"
+            )
+            assert got.metadata == {"kept": "yes"}
+            assert store.usage().entries == 2

@@ -60,7 +60,7 @@ from .._store.hooks import (
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.precomputed import document_vectors
-from .._store.prepare import checked_rows, exact_msgpack_many, private_json
+from .._store.prepare import checked_rows, private_json
 from .arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from .blas import BlasControl, LeaveThreads
 from .filtering import PackedMetadata
@@ -283,13 +283,13 @@ class _StoreActor(CrashableActor):
         # Only ASCII text: an ASCII str holds its bytes plus a constant, as the
         # msgpack copy did, while another str may also hold a cached UTF-8 copy of
         # itself (up to twice its UTF-8 size), which the memory bound does not allow.
-        plain = batch.roles is not None and batch.all_ascii and not batch.given
+        plain = batch.plain
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
                 zero=zero,
                 texts=batch.texts,
-                payloads=[None] * keep if plain else exact_msgpack_many(batch.survivors),
+                payloads=[None] * keep if plain else [*batch.messages_msgpack()],
                 metadata=[metadata] * keep,
                 ids=batch.ids,
                 source_ids=[None] * keep,

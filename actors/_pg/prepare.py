@@ -20,7 +20,7 @@ from .._retrieval.bm25 import term_counts, token_counts
 from .._store.backend import PutDocuments, PutTurns
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.precomputed import document_vectors
-from .._store.prepare import exact_msgpack_many, metadata_from_json
+from .._store.prepare import metadata_from_json
 from .schema import (
     check_pg_text,
     exact_text,
@@ -125,7 +125,7 @@ async def prepare_turns(
     if batch.ids is not None and not _plain(batch.ids):
         for entry_id in batch.ids:
             check_pg_text("id", entry_id)
-    survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
+    texts, keep = batch.texts, len(batch.survivors)
     when = batch.occurred_at or write_time()
     # Only a conversation's predecessor is read (a round trip), and not for given texts.
     previous = {} if batch.given else await before(namespace, [conversation], batch.ids or [])
@@ -133,7 +133,7 @@ async def prepare_turns(
     indexed = indexed_texts(texts, index_texts)
     vectors, zero = await _embed(embedder, indexed, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
-    payloads: list[bytes | None] = [*exact_msgpack_many(survivors)]  # one encode call
+    payloads: list[bytes | None] = [*batch.messages_msgpack()]  # encoded by the check
     return PreparedEntries(
         vectors=vectors,
         zero=zero,

@@ -505,6 +505,27 @@ class TurnBatch:
     sizes: list[int] = attrs.field(factory=list)
     occurred_at: dt.datetime | None = None
     conversation: str | None = None
+    payloads: list[bytes] | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether every survivor is a plain ASCII turn indexed by its own text: then
+        its role and text rebuild it exactly, and :attr:`payloads` is None."""
+        return self.roles is not None and self.all_ascii and not self.given
+
+    def messages_msgpack(self) -> list[bytes]:
+        """Each survivor as msgpack: :attr:`payloads`, or for a plain batch the messages
+        its roles and texts rebuild (never the caller's objects, which it may change
+        while the write waits in the inbox)."""
+        if self.payloads is not None:
+            return self.payloads
+        assert self.roles is not None
+        return exact_msgpack_many(
+            [
+                UnifiedMessage(role=role, content=[Text(text=text)])
+                for role, text in zip(self.roles, self.texts, strict=True)
+            ]
+        )
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
@@ -561,18 +582,25 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         kept = plain[head:]  # a lone text block is its turn's projection
     else:
         kept = [projection(t) for t in survivors]
+    kept_roles = None if roles is None else roles[head:]
+    # The messages as the store keeps them, encoded now, in the caller's task: the
+    # batch waits in the inbox before a backend reads it, and the caller may change a
+    # message's content list meanwhile. A plain ASCII batch is kept as its roles and
+    # texts (immutable), so it needs no encoding here.
+    plain_batch = kept_roles is not None and all_ascii and texts is None
     return TurnBatch(
         survivors=survivors,
         texts=kept,
         given=texts is not None,
         ids=None if ids is None else ids[head:],
         dropped=head,
-        roles=None if roles is None else roles[head:],
+        roles=kept_roles,
         all_ascii=all_ascii,
         metadata_json=meta,
         sizes=sizes[head:],
         occurred_at=occurred_at,
         conversation=conversation,
+        payloads=None if plain_batch else exact_msgpack_many(survivors),
     )
 
 
