@@ -29,11 +29,11 @@ from ._embedding.minilm import MiniLMStatistics as MiniLMStatistics
 from ._embedding.openai import OpenAIEmbeddings as OpenAIEmbeddings
 from ._embedding.sparse import SparseEmbeddingModel as SparseEmbeddingModel
 from ._embedding.st_adapter import SentenceTransformerEmbedder as SentenceTransformerEmbedder
-from ._inmemory.store import StoreHandle as StoreHandle
-from ._inmemory.store import StoreStatistics as StoreStatistics
 from ._inmemory.store import open_store as open_store
+from ._store.contract import Store as Store
 from ._store.events import Subscription as Subscription
-from ._store.handle import Store as Store
+from ._store.handle import StoreHandle as StoreHandle
+from ._store.handle import StoreStatistics as StoreStatistics
 from ._store.indexing import DocumentStore as DocumentStore
 from ._store.indexing import InMemoryRecordManager as InMemoryRecordManager
 from ._store.indexing import Record as Record

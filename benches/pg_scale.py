@@ -596,11 +596,13 @@ async def write_breakdown(
 ) -> dict[str, Any]:
     """Where one add_documents batch's time goes, per phase (p50 over ``batches``
     batches of BATCH rows, written to a table of their own): building the Documents
-    (the caller's side), phase 1 (validation and preparation, in the actor, changing
-    nothing: ``actors._pg.prepare``) and the rest (the commit's transaction: the COPY
-    of rows and postings, and its few statements)."""
+    (the caller's side), phase 1 (the handle's one check, ``check_documents``, and the
+    actor's preparation, changing nothing: ``actors._pg.prepare``) and the rest (the
+    commit's transaction: the COPY of rows and postings, and its few statements)."""
     from actors._embedding.embedders import EmbedderAdapter
     from actors._pg.prepare import prepare_documents
+    from actors._store.backend import PutDocuments
+    from actors._store.prepare import check_documents
     from protocol.messages import UpsertDocuments
 
     texts, ids, metas, vectors = data
@@ -620,8 +622,12 @@ async def write_breakdown(
                 for i in rows
             ]
             t1 = time.perf_counter()
+            request = UpsertDocuments(documents=batch, namespace="memory-default")
+            checked = check_documents(
+                request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+            )
             prepared = await prepare_documents(
-                UpsertDocuments(documents=batch, namespace="memory-default"),
+                PutDocuments(request, checked),
                 config,
                 adapter,
                 keyword_index=keyword_index,

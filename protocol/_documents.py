@@ -14,6 +14,7 @@ search rather than given a second meaning.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 import math
@@ -133,7 +134,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         if self.id is not None:
             return self
         if self.occurred_at is None and self.conversation is None:
-            return msgspec.structs.replace(self, id=document_id(self.text, self.metadata))
+            return self._named(document_id(self.text, self.metadata))
         # The same words said twice in a conversation are two memories, not one.
         blob = canonical_json(
             {
@@ -143,7 +144,15 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
                 "conversation": self.conversation,
             }
         )
-        return msgspec.structs.replace(self, id=hashlib.sha256(blob).hexdigest()[:32])
+        return self._named(hashlib.sha256(blob).hexdigest()[:32])
+
+    def _named(self, entry_id: str) -> Document:
+        # A copy with its id set, not a new Document: this one was checked as it was
+        # made, and the store checks a batch once more as it is written (a replace would
+        # run every field check a third time).
+        named = copy.copy(self)
+        msgspec.structs.force_setattr(named, "id", entry_id)
+        return named
 
 
 def _check_real(what: str, value: object) -> float:

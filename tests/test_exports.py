@@ -385,6 +385,9 @@ SUBCLASSABLE = {
     "actors.testing.EmbedderConformance": "subclass as Test... with make_embedder()",
     "actors.testing.RecordManagerConformance": "subclass with make_record_manager()",
     "actors.EmbeddingUsageLog": "the store's private _TeeUsageLog extends it",
+    # Not for users either: only open_store and open_pg_store build one
+    # (NoPublicConstructor), so a user's subclass could never be made.
+    "actors.StoreHandle": "PgStoreHandle extends it with pg's table name",
 }
 
 PUBLIC_CLASS_MODULES = [

@@ -464,9 +464,16 @@ async def test_handles_and_memories_are_made_only_by_their_open_functions() -> N
 
     with trio.fail_after(10):
         async with open_store(CONFIG, HashingEmbedder(DIMS)) as store:
-            with pytest.raises(TypeError, match="made by open_store or open_pg_store"):
-                StoreHandle(store._actor)
-    with pytest.raises(TypeError, match="made by open_memory"):
+            with pytest.raises(
+                TypeError,
+                match="StoreHandle has no public constructor; it is made by open_store or "
+                "open_pg_store",
+            ):
+                StoreHandle(store._actor, "memory")
+            assert isinstance(store, StoreHandle)
+    with pytest.raises(
+        TypeError, match="Memory has no public constructor; it is made by open_memory"
+    ):
         fields = ("config", "store", "hub", "watch", "dispatcher", "compaction", "recall")
         Memory(**dict.fromkeys((*fields, "injection", "inbox_size")))
 

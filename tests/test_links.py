@@ -15,8 +15,8 @@ from pg_support import pg_store_opener
 from test_recall_quality import ranked
 
 from actors import HashingEmbedder, open_memory, open_store
+from actors._inmemory.view import _MemoryView
 from actors._retrieval.bm25 import Bm25Index, tokenize
-from actors._retrieval.engine import _MemoryView
 from actors._retrieval.focus import speaker_of
 from actors._retrieval.links import bodies_terms, body_terms, link_terms, linked, rare
 from protocol import (

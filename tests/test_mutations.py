@@ -291,8 +291,7 @@ async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: obj
     every read is sent to it (``thread_scan_threshold=0``). This is how ``open_memory``
     built its own store before ``actors/_store/lifecycle.py``: its big reads waited forever."""
     from actors._inmemory.actor import _StoreActor
-    from actors._inmemory.store import StoreHandle
-    from actors._store.handle import OPENED
+    from actors._store.handle import StoreHandle
     from actors._store.lifecycle import run_store
 
     class ActorWithoutServices(_StoreActor):
@@ -300,7 +299,7 @@ async def store_without_its_scan_runner(config: VectorStoreConfig, embedder: obj
             return []
 
     actor = ActorWithoutServices(config, embedder, 64, thread_scan_threshold=0)
-    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
+    async with run_store(actor, StoreHandle._create(actor, "memory")) as handle:
         yield handle
 
 

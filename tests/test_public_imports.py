@@ -40,6 +40,8 @@ WHITE_BOX = {
         # one add_documents batch split into its validation and its commit
         "actors._embedding.embedders",
         "actors._pg.prepare",
+        "actors._store.backend",
+        "actors._store.prepare",
         # the read SQL of each search kind, run and EXPLAINed on its own
         "actors._pg.filters",
         "actors._pg.reads",

@@ -63,8 +63,8 @@ from protocol.compaction import (
 from protocol.events import TurnsOffloaded, TurnsSummarized
 from protocol.messages import Compress, Compressed
 
+from .._store.contract import Store
 from .._store.events import EventHub, StoreWatch, now
-from .._store.handle import Store
 from .._store.index_text import CONTEXT_CHARS, fit_index_text
 from .._store.mailbox import Mailbox
 

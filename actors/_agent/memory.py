@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, cast, final
+from typing import Any, ClassVar, final
 
 import attrs
 import msgspec
@@ -42,9 +42,7 @@ from protocol import (
 )
 from protocol._memory import describe_error, memory_id
 from protocol.checks import (
-    check_conversation,
     check_int,
-    check_json_object,
     check_messages,
     check_time,
     pack,
@@ -65,8 +63,9 @@ from .._embedding.cache import EmbeddingUsageLog
 from .._embedding.embedders import AnyEmbedder, HashingEmbedder
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
+from .._store.contract import Store
 from .._store.events import EventHub, StoreWatch, Subscription, now
-from .._store.handle import OPENED, Store, StoreHandleBase
+from .._store.handle import NoPublicConstructor, StoreHandle
 from .._store.hooks import new_run_id
 from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
@@ -122,8 +121,9 @@ class MemoryStatistics:
 
 
 @final
-class Memory:
-    """The caller's side of ``open_memory``. Every method may be called from many tasks.
+class Memory(metaclass=NoPublicConstructor):
+    """The caller's side of ``open_memory``, which makes it (``Memory(...)`` raises
+    ``TypeError``). Every method may be called from many tasks.
 
     Methods that go through an actor (``compress``, ``retrieve``, ``inject``) block while
     that actor's inbox is full, then until it replies. If the caller is cancelled while it
@@ -132,10 +132,11 @@ class Memory:
     ``trio.ClosedResourceError``.
     """
 
+    _opened_by: ClassVar[str] = "open_memory"
+
     def __init__(
         self,
         *,
-        _opened: object = None,
         config: MemoryConfig,
         store: Store,
         hub: EventHub,
@@ -147,8 +148,6 @@ class Memory:
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
     ) -> None:
-        if _opened is not OPENED:
-            raise TypeError("Memory is made by open_memory, not directly")
         self._config = config
         self._store = store
         self._hub = hub
@@ -507,23 +506,27 @@ class Memory:
             raise ConfigError(
                 f"content is a {type(content).__name__}; expected str or UnifiedMessage"
             )
-        check_name("source", source)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise JsonError(
                 f"metadata is a {type(metadata).__name__} ({shown(metadata)}); expected a "
                 "JSON object (a dict with str keys)"
             )
-        meta = check_json_object({} if metadata is None else dict(metadata))
-        when = check_time("occurred_at", occurred_at)
-        conversation = check_conversation(conversation)
         self._check_open()
+        # The source, metadata, time and conversation are checked once, by the store
+        # (``check_turns``), which refuses a bad one before it changes anything; a
+        # source that is not a str gets no id here, since the store refuses it anyway.
+        ids = (
+            [memory_id(projection(message), source, time.time_ns())]
+            if isinstance(source, str)
+            else None
+        )
         stored = await self._store.store_turns(
             [message],
             namespace=self._config.namespace,
             source=source,
-            metadata=meta,
-            ids=[memory_id(projection(message), source, time.time_ns())],
-            occurred_at=when,
+            metadata=None if metadata is None else dict(metadata),
+            ids=ids,
+            occurred_at=occurred_at,
             conversation=conversation,
         )
         self._watch.after_write(stored)
@@ -606,30 +609,31 @@ async def _memory_store(
             blas_threads=blas_threads,
             embed_timeout=embed_timeout,
         ) as owned:
-            yield cast(Store, owned)
+            yield owned
         return
-    if not isinstance(store, StoreHandleBase):
+    if not isinstance(store, Store):
         raise ConfigError(
             f"store is a {type(store).__name__}; expected a VectorStoreConfig or an open "
-            "store handle (from open_store or open_pg_store)"
+            "store (a Store: from open_store or open_pg_store, or a class of your own)"
         )
     if embedder is not None:
         raise ConfigError(
-            "embedder is given with an open store handle; the handle embeds with its own "
+            "embedder is given with an open store; the store embeds with its own "
             "embedder, so expected embedder=None"
         )
     if embed_timeout is not None:
         raise ConfigError(
-            "embed_timeout is given with an open store handle; set it where the store is "
+            "embed_timeout is given with an open store; set it where the store is "
             "opened, so expected embed_timeout=None"
         )
     if blas_threads is not None:
         raise ConfigError(
-            f"blas_threads is {blas_threads!r:.60} with an open store handle; set it where "
+            f"blas_threads is {blas_threads!r:.60} with an open store; set it where "
             "the store is opened, so expected blas_threads=None"
         )
-    store._check()  # a closed or poisoned handle fails here, before any actor starts
-    yield cast(Store, store)
+    if isinstance(store, StoreHandle):
+        store._check()  # a closed or poisoned handle fails here, before any actor starts
+    yield store
 
 
 @asynccontextmanager
@@ -651,9 +655,10 @@ async def open_memory(
 
     **The store.** ``store`` is either a :class:`~protocol.VectorStoreConfig`, and the
     memory opens an in-memory store with :func:`~actors.open_store` and owns it, or an
-    open store handle (from ``open_store`` or ``open_pg_store``), which the memory
-    borrows: it never closes it, so the handle stays usable after the memory closes,
-    and several memories may share it (with the same namespace they see each other's
+    open store (a handle from ``open_store`` or ``open_pg_store``, or any object that
+    implements :class:`~actors.Store`), which the memory borrows: it never closes it,
+    so the store stays usable after the memory closes, and several memories may share
+    it (with the same namespace they see each other's
     memories; give each its own ``MemoryConfig(namespace=...)`` to keep them apart).
     A memory over a pg handle persists what it offloads.
 
@@ -667,8 +672,10 @@ async def open_memory(
     own ``async with``.
 
     Args:
-        store: a ``VectorStoreConfig`` (an owned in-memory store) or an open store
-            handle (borrowed).
+        store: a ``VectorStoreConfig`` (an owned in-memory store) or an open
+            :class:`~actors.Store` (borrowed): a handle of either backend, or a class
+            of the caller's own, which the memory uses through the ``Store`` methods
+            alone (then it has no taps on the store's embedder or write events).
         memory: compaction, recall and injection settings; ``MemoryConfig()`` if None.
         embedder: for an owned store: an ``Embedder``, ``AsyncEmbedder``,
             ``EmbeddingModel`` or ``CachedEmbedder``; ``HashingEmbedder(dimensions)`` if
@@ -745,21 +752,27 @@ async def _run_memory(
     """The memory's own actors over an open ``handle``, and their taps on the store."""
     hub = EventHub()
     namespace = config.namespace
-    # The handle's actor (every Store here is a StoreHandleBase): its embedder adapter
-    # and event sinks are tapped, and a crash in a memory actor poisons it.
-    store_actor: Any = cast(Any, handle)._actor
     if config.recall.search == "hybrid":
         # Before any actor starts: otherwise every turn's recall would fail, and a turn
         # only logs a failed recall and goes on without it.
         try:
-            await cast(StoreHandleBase[Any], handle)._check_keyword_search()
+            await handle.check_keyword_search()
         except ConfigError as error:
             raise ConfigError(
                 f"MemoryConfig.recall.search is 'hybrid', which reads a keyword index: "
                 f"{error}; or give the memory RecallSettings(search='dense')"
             ) from None
     embedding_log = EmbeddingUsageLog()
-    taps = _store_taps(store_actor, hub, namespace, embedding_log)
+    # A store handle of this library is tapped: its embedder's calls and its events
+    # reach the memory's hub, and a crash in a memory actor poisons it. A Store of the
+    # caller's own is used through the Store protocol alone: no taps, and a crash in a
+    # memory actor is a Poisoned of the memory's own, with the crash as its cause.
+    crashed: Callable[[BaseException], BaseException]
+    if isinstance(handle, StoreHandle):
+        crashed = handle._actor.crashed
+        taps = _store_taps(handle, hub, namespace, embedding_log)
+    else:
+        crashed, taps = _memory_crashed, []
     watch = StoreWatch(hub, handle, namespace)
     compaction = CompactionActor(config, handle, hub, watch, summarizer, inbox_size)
     recall = RecallActor(handle, hub, inbox_size)
@@ -774,7 +787,7 @@ async def _run_memory(
     )
     mailboxes = (compaction.mailbox, recall.mailbox, injection.mailbox)
     for mailbox in mailboxes:
-        mailbox.crashed = store_actor.crashed
+        mailbox.crashed = crashed
 
     async def start(nursery: trio.Nursery) -> Memory:
         for tap_list, tap in taps:
@@ -782,8 +795,7 @@ async def _run_memory(
         await nursery.start(compaction.run)
         await nursery.start(recall.run)
         await nursery.start(injection.run)
-        return Memory(
-            _opened=OPENED,
+        return Memory._create(
             config=config,
             store=handle,
             hub=hub,
@@ -804,12 +816,22 @@ async def _run_memory(
         for mailbox in mailboxes:
             mailbox.send.close()
 
-    async with supervise(start, stop, store_actor.crashed) as running:
+    async with supervise(start, stop, crashed) as running:
         yield running
 
 
+def _memory_crashed(crash: BaseException) -> BaseException:
+    """What a memory over a Store of the caller's own raises for a crash in one of its
+    actors (a handle of this library is poisoned instead)."""
+    error = Poisoned(
+        f"a memory actor crashed ({type(crash).__name__}: {crash}); the memory is poisoned"
+    )
+    error.__cause__ = crash
+    return error
+
+
 def _store_taps(
-    store_actor: Any, hub: EventHub, namespace: str, embedding_log: EmbeddingUsageLog
+    handle: StoreHandle, hub: EventHub, namespace: str, embedding_log: EmbeddingUsageLog
 ) -> list[tuple[list[Any], Callable[..., None]]]:
     """What a memory hooks onto its store while it is open, as (list, hook) pairs: the
     X
@@ -832,6 +854,7 @@ def _store_taps(
             )
         )
 
+    store_actor = handle._actor
     taps: list[tuple[list[Any], Callable[..., None]]] = [
         (store_actor.embedder.listeners, on_embedding),
         (store_actor.embedder.start_listeners, on_embedding_started),

@@ -4,13 +4,12 @@ It serves one request at a time, so recall load never piles up concurrent embedd
 calls; the store's reads do not use the store's inbox, so recall never waits behind a
 slow write. What it does inside is one call of the engine: a
 ``SearchRequest(kind="recall")`` (``actors/_retrieval/recall.py``), with ``min_similarity`` as
-its floor, built as turns; the block budget and the provenance of every injected item
+its floor, built as turns (``Store.search_turns``, so any :class:`~actors.Store`
+serves it); the block budget and the provenance of every injected item
 are the injection actor's.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import trio
 
@@ -19,9 +18,9 @@ from protocol._memory import describe_error
 from protocol.events import Recalled, RecallFailed, fingerprint
 from protocol.messages import Recall
 
+from .._store.contract import Store
 from .._store.events import EventHub, now
-from .._store.handle import Store, StoreHandleBase
-from .._store.hooks import new_run_id
+from .._store.hooks import CURRENT_RUN, new_run_id
 from .._store.mailbox import Mailbox
 
 __all__ = ["RecallActor"]
@@ -31,9 +30,7 @@ class RecallActor:
     """Owns the receive side of its inbox; every failure is a reply to its caller."""
 
     def __init__(self, store: Store, hub: EventHub, inbox_size: int) -> None:
-        # Every Store a memory runs over is a handle, which runs the engine.
-        assert isinstance(store, StoreHandleBase)
-        self.store: StoreHandleBase[Any] = store
+        self.store = store
         self.hub = hub
         self.mailbox: Mailbox[Recall, RetrievalReport] = Mailbox.open("recall", inbox_size)
 
@@ -44,8 +41,9 @@ class RecallActor:
         """Rank with the engine, the floor applied after ranking; publish ``Recalled``
         or ``RecallFailed``. ``scanned`` still counts every entry scored."""
         query_print = fingerprint(request.query)
+        run = CURRENT_RUN.set((request.retriever or "memory", request.run_id or new_run_id()))
         try:
-            report = await self.store._recall(
+            report = await self.store.search_turns(
                 SearchRequest(
                     query=request.query,
                     k=request.k,
@@ -55,8 +53,7 @@ class RecallActor:
                     settings=request.settings,
                     since=request.since,
                     until=request.until,
-                ),
-                run=(request.retriever or "memory", request.run_id or new_run_id()),
+                )
             )
         except Exception as error:
             self.hub.publish(
@@ -68,6 +65,8 @@ class RecallActor:
                 )
             )
             raise
+        finally:
+            CURRENT_RUN.reset(run)
         self.hub.publish(
             Recalled(
                 at=now(),

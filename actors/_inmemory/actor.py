@@ -39,22 +39,19 @@ from protocol import (
     VectorStoreConfig,
     projection,
 )
-from protocol.checks import check_json_object, unpack_message
+from protocol.checks import unpack_message
 from protocol.messages import (
     Clear,
     Cleared,
     Delete,
     DocumentsUpserted,
     StoreReply,
-    StoreRequest,
-    StoreTurns,
     TurnsStored,
-    UpsertDocuments,
 )
 
 from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
 from .._embedding.sparse import SparseEmbeddingModel
-from .._retrieval.engine import run_search
+from .._store.backend import Counters, PutDocuments, PutTurns, Write
 from .._store.hooks import (
     checked_query,
     normalize_query,
@@ -63,19 +60,13 @@ from .._store.hooks import (
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.precomputed import document_vectors
-from .._store.prepare import (
-    check_documents,
-    check_name,
-    check_turns,
-    checked_rows,
-    exact_msgpack_many,
-    private_json,
-)
+from .._store.prepare import checked_rows, private_json
 from .arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from .blas import BlasControl, LeaveThreads
 from .filtering import PackedMetadata
 from .scan import DEFAULT_THREAD_SCAN_THRESHOLD, ScanEngine, ScanResult
 from .sparse_index import SparseIndex, SparsePair, checked_sparse
+from .view import run_search
 
 __all__ = ["metadata_copy", "packed_metadata"]
 
@@ -86,7 +77,7 @@ _EMPTY_METADATA: Mapping[str, Any] = {}
 # Below this squared norm a query's float32 square cannot overflow (float32 max ≈ 3.4e38).
 
 
-_Envelope = Envelope[StoreRequest, object]
+_Envelope = Envelope[Write, object]
 
 
 @attrs.frozen
@@ -225,7 +216,7 @@ class _StoreActor(CrashableActor):
                 # raises is a bug inside the actor, so it poisons the store like any.
                 self._poison(crash)
 
-    def _emit_write(self, request: StoreRequest, result: StoreReply) -> None:
+    def _emit_write(self, request: Write, result: StoreReply) -> None:
         event = write_event(request, result)
         if event is not None and self.on_event is not None:
             self.on_event(event)
@@ -237,11 +228,11 @@ class _StoreActor(CrashableActor):
         (:func:`~actors._store.hooks.checked_query`, shared with the pg store)."""
         return checked_query(self.profile, self.config.dimensions, vector, profile)
 
-    async def _prepare(self, request: StoreRequest) -> object:
+    async def _prepare(self, request: Write) -> object:
         match request:
-            case StoreTurns():
+            case PutTurns():
                 return await self._prepare_turns(request)
-            case UpsertDocuments():
+            case PutDocuments():
                 return await self._prepare_documents(request)
             case Delete() | Clear():
                 return None
@@ -249,17 +240,17 @@ class _StoreActor(CrashableActor):
 
     # No KeyboardInterrupt may land in the middle of a commit: it is one synchronous step.
     @trio.lowlevel.enable_ki_protection
-    def _commit(self, request: StoreRequest, prepared: object) -> StoreReply:
+    def _commit(self, request: Write, prepared: object) -> StoreReply:
         if self.armed_crash is not None:
             crash, self.armed_crash = self.armed_crash, None
             raise crash
         match request:
-            case StoreTurns():
+            case PutTurns():
                 assert isinstance(prepared, _Prepared)
                 ids, seqs, evicted, _ = self._commit_entries(prepared)
                 zero = int(np.count_nonzero(prepared.entries.zero))
                 return TurnsStored(ids=ids, sequences=seqs, evicted=evicted, zero_norm=zero)
-            case UpsertDocuments():
+            case PutDocuments():
                 assert isinstance(prepared, _Prepared)
                 ids, seqs, evicted, replaced = self._commit_entries(prepared)
                 return DocumentsUpserted(
@@ -271,14 +262,10 @@ class _StoreActor(CrashableActor):
                 return self._commit_clear(namespace)
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
-    async def _prepare_turns(self, request: StoreTurns) -> _Prepared:
-        namespace = check_name("namespace", request.namespace)
-        source = check_name("source", request.source)
-        check_json_object(request.metadata)
+    async def _prepare_turns(self, write: PutTurns) -> _Prepared:
+        # The handle has checked the batch (``check_turns``); it is trusted here.
+        batch, namespace, source = write.batch, write.request.namespace, write.request.source
         config = self.config
-        batch = check_turns(
-            request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
-        )
         # Kept as the compact JSON that max_entry_bytes counted, which is also the copy
         # that the caller's later mutations cannot reach.
         metadata = packed_metadata(batch.metadata_json)
@@ -296,13 +283,13 @@ class _StoreActor(CrashableActor):
         # Only ASCII text: an ASCII str holds its bytes plus a constant, as the
         # msgpack copy did, while another str may also hold a cached UTF-8 copy of
         # itself (up to twice its UTF-8 size), which the memory bound does not allow.
-        plain = batch.roles is not None and batch.all_ascii and not batch.given
+        plain = batch.plain
         return _Prepared(
             entries=Entries(
                 vectors=vectors,
                 zero=zero,
                 texts=batch.texts,
-                payloads=[None] * keep if plain else exact_msgpack_many(batch.survivors),
+                payloads=[None] * keep if plain else [*batch.messages_msgpack()],
                 metadata=[metadata] * keep,
                 ids=batch.ids,
                 source_ids=[None] * keep,
@@ -342,13 +329,9 @@ class _StoreActor(CrashableActor):
                 before[conversation] = self.projection_of(slot)
         return before
 
-    async def _prepare_documents(self, request: UpsertDocuments) -> _Prepared:
-        namespace = check_name("namespace", request.namespace)
-        batch = check_documents(
-            request,
-            max_entry_bytes=self.config.max_entry_bytes,
-            max_entries=self.config.max_entries,
-        )
+    async def _prepare_documents(self, write: PutDocuments) -> _Prepared:
+        # The handle has checked the batch (``check_documents``); it is trusted here.
+        batch, namespace = write.batch, write.request.namespace
         survivors = batch.survivors
         keep = len(survivors)
         texts = [d.text for d in survivors]
@@ -521,6 +504,31 @@ class _StoreActor(CrashableActor):
             return self.query_vector(await self.embedder.query(text))
 
         return await run_search(self, request, namespace, embed, query, sparse=sparse, turns=turns)
+
+    async def fetch(self, ids: list[str], namespace: str) -> list[Document]:
+        """The live documents with these ids in ``namespace``, from the last commit
+        (after one checkpoint, with no await while it reads)."""
+        self.check_usable()
+        await trio.lowlevel.checkpoint()
+        self.check_usable()
+        slots = (self.arena.slot_of(namespace, i) for i in dict.fromkeys(ids))
+        return [self.document_of(slot) for slot in slots if slot is not None]
+
+    async def check_keyword_search(self) -> None:
+        """An in-memory store always has its keyword index."""
+
+    @property
+    def exact(self) -> bool:
+        """Every in-memory read scores every entry in scope."""
+        return True
+
+    def counters(self) -> Counters:
+        snap = self.snapshot
+        return Counters(snap.live, self.arena.evicted_total, self.arena.zero_count, snap.version)
+
+    async def refresh(self) -> None:
+        """Nothing to read: the counters are this process's own, always current."""
+        await trio.lowlevel.checkpoint()
 
     def _report(self, result: ScanResult) -> RetrievalReport:
         # Called while the scanned rows are pinned, so each payload matches its score.

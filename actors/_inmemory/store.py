@@ -1,17 +1,14 @@
-"""The in-memory store: :class:`StoreHandle`, the caller's side, and :func:`open_store`,
-which runs the actor (``actor.py`` says how writes and reads work)."""
+"""The in-memory store: :func:`open_store`, which runs the actor (``actor.py`` says how
+writes and reads work) behind the one :class:`~actors.StoreHandle`
+(``actors/_store/handle.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import ClassVar, final
-
-import trio
 
 from protocol import (
     ConfigError,
-    Document,
     Event,
     VectorStoreConfig,
 )
@@ -19,55 +16,17 @@ from protocol.checks import check_int
 
 from .._embedding.embedders import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
-from .._store.handle import OPENED, StoreHandleBase, StoreStatistics
+from .._store.handle import StoreHandle
 from .._store.hooks import (
     bound_profile,
 )
 from .._store.lifecycle import run_store
-from .._store.prepare import check_ids, check_store_config
+from .._store.prepare import check_store_config
 from .actor import _StoreActor
 from .blas import blas_control
 from .scan import DEFAULT_THREAD_SCAN_THRESHOLD
 
-__all__ = ["StoreHandle", "StoreStatistics", "open_store"]
-
-
-@final
-class StoreHandle(StoreHandleBase[_StoreActor]):
-    """The caller's side of a store. Get one from :func:`open_store`.
-
-    Writes go through the actor's bounded inbox; reads scan the last snapshot. Once the
-    actor has crashed, every method raises :class:`~protocol.Poisoned`; once the store
-    has closed, every method raises ``trio.ClosedResourceError``.
-    """
-
-    #: Which backend this is (``"memory"``), as events and ``Memory`` report it.
-    backend: ClassVar[str] = "memory"
-
-    # --- reads -------------------------------------------------------------------------
-
-    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
-        """The live documents with these ids in one namespace (``None``: the default).
-
-        Missing ids are left out; the order is not promised. Reads the last snapshot
-        without using the inbox, so a full inbox never delays it; it changes nothing,
-        and a cancelled caller leaves at its one checkpoint.
-        """
-        self._check()
-        wanted = check_ids(ids)
-        space = self._namespace(namespace)
-        await trio.lowlevel.checkpoint()
-        self._check()
-        actor = self._actor
-        slots = (actor.arena.slot_of(space, i) for i in dict.fromkeys(wanted))
-        return [actor.document_of(slot) for slot in slots if slot is not None]
-
-    # --- state -------------------------------------------------------------------------
-
-    def _state(self) -> tuple[int, int, int, int]:
-        actor = self._actor
-        snap = actor.snapshot
-        return snap.live, actor.arena.evicted_total, actor.arena.zero_count, snap.version
+__all__ = ["open_store"]
 
 
 @asynccontextmanager
@@ -188,5 +147,5 @@ async def open_store(
         embed_timeout=embed_timeout,
         sparse=sparse,
     )
-    async with run_store(actor, StoreHandle(actor, _opened=OPENED)) as handle:
+    async with run_store(actor, StoreHandle._create(actor, "memory")) as handle:
         yield handle

@@ -38,13 +38,12 @@ from protocol.messages import (
     Cleared,
     Delete,
     DocumentsUpserted,
-    StoreRequest,
-    StoreTurns,
     TurnsStored,
-    UpsertDocuments,
 )
 
 from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
+from .._store.backend import Counters as StoreCounters
+from .._store.backend import PutDocuments, PutTurns, Write
 from .._store.hooks import checked_query, normalize_query
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import clamp_k
@@ -116,7 +115,7 @@ def refused(what: str, error: psycopg.Error) -> ConfigError | None:
     )
 
 
-_Envelope = Envelope[StoreRequest, object]
+_Envelope = Envelope[Write, object]
 
 
 def _representable(value: str) -> bool:
@@ -286,9 +285,9 @@ class _PgStoreActor(CrashableActor):
         self.observe(counts)
         envelope.reply.succeed(result)
 
-    async def _prepare(self, request: StoreRequest) -> PreparedEntries | None:
+    async def _prepare(self, request: Write) -> PreparedEntries | None:
         match request:
-            case StoreTurns():
+            case PutTurns():
                 return await prepare_turns(
                     request,
                     self.config,
@@ -296,7 +295,7 @@ class _PgStoreActor(CrashableActor):
                     keyword_index=self.keyword_index,
                     before=self.newest_texts,
                 )
-            case UpsertDocuments():
+            case PutDocuments():
                 return await prepare_documents(
                     request,
                     self.config,
@@ -322,15 +321,15 @@ class _PgStoreActor(CrashableActor):
         )
 
     async def _commit(
-        self, request: StoreRequest, prepared: PreparedEntries | None
+        self, request: Write, prepared: PreparedEntries | None
     ) -> tuple[TurnsStored | DocumentsUpserted | DeleteResult | Cleared, Counts]:
         s = self._statements
         cap = self.config.max_entries
         match request:
-            case StoreTurns() | UpsertDocuments():
+            case PutTurns() | PutDocuments():
                 assert prepared is not None
                 p = prepared
-                turns = isinstance(request, StoreTurns)
+                turns = isinstance(request, PutTurns)
                 done, counts = await self.call(
                     lambda conn: s.store(conn, p, cap),
                     write=True,
@@ -447,7 +446,7 @@ class _PgStoreActor(CrashableActor):
             "search",
         )
 
-    async def get_by_ids(self, ids: list[str], namespace: str) -> list[Document]:
+    async def fetch(self, ids: list[str], namespace: str) -> list[Document]:
         self.check_usable()
         wanted = [i for i in dict.fromkeys(ids) if _representable(i)]
         if not wanted or not _representable(namespace):
@@ -457,8 +456,23 @@ class _PgStoreActor(CrashableActor):
             lambda conn: reads.get_by_ids(conn, wanted, namespace), "get_by_ids"
         )
 
-    async def refresh(self) -> Counts:
+    async def refresh(self) -> None:
+        """Read the table's counters now (one statement), every process's commits in."""
         self.check_usable()
         counts = await self.call(self._statements.counts, write=False, what="refresh")
         self.observe(counts)
-        return self.counts
+
+    def counters(self) -> StoreCounters:
+        """The table's counters as of this handle's last commit or read."""
+        counts = self.counts
+        return StoreCounters(counts.entries, counts.evicted, counts.zero, counts.version)
+
+    @property
+    def exact(self) -> bool:
+        """False through the HNSW index (``index="hnsw"``)."""
+        return not self.reads.hnsw
+
+    async def check_keyword_search(self) -> None:
+        """Raise ConfigError on a table opened with ``keyword_index=False``."""
+        reads = self.reads
+        await self.read(reads.check_keyword_index, "search")

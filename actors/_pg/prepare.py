@@ -1,8 +1,8 @@
 """The pg store's write preparation: validate, size-check and embed a batch, changing
 nothing, so that the commit is one transaction that cannot fail on the batch's content.
 
-The checks are the in-memory store's (``actors._inmemory.store``), in the same order, with the
-same errors, plus what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
+The shared checks ran once, at the handle (``actors._store.prepare``); this module
+adds only what PostgreSQL cannot hold: a NUL or a lone surrogate in an id, a
 source id, a namespace or a source is a :class:`~protocol.ConfigError`. A text or
 metadata may hold them: the exact copy is kept as bytes (see ``schema``).
 """
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from protocol import VectorStoreConfig
-from protocol.checks import check_json_object, pack
-from protocol.messages import StoreTurns, UpsertDocuments
+from protocol.checks import pack
 
 from .._embedding.embedders import EmbedderAdapter, as_matrix, normalize_rows
 from .._retrieval.bm25 import term_counts, token_counts
+from .._store.backend import PutDocuments, PutTurns
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.precomputed import document_vectors
-from .._store.prepare import check_documents, check_name, check_turns, exact_msgpack_many
+from .._store.prepare import metadata_from_json
 from .schema import (
     check_pg_text,
     exact_text,
@@ -104,19 +104,19 @@ def _searchable(index_texts: list[str | None] | None) -> list[str | None] | None
 
 
 async def prepare_turns(
-    request: StoreTurns,
+    write: PutTurns,
     config: VectorStoreConfig,
     embedder: EmbedderAdapter,
     *,
     keyword_index: bool = True,
     before: Before = _no_before,
 ) -> PreparedEntries:
-    namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
-    source = check_pg_text("source", check_name("source", request.source))
-    metadata = check_json_object(request.metadata)
-    batch = check_turns(
-        request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
-    )
+    # The handle has checked the batch (``check_turns``): only what PostgreSQL text
+    # cannot hold is checked here, and the metadata is read from the checked JSON.
+    batch = write.batch
+    namespace = check_pg_text("namespace", write.request.namespace)
+    source = check_pg_text("source", write.request.source)
+    metadata = metadata_from_json(batch.metadata_json)
     conversation = batch.conversation
     if conversation is not None:
         check_pg_text("conversation", conversation)
@@ -124,7 +124,7 @@ async def prepare_turns(
     if batch.ids is not None and not _plain(batch.ids):
         for entry_id in batch.ids:
             check_pg_text("id", entry_id)
-    survivors, texts, keep = batch.survivors, batch.texts, len(batch.survivors)
+    texts, keep = batch.texts, len(batch.survivors)
     when = batch.occurred_at or write_time()
     # Only a conversation's predecessor is read (a round trip), and not for given texts.
     previous = {} if batch.given else await before(namespace, [conversation], batch.ids or [])
@@ -132,7 +132,7 @@ async def prepare_turns(
     indexed = indexed_texts(texts, index_texts)
     vectors, zero = await _embed(embedder, indexed, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
-    payloads: list[bytes | None] = [*exact_msgpack_many(survivors)]  # one encode call
+    payloads: list[bytes | None] = [*batch.messages_msgpack()]  # encoded by the check
     return PreparedEntries(
         vectors=vectors,
         zero=zero,
@@ -155,17 +155,16 @@ async def prepare_turns(
 
 
 async def prepare_documents(
-    request: UpsertDocuments,
+    write: PutDocuments,
     config: VectorStoreConfig,
     embedder: EmbedderAdapter,
     *,
     keyword_index: bool = True,
     before: Before = _no_before,
 ) -> PreparedEntries:
-    namespace = check_pg_text("namespace", check_name("namespace", request.namespace))
-    batch = check_documents(
-        request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
-    )
+    # The handle has checked the batch (``check_documents``); see prepare_turns.
+    batch = write.batch
+    namespace = check_pg_text("namespace", write.request.namespace)
     names = [d.id for d in batch.unique if d.id is not None]
     names += [d.source_id for d in batch.unique if d.source_id is not None]
     names += [d.conversation for d in batch.unique if d.conversation is not None]
@@ -179,7 +178,9 @@ async def prepare_documents(
                 check_pg_text("document conversation", document.conversation)
     survivors = batch.survivors
     keep = len(survivors)
-    jsonb, meta_raw = _metadata([d.metadata for d in survivors], batch.metadata_json)
+    jsonb, meta_raw = _metadata(
+        [metadata_from_json(m) for m in batch.metadata_json], batch.metadata_json
+    )
     texts = [d.text for d in survivors]
 
     async def read_before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:

@@ -58,7 +58,7 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, final
 
@@ -68,19 +68,17 @@ import trio
 
 from protocol import (
     ConfigError,
-    Document,
     EmbeddingProfile,
     Event,
     StoreUnavailable,
     VectorStoreConfig,
-    VectorStoreUsage,
 )
 from protocol.checks import check_int
 
 from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
-from .._store.handle import OPENED, StoreHandleBase
+from .._store.handle import StoreHandle
 from .._store.lifecycle import run_store
-from .._store.prepare import check_ids, check_store_config
+from .._store.prepare import check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
@@ -97,70 +95,30 @@ __all__ = ["PgStoreHandle", "StoreUnavailable", "open_pg_store"]
 
 
 @final
-class PgStoreHandle(StoreHandleBase[_PgStoreActor]):
+class PgStoreHandle(StoreHandle):
     """The caller's side of a pg store. Get one from :func:`open_pg_store`.
 
-    It has the methods, the semantics and the errors of :class:`~actors.StoreHandle`,
-    plus :class:`StoreUnavailable` when the database cannot be reached (after the
-    retries; a write is then rolled back), and :meth:`refresh`. Each write is one
-    transaction. A namespace, source, id or source id that PostgreSQL text cannot hold
-    (a NUL, a lone surrogate) is a :class:`~protocol.ConfigError`, and such a string in
-    metadata a :class:`~protocol.JsonError`; a text may hold them. Once the actor has
-    crashed every method raises :class:`~protocol.Poisoned`; once the store has closed,
+    It is :class:`~actors.StoreHandle` (the methods, the semantics and the errors of
+    every store, ``refresh()`` included), plus :attr:`table`, and
+    :class:`StoreUnavailable` when the database cannot be reached (after the retries;
+    a write is then rolled back). Each write is one transaction. A namespace, source,
+    id or source id that PostgreSQL text cannot hold (a NUL, a lone surrogate) is a
+    :class:`~protocol.ConfigError`, and such a string in metadata a
+    :class:`~protocol.JsonError`; a text may hold them. Once the actor has crashed
+    every method raises :class:`~protocol.Poisoned`; once the store has closed,
     ``trio.ClosedResourceError``.
     """
 
-    #: Which backend this is (``"pg"``), as events and ``Memory`` report it.
-    backend: ClassVar[str] = "pg"
+    _opened_by: ClassVar[str] = "open_pg_store"
 
-    # --- reads -------------------------------------------------------------------------
-
-    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
-        """The live documents with these ids in one namespace (``None``: the default).
-
-        Missing ids are left out; the order is not promised. One statement.
-
-        Does not use the inbox, so a full inbox never delays it, and it changes nothing.
-        Cancelled while it waits for a read slot or between retries, it leaves at once;
-        once its statement runs in a worker thread, that statement finishes first
-        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
-        """
-        self._check()
-        wanted = check_ids(ids)
-        return await self._actor.get_by_ids(wanted, self._namespace(namespace))
-
-    @property
-    def _exact(self) -> bool:
-        return not self._actor.reads.hnsw
-
-    async def _check_keyword_search(self) -> None:
-        self._check()
-        reads = self._actor.reads
-        await self._actor.read(reads.check_keyword_index, "search")
-
-    # --- state -------------------------------------------------------------------------
-
-    async def refresh(self) -> VectorStoreUsage:
-        """Read the table's counters now, so :meth:`usage` and ``len()`` include every
-        process's commits, and return the usage.
-
-        One statement, a read: it does not use the inbox, so a full inbox never delays
-        it. Cancelled while it waits for a read slot or between retries, it leaves at once;
-        once its statement runs in a worker thread, that statement finishes first
-        (bounded by ``statement_timeout``), then ``Cancelled`` is raised.
-        """
-        self._check()
-        await self._actor.refresh()
-        return self.usage()
-
-    def _state(self) -> tuple[int, int, int, int]:
-        counts = self._actor.counts
-        return counts.entries, counts.evicted, counts.zero, counts.version
+    def __init__(self, actor: _PgStoreActor) -> None:
+        super().__init__(actor, "pg")
+        self._table = actor.names.table_name
 
     @property
     def table(self) -> str:
         """The table's name."""
-        return self._actor.names.table_name
+        return self._table
 
 
 def _seconds(name: str, value: object) -> float:
@@ -337,7 +295,7 @@ async def open_pg_store(
         actor.on_event = on_event
         # Leaving: a batch still being embedded, or queued, is not applied; a commit
         # already in its worker thread is shielded and finishes first.
-        async with run_store(actor, PgStoreHandle(actor, _opened=OPENED)) as handle:
+        async with run_store(actor, PgStoreHandle._create(actor)) as handle:
             yield handle
     finally:
         with trio.CancelScope(shield=True):

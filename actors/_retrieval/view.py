@@ -1,7 +1,7 @@
 """What the retrieval engine reads: one snapshot :class:`View` of a backend, the
 :class:`Candidate` entries of its ranked lists, and the :class:`Pick` hits it builds
 (``actors/_retrieval/engine.py`` runs the kinds over it; ``actors/_retrieval/recall.py`` is
-the recall kind; the in-memory view is in ``actors/_retrieval/engine.py``, the pg one in
+the recall kind; the in-memory view is in ``actors/_inmemory/view.py``, the pg one in
 ``actors/_pg/search.py``)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from protocol.checks import check_int
 from protocol.events import Evicted, StoreNearCap
 from protocol.messages import TurnsStored
 
-from .handle import Store
+from .contract import Store
 
 __all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
 

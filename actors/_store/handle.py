@@ -1,16 +1,20 @@
-"""The caller's side of a store actor, as far as it is the same for every backend.
+"""The caller's side of a store: one handle class over one backend seam.
 
-A handle sends each write to its actor's bounded inbox as one message and awaits the
-reply; it checks the arguments it can check without the store first. The in-memory
-:class:`~actors.StoreHandle` and the PostgreSQL ``PgStoreHandle`` add their reads.
+:class:`StoreHandle` does, for every backend, what the caller's side owes: it checks
+every argument (each write's checks run here, once: ``prepare.py``), builds the checked
+write message, sends it through the backend's bounded inbox and awaits the reply; it
+emits the read events and binds query vectors to the store's embedding profile. What
+differs between backends sits below the seam, in a :class:`~.backend.Backend` (the
+in-memory actor, the PostgreSQL actor). ``PgStoreHandle`` (``actors/_pg/store.py``) is
+a thin subclass that only adds the table's name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, final, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar, cast, final
 
 import attrs
 import numpy as np
@@ -37,23 +41,43 @@ from protocol.messages import (
     Cleared,
     Delete,
     DocumentsUpserted,
-    StoreRequest,
     TurnsStored,
     UpsertDocuments,
 )
 
-from .hooks import check_query_profile, retrieve_event, search_event
-from .mailbox import CrashableActor, Envelope, ReplySlot
+from .backend import Backend, PutDocuments, PutTurns, Write
+from .hooks import CURRENT_RUN, check_query_profile, retrieve_event, search_event
+from .mailbox import Envelope, ReplySlot
 from .precomputed import embedding_matrix
-from .prepare import check_ids, check_k, check_name, clamp_k, turns_request
+from .prepare import (
+    check_documents,
+    check_ids,
+    check_k,
+    check_name,
+    check_turns,
+    clamp_k,
+    turns_request,
+)
 
-__all__ = ["OPENED", "Store", "StoreHandleBase", "StoreStatistics"]
+__all__ = ["NoPublicConstructor", "StoreHandle", "StoreStatistics"]
 
-ActorT = TypeVar("ActorT", bound=CrashableActor)
+T = TypeVar("T")
 
-#: The token the ``open_*`` functions pass: a handle (or a ``Memory``) is only ever made
-#: by the function that runs its actors, so it can never outlive or skip them.
-OPENED = object()
+
+class NoPublicConstructor(type):
+    """A metaclass that makes "only ``open_*`` builds this" a ``TypeError`` (trio's
+    ``NoPublicConstructor``): a handle or a ``Memory`` is only ever made by the function
+    that runs its actors, so it can never outlive or skip them. The ``open_*`` function
+    builds one with ``cls._create(...)``."""
+
+    def __call__(cls, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} has no public constructor; it is made "
+            f"by {getattr(cls, '_opened_by', 'its open_* function')}"
+        )
+
+    def _create(cls: type[T], *args: object, **kwargs: object) -> T:
+        return cast(T, type.__call__(cls, *args, **kwargs))
 
 
 @final
@@ -76,38 +100,23 @@ class StoreStatistics:
     poisoned: bool
 
 
-class _Reader(Protocol):
-    """What the handle's reads ask of either backend's actor."""
+class StoreHandle(metaclass=NoPublicConstructor):
+    """The caller's side of a store, on either backend. Get one from
+    :func:`~actors.open_store` (in memory) or :func:`~actors.open_pg_store` (whose
+    ``PgStoreHandle`` is this class plus the table's name).
 
-    config: VectorStoreConfig
-    profile: EmbeddingProfile | None
-    on_event: Callable[[Any], None] | None
+    One class for every backend: the argument checks, the checked write messages, the
+    read events and the profile binding live here once, over the
+    :class:`~actors._store.backend.Backend` seam. Writes go through the actor's bounded
+    inbox; reads read one snapshot (in memory, the last commit; on pg, one read-only
+    transaction). ``refresh()`` is on every handle (in memory it reads nothing), so a
+    caller that wants fresh counters needs no backend test; only the pg ``table``
+    stays on the thin ``PgStoreHandle``.
 
-    @property
-    def embedder(self) -> Any: ...
-
-    def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None: ...
-
-    def checked_query(
-        self, vector: object, profile: EmbeddingProfile | None
-    ) -> npt.NDArray[np.float32] | None: ...
-
-    async def scan(
-        self, query: npt.NDArray[np.float32] | None, k: int, namespace: str | None
-    ) -> RetrievalReport: ...
-
-    async def search(
-        self,
-        request: SearchRequest,
-        namespace: str,
-        query: npt.NDArray[np.float32] | None,
-        *,
-        turns: bool = False,
-    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]: ...
-
-
-class StoreHandleBase(Generic[ActorT]):
-    """The writes and the lifecycle checks every store handle shares.
+    Each write is checked here, once, in the caller's task (``check_turns``,
+    ``check_documents``): a refused write raises before anything is sent, and the
+    actor trusts the checked batch it is sent (it only embeds, sizes what needs the
+    embedder, and commits).
 
     Once the actor has crashed every method raises :class:`~protocol.Poisoned`; once the
     store has closed, ``trio.ClosedResourceError``; if the actor stopped while the store
@@ -120,17 +129,20 @@ class StoreHandleBase(Generic[ActorT]):
     queued, the actor still applies it, all or nothing, and drops the reply.
     """
 
-    #: Which backend this is (``"memory"``, ``"pg"``), as events and ``Memory`` report it.
-    backend: ClassVar[str]
+    #: What the constructor's error names as the way to get one.
+    _opened_by: ClassVar[str] = "open_store or open_pg_store"
 
-    def __init__(self, actor: ActorT, *, _opened: object = None) -> None:
-        if _opened is not OPENED:
-            raise TypeError(
-                f"{type(self).__name__} is made by open_store or open_pg_store, not directly"
-            )
+    def __init__(self, actor: Backend, backend: str) -> None:
         self._actor = actor
+        self._backend = backend
         self._send = actor.send.clone()
         self._closed = False
+
+    @property
+    def backend(self) -> str:
+        """Which backend this is (``"memory"``, ``"pg"``), as events and ``Memory``
+        report it."""
+        return self._backend
 
     async def store_turns(
         self,
@@ -179,10 +191,16 @@ class StoreHandleBase(Generic[ActorT]):
                 or a bad ``conversation`` is a ConfigError that names it).
             Poisoned: the actor has crashed.
         """
+        self._check()
+        config = self._actor.config
         request = turns_request(
             turns, namespace, source, metadata, ids, texts, occurred_at, conversation
         )
-        result = await self._request(request)
+        # The write's one check (the actor trusts the batch it builds).
+        batch = check_turns(
+            request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+        )
+        result = await self._request(PutTurns(request, batch))
         assert isinstance(result, TurnsStored)
         return result
 
@@ -290,12 +308,17 @@ class StoreHandleBase(Generic[ActorT]):
             raise ConfigError(
                 f"documents is a {type(documents).__name__}; expected a list of Document"
             )
+        self._check()
         space = self._namespace(namespace)
         matrix = embedding_matrix(embeddings, len(documents))
         with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
-        result = await self._request(
-            UpsertDocuments(documents=with_ids, namespace=space, embeddings=matrix)
+        request = UpsertDocuments(documents=with_ids, namespace=space, embeddings=matrix)
+        config = self._actor.config
+        # The write's one check (the actor trusts the batch it builds).
+        batch = check_documents(
+            request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
         )
+        result = await self._request(PutDocuments(request, batch))
         assert isinstance(result, DocumentsUpserted)
         return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
 
@@ -359,25 +382,28 @@ class StoreHandleBase(Generic[ActorT]):
             Poisoned: the actor has crashed.
         """
         hits, _ = await self._search(request, turns=False)
-        return hits  # type: ignore[return-value]
+        return cast(list[ScoredDocument], hits)
 
-    async def _recall(
-        self, request: SearchRequest, *, run: tuple[str, str] | None = None
-    ) -> RetrievalReport:
-        """:meth:`search` with the hits built as turns (what the recall actor injects),
-        and how many entries were scored, as a report. ``run`` is the (retriever name,
-        run id) its ``vector_store.searched`` event carries (None: a run of its own)."""
-        turns, scanned = await self._search(request, turns=True, run=run)
-        return RetrievalReport(turns=turns, scanned=scanned, exact=self._exact)  # type: ignore[arg-type]
+    async def search_turns(self, request: SearchRequest) -> RetrievalReport:
+        """:meth:`search`, with each hit as the turn it was stored as (its message,
+        source and metadata: what a memory's recall injects), and how many entries
+        were scored, as a report (``exact`` False through an approximate index).
+
+        Blocks, behaves on cancellation and raises as :meth:`search` does.
+        """
+        turns, scanned = await self._search(request, turns=True)
+        return RetrievalReport(
+            turns=cast(list[RetrievedTurn], turns), scanned=scanned, exact=self._actor.exact
+        )
 
     async def _search(
-        self, request: SearchRequest, *, turns: bool, run: tuple[str, str] | None = None
+        self, request: SearchRequest, *, turns: bool
     ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
         self._check()
         started = time.perf_counter()
         if not isinstance(request, SearchRequest):
             raise ConfigError(f"request is a {type(request).__name__}; expected a SearchRequest")
-        actor = self._reader
+        actor = self._actor
         namespace = self._namespace(request.namespace)
         if request.filter is not None:
             check_filter(request.filter)  # before the query is embedded or any SQL runs
@@ -400,7 +426,14 @@ class StoreHandleBase(Generic[ActorT]):
             scores = [h.score for h in hits]
             actor.on_event(
                 search_event(
-                    self.backend, actor.profile, request, namespace, k, scores, started, run
+                    self.backend,
+                    actor.profile,
+                    request,
+                    namespace,
+                    k,
+                    scores,
+                    started,
+                    CURRENT_RUN.get(),
                 )
             )
         return hits, scanned
@@ -461,17 +494,17 @@ class StoreHandleBase(Generic[ActorT]):
             trio.ClosedResourceError: the store closed before the scan ran.
         """
         self._check()
-        k = clamp_k(check_k(k), self._reader.config.max_entries)
+        k = clamp_k(check_k(k), self._actor.config.max_entries)
         if namespace is not None:
             check_name("namespace", namespace)
         started = time.perf_counter()
-        query = self._reader.checked_query(vector, profile)
+        query = self._actor.checked_query(vector, profile)
         return await self._scanned(query, k, namespace, None, started)
 
     async def _retrieve(self, query: str, k: int, namespace: str | None) -> RetrievalReport:
         self._check()
         started = time.perf_counter()
-        actor = self._reader
+        actor = self._actor
         # Any k means "at most that many": cut to the capacity, so that the scan and
         # the event it reports carry a k that fits anywhere (msgpack stops at 64 bits).
         k = clamp_k(check_k(k), actor.config.max_entries)
@@ -481,45 +514,76 @@ class StoreHandleBase(Generic[ActorT]):
         return await self._scanned(actor.query_vector(raw), k, namespace, query, started)
 
     async def _scanned(
-        self, vector: Any, k: int, namespace: str | None, query: str | None, started: float
+        self,
+        vector: npt.NDArray[np.float32] | None,
+        k: int,
+        namespace: str | None,
+        query: str | None,
+        started: float,
     ) -> RetrievalReport:
-        actor = self._reader
-        report: RetrievalReport = await actor.scan(vector, k, namespace)
+        actor = self._actor
+        report = await actor.scan(vector, k, namespace)
         if actor.on_event is not None:
             actor.on_event(
                 retrieve_event(self.backend, actor.profile, namespace, query, k, report, started)
             )
         return report
 
-    @property
-    def _reader(self) -> _Reader:
-        return cast(_Reader, self._actor)
+    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
+        """The live documents with these ids in one namespace (``None``: the default).
 
-    @property
-    def _exact(self) -> bool:
-        """Whether this store's dense reads are exact."""
-        return True
+        Missing ids are left out; the order is not promised. Reads one snapshot (in
+        memory the last commit, on pg one statement) without using the inbox, so a
+        full inbox never delays it, and it changes nothing. Cancelled while it waits
+        (in memory at its one checkpoint; on pg for a read slot or between retries), it
+        leaves at once; on pg, once its statement runs in a worker thread, that
+        statement finishes first (bounded by ``statement_timeout``), then
+        ``Cancelled`` is raised.
 
-    async def _check_keyword_search(self) -> None:
-        """Raise ConfigError if this store cannot answer a ``bm25`` or ``hybrid``
-        search as it is now. A store in memory always can; a pg table opened with
-        ``keyword_index=False`` cannot (``open_memory`` asks before hybrid recall)."""
+        Raises:
+            ConfigError: ``ids`` is not a list of non-empty str, or a bad namespace.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
         self._check()
+        wanted = check_ids(ids)
+        found = await self._actor.fetch(wanted, self._namespace(namespace))
+        self._check()  # closed while it read: as every method once the store closes
+        return found
 
-    # --- state: each backend says where its counters are -------------------------------
+    async def check_keyword_search(self) -> None:
+        """Raise ConfigError if this store cannot answer a ``bm25`` or ``hybrid``
+        search as it is now: a store in memory always can; a pg table opened with
+        ``keyword_index=False`` cannot (``open_memory`` asks before hybrid recall).
 
-    def _state(self) -> tuple[int, int, int, int]:
-        """The live entries, the evicted entries so far, the zero-norm entries and the
-        commit count, as this handle knows them now."""
-        raise NotImplementedError
+        One read on pg (cancellation as :meth:`get_by_ids`), none in memory.
+        """
+        self._check()
+        await self._actor.check_keyword_search()
+
+    # --- state ---------------------------------------------------------------------------
+
+    async def refresh(self) -> VectorStoreUsage:
+        """:meth:`usage` after reading the counters afresh: on pg, the table's now, so
+        they include every process's commits (one statement, a read: it does not use
+        the inbox); in memory they are always fresh, and this only checkpoints.
+
+        Cancellation: in memory, at its checkpoint; on pg, cancelled while it waits for
+        a read slot or between retries, it leaves at once; once its statement runs in a
+        worker thread, that statement finishes first (bounded by ``statement_timeout``),
+        then ``Cancelled`` is raised.
+        """
+        self._check()
+        await self._actor.refresh()
+        return self.usage()
 
     def usage(self) -> VectorStoreUsage:
         """The fill level, in O(1). On pg, the table's counters as of this handle's
         last commit or read: another process's commits count from this handle's next
         read, write or ``refresh``."""
         self._check()
-        entries, evicted, zero, _ = self._state()
-        config = self._actor_config
+        entries, evicted, zero, _ = self._actor.counters()
+        config = self._actor.config
         fraction = entries / config.max_entries
         warn = config.warn_fraction
         return VectorStoreUsage(
@@ -538,10 +602,10 @@ class StoreHandleBase(Generic[ActorT]):
         process's, as last seen) and ``poisoned``."""
         stats = self._send.statistics()
         return StoreStatistics(
-            inbox_size=self._actor.inbox_size,  # type: ignore[attr-defined]
+            inbox_size=self._actor.inbox_size,
             inbox_used=stats.current_buffer_used,
             tasks_waiting_send=stats.tasks_waiting_send,
-            version=self._state()[3],
+            version=self._actor.counters().version,
             poisoned=self._actor.crash is not None,
         )
 
@@ -552,15 +616,11 @@ class StoreHandleBase(Generic[ActorT]):
         dimensions and options only), or None when there is none (then query vectors
         are checked for width only). Pass it as ``SearchRequest(profile=...)`` with a
         vector you embedded."""
-        return self._reader.profile
-
-    @property
-    def _actor_config(self) -> VectorStoreConfig:
-        return self._reader.config
+        return self._actor.profile
 
     def __len__(self) -> int:
         self._check()
-        return self._state()[0]
+        return self._actor.counters().entries
 
     def is_empty(self) -> bool:
         return len(self) == 0
@@ -577,7 +637,7 @@ class StoreHandleBase(Generic[ActorT]):
     def _namespace(self, namespace: str | None) -> str:
         return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)
 
-    async def _request(self, request: StoreRequest) -> object:
+    async def _request(self, request: Write) -> object:
         self._check()
         reply = ReplySlot[object]()
         envelope = Envelope(request, reply)
@@ -607,84 +667,6 @@ class StoreHandleBase(Generic[ActorT]):
     def _close(self) -> None:
         self._closed = True
         self._send.close()
-
-
-@runtime_checkable
-class Store(Protocol):
-    """What every store handle offers (``StoreHandle`` and ``PgStoreHandle``): the type
-    ``open_memory(store=...)`` borrows and the compaction and recall actors use."""
-
-    async def store_turns(
-        self,
-        turns: Sequence[UnifiedMessage],
-        namespace: str = ...,
-        source: str = ...,
-        metadata: dict[str, Any] | None = ...,
-        ids: Sequence[str] | None = ...,
-        texts: Sequence[str] | None = ...,
-        *,
-        occurred_at: dt.datetime | None = ...,
-        conversation: str | None = ...,
-    ) -> TurnsStored: ...
-
-    async def add_documents(
-        self,
-        documents: Sequence[Document],
-        namespace: str | None = ...,
-        *,
-        embeddings: object = ...,
-    ) -> list[str]: ...
-
-    async def add_texts(
-        self,
-        texts: Sequence[str],
-        metadatas: Sequence[dict[str, Any]] | None = ...,
-        ids: Sequence[str] | None = ...,
-        namespace: str | None = ...,
-        *,
-        embeddings: object = ...,
-    ) -> list[str]: ...
-
-    async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult: ...
-
-    async def clear(self, namespace: str | None = ...) -> Cleared: ...
-
-    async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
-
-    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport: ...
-
-    async def retrieve_embedding(
-        self,
-        vector: object,
-        k: int,
-        namespace: str | None = ...,
-        *,
-        profile: EmbeddingProfile | None = ...,
-    ) -> RetrievalReport: ...
-
-    async def search(self, request: SearchRequest) -> list[ScoredDocument]: ...
-
-    async def get_by_ids(
-        self, ids: Sequence[str], namespace: str | None = ...
-    ) -> list[Document]: ...
-
-    def usage(self) -> VectorStoreUsage: ...
-
-    def __len__(self) -> int: ...
-
-    def is_empty(self) -> bool: ...
-
-    @property
-    def capacity(self) -> int: ...
-
-    @property
-    def config(self) -> VectorStoreConfig: ...
-
-    @property
-    def backend(self) -> str: ...
-
-    @property
-    def profile(self) -> EmbeddingProfile | None: ...
 
 
 def _as_list(name: str, values: object) -> list[Any]:

@@ -11,6 +11,7 @@ by another provider, model, width or options is refused with
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 import uuid
@@ -38,7 +39,6 @@ from protocol.messages import (
     Delete,
     DocumentsUpserted,
     StoreReply,
-    StoreRequest,
     StoreTurns,
     TurnsStored,
     UpsertDocuments,
@@ -46,6 +46,7 @@ from protocol.messages import (
 
 from .._embedding.cache import check_profile
 from .._embedding.embedders import as_vector, normalize_rows
+from .backend import PutDocuments, PutTurns, Write
 
 __all__ = [
     "STORE_RETRIEVER",
@@ -66,16 +67,26 @@ STORE_RETRIEVER = "store"
 ``retrieve_in``, ``retrieve_embedding``) in its ``vector_store.searched`` event."""
 
 
+#: The (retriever name, run id) of the retrieval the current task reads for: the recall
+#: actor sets it around its store read, so that the read's ``vector_store.searched``
+#: carries the memory's run while the public ``Store`` protocol takes no run argument
+#: (a store of the user's own simply never reads it). None: a direct read is a run of
+#: its own, named :data:`STORE_RETRIEVER`.
+CURRENT_RUN: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "trio_recall_run", default=None
+)
+
+
 def new_run_id() -> str:
     """A fresh run id for one retrieval's events: 32 hex characters (a random UUID4)."""
     return uuid.uuid4().hex
 
 
-def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
+def write_event(request: Write, result: StoreReply) -> Event | None:
     """The event of a committed write, or None for a write that has none."""
     at = trio.current_time()
     match request, result:
-        case StoreTurns(namespace=namespace, source=source), TurnsStored():
+        case PutTurns(request=StoreTurns(namespace=namespace, source=source)), TurnsStored():
             return DocumentsAdded(
                 at=at,
                 namespace=namespace,
@@ -85,7 +96,7 @@ def write_event(request: StoreRequest, result: StoreReply) -> Event | None:
                 replaced=0,
                 evicted=result.evicted,
             )
-        case UpsertDocuments(namespace=namespace), DocumentsUpserted():
+        case PutDocuments(request=UpsertDocuments(namespace=namespace)), DocumentsUpserted():
             return DocumentsAdded(
                 at=at,
                 namespace=namespace,

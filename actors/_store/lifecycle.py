@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 
-from .handle import StoreHandleBase
+from .handle import StoreHandle
 from .mailbox import PROPAGATE, CrashableActor
 
 __all__ = ["run_store", "supervise"]
@@ -91,7 +91,7 @@ def _collapse(
 
 
 A = TypeVar("A", bound=CrashableActor)
-H = TypeVar("H", bound=StoreHandleBase[Any])
+H = TypeVar("H", bound=StoreHandle)
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -69,6 +70,7 @@ __all__ = [
     "check_turns",
     "checked_rows",
     "clamp_k",
+    "metadata_from_json",
     "exact_msgpack",
     "exact_msgpack_many",
     "private_json",
@@ -79,6 +81,7 @@ _ENCODER = msgspec.msgpack.Encoder()
 _JSON_ENCODER = msgspec.json.Encoder()
 _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
+_JSON_DICT_DECODER = msgspec.json.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
 
 
@@ -198,6 +201,20 @@ def check_ids(ids: object, what: str = "ids") -> list[str]:
     return list(ids)
 
 
+def metadata_from_json(compact: bytes) -> dict[str, Any]:
+    """The metadata a :func:`metadata_json` text holds, as a new dict: what a backend
+    reads once the handle has checked a write, so that the caller's own dict, which it
+    may change while the write waits in the inbox, is never read again."""
+    if not compact:
+        return {}
+    try:
+        decoded: dict[str, Any] = _JSON_DICT_DECODER.decode(compact)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # A lone surrogate: compact_json wrote it in its 3-byte form.
+        decoded = json.loads(compact.decode("utf-8", "surrogatepass"))
+    return decoded
+
+
 def check_name_size(what: str, value: str, limit: int) -> None:
     """Refuse a name (an id, a namespace) of more than ``limit`` UTF-8 bytes."""
     # At most 4 bytes a character: a short name needs no encoding to be measured.
@@ -250,30 +267,31 @@ def turns_request(
     metadata: dict[str, Any] | None,
     ids: Sequence[str] | None,
     texts: Sequence[str] | None,
-    occurred_at: object = None,
-    conversation: object = None,
+    occurred_at: dt.datetime | None = None,
+    conversation: str | None = None,
 ) -> StoreTurns:
-    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments; the actor
-    checks the rest (:func:`check_turns`) before it changes anything.
+    """The ``StoreTurns`` message for a handle's ``store_turns`` arguments, with its
+    lists copied; :func:`check_turns` then checks everything in it, once.
 
     Raises:
-        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list; ``occurred_at`` is
-            not None or an aware datetime; ``conversation`` is not None or a name
-            (:func:`protocol._time.check_conversation`).
+        ConfigError: ``turns``, ``texts`` or ``ids`` is not a list.
     """
     if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
         raise ConfigError(f"turns is a {type(turns).__name__}; expected a list of UnifiedMessage")
-    if texts is not None and (isinstance(texts, str | bytes) or not isinstance(texts, Sequence)):
-        raise ConfigError(f"texts is a {type(texts).__name__}; expected a list of str")
+    for name, values in (("texts", texts), ("ids", ids)):
+        if values is not None and (
+            isinstance(values, str | bytes) or not isinstance(values, Sequence)
+        ):
+            raise ConfigError(f"{name} is a {type(values).__name__}; expected a list of str")
     return StoreTurns(
         turns=list(turns),
         namespace=namespace,
         source=source,
         metadata={} if metadata is None else metadata,
-        ids=None if ids is None else check_ids(ids),
+        ids=None if ids is None else list(ids),
         texts=None if texts is None else list(texts),
-        occurred_at=check_time("occurred_at", occurred_at),
-        conversation=check_conversation(conversation),
+        occurred_at=occurred_at,
+        conversation=conversation,
     )
 
 
@@ -311,6 +329,27 @@ class TurnBatch:
     sizes: list[int] = attrs.field(factory=list)
     occurred_at: dt.datetime | None = None
     conversation: str | None = None
+    payloads: list[bytes] | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether every survivor is a plain ASCII turn indexed by its own text: then
+        its role and text rebuild it exactly, and :attr:`payloads` is None."""
+        return self.roles is not None and self.all_ascii and not self.given
+
+    def messages_msgpack(self) -> list[bytes]:
+        """Each survivor as msgpack: :attr:`payloads`, or for a plain batch the messages
+        its roles and texts rebuild (never the caller's objects, which it may change
+        while the write waits in the inbox)."""
+        if self.payloads is not None:
+            return self.payloads
+        assert self.roles is not None
+        return exact_msgpack_many(
+            [
+                UnifiedMessage(role=role, content=[Text(text=text)])
+                for role, text in zip(self.roles, self.texts, strict=True)
+            ]
+        )
 
 
 def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) -> TurnBatch:
@@ -320,8 +359,12 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     payload, blocks, index text, id and the batch's source and metadata, against
     ``max_entry_bytes``. (A batch of plain turns takes the same sum in one light pass.)
 
+    This is the one place a turn batch is checked: the store handle calls it once per
+    write, in the caller's task, and the backend trusts the batch it returns.
+
     Raises:
-        ConfigError: a turn that is not a ``UnifiedMessage``; ids or texts that are not
+        ConfigError: an empty or non-str namespace or source; a turn that is not a
+            ``UnifiedMessage``; ids or texts that are not
             one non-empty str (ids) or one str (texts) per turn; a repeated id; an id
             over :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`;
             an ``occurred_at`` that is not an aware datetime, or a bad conversation.
@@ -331,6 +374,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     """
     turns = request.turns
     count = len(turns)
+    check_name("namespace", request.namespace)
+    check_name("source", request.source)
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     occurred_at = check_time("occurred_at", request.occurred_at)
     conversation = check_conversation(request.conversation)
@@ -340,7 +385,7 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         _check_turn_texts(texts, count)
     meta = metadata_json(check_json_object(request.metadata), checked=True)
     # What every turn of the batch counts besides its own fields.
-    shared = len(meta) + (name_bytes(request.source) if isinstance(request.source, str) else 0)
+    shared = len(meta) + name_bytes(request.source)
     if conversation is not None:
         shared += name_bytes(conversation)
     plain, roles = _plain_turns(turns)
@@ -361,18 +406,25 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         kept = plain[head:]  # a lone text block is its turn's projection
     else:
         kept = [projection(t) for t in survivors]
+    kept_roles = None if roles is None else roles[head:]
+    # The messages as the store keeps them, encoded now, in the caller's task: the
+    # batch waits in the inbox before a backend reads it, and the caller may change a
+    # message's content list meanwhile. A plain ASCII batch is kept as its roles and
+    # texts (immutable), so it needs no encoding here.
+    plain_batch = kept_roles is not None and all_ascii and texts is None
     return TurnBatch(
         survivors=survivors,
         texts=kept,
         given=texts is not None,
         ids=None if ids is None else ids[head:],
         dropped=head,
-        roles=None if roles is None else roles[head:],
+        roles=kept_roles,
         all_ascii=all_ascii,
         metadata_json=meta,
         sizes=sizes[head:],
         occurred_at=occurred_at,
         conversation=conversation,
+        payloads=None if plain_batch else exact_msgpack_many(survivors),
     )
 
 

@@ -254,8 +254,7 @@ class MemoryService:
     async def memory_stats(self) -> dict[str, JsonValue]:
         """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``: the
         whole store's counts (every namespace), fresh from the database on pg."""
-        refresh = getattr(self.store, "refresh", None)
-        usage = await refresh() if refresh is not None else self.store.usage()
+        usage = await self.store.refresh()
         return {
             "entries": usage.entries,
             "capacity": usage.capacity,

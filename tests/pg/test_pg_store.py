@@ -138,6 +138,20 @@ async def test_counters_live_in_the_database_and_are_shared(opener: Any) -> None
             assert (await one.refresh()).entries == 0
 
 
+async def test_the_pg_handle_is_the_one_handle_plus_its_table(opener: Any, pg_table: str) -> None:
+    from actors import StoreHandle
+
+    with trio.fail_after(TIMEOUT):
+        async with opener(cfg(), HashingEmbedder(DIM)) as store:
+            assert isinstance(store, StoreHandle)
+            assert (store.backend, store.table) == ("pg", pg_table)
+            with pytest.raises(
+                TypeError,
+                match="PgStoreHandle has no public constructor; it is made by open_pg_store",
+            ):
+                PgStoreHandle(store._actor)
+
+
 async def test_reopen_checks_dimensions_and_capacity(opener: Any) -> None:
     with trio.fail_after(TIMEOUT):
         async with opener(cfg(), HashingEmbedder(DIM)) as store:
