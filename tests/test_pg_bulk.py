@@ -46,7 +46,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     pytest.skip(f"the pg extra is not installed ({error})", allow_module_level=True)
 
 from actors import HashingEmbedder
-from actors._embedding.embedders import normalize_rows
+from actors._embedding.adapter import normalize_rows
 from protocol import (
     ConfigError,
     Document,

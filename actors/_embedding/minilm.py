@@ -38,8 +38,8 @@ from protocol import ConfigError, EmbeddingProfile
 from protocol._checks import shown
 from protocol._surrogates import replace_surrogates
 
-from .cache import EmbeddingResult, check_texts
 from .onnx import OnnxEncoder, onnx_available, onnx_encoder
+from .protocols import EmbeddingResult, check_texts
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 

@@ -29,7 +29,7 @@ from protocol import (
 from protocol._checks import check_int
 from protocol._surrogates import replace_surrogates
 
-from .cache import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, check_texts
 
 __all__ = ["OpenAIEmbeddings"]
 

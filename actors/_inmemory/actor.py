@@ -53,7 +53,8 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
+from .._embedding.adapter import EmbedderAdapter
+from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._retrieval.engine import run_search
 from .._store.hooks import (

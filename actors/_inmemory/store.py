@@ -16,7 +16,7 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedding.embedders import AnyEmbedder
+from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.handle import OPENED, StoreHandleBase, StoreStatistics
 from .._store.hooks import (

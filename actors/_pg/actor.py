@@ -44,7 +44,8 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
+from .._embedding.adapter import EmbedderAdapter
+from .._embedding.protocols import AnyEmbedder
 from .._store.hooks import checked_query, normalize_query
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import clamp_k

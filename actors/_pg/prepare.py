@@ -17,7 +17,7 @@ from protocol._json import check_json_object
 from protocol._surrogates import pack
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._embedding.embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._embedding.adapter import EmbedderAdapter, as_matrix, normalize_rows
 from .._retrieval.bm25 import term_counts, token_counts
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.precomputed import document_vectors

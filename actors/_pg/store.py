@@ -76,7 +76,8 @@ from protocol import (
     VectorStoreUsage,
 )
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
+from .._embedding.adapter import EmbedderAdapter, check_timeout
+from .._embedding.protocols import AnyEmbedder
 from .._store.handle import OPENED, StoreHandleBase
 from .._store.lifecycle import run_store
 from .._store.prepare import check_ids, check_int, check_store_config

@@ -57,7 +57,7 @@ from protocol._surrogates import pack, unpack_metadata
 from protocol._time import check_conversation, check_time
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._embedding.embedders import as_matrix, normalize_rows
+from .._embedding.adapter import as_matrix, normalize_rows
 
 __all__ = [
     "BLOCK_OVERHEAD",

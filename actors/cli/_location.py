@@ -235,7 +235,7 @@ class ProfiledHashingEmbedder:
     table it writes is bound to it like MiniLM's."""
 
     def __init__(self) -> None:
-        from .._embedding.embedders import HashingEmbedder
+        from .._embedding.hashing import HashingEmbedder
 
         self._inner = HashingEmbedder(DIMENSIONS)
         self.dimensions = DIMENSIONS

@@ -11,7 +11,7 @@ Subclass :class:`EmbedderConformance` as a pytest test class and define
 
 The embedder may be sync (``embed`` and optionally ``embed_batch``) or async
 (``embed_documents``/``embed_query``, with a ``profile`` for an ``EmbeddingModel``).
-Every call goes through ``actors._embedding.embedders.EmbedderAdapter``, the way both stores call
+Every call goes through ``actors._embedding.adapter.EmbedderAdapter``, the way both stores call
 an embedder, and every vector is held to the store's rules (``as_matrix``/``as_vector``:
 the right count, the right width, finite real numbers). The tests cover what the
 embeddings-layer document lists for providers: count matches input, one query vector,
@@ -42,8 +42,10 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedding.cache import CachedEmbedder, EmbeddingCache, EmbeddingModel, EmbeddingUsageLog
-from .._embedding.embedders import EmbedderAdapter, as_matrix, as_vector
+from .._embedding.adapter import EmbedderAdapter, as_matrix, as_vector
+from .._embedding.cache import CachedEmbedder, EmbeddingCache
+from .._embedding.protocols import EmbeddingModel
+from .._embedding.usage import EmbeddingUsageLog
 from .._inmemory.store import open_store
 
 __all__ = ["EmbedderConformance"]

@@ -32,7 +32,7 @@ import trio
 from actors import AnyEmbedder
 from protocol import Document, IndexResult, VectorStoreConfig
 
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.hashing import HashingEmbedder
 from .._inmemory.store import open_store
 from .._store.indexing import Record, RecordManager, index
 

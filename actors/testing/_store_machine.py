@@ -47,7 +47,7 @@ from protocol import (
 )
 from protocol.messages import TurnsStored
 
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.hashing import HashingEmbedder
 from .._inmemory.store import open_store
 from .._store.prepare import metadata_json, turn_bytes
 from ._crash import inject_crash

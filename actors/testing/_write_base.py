@@ -22,7 +22,7 @@ from protocol import (
     VectorStoreConfig,
 )
 
-from .._embedding.embedders import HashingEmbedder
+from .._embedding.hashing import HashingEmbedder
 from .._inmemory.store import open_store
 
 __all__ = ["WriteSuiteBase"]
