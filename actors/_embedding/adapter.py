@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +25,7 @@ from protocol._checks import shown
 
 from .._store.mailbox import PROPAGATE
 from .cache import CachedEmbedder
-from .protocols import AnyEmbedder, EmbeddingModel, Matrix
+from .protocols import AnyEmbedder, AsyncEmbedder, Embedder, EmbeddingModel, Matrix
 from .usage import EmbeddingUsageLog
 
 __all__ = [
@@ -69,7 +68,7 @@ class EmbedderAdapter:
       raises :class:`~protocol.EmbedderError` whose ``.error`` is a ``TimeoutError``.
     - An ``Exception`` from the embedder becomes :class:`~protocol.EmbedderError`, with
       the original as ``.error`` and ``__cause__``. ``Cancelled``, ``KeyboardInterrupt``
-      and ``SystemExit`` propagate as themselves. Any other ``BaseException`` is a crash:
+      and ``SystemExit`` propagate as themselves. Every other ``BaseException`` is a crash:
       ``on_crash(error)`` (the store's, which poisons it) gives what to raise instead.
     - Metering: every call is an :class:`~protocol.EmbeddingCall` record in
       :attr:`usage`, and each record is offered to every callable in :attr:`listeners`
@@ -112,7 +111,7 @@ class EmbedderAdapter:
         # Metering: the records of a CachedEmbedder (which knows cache hits and tokens)
         # or of this adapter.
         self._meter = False
-        self.embedder: object = embedder
+        self.embedder: AnyEmbedder = embedder
         if isinstance(embedder, CachedEmbedder):
             self.usage: EmbeddingUsageLog = _TeeUsageLog(embedder.usage, self._fan_out)
             self.embedder = CachedEmbedder(embedder.model, cache=embedder.cache, usage=self.usage)
@@ -142,12 +141,14 @@ class EmbedderAdapter:
         """Embed ``texts`` in one call where the embedder batches."""
         if not texts:
             return []
-        embedder: Any = self.embedder
+        embedder = self.embedder
         if self._async:
+            assert isinstance(embedder, AsyncEmbedder)  # checked when the adapter was built
             return await self._call("document", texts, 1, lambda: embedder.embed_documents(texts))
         batch = getattr(embedder, "embed_batch", None)
         if callable(batch):
             return await self._call("document", texts, 1, lambda: _in_thread(batch, texts))
+        assert isinstance(embedder, Embedder)  # checked when the adapter was built
         return await self._call(
             "document",
             texts,
@@ -157,9 +158,11 @@ class EmbedderAdapter:
 
     async def query(self, text: str) -> object:
         """Embed one query."""
-        embedder: Any = self.embedder
+        embedder = self.embedder
         if self._async:
+            assert isinstance(embedder, AsyncEmbedder)  # checked when the adapter was built
             return await self._call("query", [text], 1, lambda: embedder.embed_query(text))
+        assert isinstance(embedder, Embedder)  # checked when the adapter was built
         return await self._call("query", [text], 1, lambda: _in_thread(embedder.embed, text))
 
     async def _call(
@@ -272,7 +275,7 @@ def _real_type(kind: type) -> bool:
     return issubclass(kind, int | float | np.integer | np.floating)
 
 
-def _real_items(items: list[Any] | tuple[Any, ...]) -> bool:
+def _real_items(items: Sequence[object]) -> bool:
     """Whether every item of a flat list is a real number: one C-speed pass over the
     items' types, then a check per distinct type (there are one or two)."""
     return all(map(_real_type, set(map(type, items))))
@@ -377,7 +380,7 @@ def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.fl
             fast = None
     if fast is not None and fast.shape == (count, dimensions) and bool(np.isfinite(fast).all()):
         return fast
-    rows: list[Any] = list(vectors)
+    rows: list[object] = list(vectors)
     if len(rows) != count:
         raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
     out = np.empty((count, dimensions), dtype=np.float64)
@@ -386,7 +389,7 @@ def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.fl
     return out
 
 
-def _real_rows(rows: Sequence[Any]) -> bool:
+def _real_rows(rows: Sequence[object]) -> bool:
     """Whether every row is a plain float or int array, or a list of real numbers: then
     converting the batch in one call cannot coerce a bool, a str or a complex."""
     for row in rows:

@@ -12,7 +12,7 @@ import collections
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, final
+from typing import final
 
 import attrs
 import numpy as np
@@ -138,7 +138,7 @@ class EmbeddingCache:
             self._hits += 1
             return hit[0]
 
-    def put(self, key: CacheKey, vector: npt.NDArray[Any]) -> None:
+    def put(self, key: CacheKey, vector: Matrix) -> None:
         """Store a read-only float32 copy of ``vector``, evicting the least recently used
         entries to stay within both bounds. An entry larger than ``max_bytes`` on its
         own is not stored."""
@@ -256,7 +256,7 @@ class CachedEmbedder:
         return self.model.profile
 
     async def _call_model(self, texts: list[str], input_type: InputType) -> EmbeddingResult:
-        model: Any = self.model
+        model = self.model
         report = getattr(model, "embed_with_report", None)
         if report is not None:
             result = await report(texts, input_type)
@@ -266,9 +266,12 @@ class CachedEmbedder:
                     f"{type(result).__name__}; expected an EmbeddingResult"
                 )
             return result
+        what, dimensions = type(model).__name__, model.profile.dimensions
         if input_type == "query":
-            return EmbeddingResult(vectors=np.asarray([await model.embed_query(texts[0])]))
-        return EmbeddingResult(vectors=await model.embed_documents(texts))
+            query = np.asarray([await model.embed_query(texts[0])])
+            return EmbeddingResult(vectors=_as_rows(query, 1, dimensions, what))
+        documents = await model.embed_documents(texts)
+        return EmbeddingResult(vectors=_as_rows(documents, len(texts), dimensions, what))
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> Matrix:
         """Embed ``texts`` as documents or queries, through the cache.

@@ -6,7 +6,7 @@ texts it is given and the profile a vector was made under."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeAlias, final, runtime_checkable
+from typing import Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 import numpy as np
@@ -25,7 +25,9 @@ __all__ = [
     "check_texts",
 ]
 
-VectorLike = Sequence[float] | npt.NDArray[Any]
+#: One vector as an embedder returns it: a list of floats, or an array of any dtype (its
+#: dtype, shape and values are checked at run time: ``actors._embedding.adapter.as_vector``).
+VectorLike = Sequence[float] | npt.NDArray[np.generic]
 Matrix = npt.NDArray[np.float32]
 
 
@@ -48,7 +50,9 @@ class AsyncEmbedder(Protocol):
     for a write), so a cancel reaches them directly; ``embed_timeout`` bounds them.
     """
 
-    async def embed_documents(self, texts: Sequence[str]) -> Sequence[VectorLike] | Matrix: ...
+    async def embed_documents(
+        self, texts: Sequence[str]
+    ) -> Sequence[VectorLike] | npt.NDArray[np.generic]: ...
 
     async def embed_query(self, text: str) -> VectorLike: ...
 
@@ -86,9 +90,11 @@ class EmbeddingModel(Protocol):
     @property
     def profile(self) -> EmbeddingProfile: ...
 
-    async def embed_documents(self, texts: Sequence[str]) -> Any: ...
+    async def embed_documents(
+        self, texts: Sequence[str]
+    ) -> Sequence[VectorLike] | npt.NDArray[np.generic]: ...
 
-    async def embed_query(self, text: str) -> Any: ...
+    async def embed_query(self, text: str) -> VectorLike: ...
 
 
 #: What every ``embedder=`` parameter takes (``open_store``, ``open_pg_store``,

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
-from .handle import StoreHandleBase
 from .mailbox import PROPAGATE, CrashableActor
 
 __all__ = ["run_store", "supervise"]
@@ -91,7 +90,15 @@ def _collapse(
 
 
 A = TypeVar("A", bound=CrashableActor)
-H = TypeVar("H", bound=StoreHandleBase[Any])
+
+
+class _Handle(Protocol):
+    """What :func:`run_store` needs of a store handle: closing its side."""
+
+    def _close(self) -> None: ...
+
+
+H = TypeVar("H", bound=_Handle)
 
 
 @asynccontextmanager

@@ -27,8 +27,8 @@ Set ``deterministic = False`` for an embedder whose vectors are random
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence, Sized
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -66,19 +66,21 @@ class _SyncModel:
     """A sync embedder as an :class:`EmbeddingModel`, so a ``CachedEmbedder`` can sit
     over it: the calls run in a worker thread, as a store runs them."""
 
-    def __init__(self, embedder: Any, dimensions: int) -> None:
+    def __init__(self, embedder: AnyEmbedder, dimensions: int) -> None:
         self._embedder = embedder
         self.profile = EmbeddingProfile(
             provider="local", model=type(embedder).__name__, dimensions=dimensions
         )
 
-    async def embed_documents(self, texts: Sequence[str]) -> Any:
+    async def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float64]:
         adapter = EmbedderAdapter(self._embedder, dimensions=self.profile.dimensions)
-        return await adapter.documents(list(texts))
+        raw = await adapter.documents(list(texts))
+        return as_matrix(raw, len(texts), self.profile.dimensions)
 
-    async def embed_query(self, text: str) -> Any:
+    async def embed_query(self, text: str) -> npt.NDArray[np.float64]:
         adapter = EmbedderAdapter(self._embedder, dimensions=self.profile.dimensions)
-        return await adapter.query(text)
+        raw = await adapter.query(text)
+        return as_vector(raw, self.profile.dimensions, what="query embedding")
 
 
 class EmbedderConformance:
@@ -126,8 +128,8 @@ class EmbedderConformance:
             )
         return width
 
-    def adapter(self, embedder: AnyEmbedder, **kw: Any) -> EmbedderAdapter:
-        return EmbedderAdapter(embedder, dimensions=self.dimensions_of(embedder), **kw)
+    def adapter(self, embedder: AnyEmbedder, *, timeout: float | None = None) -> EmbedderAdapter:
+        return EmbedderAdapter(embedder, dimensions=self.dimensions_of(embedder), timeout=timeout)
 
     async def documents(
         self, embedder: AnyEmbedder, texts: Sequence[str]
@@ -145,9 +147,11 @@ class EmbedderConformance:
         wrapped as an ``EmbeddingModel`` first)."""
         if isinstance(embedder, CachedEmbedder):
             return CachedEmbedder(embedder.model, cache=EmbeddingCache())
-        model: Any = embedder
+        model: EmbeddingModel
         if not isinstance(embedder, EmbeddingModel) or self.profile_of(embedder) is None:
             model = _SyncModel(embedder, self.dimensions_of(embedder))
+        else:
+            model = embedder
         return CachedEmbedder(model, cache=EmbeddingCache(), usage=EmbeddingUsageLog())
 
     def assert_same(self, a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> None:
@@ -202,13 +206,15 @@ class EmbedderConformance:
             embedder = self.make_embedder()
             width = self.dimensions_of(embedder)
             # No texts: no rows (and the adapter does not call the embedder at all).
-            nothing: Any = await self.adapter(embedder).documents([])
+            nothing = await self.adapter(embedder).documents([])
+            assert isinstance(nothing, Sized)
             assert len(nothing) == 0
             docs = getattr(embedder, "embed_documents", None)
             if docs is not None and inspect.iscoroutinefunction(docs):
                 assert len(await docs([])) == 0
             elif callable(batch := getattr(embedder, "embed_batch", None)):
-                out: Any = batch([])
+                out: object = batch([])
+                assert isinstance(out, Sized)
                 assert len(out) == 0
             # The empty string is a text like any other: one vector of the right width.
             rows = await self.documents(embedder, ["", "not empty"])
