@@ -599,7 +599,7 @@ async def write_breakdown(
     (the caller's side), phase 1 (the handle's one check, ``check_documents``, and the
     actor's preparation, changing nothing: ``actors._pg.prepare``) and the rest (the
     commit's transaction: the COPY of rows and postings, and its few statements)."""
-    from actors._embedding.embedders import EmbedderAdapter
+    from actors._embedding.adapter import EmbedderAdapter
     from actors._pg.prepare import prepare_documents
     from actors._store.backend import PutDocuments
     from actors._store.prepare import check_documents

@@ -178,7 +178,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             is never embedded.
         vector: a query embedding: a 1-D float or int array, or a sequence of finite
             real numbers (not bools); it is stored as a list of floats. These are the
-            store's rules for every vector (``actors._embedding.embedders.as_vector``). The store
+            store's rules for every vector (``actors._embedding.adapter.as_vector``). The store
             checks its width and normalizes a copy.
         k: how many hits to return, > 0 (an int or a numpy integer, of any size). When
             fewer entries match, all are returned.
@@ -388,7 +388,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     def _vector_list(vector: object, *, what: str = "vector") -> list[float]:
         # numpy arrays (and anything array-like) become plain floats here, so the
         # request never carries a mutable array another task may still hold. The rules
-        # are the store's (``actors._embedding.embedders.as_vector``): real numbers, flat, finite;
+        # are the store's (``actors._embedding.adapter.as_vector``): real numbers, flat, finite;
         # protocol does not import numpy, so arrays are recognised by their dtype.
         if _masked(type(vector)):
             raise EmbeddingError(

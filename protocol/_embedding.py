@@ -1,7 +1,7 @@
 """Embedding data: model profiles, usage records and prices (the retrieval toolkit, design §9).
 
 These are plain msgspec Structs; the running parts (the cache, the registry, the
-wrapper that records usage) live in ``actors._embedding.cache``.
+wrapper that records usage) live in ``actors._embedding``.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def test_search_request_validates(kwargs: dict[str, Any], needle: str) -> None:
     ],
 )
 def test_search_request_refuses_a_bad_vector(vector: object, needle: str) -> None:
-    # A vector is checked as every vector is (actors._embedding.embedders.as_vector): an
+    # A vector is checked as every vector is (actors._embedding.adapter.as_vector): an
     # EmbeddingError, as design §2 names for a bad embedding.
     with pytest.raises(EmbeddingError) as info:
         SearchRequest(vector=vector)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from actors import (
     HashingEmbedder,
     open_store,
 )
-from actors._embedding.cache import check_profile
+from actors._embedding.protocols import check_profile
 from protocol import (
     ConfigError,
     EmbedderError,

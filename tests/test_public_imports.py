@@ -38,7 +38,7 @@ WHITE_BOX = {
         "actors._pg.schema",
         "actors._retrieval.bm25",
         # one add_documents batch split into its validation and its commit
-        "actors._embedding.embedders",
+        "actors._embedding.adapter",
         "actors._pg.prepare",
         "actors._store.backend",
         "actors._store.prepare",

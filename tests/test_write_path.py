@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from actors import HashingEmbedder, open_store
-from actors._embedding.embedders import as_matrix, normalize_rows
+from actors._embedding.adapter import as_matrix, normalize_rows
 from actors._inmemory.arena import Arena, Entries, turn_ids
 from actors._inmemory.filtering import MetadataIndex
 from actors._store.prepare import (

@@ -19,13 +19,13 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import msgspec
 import trio
 
 from protocol import (
     ConfigError,
+    ContentBlock,
     ImageBase64,
     MemoryConfig,
     Poisoned,
@@ -274,7 +274,7 @@ def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | N
     """
     if offload_bytes(message) <= max_bytes:
         return message
-    blocks: list[Any] = []
+    blocks: list[ContentBlock] = []
     for block in message.content:
         if isinstance(block, Thinking):
             continue

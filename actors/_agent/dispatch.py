@@ -10,13 +10,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Protocol, final, runtime_checkable
 
 import httpx
 import trio
 
 from protocol import (
     ConfigError,
+    ContentBlock,
     DispatchError,
     DispatchTimeout,
     ImageBase64,
@@ -111,7 +112,7 @@ def _text_content(message: UnifiedMessage) -> str:
     return "\n".join(b.text for b in message.content if isinstance(b, Text))
 
 
-def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, Any]:
+def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, object]:
     """The ``/v1/chat/completions`` body for ``request``.
 
     Text blocks join with newlines; images become ``image_url`` parts with a data URL;
@@ -121,16 +122,16 @@ def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, An
     generation settings that are set are copied, and ``extra`` is merged in last,
     untouched.
     """
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for m in request.messages:
         results = [b for b in m.content if isinstance(b, ToolResult)]
         calls = [b for b in m.content if isinstance(b, ToolCall)]
         images = [b for b in m.content if isinstance(b, ImageBase64)]
         text = _text_content(m)
         if m.role != "tool" and (text or calls or images or not results):
-            entry: dict[str, Any] = {"role": m.role}
+            entry: dict[str, object] = {"role": m.role}
             if images:
-                parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+                parts: list[dict[str, object]] = [{"type": "text", "text": text}] if text else []
                 parts.extend(
                     {
                         "type": "image_url",
@@ -163,7 +164,7 @@ def to_openai(request: UnifiedRequest, model: str | None = None) -> dict[str, An
         if m.role == "tool" and not results:
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text})
     # The body is UTF-8 JSON, which cannot hold a lone surrogate: each is U+FFFD.
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "model": model or request.model,
         "messages": replace_surrogates_json(out),
     }
@@ -189,7 +190,7 @@ def from_openai(data: object, endpoint: str, status: int) -> UnifiedMessage:
     message = choices[0].get("message")
     if not isinstance(message, dict):
         raise _reply_error(endpoint, status, f"choices[0].message is {message!r:.80}")
-    content: list[Any] = []
+    content: list[ContentBlock] = []
     reasoning = message.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
         content.append(Thinking(text=reasoning))
@@ -289,7 +290,7 @@ class OpenAIChatDispatcher(trio.abc.AsyncResource):
         async with self._new_client() as client:
             return await self._post(client, body)
 
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> UnifiedMessage:
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, object]) -> UnifiedMessage:
         endpoint = self.endpoint
         try:
             response = await client.post(endpoint, json=body)

@@ -59,8 +59,9 @@ from protocol.events import (
 )
 from protocol.messages import Compress, Compressed, Inject, Recall
 
-from .._embedding.cache import EmbeddingUsageLog
-from .._embedding.embedders import AnyEmbedder, HashingEmbedder
+from .._embedding.hashing import HashingEmbedder
+from .._embedding.protocols import AnyEmbedder
+from .._embedding.usage import EmbeddingUsageLog
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.contract import Store

@@ -37,8 +37,8 @@ from threadpoolctl import threadpool_limits
 from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import replace_surrogates, shown
 
-from .cache import EmbeddingResult, check_texts
 from .onnx import OnnxEncoder, onnx_available, onnx_encoder
+from .protocols import EmbeddingResult, check_texts
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 

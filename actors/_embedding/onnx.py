@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from .minilm import _Weights
+    from onnx import ModelProto, NodeProto
+    from onnx import TensorProto as Tensor
+
+    from .minilm import Array, _Weights
 
 __all__ = ["OnnxEncoder", "onnx_available"]
 
@@ -42,22 +45,35 @@ def onnx_available() -> bool:
     return True
 
 
-def _graph(w: _Weights) -> Any:
+def _graph(w: _Weights) -> ModelProto:
     """The encoder as an ONNX ``ModelProto``: token ids, positions, mask -> hidden states."""
     from onnx import TensorProto, helper, numpy_helper
 
     hidden = int(w.word.shape[1])
-    initializers: list[Any] = []
-    nodes: list[Any] = []
+    initializers: list[Tensor] = []
+    nodes: list[NodeProto] = []
 
-    def const(name: str, array: npt.NDArray[Any]) -> str:
+    def const(name: str, array: Array) -> str:
         initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def op(kind: str, inputs: list[str], *, microsoft: bool = False, **attributes: Any) -> str:
+    def op(
+        kind: str, inputs: list[str], *, microsoft: bool = False, **attributes: int | float
+    ) -> str:
         out = f"{kind}_{len(nodes)}"
         domain = "com.microsoft" if microsoft else ""
-        nodes.append(helper.make_node(kind, inputs, [out], domain=domain, **attributes))
+        nodes.append(
+            helper.make_node(
+                kind,
+                inputs,
+                [out],
+                name=None,
+                doc_string=None,
+                domain=domain,
+                overload=None,
+                **attributes,
+            )
+        )
         return out
 
     # Token type 0 for every token (sentence-transformers passes no token types), so its
@@ -72,7 +88,9 @@ def _graph(w: _Weights) -> Any:
         epsilon=w.eps,
     )
 
-    def add_and_norm(y: str, residual: str, name: str, norm: tuple[Any, Any], bias: Any) -> str:
+    def add_and_norm(
+        y: str, residual: str, name: str, norm: tuple[Array, Array], bias: Array
+    ) -> str:
         # residual + y + bias, then the layer norm, in one pass.
         inputs = [const(name + "_w", norm[0]), const(name + "_b", norm[1])]
         inputs.append(const(name + "_bias", bias))
@@ -137,11 +155,11 @@ class OnnxEncoder:
             _graph(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
 
-    def run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+    def run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int32]) -> Array:
         """Hidden states ``[batch, length, hidden]`` of one padded batch."""
         positions = np.arange(ids.shape[1], dtype=np.int64)
         feeds = {"input_ids": ids, "positions": positions, "mask": mask}
-        hidden: npt.NDArray[Any] = self._session.run(["hidden"], feeds)[0]
+        hidden: Array = self._session.run(["hidden"], feeds)[0]
         return hidden
 
 

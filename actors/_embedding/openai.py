@@ -11,7 +11,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, final
+from typing import final
 
 import anyio
 import httpx
@@ -28,7 +28,7 @@ from protocol import (
 )
 from protocol.checks import check_int, replace_surrogates
 
-from .cache import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, check_texts
 
 __all__ = ["OpenAIEmbeddings"]
 
@@ -222,7 +222,7 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
         return delay / 2.0 + self._rng.uniform(0.0, delay / 2.0)
 
     async def _request(self, inputs: list[str]) -> tuple[Matrix, int | None]:
-        payload: dict[str, Any] = {
+        payload: dict[str, object] = {
             "model": self._profile.model,
             # UTF-8 JSON cannot carry a lone surrogate: each is sent as U+FFFD.
             "input": [replace_surrogates(t) for t in inputs],
@@ -297,7 +297,7 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
                 status=response.status_code,
                 attempts=attempts,
             )
-        rows: list[Any] = [None] * count
+        rows: list[list[object] | None] = [None] * count
         for position, item in enumerate(data):
             index = item.get("index", position) if isinstance(item, dict) else None
             embedding = item.get("embedding") if isinstance(item, dict) else None

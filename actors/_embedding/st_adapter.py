@@ -4,7 +4,7 @@ models. trio-recall never imports sentence-transformers unless this adapter is b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Protocol, final
 
 import numpy as np
 import numpy.typing as npt
@@ -13,9 +13,24 @@ import trio
 from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import check_int, replace_surrogates
 
-from .cache import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, check_texts
 
 __all__ = ["SentenceTransformerEmbedder"]
+
+
+class _SentenceModel(Protocol):
+    """What this adapter calls on a ``SentenceTransformer`` (its width is read by name at
+    run time: sentence-transformers 6 renamed the method)."""
+
+    def encode(
+        self,
+        sentences: list[str],
+        *,
+        batch_size: int,
+        normalize_embeddings: bool,
+        convert_to_numpy: bool,
+        show_progress_bar: bool,
+    ) -> object: ...
 
 
 @final
@@ -44,7 +59,7 @@ class SentenceTransformerEmbedder:
 
     def __init__(
         self,
-        model: Any,
+        model: str | _SentenceModel,
         *,
         device: str | None = "cpu",
         batch_size: int = 32,
@@ -68,17 +83,18 @@ class SentenceTransformerEmbedder:
                     "use MiniLMEmbedder"
                 ) from error
             name = model
-            model = SentenceTransformer(model, device=device)
+            built: _SentenceModel = SentenceTransformer(model, device=device)
         else:
             name = model_name or type(model).__name__
+            built = model
         # sentence-transformers 6 renamed the method (the old name warns).
-        get_dims = getattr(model, "get_embedding_dimension", None) or getattr(
+        get_dims = getattr(built, "get_embedding_dimension", None) or getattr(
             model, "get_sentence_embedding_dimension", None
         )
         dims = get_dims() if callable(get_dims) else None
         if not isinstance(dims, int) or dims <= 0:
             raise ConfigError(f"model reports {dims!r} dimensions; expected an int > 0")
-        self._model = model
+        self._model = built
         self.batch_size = batch_size
         self.normalize = normalize
         self.query_prompt = query_prompt
@@ -88,7 +104,7 @@ class SentenceTransformerEmbedder:
             model=name,
             dimensions=dims,
             max_batch_size=batch_size,
-            max_input_tokens=int(getattr(model, "max_seq_length", 512) or 512),
+            max_input_tokens=int(getattr(built, "max_seq_length", 512) or 512),
             normalized=normalize,
             options={
                 "normalize": normalize,

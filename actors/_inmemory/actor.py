@@ -49,7 +49,8 @@ from protocol.messages import (
     TurnsStored,
 )
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
+from .._embedding.adapter import EmbedderAdapter
+from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.backend import Counters, PutDocuments, PutTurns, Write
 from .._store.hooks import (

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeVar
 
 import attrs
 import numpy as np
@@ -164,7 +164,7 @@ class Entries:
     zero: npt.NDArray[np.bool_]
     texts: list[str]
     payloads: Sequence[bytes | None]
-    metadata: list[Mapping[str, Any]]
+    metadata: list[Mapping[str, object]]
     ids: list[str] | None
     source_ids: list[str | None]
     namespace: str
@@ -209,7 +209,10 @@ def turn_ids(first: int, count: int) -> list[str]:
     return ids
 
 
-def _readonly(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+G = TypeVar("G", bound=np.generic)
+
+
+def _readonly(arr: npt.NDArray[G]) -> npt.NDArray[G]:
     view = arr.view()
     view.flags.writeable = False
     return view
@@ -463,7 +466,7 @@ class Arena:
             namespace, conversation, self.seqs, self.high, leaving_out
         )
 
-    def metadata_of(self, slot: int) -> Mapping[str, Any]:
+    def metadata_of(self, slot: int) -> Mapping[str, object]:
         metadata = self.meta.get(slot)
         assert metadata is not None, f"slot {slot} is free"
         return metadata

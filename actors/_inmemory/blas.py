@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Protocol
 
 import attrs
 import numpy as np
@@ -51,6 +51,16 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _BlasLibrary(Protocol):
+    """What is used of one of threadpoolctl's BLAS library controllers."""
+
+    def info(self) -> dict[str, object]: ...
+
+    def get_num_threads(self) -> int: ...
+
+    def set_num_threads(self, num_threads: int) -> object: ...
+
+
 class BlasThreads:
     """Holds the BLAS libraries that numpy loaded at one thread while scans run.
 
@@ -71,9 +81,9 @@ class BlasThreads:
         self._saved: list[int] = []
         self._single = False
         self._changed = False
-        self._libs: list[Any] | None = None
+        self._libs: list[_BlasLibrary] | None = None
 
-    def libraries(self) -> list[Any]:
+    def libraries(self) -> list[_BlasLibrary]:
         """The BLAS library controllers (loaded lazily, once)."""
         if self._libs is None:
             from threadpoolctl import ThreadpoolController
@@ -82,7 +92,7 @@ class BlasThreads:
             self._libs = list(controller.select(user_api="blas").lib_controllers)
         return self._libs
 
-    def info(self) -> list[dict[str, Any]]:
+    def info(self) -> list[dict[str, object]]:
         """Which BLAS numpy uses and with how many threads (threadpoolctl's view)."""
         return [lib.info() for lib in self.libraries()]
 
@@ -289,10 +299,10 @@ class ThreadChooser:
         """How long a scan of this size on this path took with this setting."""
         self._class(floats, path).record(single, seconds / max(floats, 1))
 
-    def statistics(self) -> dict[str, dict[str, Any]]:
+    def statistics(self) -> dict[str, dict[str, object]]:
         """Per size class and path: scans run with each setting, switches, the setting
         in use and the median ns per float of each (for benches and debugging)."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, object]] = {}
         for (bits, path), c in sorted(self.classes.items()):
             name = f"2^{bits - 1} floats, " + (
                 "inline" if path == 0 else f"batch ~{1 << (path - 1)}"

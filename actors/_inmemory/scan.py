@@ -204,7 +204,7 @@ def _chunk_candidates(
 
 def rank_candidates(
     candidates: npt.NDArray[np.intp],
-    scores: npt.NDArray[np.floating[Any]],
+    scores: npt.NDArray[np.float32] | npt.NDArray[np.float64],
     seqs: npt.NDArray[np.int64],
     k: int,
 ) -> npt.NDArray[np.intp]:

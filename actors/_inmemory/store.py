@@ -14,7 +14,7 @@ from protocol import (
 )
 from protocol.checks import check_int
 
-from .._embedding.embedders import AnyEmbedder
+from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.handle import StoreHandle
 from .._store.hooks import (

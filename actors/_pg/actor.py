@@ -41,7 +41,8 @@ from protocol.messages import (
     TurnsStored,
 )
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter
+from .._embedding.adapter import EmbedderAdapter
+from .._embedding.protocols import AnyEmbedder
 from .._store.backend import Counters as StoreCounters
 from .._store.backend import PutDocuments, PutTurns, Write
 from .._store.hooks import checked_query, normalize_query

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from protocol import VectorStoreConfig
 from protocol.checks import pack
 
-from .._embedding.embedders import EmbedderAdapter, as_matrix, normalize_rows
+from .._embedding.adapter import EmbedderAdapter, as_matrix, normalize_rows
 from .._retrieval.bm25 import term_counts, token_counts
 from .._store.backend import PutDocuments, PutTurns
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time

@@ -75,7 +75,8 @@ from protocol import (
 )
 from protocol.checks import check_int
 
-from .._embedding.embedders import AnyEmbedder, EmbedderAdapter, check_timeout
+from .._embedding.adapter import EmbedderAdapter, check_timeout
+from .._embedding.protocols import AnyEmbedder
 from .._store.handle import StoreHandle
 from .._store.lifecycle import run_store
 from .._store.prepare import check_store_config

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -229,7 +229,7 @@ def _lent(
     return out
 
 
-def _as_matrix(what: str, value: Any, ndim: int) -> npt.NDArray[np.float64]:
+def _as_matrix(what: str, value: npt.ArrayLike, ndim: int) -> npt.NDArray[np.float64]:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim != ndim:
         raise ConfigError(f"{what} has {arr.ndim} dimensions; expected {ndim}")
@@ -254,8 +254,8 @@ def _cosine(
 
 
 def mmr(
-    query_vec: Any,
-    candidate_vecs: Any,
+    query_vec: npt.ArrayLike,
+    candidate_vecs: npt.ArrayLike,
     k: int,
     lambda_mult: float = 0.5,
 ) -> list[int]:

@@ -47,7 +47,7 @@ from protocol import (
 )
 from protocol.messages import Clear, Delete, StoreTurns, UpsertDocuments
 
-from .._embedding.embedders import EmbedderAdapter
+from .._embedding.adapter import EmbedderAdapter
 from .mailbox import Envelope
 from .prepare import DocumentBatch, TurnBatch
 

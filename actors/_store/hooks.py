@@ -44,8 +44,8 @@ from protocol.messages import (
     UpsertDocuments,
 )
 
-from .._embedding.cache import check_profile
-from .._embedding.embedders import as_vector, normalize_rows
+from .._embedding.adapter import as_vector, normalize_rows
+from .._embedding.protocols import check_profile
 from .backend import PutDocuments, PutTurns, Write
 
 __all__ = [
@@ -292,7 +292,7 @@ def normalize_query(vector: object, dimensions: int) -> npt.NDArray[np.float32] 
     Both backends normalize every query vector here. The common case (an exact float32
     or float64 ndarray of the store's width, with a modest norm) takes a fast path that
     skips ``normalize_rows``' per-call overhead; every other value goes through
-    :func:`~actors._embedding.embedders.as_vector`, which names what is wrong with it.
+    :func:`~actors._embedding.adapter.as_vector`, which names what is wrong with it.
 
     Raises:
         EmbeddingError: the vector is not one (see ``as_vector``), or its squared norm

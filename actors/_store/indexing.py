@@ -201,7 +201,14 @@ KeyEncoder = Literal["sha256", "sha512", "blake2b"] | Callable[[Document, str | 
 """How :func:`index` hashes a document: a named hash over :func:`hash_document`'s JSON,
 or the caller's callable ``(document, source_id) -> str``."""
 
-_ENCODERS: dict[str, Callable[[bytes], Any]] = {
+
+class _Digest(Protocol):
+    """What :func:`hash_document` uses of a ``hashlib`` hash."""
+
+    def hexdigest(self) -> str: ...
+
+
+_ENCODERS: dict[str, Callable[[bytes], _Digest]] = {
     "sha256": hashlib.sha256,
     "sha512": hashlib.sha512,
     "blake2b": hashlib.blake2b,
@@ -233,7 +240,11 @@ def hash_document(doc: Document, source_id: str | None, key_encoder: KeyEncoder 
             f"key_encoder is {key_encoder!r:.60}; expected one of {', '.join(_ENCODERS)} "
             "or a callable (document, source_id) -> str"
         )
-    content: dict[str, Any] = {"text": doc.text, "metadata": doc.metadata, "source_id": source_id}
+    content: dict[str, object] = {
+        "text": doc.text,
+        "metadata": doc.metadata,
+        "source_id": source_id,
+    }
     if doc.embedding is not None:
         # Only when present, so the hash of a document without one is what it was.
         content["embedding"] = doc.embedding

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 import trio
 
 from protocol import Poisoned, VectorStoreConfig, VectorStoreError
+
+if TYPE_CHECKING:  # backend.py imports this module: only the type, for mypy
+    from .backend import Write
 
 __all__ = [
     "PROPAGATE",
@@ -93,7 +96,7 @@ class Envelope(Generic[R, A]):
 
 
 def drain(
-    receive: trio.MemoryReceiveChannel[Envelope[Any, Any]], error: Callable[[], BaseException]
+    receive: trio.MemoryReceiveChannel[Envelope[R, A]], error: Callable[[], BaseException]
 ) -> None:
     """Fail every request still queued in ``receive``, then close it.
 
@@ -121,19 +124,19 @@ class CrashableActor:
     """
 
     config: VectorStoreConfig
-    send: trio.MemorySendChannel[Envelope[Any, object]]
-    receive: trio.MemoryReceiveChannel[Envelope[Any, object]]
+    send: trio.MemorySendChannel[Envelope[Write, object]]
+    receive: trio.MemoryReceiveChannel[Envelope[Write, object]]
     crash: BaseException | None
     what: str
     logger: logging.Logger
 
-    async def _handle(self, envelope: Envelope[Any, object]) -> None:
+    async def _handle(self, envelope: Envelope[Write, object]) -> None:
         raise NotImplementedError
 
-    async def _prepare(self, request: Any) -> object:
+    async def _prepare(self, request: Write) -> object:
         raise NotImplementedError
 
-    async def _prepared_or_replied(self, envelope: Envelope[Any, object]) -> object:
+    async def _prepared_or_replied(self, envelope: Envelope[Write, object]) -> object:
         """Phase 1 of a write, the same on every backend: validate and embed (it may
         await and fail, and changes nothing). Returns the prepared write, or
         :data:`REPLIED` once the caller has its answer: ``Poisoned`` on a crashed store,
@@ -158,7 +161,7 @@ class CrashableActor:
         :func:`answer_base_exception`, so nothing but ``Cancelled`` ever leaves this task
         (an exception leaving an actor task would tear down the caller's nursery).
         """
-        in_flight: Envelope[Any, object] | None = None
+        in_flight: Envelope[Write, object] | None = None
         try:
             task_status.started()
             async for envelope in self.receive:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from protocol import Document, EmbeddingError
 from protocol.checks import FLOAT64_MARKER, msgpack_array_header
 
-from .._embedding.embedders import EmbedderAdapter, _real_type, as_matrix, as_vector
+from .._embedding.adapter import EmbedderAdapter, _real_type, as_matrix, as_vector
 
 __all__ = ["document_vectors", "embedding_matrix"]
 

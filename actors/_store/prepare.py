@@ -55,7 +55,7 @@ from protocol.checks import (
 )
 from protocol.messages import StoreTurns, UpsertDocuments
 
-from .._embedding.embedders import as_matrix, normalize_rows
+from .._embedding.adapter import as_matrix, normalize_rows
 
 __all__ = [
     "DocumentBatch",

@@ -8,9 +8,9 @@ over 900 lines): :class:`ConformanceBase` here, the keyword and hybrid tests in
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 import numpy as np
@@ -20,14 +20,60 @@ from actors import AnyEmbedder
 from protocol import (
     Document,
     EmbeddingProfile,
+    RetrievalReport,
     ScoredDocument,
     SearchRequest,
     VectorStoreConfig,
 )
 
-from .. import HashingEmbedder, open_store
+from .. import HashingEmbedder, Store, StoreStatistics, open_store
 
-__all__ = ["ConformanceBase"]
+__all__ = ["ConformanceBase", "StoreUnderTest", "call_unchecked"]
+
+T = TypeVar("T")
+
+
+class StoreUnderTest(Store, Protocol):
+    """What the suites call on a store: the :class:`~actors.Store` protocol and the
+    rest of a store handle's API that they check (``upsert``, ``add_texts``,
+    ``retrieve``, ``retrieve_in``, ``len``, ``is_empty`` and ``statistics``: both store
+    handles have them)."""
+
+    async def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = ...,
+        ids: Sequence[str] | None = ...,
+        namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
+    ) -> list[str]: ...
+
+    async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
+
+    async def retrieve_in(self, namespace: str, query: str, k: int) -> RetrievalReport: ...
+
+    def __len__(self) -> int: ...
+
+    def is_empty(self) -> bool: ...
+
+    async def upsert(
+        self,
+        documents: Sequence[Document],
+        namespace: str | None = ...,
+        *,
+        embeddings: object = ...,
+    ) -> list[str]: ...
+
+    def statistics(self) -> StoreStatistics: ...
+
+
+async def call_unchecked(
+    method: Callable[..., Awaitable[T]], *args: object, **kwargs: object
+) -> T:
+    """``method(*args, **kwargs)`` with arguments its signature refuses, on purpose: what
+    a test checks is the refusal at run time."""
+    return await method(*args, **kwargs)
 
 
 def _ids(hits: Sequence[ScoredDocument]) -> list[str | None]:
@@ -41,7 +87,7 @@ def untimed(documents: Sequence[Document]) -> list[Document]:
     return [msgspec.structs.replace(d, occurred_at=None) for d in documents]
 
 
-def _cosine(a: Any, b: Any) -> float:
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
     nx, ny = float(np.linalg.norm(x)), float(np.linalg.norm(y))
@@ -76,7 +122,7 @@ class ConformanceBase:
 
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: AnyEmbedder
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[StoreUnderTest]:
         """Return an async context manager that yields a new, empty store to test."""
         return open_store(config, embedder)
 
@@ -96,7 +142,7 @@ class ConformanceBase:
     # --- helpers -------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def fresh_store(self) -> AsyncIterator[Any]:
+    async def fresh_store(self) -> AsyncIterator[StoreUnderTest]:
         """A new store from :meth:`open_store_under_test`."""
         async with self.open_store_under_test(self.make_config(), self.make_embedder()) as store:
             yield store
@@ -110,14 +156,13 @@ class ConformanceBase:
         """The exact cosine similarity of two texts' embeddings."""
         return _cosine(self.embed(a), self.embed(b))
 
-    def profile_of(self, store: Any) -> EmbeddingProfile | None:
+    def profile_of(self, store: Store) -> EmbeddingProfile | None:
         """The profile ``store`` is bound to (its ``profile``), for searches by vector."""
         profile = getattr(store, "profile", None)
         return profile if isinstance(profile, EmbeddingProfile) else None
 
-    async def search(self, store: Any, **kwargs: Any) -> list[ScoredDocument]:
-        hits: list[ScoredDocument] = await store.search(SearchRequest(**kwargs))
-        return hits
+    async def search(self, store: Store, **kwargs: Any) -> list[ScoredDocument]:
+        return await store.search(SearchRequest(**kwargs))
 
     def assert_scores_are_cosine(self, query: str, hits: Sequence[ScoredDocument]) -> None:
         for h in hits:

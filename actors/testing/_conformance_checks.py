@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from protocol import Document, SearchRequest
+
+from ._conformance_base import StoreUnderTest
 
 __all__ = ["check_namespace_walk", "mmr_reference"]
 
@@ -32,7 +35,12 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def mmr_reference(
-    vectors: Sequence[Any], query: Any, *, k: int, fetch_k: int, lambda_mult: float
+    vectors: Sequence[npt.ArrayLike],
+    query: npt.ArrayLike,
+    *,
+    k: int,
+    fetch_k: int,
+    lambda_mult: float,
 ) -> list[int]:
     """The indices MMR picks from ``vectors`` (oldest first) for ``query``.
 
@@ -59,7 +67,7 @@ def mmr_reference(
 
 
 async def check_namespace_walk(
-    store: Any, rng: random.Random, *, steps: int, evicting: bool
+    store: StoreUnderTest, rng: random.Random, *, steps: int, evicting: bool
 ) -> None:
     """Apply ``steps`` random operations to ``store``, which must be empty, and check
     that no read in one namespace ever sees another's documents: a fifth of the steps
@@ -112,14 +120,14 @@ async def check_namespace_walk(
         _agree(seen, model[s], evicting, s, "retrieve_in")
 
 
-async def _get_all(store: Any, space: str) -> dict[str, str]:
+async def _get_all(store: StoreUnderTest, space: str) -> dict[str, str]:
     got = await store.get_by_ids(_IDS, namespace=space)
     for d in got:
         assert d.metadata["owner"] == space, (space, d)
-    return {d.id: d.text for d in got}
+    return {d.id or "": d.text for d in got}
 
 
-async def _search(store: Any, space: str, query: str, kind: _Kind) -> dict[str, str]:
+async def _search(store: StoreUnderTest, space: str, query: str, kind: _Kind) -> dict[str, str]:
     request = SearchRequest(query=query, k=IDS, kind=kind, fetch_k=IDS, namespace=space)
     hits = await store.search(request)
     for h in hits:

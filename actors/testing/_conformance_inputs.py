@@ -12,7 +12,6 @@ metadata one backend takes, every backend takes, and answers for alike.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import pytest
 import trio
@@ -126,7 +125,7 @@ class InputShapeTests(ConformanceBase):
                 assert len(store) == 1
 
     async def test_nul_and_surrogates_in_metadata_match_every_filter_form(self) -> None:
-        rows: list[dict[str, Any]] = [{key: value} for key in _KEYS[:3] for value in _VALUES]
+        rows: list[dict[str, object]] = [{key: value} for key in _KEYS[:3] for value in _VALUES]
         rows += [{"k\x01": "a\x01"}, {"k\ud800": 1}, {"k\x00": ["a\x00"]}, {"k\x00": None}, {}]
         filters: list[Filter] = []
         for key in _KEYS:

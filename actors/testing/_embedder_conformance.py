@@ -28,7 +28,7 @@ Set ``deterministic = False`` for an embedder whose vectors are random
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import Any, ClassVar
 
 import numpy as np
@@ -110,7 +110,7 @@ class _SyncModel:
     """A sync embedder as an :class:`EmbeddingModel`, so a ``CachedEmbedder`` can sit
     over it: the calls run in a worker thread, as a store runs them."""
 
-    def __init__(self, embedder: Any, dimensions: int) -> None:
+    def __init__(self, embedder: AnyEmbedder, dimensions: int) -> None:
         self._embedder = embedder
         self.profile = EmbeddingProfile(
             provider="local", model=type(embedder).__name__, dimensions=dimensions
@@ -186,9 +186,11 @@ class EmbedderConformance:
         wrapped as an ``EmbeddingModel`` first)."""
         if isinstance(embedder, CachedEmbedder):
             return CachedEmbedder(embedder.model, cache=EmbeddingCache())
-        model: Any = embedder
+        model: EmbeddingModel
         if not isinstance(embedder, EmbeddingModel) or self.profile_of(embedder) is None:
             model = _SyncModel(embedder, self.dimensions_of(embedder))
+        else:
+            model = embedder
         return CachedEmbedder(model, cache=EmbeddingCache(), usage=EmbeddingUsageLog())
 
     def assert_same(self, a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> None:
@@ -248,7 +250,8 @@ class EmbedderConformance:
             if docs is not None and inspect.iscoroutinefunction(docs):
                 assert len(await docs([])) == 0
             elif callable(batch := getattr(embedder, "embed_batch", None)):
-                out: Any = batch([])
+                out: object = batch([])
+                assert isinstance(out, Sized)
                 assert len(out) == 0
             # The empty string is a text like any other: one vector of the right width.
             rows = await self.documents(embedder, ["", "not empty"])

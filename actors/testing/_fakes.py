@@ -7,16 +7,18 @@ import hashlib
 import inspect
 import threading
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal, final
+from typing import Literal, final
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
 
-from actors import AnyEmbedder
+from actors import AnyEmbedder, AsyncEmbedder, Embedder
 from protocol import ConfigError
 from protocol.checks import check_int
+
+from .._embedding.protocols import VectorLike
 
 __all__ = [
     "DeterministicFakeEmbedding",
@@ -311,12 +313,15 @@ class FaultyEmbedder:
         else:
             await trio.lowlevel.checkpoint()
         self._maybe_raise(fault, call)
-        inner: Any = self.inner
-        if inspect.iscoroutinefunction(getattr(inner, "embed_documents", None)):
+        inner = self.inner
+        batch = getattr(inner, "embed_batch", None)
+        raw: Sequence[VectorLike] | npt.NDArray[np.generic]
+        if isinstance(inner, AsyncEmbedder) and inspect.iscoroutinefunction(inner.embed_documents):
             raw = await inner.embed_documents(list(texts))
-        elif callable(getattr(inner, "embed_batch", None)):
-            raw = inner.embed_batch(list(texts))
+        elif callable(batch):
+            raw = batch(list(texts))
         else:
+            assert isinstance(inner, Embedder)  # an AnyEmbedder that is not async
             raw = [inner.embed(t) for t in texts]
         return [self._corrupt(fault, np.array(v, dtype=np.float64)) for v in raw]
 
@@ -329,10 +334,11 @@ class FaultyEmbedder:
         else:
             await trio.lowlevel.checkpoint()
         self._maybe_raise(fault, call)
-        inner: Any = self.inner
-        if inspect.iscoroutinefunction(getattr(inner, "embed_query", None)):
+        inner = self.inner
+        if isinstance(inner, AsyncEmbedder) and inspect.iscoroutinefunction(inner.embed_query):
             raw = await inner.embed_query(text)
         else:
+            assert isinstance(inner, Embedder)  # an AnyEmbedder that is not async
             raw = inner.embed(text)
         return self._corrupt(fault, np.array(raw, dtype=np.float64))
 

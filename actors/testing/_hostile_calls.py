@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal, final
+from typing import Literal, final
 
 import attrs
 import msgspec
@@ -22,8 +22,10 @@ import trio
 from hypothesis import strategies as st
 
 from protocol import (
+    ContentBlock,
     Document,
     Poisoned,
+    RetrievedTurn,
     SearchRequest,
     Text,
     Thinking,
@@ -34,6 +36,7 @@ from protocol import (
     VectorStoreError,
 )
 
+from .. import Store
 from ._hostile import (
     CALL_TIMEOUT,
     EmbedFault,
@@ -65,7 +68,7 @@ __all__ = [
 
 # --- calls ------------------------------------------------------------------------------
 
-Maker = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
+Maker = Callable[[], tuple[tuple[object, ...], dict[str, object]]]
 
 
 @final
@@ -96,7 +99,7 @@ class HostileCall:
     expect_refusal: str | None = None
     decoded: bool = False
     #: after a success, given the result and a full read: what is wrong, or None.
-    check_stored: Callable[[Any, Any], str | None] | None = None
+    check_stored: Callable[[object, list[RetrievedTurn]], str | None] | None = None
     #: ``"store"`` (a handle's method; on a memory, ``memory.store``'s) or ``"memory"``.
     target: Literal["store", "memory"] = "store"
 
@@ -161,7 +164,7 @@ class MessageSpec:
     name: object = None
 
     def build(self) -> UnifiedMessage:
-        content: list[Any] = []
+        content: list[ContentBlock] = []
         for kind, fields in self.blocks:
             if kind == "text":
                 content.append(Text(text=fields[0]))  # type: ignore[arg-type]
@@ -242,14 +245,14 @@ def _store_turns_call(
     specs: list[MessageSpec], ns: object, source: object, meta: object, ids: object,
     texts: object, fault: EmbedFault,
 ) -> HostileCall:  # fmt: skip
-    kwargs: dict[str, Any] = {"namespace": ns, "source": source, "metadata": meta}
+    kwargs: dict[str, object] = {"namespace": ns, "source": source, "metadata": meta}
     if ids is not None:
         kwargs["ids"] = ids
     if texts is not None:
         kwargs["texts"] = texts
     built: list[list[UnifiedMessage]] = []
 
-    def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def make() -> tuple[tuple[object, ...], dict[str, object]]:
         built.append([spec.build() for spec in specs])
         return (built[-1],), kwargs
 
@@ -282,7 +285,7 @@ def _store_turns_call(
 def _add_documents_call(
     docs: list[tuple[object, object, object, object]], ns: object, fault: EmbedFault
 ) -> HostileCall:
-    def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def make() -> tuple[tuple[object, ...], dict[str, object]]:
         built = [
             Document(text=t, id=i, metadata=m, source_id=s)  # type: ignore[arg-type]
             for t, i, m, s in docs
@@ -326,7 +329,7 @@ def _search_call(
     threshold: object, filter_: FilterSpec | None, ns: object, wire: bool,
     fault: EmbedFault,
 ) -> HostileCall:  # fmt: skip
-    def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def make() -> tuple[tuple[object, ...], dict[str, object]]:
         if wire and filter_ is not None:
             body = (
                 b'{"query":' + json.dumps(query if isinstance(query, str) else "q").encode()
@@ -475,7 +478,7 @@ def hostile_memory_calls(*, interrupts: bool = False) -> st.SearchStrategy[Hosti
         )
 
     def turn(specs: list[MessageSpec], text: object, fault: EmbedFault) -> HostileCall:
-        def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def make() -> tuple[tuple[object, ...], dict[str, object]]:
             return (UnifiedRequest(model="m", messages=conversation(specs, text)),), {}
 
         label = f"{_short(specs)} then user {_short(text)}"
@@ -506,12 +509,17 @@ def hostile_memory_calls(*, interrupts: bool = False) -> st.SearchStrategy[Hosti
 # --- the invariant ----------------------------------------------------------------------
 
 
-def _turns_round_trip(turns: list[UnifiedMessage], ns: object, result: Any, listing: Any) -> Any:
+def _turns_round_trip(
+    turns: list[UnifiedMessage], ns: object, result: object, listing: list[RetrievedTurn]
+) -> str | None:
     """What went wrong returning the stored turns, or None."""
     ids = getattr(result, "ids", None)
     if ids is None:
         return f"returned {result!r:.200}; expected TurnsStored"
-    by_id = {(h.namespace, h.id): h.message for h in listing}
+    # ns is the namespace as the hostile call gave it, of any type.
+    by_id: dict[tuple[object, object], UnifiedMessage] = {
+        (h.namespace, h.id): h.message for h in listing
+    }
     survivors = turns[len(turns) - len(ids) :]
     for turn, entry_id in zip(survivors, ids, strict=True):
         got = by_id.get((ns, entry_id))
@@ -522,12 +530,17 @@ def _turns_round_trip(turns: list[UnifiedMessage], ns: object, result: Any, list
     return None
 
 
-def _store_of(subject: Any) -> Any:
+def _store_of(subject: object) -> Store:
     inner = getattr(subject, "store", None)
-    return subject if inner is None or not hasattr(subject, "turn") else inner
+    store = subject if inner is None or not hasattr(subject, "turn") else inner
+    if not isinstance(store, Store):
+        raise TypeError(
+            f"the subject is a {type(subject).__name__}; expected a store handle or a memory"
+        )
+    return store
 
 
-async def _snapshot(store: Any) -> tuple[str, list[Any]]:
+async def _snapshot(store: Store) -> tuple[str, list[RetrievedTurn]]:
     """``usage()`` and every entry, as a comparable text, and the entries."""
     refresh = getattr(store, "refresh", None)
     usage = await refresh() if refresh is not None else store.usage()
@@ -548,7 +561,7 @@ def _chain(error: BaseException | None) -> list[BaseException]:
 
 
 async def check_hostile_call(
-    subject: Any,
+    subject: object,
     call: HostileCall,
     embedder: HostileEmbedder,
     *,
@@ -674,7 +687,7 @@ def _judge_accepted(
     call: HostileCall,
     injected: BaseException | None,
     result: object,
-    listing: list[Any],
+    listing: list[RetrievedTurn],
     max_entry_bytes: int,
 ) -> None:
     """Check a call that succeeded: it must not have hidden an embedder crash, accepted
@@ -701,7 +714,7 @@ def _judge_accepted(
 
 
 async def run_hostile_calls(
-    subject: Any,
+    subject: object,
     calls: Sequence[HostileCall],
     embedder: HostileEmbedder,
     *,

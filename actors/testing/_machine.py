@@ -28,7 +28,7 @@ import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar, TypeVarTuple
+from typing import ClassVar, Concatenate, ParamSpec, TypeVar, TypeVarTuple
 
 import attrs
 import trio
@@ -92,7 +92,7 @@ def trio_step(f: Callable[Concatenate[M, P], Awaitable[T]]) -> Callable[Concaten
 
 @attrs.define(eq=False)
 class _EnterRequest:
-    cm: AbstractAsyncContextManager[Any]
+    cm: AbstractAsyncContextManager[object]
     done: trio.Event = attrs.field(factory=trio.Event)
     value: object = None
     error: BaseException | None = None
@@ -228,7 +228,7 @@ class TrioRuleBasedStateMachine(RuleBasedStateMachine):
     hang_replay_timeout: ClassVar[float] = 1.0
     _hang_seen: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         for name, value in vars(cls).items():
             if not callable(value) or inspect.iscoroutinefunction(value):

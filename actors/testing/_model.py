@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import numpy as np
@@ -43,7 +42,7 @@ class ModelEntry:
     namespace: str
     message: UnifiedMessage
     source: str
-    metadata: dict[str, Any]
+    metadata: dict[str, object]
     vector: Vector64 | None = attrs.field(eq=False)
     tie_key: bytes
 
@@ -54,7 +53,7 @@ class ModelEntry:
         namespace: str,
         message: UnifiedMessage,
         source: str,
-        metadata: dict[str, Any],
+        metadata: dict[str, object],
         raw: object,
     ) -> ModelEntry:
         vector = normalize64(raw)

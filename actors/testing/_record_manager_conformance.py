@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ from actors import AnyEmbedder
 from protocol import Document, IndexResult, VectorStoreConfig
 
 from .. import HashingEmbedder, Record, RecordManager, index, open_store
+from ._conformance_base import StoreUnderTest
 
 __all__ = ["RecordManagerConformance"]
 
@@ -78,14 +79,16 @@ class RecordManagerConformance:
 
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: AnyEmbedder
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[StoreUnderTest]:
         """The store the documents go to (the in-memory store by default)."""
         return open_store(config, embedder)
 
     # --- helpers -------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def setup(self) -> AsyncIterator[tuple[Any, RecordManager, _CountingEmbedder]]:
+    async def setup(
+        self,
+    ) -> AsyncIterator[tuple[StoreUnderTest, RecordManager, _CountingEmbedder]]:
         """A fresh store, its counting embedder, and a fresh record manager."""
         embedder = _CountingEmbedder(self.dimensions)
         config = VectorStoreConfig(
@@ -103,7 +106,7 @@ class RecordManagerConformance:
     def docs(self, *texts: str, source: str | None = None) -> list[Document]:
         return [Document(text=t, id=f"id-{t}", source_id=source) for t in texts]
 
-    async def ids_in(self, store: Any, ids: Sequence[str]) -> set[str]:
+    async def ids_in(self, store: StoreUnderTest, ids: Sequence[str]) -> set[str | None]:
         return {d.id for d in await store.get_by_ids(list(ids), namespace=self.namespace)}
 
     # --- the tests -----------------------------------------------------------------------

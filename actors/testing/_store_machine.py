@@ -22,18 +22,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 import trio
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from actors import AnyEmbedder
+from actors import AnyEmbedder, Embedder
 from protocol import (
     DEFAULT_NAMESPACE,
     ConfigError,
+    ContentBlock,
     EmbedderError,
     EmbeddingError,
     EntryTooLarge,
@@ -49,10 +51,11 @@ from protocol.checks import metadata_json, turn_bytes
 from protocol.messages import TurnsStored
 
 from .. import HashingEmbedder, open_store
+from ._conformance_base import StoreUnderTest
 from ._crash import inject_crash
 from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
 from ._machine import TrioRuleBasedStateMachine, trio_step
-from ._model import ModelEntry, ModelState, check_report, normalize64
+from ._model import ModelEntry, ModelState, Vector64, check_report, normalize64
 
 __all__ = ["VectorStoreMachine"]
 
@@ -65,7 +68,7 @@ texts = st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join)
 
 def message(role: str, text: str, pad: int) -> UnifiedMessage:
     """A turn whose projection is ``text``; ``pad`` bytes of thinking only add payload."""
-    content: list[Any] = [Text(text=text)]
+    content: list[ContentBlock] = [Text(text=text)]
     if pad:
         content.append(Thinking(text="t" * pad))
     return UnifiedMessage(role=role, content=content)  # type: ignore[arg-type]
@@ -112,11 +115,11 @@ class _ReadPlan:
     call: Callable[[], Awaitable[object]]
     expect: tuple[type[BaseException], ...]
     gate: trio.Event | None
-    qvec: Any  # the normalized float64 query, or None when the vector must be refused
+    qvec: Vector64 | None  # the normalized float64 query, or None when the vector must be refused
     k: int
     ns: str | None
-    vector: Any  # retrieve_embedding's vector, and a copy of it as given
-    before: Any
+    vector: object  # retrieve_embedding's vector, and a copy of it as given
+    before: npt.NDArray[np.generic] | None
 
 
 class VectorStoreMachine(TrioRuleBasedStateMachine):
@@ -137,7 +140,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.store: Any = None
+        self.store: StoreUnderTest | None = None
         self.embedder: FaultyEmbedder | None = None
         self.config: VectorStoreConfig | None = None
         self.history: list[ModelState] = []
@@ -151,11 +154,11 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: AnyEmbedder
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[StoreUnderTest]:
         """Return an async context manager that yields the store to test."""
         return open_store(config, embedder)
 
-    def inject_crash(self, store: Any) -> None:
+    def inject_crash(self, store: StoreUnderTest) -> None:
         """Make ``store``'s next write crash inside its actor."""
         inject_crash(store)
 
@@ -194,7 +197,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         await self.check_usage()
 
     @asynccontextmanager
-    async def _tolerate_poison(self, cm: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+    async def _tolerate_poison(
+        self, cm: AbstractAsyncContextManager[StoreUnderTest]
+    ) -> AsyncIterator[StoreUnderTest]:
         # A poisoned store raises Poisoned when it closes (design §3); that is expected
         # once this machine crashed it, and a bug otherwise.
         try:
@@ -212,7 +217,8 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     def _inner_embed(self, text: str) -> object:
         assert self.embedder is not None
-        inner: Any = self.embedder.inner
+        inner = self.embedder.inner
+        assert isinstance(inner, Embedder)  # HashingEmbedder or DeterministicFakeEmbedding
         return inner.embed(text)
 
     def _start(self, op: _Op, call: Callable[[], Awaitable[object]]) -> None:
@@ -227,9 +233,28 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         self.pending.append(op)
         self.start_soon(run)
 
-    def _new_op(self, *args: Any, **kw: Any) -> _Op:
+    def _new_op(
+        self,
+        kind: str,
+        label: str,
+        version: int,
+        expect_errors: tuple[type[BaseException], ...],
+        check: Callable[[_Op], str | None],
+        *,
+        gate: trio.Event | None = None,
+        reaches_embedder: bool = False,
+    ) -> _Op:
         self._numbers += 1
-        return _Op(self._numbers, *args, **kw)
+        return _Op(
+            self._numbers,
+            kind,
+            label,
+            version,
+            expect_errors,
+            check,
+            gate=gate,
+            reaches_embedder=reaches_embedder,
+        )
 
     def _hi(self) -> int:
         """The newest history index the store may show now.
@@ -334,7 +359,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         turns: list[UnifiedMessage],
         namespace: str,
         source: str,
-        metadata: dict[str, Any],
+        metadata: dict[str, object],
         fault: str,
         park: bool,
     ) -> None:
@@ -358,13 +383,14 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         turns: list[UnifiedMessage],
         namespace: str,
         source: str,
-        metadata: dict[str, Any],
+        metadata: dict[str, object],
         fault: str,
         park: bool,
     ) -> None:
         assert self.config is not None
         assert self.embedder is not None
         store = self.store
+        assert store is not None
         if self.poisoned:
             await self._expect_poisoned(lambda: store.store_turns(turns, namespace), "store_turns")
             return
@@ -396,7 +422,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         turns: list[UnifiedMessage],
         namespace: str,
         source: str,
-        metadata: dict[str, Any],
+        metadata: dict[str, object],
         fault: str,
     ) -> tuple[tuple[type[BaseException], ...], ModelState, int, list[int], int, bool]:
         """What a ``store_turns`` call should do to the model: ``(errors it may raise,
@@ -461,6 +487,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @trio_step
     async def delete(self, picks: list[int], unknown: bool, namespace: str | None) -> None:
         store = self.store
+        assert store is not None
         known = sorted(self.ids.items())
         ids = [known[p % len(known)][1] for p in picks] if known else []
         if unknown:
@@ -497,6 +524,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @trio_step
     async def clear(self, namespace: str | None) -> None:
         store = self.store
+        assert store is not None
         if self.poisoned:
             await self._expect_poisoned(lambda: store.clear(namespace), "clear")
             return
@@ -577,12 +605,13 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         assert self.config is not None
         assert self.embedder is not None
         store = self.store
+        assert store is not None
         expect: tuple[type[BaseException], ...] = ()
         gate: trio.Event | None = None
         raw = np.asarray(self._inner_embed(query), dtype=np.float64)
         call: Callable[[], Awaitable[object]]
-        vector: Any = None
-        before: Any = None
+        vector: object = None
+        before: npt.NDArray[np.generic] | None = None
         if kind == "retrieve_embedding":
             vector = {
                 "text": raw.astype(np.float32),
@@ -627,7 +656,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if not isinstance(report, RetrievalReport):
             return f"returned {report!r}; expected RetrievalReport"
         vector = plan.vector
-        if vector is not None and not np.array_equal(
+        if plan.before is not None and not np.array_equal(
             np.array(vector), plan.before, equal_nan=True
         ):
             return "changed the caller's query array"
@@ -684,13 +713,15 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             if op.gate is not None:
                 op.gate.set()
         await self._quiesce()
+        store = self.store
+        assert store is not None
         # A write of nothing, as a barrier: once it replies, the store has dealt with
         # every write sent before it, the cancelled one included.
-        await self.store.clear(_BARRIER_NAMESPACE)
+        await store.clear(_BARRIER_NAMESPACE)
         applied, skipped = self.history[target.version], self.history[target.version - 1]
         assert self.config is not None
         capacity = self.config.max_entries
-        listing = await self.store.retrieve_embedding(np.zeros(self.config.dimensions), capacity)
+        listing = await store.retrieve_embedding(np.zeros(self.config.dimensions), capacity)
         seqs = {h.sequence for h in listing.turns}
         if seqs == {e.seq for e in applied.entries}:
             state = applied
@@ -732,7 +763,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         """
         if roll != 7:
             return
-        self.inject_crash(self.store)
+        store = self.store
+        assert store is not None
+        self.inject_crash(store)
         crashed = False
         for op in self.pending:
             if crashed:
@@ -746,11 +779,11 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         await self._quiesce(check_usage=False)
         if not crashed:
             await self._expect_poisoned(
-                lambda: self.store.store_turns([UnifiedMessage.user("crash")]),
+                lambda: store.store_turns([UnifiedMessage.user("crash")]),
                 "the crashing write",
             )
         await self.check_usage()
-        await self._expect_poisoned(lambda: self.store.retrieve("apple", 1), "retrieve")
+        await self._expect_poisoned(lambda: store.retrieve("apple", 1), "retrieve")
 
     # --- invariants ----------------------------------------------------------------------
 

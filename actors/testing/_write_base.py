@@ -23,6 +23,7 @@ from protocol import (
 )
 
 from .. import HashingEmbedder, open_store
+from ._conformance_base import StoreUnderTest
 
 __all__ = ["WriteSuiteBase"]
 
@@ -48,7 +49,10 @@ def _docs(*texts: str) -> list[Document]:
 
 
 class _TableEmbedder:
-    """Sync embedder: each text is a key into a table of vectors. Records its calls."""
+    """Sync embedder: each text is a key into a table of vectors. Records its calls.
+
+    A table value may be anything, a bad vector on purpose: the store checks what it
+    gets."""
 
     def __init__(self, table: dict[str, Any]) -> None:
         self.table = table
@@ -102,11 +106,11 @@ class WriteSuiteBase:
     # --- overridable ---------------------------------------------------------------------
 
     def open_store_under_test(
-        self, config: VectorStoreConfig, embedder: AnyEmbedder, **options: Any
-    ) -> AbstractAsyncContextManager[Any]:
+        self, config: VectorStoreConfig, embedder: AnyEmbedder, *, inbox_size: int = 64
+    ) -> AbstractAsyncContextManager[StoreUnderTest]:
         """Return an async context manager that yields a new, empty store to test;
-        ``options`` are ``open_store`` keyword arguments (``inbox_size``)."""
-        return open_store(config, embedder, **options)
+        ``inbox_size`` is ``open_store``'s (given only by the tests that need it)."""
+        return open_store(config, embedder, inbox_size=inbox_size)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -115,13 +119,13 @@ class WriteSuiteBase:
         max_entries: int = 8,
         dimensions: int = _DIM,
         max_entry_bytes: int = 256,
-        **kwargs: Any,
+        warn_fraction: float | None = None,
     ) -> VectorStoreConfig:
         return VectorStoreConfig(
             max_entries=max_entries,
             dimensions=dimensions,
             max_entry_bytes=max_entry_bytes,
-            **kwargs,
+            warn_fraction=warn_fraction,
         )
 
     @asynccontextmanager
@@ -129,16 +133,18 @@ class WriteSuiteBase:
         self,
         config: VectorStoreConfig | None = None,
         embedder: AnyEmbedder | None = None,
-        **options: Any,
-    ) -> AsyncIterator[Any]:
+        inbox_size: int | None = None,
+    ) -> AsyncIterator[StoreUnderTest]:
         """A new store from :meth:`open_store_under_test` (default: 8 entries of 8
         floats, 256 bytes each, a :class:`HashingEmbedder`)."""
         config = self.config() if config is None else config
         embedder = HashingEmbedder(config.dimensions) if embedder is None else embedder
+        # Only a test that sets the inbox passes it: an override may take no options.
+        options = {} if inbox_size is None else {"inbox_size": inbox_size}
         async with self.open_store_under_test(config, embedder, **options) as store:
             yield store
 
-    async def contents(self, store: Any) -> tuple[list[str], list[float], list[int]]:
+    async def contents(self, store: StoreUnderTest) -> tuple[list[str], list[float], list[int]]:
         """Every entry's text, score against an all-ones query, and sequence."""
         report = await store.retrieve_embedding(np.ones(store.config.dimensions), k=10_000)
         return _texts(report), [h.score for h in report.turns], [h.sequence for h in report.turns]

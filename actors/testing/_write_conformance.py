@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import numpy as np
 import pytest
@@ -47,6 +46,7 @@ from protocol import (
 )
 from protocol.checks import MAX_ID_BYTES, MAX_NAMESPACE_BYTES
 
+from ._conformance_base import StoreUnderTest, call_unchecked
 from ._conformance_inputs import long_token
 from ._crash import inject_crash
 from ._document_writes import DocumentWriteCases
@@ -224,7 +224,7 @@ class WriteConformance(DocumentWriteCases):
                     with pytest.raises(ConfigError, match=rf"k is {k}"):
                         await store.retrieve_embedding(_unit(0), k)
                 with pytest.raises(ConfigError, match=r"k is 2.0 \(float\)"):
-                    await store.retrieve("a", 2.0)
+                    await call_unchecked(store.retrieve, "a", 2.0)
                 report = await store.retrieve("t1", 100)
                 assert len(report.turns) == 3
                 assert report.scanned == 3
@@ -423,7 +423,7 @@ class WriteConformance(DocumentWriteCases):
         embedder = _GateEmbedder()
         outcomes: list[str] = []
 
-        async def write(store: Any, text: str) -> None:
+        async def write(store: StoreUnderTest, text: str) -> None:
             try:
                 await store.store_turns([_msg(text)])
                 outcomes.append("stored")
@@ -512,13 +512,13 @@ class WriteConformance(DocumentWriteCases):
         with trio.fail_after(self.timeout):
             async with self.fresh_store() as store:
                 with pytest.raises(ConfigError, match="turns is a str"):
-                    await store.store_turns("hello")
+                    await call_unchecked(store.store_turns, "hello")
                 with pytest.raises(ConfigError, match="turn 1 of the batch is a dict"):
-                    await store.store_turns([_msg("a"), {"role": "user"}])
+                    await call_unchecked(store.store_turns, [_msg("a"), {"role": "user"}])
                 with pytest.raises(ConfigError, match="namespace is ''"):
                     await store.store_turns([_msg("a")], namespace="")
                 with pytest.raises(ConfigError, match="query is a int"):
-                    await store.retrieve(5, 1)
+                    await call_unchecked(store.retrieve, 5, 1)
                 with pytest.raises(EmbeddingError, match="query embedding has 3 floats"):
                     await store.retrieve_embedding([1.0, 2.0, 3.0], 1)
                 with pytest.raises(EmbeddingError, match="non-finite"):
@@ -601,7 +601,7 @@ class WriteConformance(DocumentWriteCases):
             assert all(e.__cause__ is crash for e in errors)
             await self._every_call_is_poisoned(store, crash)
 
-    async def _every_call_is_poisoned(self, store: Any, crash: BaseException) -> None:
+    async def _every_call_is_poisoned(self, store: StoreUnderTest, crash: BaseException) -> None:
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.store_turns([_msg("later")]),
             lambda: store.retrieve("committed", 1),

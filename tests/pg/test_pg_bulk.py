@@ -23,7 +23,7 @@ import trio
 from psycopg import sql
 
 from actors import HashingEmbedder
-from actors._embedding.embedders import normalize_rows
+from actors._embedding.adapter import normalize_rows
 from actors._pg import reads as reads_module
 from actors._pg.reads import (
     DEFAULT_EF_SEARCH,

@@ -1,13 +1,13 @@
-"""Embedders: the sync and async protocols, the hashing embedder, and the adapter that
-lets the store call either kind without blocking the trio loop."""
+"""The one adapter every store calls its embedder through (:class:`EmbedderAdapter`): it
+calls a sync or async embedder the same way without blocking the trio loop, bounds and
+meters each call; plus the checks and coercions every vector passes (:func:`as_vector`,
+:func:`as_matrix`, :func:`normalize_rows`)."""
 
 from __future__ import annotations
 
 import inspect
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeAlias, final, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -21,106 +21,20 @@ from protocol import (
     EmbeddingPrice,
     EmbeddingProfile,
 )
-from protocol.checks import check_int, shown
+from protocol.checks import shown
 
 from .._store.mailbox import PROPAGATE
-from .cache import CachedEmbedder, EmbeddingModel, EmbeddingUsageLog
+from .cache import CachedEmbedder
+from .protocols import AnyEmbedder, AsyncEmbedder, Embedder, EmbeddingModel, Matrix
+from .usage import EmbeddingUsageLog
 
 __all__ = [
-    "AnyEmbedder",
-    "AsyncEmbedder",
-    "Embedder",
     "EmbedderAdapter",
-    "HashingEmbedder",
-    "VectorLike",
+    "as_matrix",
+    "as_vector",
+    "check_timeout",
+    "normalize_rows",
 ]
-
-VectorLike = Sequence[float] | npt.NDArray[Any]
-Matrix = npt.NDArray[np.float32]
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """A sync embedder. It runs in a worker thread, so it never blocks the trio loop.
-
-    It may also define ``embed_batch(texts) -> list of vectors`` (or a 2-D array); the
-    store then embeds a whole batch in one call.
-    """
-
-    def embed(self, text: str) -> VectorLike: ...
-
-
-@runtime_checkable
-class AsyncEmbedder(Protocol):
-    """An async embedder, with separate document and query paths.
-
-    The store awaits these in the task that asked (a read's caller, or the store actor
-    for a write), so a cancel reaches them directly; ``embed_timeout`` bounds them.
-    """
-
-    async def embed_documents(self, texts: Sequence[str]) -> Sequence[VectorLike] | Matrix: ...
-
-    async def embed_query(self, text: str) -> VectorLike: ...
-
-
-#: What every ``embedder=`` parameter takes (``open_store``, ``open_pg_store``,
-#: ``open_memory``...): a sync :class:`Embedder`, run in a worker thread; an
-#: :class:`AsyncEmbedder`, awaited; or an :class:`~actors.EmbeddingModel` (an async
-#: embedder with a ``profile``, metered through a :class:`~actors.CachedEmbedder`, which
-#: is itself one). The check at run time stays: anything else is refused with a
-#: :class:`~protocol.ConfigError` that names what it lacks.
-AnyEmbedder: TypeAlias = Embedder | AsyncEmbedder | EmbeddingModel
-
-_TOKEN = re.compile(rb"[A-Za-z0-9]+")
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_MASK64 = (1 << 64) - 1
-
-
-def fnv1a_64(data: bytes) -> int:
-    """FNV-1a, 64 bits."""
-    h = _FNV_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * _FNV_PRIME) & _MASK64
-    return h
-
-
-@final
-class HashingEmbedder:
-    """A deterministic bag of words, for tests and the offline default.
-
-    Tokens are maximal runs of ASCII letters and digits, ASCII-lowercased. Each token
-    adds 1.0 to bucket ``fnv1a_64(token) % dimensions``. Vectors are not normalized; the
-    store normalizes at insert.
-    """
-
-    def __init__(self, dimensions: int) -> None:
-        self.dimensions = check_int("dimensions", dimensions)
-        self._buckets: dict[bytes, int] = {}
-
-    def _bucket(self, token: bytes) -> int:
-        bucket = self._buckets.get(token)
-        if bucket is None:
-            bucket = fnv1a_64(token) % self.dimensions
-            if len(self._buckets) < 65536:  # a bounded memo, not a leak
-                self._buckets[token] = bucket
-        return bucket
-
-    def embed(self, text: str) -> npt.NDArray[np.float32]:
-        vector = np.zeros(self.dimensions, dtype=np.float32)
-        for token in _TOKEN.findall(text.encode("utf-8", "surrogatepass")):
-            vector[self._bucket(token.lower())] += 1.0
-        return vector
-
-    def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for token in _TOKEN.findall(text.encode("utf-8", "surrogatepass")):
-                out[row, self._bucket(token.lower())] += 1.0
-        return out
-
-    def __repr__(self) -> str:
-        return f"HashingEmbedder(dimensions={self.dimensions})"
 
 
 class _TeeUsageLog(EmbeddingUsageLog):
@@ -154,7 +68,7 @@ class EmbedderAdapter:
       raises :class:`~protocol.EmbedderError` whose ``.error`` is a ``TimeoutError``.
     - An ``Exception`` from the embedder becomes :class:`~protocol.EmbedderError`, with
       the original as ``.error`` and ``__cause__``. ``Cancelled``, ``KeyboardInterrupt``
-      and ``SystemExit`` propagate as themselves. Any other ``BaseException`` is a crash:
+      and ``SystemExit`` propagate as themselves. Every other ``BaseException`` is a crash:
       ``on_crash(error)`` (the store's, which poisons it) gives what to raise instead.
     - Metering: every call is an :class:`~protocol.EmbeddingCall` record in
       :attr:`usage`, and each record is offered to every callable in :attr:`listeners`
@@ -197,7 +111,7 @@ class EmbedderAdapter:
         # Metering: the records of a CachedEmbedder (which knows cache hits and tokens)
         # or of this adapter.
         self._meter = False
-        self.embedder: object = embedder
+        self.embedder: AnyEmbedder = embedder
         if isinstance(embedder, CachedEmbedder):
             self.usage: EmbeddingUsageLog = _TeeUsageLog(embedder.usage, self._fan_out)
             self.embedder = CachedEmbedder(embedder.model, cache=embedder.cache, usage=self.usage)
@@ -227,12 +141,14 @@ class EmbedderAdapter:
         """Embed ``texts`` in one call where the embedder batches."""
         if not texts:
             return []
-        embedder: Any = self.embedder
+        embedder = self.embedder
         if self._async:
+            assert isinstance(embedder, AsyncEmbedder)  # checked when the adapter was built
             return await self._call("document", texts, 1, lambda: embedder.embed_documents(texts))
         batch = getattr(embedder, "embed_batch", None)
         if callable(batch):
             return await self._call("document", texts, 1, lambda: _in_thread(batch, texts))
+        assert isinstance(embedder, Embedder)  # checked when the adapter was built
         return await self._call(
             "document",
             texts,
@@ -242,9 +158,11 @@ class EmbedderAdapter:
 
     async def query(self, text: str) -> object:
         """Embed one query."""
-        embedder: Any = self.embedder
+        embedder = self.embedder
         if self._async:
+            assert isinstance(embedder, AsyncEmbedder)  # checked when the adapter was built
             return await self._call("query", [text], 1, lambda: embedder.embed_query(text))
+        assert isinstance(embedder, Embedder)  # checked when the adapter was built
         return await self._call("query", [text], 1, lambda: _in_thread(embedder.embed, text))
 
     async def _call(
@@ -357,7 +275,7 @@ def _real_type(kind: type) -> bool:
     return issubclass(kind, int | float | np.integer | np.floating)
 
 
-def _real_items(items: list[Any] | tuple[Any, ...]) -> bool:
+def _real_items(items: Sequence[object]) -> bool:
     """Whether every item of a flat list is a real number: one C-speed pass over the
     items' types, then a check per distinct type (there are one or two)."""
     return all(map(_real_type, set(map(type, items))))
@@ -462,7 +380,7 @@ def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.fl
             fast = None
     if fast is not None and fast.shape == (count, dimensions) and bool(np.isfinite(fast).all()):
         return fast
-    rows: list[Any] = list(vectors)
+    rows: list[object] = list(vectors)
     if len(rows) != count:
         raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
     out = np.empty((count, dimensions), dtype=np.float64)
@@ -471,7 +389,7 @@ def as_matrix(vectors: object, count: int, dimensions: int) -> npt.NDArray[np.fl
     return out
 
 
-def _real_rows(rows: Sequence[Any]) -> bool:
+def _real_rows(rows: Sequence[object]) -> bool:
     """Whether every row is a plain float or int array, or a list of real numbers: then
     converting the batch in one call cannot coerce a bool, a str or a complex."""
     for row in rows:
