@@ -24,6 +24,7 @@ from ._embedding.protocols import AsyncEmbedder as AsyncEmbedder
 from ._embedding.protocols import Embedder as Embedder
 from ._embedding.protocols import EmbeddingModel as EmbeddingModel
 from ._embedding.protocols import EmbeddingResult as EmbeddingResult
+from ._embedding.protocols import VectorLike as VectorLike
 from ._embedding.protocols import check_profile as check_profile
 from ._embedding.registry import EmbeddingRegistry as EmbeddingRegistry
 from ._embedding.sparse import SparseEmbeddingModel as SparseEmbeddingModel
@@ -72,6 +73,7 @@ __all__ = [
     "Subscription",
     "Summarizer",
     "Turned",
+    "VectorLike",
     "check_profile",
     "index",
     "open_memory",

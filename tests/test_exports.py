@@ -191,6 +191,7 @@ ACTORS = [
     "Subscription",
     "Summarizer",
     "Turned",
+    "VectorLike",
     "check_profile",
     "index",
     "open_memory",

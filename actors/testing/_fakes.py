@@ -18,7 +18,7 @@ from actors import AnyEmbedder, AsyncEmbedder, Embedder
 from protocol import ConfigError
 from protocol.checks import check_int
 
-from .._embedding.protocols import VectorLike
+from .. import VectorLike
 
 __all__ = [
     "DeterministicFakeEmbedding",
