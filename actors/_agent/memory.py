@@ -65,9 +65,8 @@ from .._embedding.usage import EmbeddingUsageLog
 from .._inmemory.scan import DEFAULT_THREAD_SCAN_THRESHOLD
 from .._inmemory.store import open_store
 from .._store.contract import Store
-from .._store.events import EventHub, StoreWatch, Subscription, now
+from .._store.events import EventHub, StoreWatch, Subscription, new_run_id, now
 from .._store.handle import NoPublicConstructor, StoreHandle
-from .._store.hooks import new_run_id
 from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
 from .._store.prepare import check_k, check_name, clamp_k

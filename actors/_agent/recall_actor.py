@@ -19,8 +19,7 @@ from protocol.events import Recalled, RecallFailed, fingerprint
 from protocol.messages import Recall
 
 from .._store.contract import Store
-from .._store.events import EventHub, now
-from .._store.hooks import CURRENT_RUN, new_run_id
+from .._store.events import CURRENT_RUN, EventHub, new_run_id, now
 from .._store.mailbox import Mailbox
 
 __all__ = ["RecallActor"]

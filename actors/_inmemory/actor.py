@@ -53,15 +53,12 @@ from .._embedding.adapter import EmbedderAdapter
 from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.backend import Counters, PutDocuments, PutTurns, Write
-from .._store.hooks import (
-    checked_query,
-    normalize_query,
-    write_event,
-)
+from .._store.events import write_event
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.precomputed import document_vectors
 from .._store.prepare import checked_rows, private_json
+from .._store.queries import checked_query, normalize_query
 from .arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from .blas import BlasControl, LeaveThreads
 from .filtering import PackedMetadata
@@ -226,7 +223,7 @@ class _StoreActor(CrashableActor):
         self, vector: object, profile: EmbeddingProfile | None
     ) -> npt.NDArray[np.float32] | None:
         """``vector`` normalized once its ``profile`` is checked against the store's
-        (:func:`~actors._store.hooks.checked_query`, shared with the pg store)."""
+        (:func:`~actors._store.queries.checked_query`, shared with the pg store)."""
         return checked_query(self.profile, self.config.dimensions, vector, profile)
 
     async def _prepare(self, request: Write) -> object:
@@ -468,7 +465,7 @@ class _StoreActor(CrashableActor):
 
     def query_vector(self, vector: object) -> npt.NDArray[np.float32] | None:
         """A normalized float32 copy of ``vector``, or None for a zero query
-        (:func:`~actors._store.hooks.normalize_query`, shared with the pg store)."""
+        (:func:`~actors._store.queries.normalize_query`, shared with the pg store)."""
         return normalize_query(vector, self.config.dimensions)
 
     async def scan(

@@ -17,11 +17,9 @@ from protocol.checks import check_int
 from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.handle import StoreHandle
-from .._store.hooks import (
-    bound_profile,
-)
 from .._store.lifecycle import run_store
 from .._store.prepare import check_store_config
+from .._store.queries import bound_profile
 from .actor import _StoreActor
 from .blas import blas_control
 from .scan import DEFAULT_THREAD_SCAN_THRESHOLD

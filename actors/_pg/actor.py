@@ -45,9 +45,9 @@ from .._embedding.adapter import EmbedderAdapter
 from .._embedding.protocols import AnyEmbedder
 from .._store.backend import Counters as StoreCounters
 from .._store.backend import PutDocuments, PutTurns, Write
-from .._store.hooks import checked_query, normalize_query
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import clamp_k
+from .._store.queries import checked_query, normalize_query
 from .prepare import prepare_documents, prepare_turns
 from .reads import Reads
 from .schema import (
@@ -369,14 +369,14 @@ class _PgStoreActor(CrashableActor):
 
     def query_vector(self, vector: object) -> npt.NDArray[np.float32]:
         """A normalized float32 copy of ``vector`` (zeros stay zeros), by the in-memory
-        store's :func:`~actors._store.hooks.normalize_query`."""
+        store's :func:`~actors._store.queries.normalize_query`."""
         return self._or_zeros(normalize_query(vector, self.config.dimensions))
 
     def checked_query(
         self, vector: object, profile: EmbeddingProfile | None
     ) -> npt.NDArray[np.float32]:
         """:meth:`query_vector`, once ``profile`` is checked against the store's, as on
-        the in-memory store (:func:`~actors._store.hooks.checked_query`)."""
+        the in-memory store (:func:`~actors._store.queries.checked_query`)."""
         return self._or_zeros(checked_query(self.profile, self.config.dimensions, vector, profile))
 
     def _or_zeros(self, query: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32]:

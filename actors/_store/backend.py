@@ -162,7 +162,7 @@ class Backend(Protocol):
         self, vector: object, profile: EmbeddingProfile | None
     ) -> npt.NDArray[np.float32] | None:
         """A caller's vector, normalized once ``profile`` is checked against the
-        store's (``hooks.checked_query``)."""
+        store's (``queries.checked_query``)."""
         ...
 
     async def scan(

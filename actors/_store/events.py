@@ -1,4 +1,9 @@
-"""The event hub, its subscriptions, and the store watch that turns writes into events.
+"""The event hub, its subscriptions, the store watch that turns writes into events, and
+the event each store operation becomes (design §9).
+
+A write that commits becomes ``vector_store.added`` or ``vector_store.deleted``; a read
+becomes ``vector_store.searched``, whose query appears only as a fingerprint, and which
+carries the retriever name and run id of the retrieval it served.
 
 The hub fans each event out to every subscriber's own bounded buffer with
 ``send_nowait``. When a subscriber's buffer is full the event is dropped for that
@@ -8,21 +13,60 @@ actor, and no buffer grows without bound.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextvars
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TypeVar, final
 
 import attrs
 import trio
 
-from protocol import Event
+from protocol import (
+    DeleteResult,
+    EmbeddingProfile,
+    Event,
+    RetrievalReport,
+    SearchRequest,
+)
+from protocol._events import SearchOperation
 from protocol.checks import check_int
-from protocol.events import Evicted, StoreNearCap
-from protocol.messages import TurnsStored
+from protocol.events import (
+    DocumentsAdded,
+    DocumentsDeleted,
+    Evicted,
+    StoreNearCap,
+    StoreSearched,
+    fingerprint,
+)
+from protocol.messages import (
+    Clear,
+    Cleared,
+    Delete,
+    DocumentsUpserted,
+    StoreReply,
+    StoreTurns,
+    TurnsStored,
+    UpsertDocuments,
+)
 
+from .backend import PutDocuments, PutTurns, Write
 from .contract import Store
 
-__all__ = ["EventHub", "StoreWatch", "Subscription", "now"]
+__all__ = [
+    "CURRENT_RUN",
+    "STORE_RETRIEVER",
+    "EventHub",
+    "StoreWatch",
+    "Subscription",
+    "new_run_id",
+    "now",
+    "read_event",
+    "retrieve_event",
+    "search_event",
+    "write_event",
+]
 
 R = TypeVar("R")
 
@@ -178,3 +222,165 @@ class StoreWatch:
                 )
             )
         self._near_cap = usage.near_cap
+
+
+# --- the event each store operation becomes -------------------------------------------
+
+
+STORE_RETRIEVER = "store"
+"""The retriever name of a direct read of a store handle (``search``, ``retrieve``,
+``retrieve_in``, ``retrieve_embedding``) in its ``vector_store.searched`` event."""
+
+
+#: The (retriever name, run id) of the retrieval the current task reads for: the recall
+#: actor sets it around its store read, so that the read's ``vector_store.searched``
+#: carries the memory's run while the public ``Store`` protocol takes no run argument
+#: (a store of the user's own simply never reads it). None: a direct read is a run of
+#: its own, named :data:`STORE_RETRIEVER`.
+CURRENT_RUN: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "trio_recall_run", default=None
+)
+
+
+def new_run_id() -> str:
+    """A fresh run id for one retrieval's events: 32 hex characters (a random UUID4)."""
+    return uuid.uuid4().hex
+
+
+def write_event(request: Write, result: StoreReply) -> Event | None:
+    """The event of a committed write, or None for a write that has none."""
+    at = trio.current_time()
+    match request, result:
+        case PutTurns(request=StoreTurns(namespace=namespace, source=source)), TurnsStored():
+            return DocumentsAdded(
+                at=at,
+                namespace=namespace,
+                count=len(result.ids),
+                ids=list(result.ids),
+                source=source,
+                replaced=0,
+                evicted=result.evicted,
+            )
+        case PutDocuments(request=UpsertDocuments(namespace=namespace)), DocumentsUpserted():
+            return DocumentsAdded(
+                at=at,
+                namespace=namespace,
+                count=len(result.ids),
+                ids=list(result.ids),
+                source="document",
+                replaced=result.replaced,
+                evicted=result.evicted,
+            )
+        case Delete(namespace=namespace), DeleteResult():
+            return DocumentsDeleted(
+                at=at,
+                namespace=namespace,
+                count=len(result.deleted),
+                ids=list(result.deleted),
+                missing=len(result.missing),
+            )
+        case Clear(namespace=namespace), Cleared():
+            return DocumentsDeleted(
+                at=at,
+                namespace=namespace or "",
+                count=result.removed,
+                ids=[],
+                missing=0,
+                cleared=True,
+            )
+    return None
+
+
+def search_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    request: SearchRequest,
+    namespace: str,
+    k: int,
+    scores: Sequence[float],
+    started: float,
+    run: tuple[str, str] | None = None,
+) -> StoreSearched:
+    """``vector_store.searched`` for a ``search`` whose hits scored ``scores``; ``k`` is
+    the request's, cut to the store's capacity; ``run`` the (retriever, run id) of the
+    retrieval it serves, None for a direct read (see :func:`read_event`)."""
+    return read_event(
+        "search",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind=request.kind,
+        query=request.query,
+        by_vector=request.vector is not None,
+        filtered=request.filter is not None,
+        k=k,
+        scores=list(scores),
+        started=started,
+        run=run,
+    )
+
+
+def retrieve_event(
+    backend: str,
+    profile: EmbeddingProfile | None,
+    namespace: str | None,
+    query: str | None,
+    k: int,
+    report: RetrievalReport,
+    started: float,
+) -> StoreSearched:
+    """``vector_store.searched`` for ``retrieve`` (``query`` is its text) or, with
+    ``query`` None, ``retrieve_embedding`` (see :func:`read_event`)."""
+    return read_event(
+        "retrieve_embedding" if query is None else "retrieve",
+        backend=backend,
+        profile=profile,
+        namespace=namespace,
+        kind="similarity",
+        query=query,
+        by_vector=query is None,
+        filtered=False,
+        k=k,
+        scores=[t.score for t in report.turns],
+        started=started,
+    )
+
+
+def read_event(
+    operation: SearchOperation,
+    *,
+    backend: str,
+    profile: EmbeddingProfile | None,
+    namespace: str | None,
+    kind: str,
+    query: str | None,
+    by_vector: bool,
+    filtered: bool,
+    k: int,
+    scores: list[float],
+    started: float,
+    run: tuple[str, str] | None = None,
+) -> StoreSearched:
+    """``vector_store.searched`` for a read whose hits scored ``scores`` (best first),
+    started at ``started`` (``time.perf_counter()``); ``namespace`` None is every one.
+    ``backend`` is ``"memory"`` or ``"pg"``; ``profile`` the store's bound profile;
+    ``run`` the (retriever name, run id) of the retrieval the read serves, or None for
+    a direct read of the store: a run of its own, named :data:`STORE_RETRIEVER`."""
+    retriever, run_id = (STORE_RETRIEVER, new_run_id()) if run is None else run
+    return StoreSearched(
+        at=trio.current_time(),
+        namespace=namespace or "",
+        operation=operation,
+        kind=kind,
+        backend=backend,
+        profile=None if profile is None else profile.name,
+        query_fingerprint=None if query is None else fingerprint(query),
+        by_vector=by_vector,
+        filtered=filtered,
+        k=k,
+        hits=len(scores),
+        best=scores[0] if scores else None,
+        seconds=time.perf_counter() - started,
+        retriever=retriever,
+        run_id=run_id,
+    )

@@ -46,7 +46,7 @@ from protocol.messages import (
 )
 
 from .backend import Backend, PutDocuments, PutTurns, Write
-from .hooks import CURRENT_RUN, check_query_profile, retrieve_event, search_event
+from .events import CURRENT_RUN, retrieve_event, search_event
 from .mailbox import Envelope, ReplySlot
 from .precomputed import embedding_matrix
 from .prepare import (
@@ -58,6 +58,7 @@ from .prepare import (
     clamp_k,
     turns_request,
 )
+from .queries import check_query_profile
 
 __all__ = ["NoPublicConstructor", "StoreHandle", "StoreStatistics"]
 
