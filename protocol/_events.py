@@ -116,9 +116,8 @@ class Evicted(Event, frozen=True, kw_only=True, tag="vector_store.evicted"):
     total: int
 
 
-class RetrieverStarted(Event, frozen=True, kw_only=True, tag="retriever.started"):
-    """``Memory.retrieve`` started: the ``embedding.*`` and ``vector_store.searched``
-    events of this retrieval follow, then ``retriever.completed`` or ``retriever.failed``."""
+class _RetrieverEvent(Event, frozen=True, kw_only=True):
+    """What every ``retriever.*`` event carries: the query, k, and who answered."""
 
     query_fingerprint: str
     k: int
@@ -135,47 +134,26 @@ class RetrieverStarted(Event, frozen=True, kw_only=True, tag="retriever.started"
     run_id: str | None = None
 
 
-class RetrieverCompleted(Event, frozen=True, kw_only=True, tag="retriever.completed"):
+class RetrieverStarted(_RetrieverEvent, frozen=True, kw_only=True, tag="retriever.started"):
+    """``Memory.retrieve`` started: the ``embedding.*`` and ``vector_store.searched``
+    events of this retrieval follow, then ``retriever.completed`` or ``retriever.failed``."""
+
+
+class RetrieverCompleted(_RetrieverEvent, frozen=True, kw_only=True, tag="retriever.completed"):
     """``Memory.retrieve`` returned ``hits`` of the ``scanned`` entries in ``seconds``
     (wall time); ``best`` is the top score."""
 
-    query_fingerprint: str
-    k: int
     hits: int
     scanned: int
     best: float | None
     seconds: float
-    #: Which store answered (``"memory"`` or ``"pg"``), with which bound embedding
-    #: profile (its name, or None), and the recall's search kind (``"hybrid"``/``"dense"``).
-    backend: str | None = None
-    profile: str | None = None
-    kind: str | None = None
-    #: The retriever's name (``MemoryConfig.retriever_name``, ``"memory"`` by default) and
-    #: this retrieval's run id, shared by its start and end events and by the
-    #: ``vector_store.searched`` of its store read. Always set by this release; None only
-    #: in an event decoded from an older log.
-    retriever: str | None = None
-    run_id: str | None = None
 
 
-class RetrieverFailed(Event, frozen=True, kw_only=True, tag="retriever.failed"):
+class RetrieverFailed(_RetrieverEvent, frozen=True, kw_only=True, tag="retriever.failed"):
     """``Memory.retrieve`` raised; ``error`` is ``"TypeName: message"``."""
 
-    query_fingerprint: str
-    k: int
     error: str
     seconds: float
-    #: Which store answered (``"memory"`` or ``"pg"``), with which bound embedding
-    #: profile (its name, or None), and the recall's search kind (``"hybrid"``/``"dense"``).
-    backend: str | None = None
-    profile: str | None = None
-    kind: str | None = None
-    #: The retriever's name (``MemoryConfig.retriever_name``, ``"memory"`` by default) and
-    #: this retrieval's run id, shared by its start and end events and by the
-    #: ``vector_store.searched`` of its store read. Always set by this release; None only
-    #: in an event decoded from an older log.
-    retriever: str | None = None
-    run_id: str | None = None
 
 
 class EmbeddingStarted(Event, frozen=True, kw_only=True, tag="embedding.started"):
@@ -307,42 +285,38 @@ class IndexingStarted(Event, frozen=True, kw_only=True, tag="indexing.started"):
     batch_size: int
 
 
-class IndexingBatchCompleted(Event, frozen=True, kw_only=True, tag="indexing.batch_completed"):
+class _IndexingCounts(Event, frozen=True, kw_only=True):
+    """The counts an ``indexing.*`` event after the start carries: run ``run`` has read
+    ``seen`` documents and added, updated, skipped and deleted these many."""
+
+    run: int
+    seen: int
+    num_added: int
+    num_updated: int
+    num_skipped: int
+    num_deleted: int
+
+
+class IndexingBatchCompleted(
+    _IndexingCounts, frozen=True, kw_only=True, tag="indexing.batch_completed"
+):
     """Batch ``batch`` (0-based) of ``documents`` is written; the counts are the run's
     totals so far, ``seen`` documents read in all."""
 
-    run: int
     batch: int
     documents: int
-    seen: int
-    num_added: int
-    num_updated: int
-    num_skipped: int
-    num_deleted: int
 
 
-class IndexingCompleted(Event, frozen=True, kw_only=True, tag="indexing.completed"):
+class IndexingCompleted(_IndexingCounts, frozen=True, kw_only=True, tag="indexing.completed"):
     """``index()`` finished, cleanup included; the counts are its ``IndexResult``."""
 
-    run: int
-    seen: int
-    num_added: int
-    num_updated: int
-    num_skipped: int
-    num_deleted: int
     seconds: float
 
 
-class IndexingFailed(Event, frozen=True, kw_only=True, tag="indexing.failed"):
+class IndexingFailed(_IndexingCounts, frozen=True, kw_only=True, tag="indexing.failed"):
     """``index()`` raised ``error`` (``"TypeName: message"``); the counts are what it
     had done (and written) before. A cancelled run sends nothing."""
 
-    run: int
-    seen: int
-    num_added: int
-    num_updated: int
-    num_skipped: int
-    num_deleted: int
     error: str
     seconds: float
 

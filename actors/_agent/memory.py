@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, TypedDict, final
 
 import attrs
 import msgspec
@@ -97,6 +97,19 @@ class Turned(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _USER_DIGESTS = 4096
+
+
+class _Run(TypedDict):
+    """The fields every ``retriever.*`` event of one ``Memory.retrieve`` shares."""
+
+    namespace: str
+    query_fingerprint: str
+    k: int
+    backend: str
+    profile: str | None
+    kind: str
+    retriever: str
+    run_id: str
 
 
 @final
@@ -267,47 +280,35 @@ class Memory(metaclass=NoPublicConstructor):
             retriever=self._config.retriever_name,
             run_id=run_id,
         )
-        query_print = fingerprint(query)
         bound = self._store.profile
-        answered_by = {
-            "backend": self._store.backend,
-            "profile": None if bound is None else bound.name,
-            "kind": self._config.recall.search,
-            "retriever": self._config.retriever_name,
-            "run_id": run_id,
-        }
-        started = time.perf_counter()
-        self._hub.publish(
-            RetrieverStarted(
-                at=now(), namespace=namespace, query_fingerprint=query_print, k=k, **answered_by
-            )
+        run = _Run(
+            namespace=namespace,
+            query_fingerprint=fingerprint(query),
+            k=k,
+            backend=self._store.backend,
+            profile=None if bound is None else bound.name,
+            kind=self._config.recall.search,
+            retriever=self._config.retriever_name,
+            run_id=run_id,
         )
+        started = time.perf_counter()
+        self._hub.publish(RetrieverStarted(at=now(), **run))
         try:
             result = await self._recall.ask(request)
         except Exception as error:
+            seconds = time.perf_counter() - started
             self._hub.publish(
-                RetrieverFailed(
-                    at=now(),
-                    namespace=namespace,
-                    query_fingerprint=query_print,
-                    k=k,
-                    error=describe_error(error),
-                    seconds=time.perf_counter() - started,
-                    **answered_by,
-                )
+                RetrieverFailed(at=now(), error=describe_error(error), seconds=seconds, **run)
             )
             raise
         self._hub.publish(
             RetrieverCompleted(
                 at=now(),
-                namespace=namespace,
-                query_fingerprint=query_print,
-                k=k,
                 hits=len(result.turns),
                 scanned=result.scanned,
                 best=result.turns[0].score if result.turns else None,
                 seconds=time.perf_counter() - started,
-                **answered_by,
+                **run,
             )
         )
         return result

@@ -38,7 +38,7 @@ from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import replace_surrogates, shown
 
 from .onnx import OnnxEncoder, onnx_available, onnx_encoder
-from .protocols import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, ReportingModel, check_texts
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 
@@ -332,7 +332,7 @@ class MiniLMStatistics:
 
 
 @final
-class MiniLMEmbedder:
+class MiniLMEmbedder(ReportingModel):
     """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
 
     The weights load once per process (about 0.1 s once the files are in the page cache)
@@ -559,20 +559,6 @@ class MiniLMEmbedder:
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(1)
         return await trio.to_thread.run_sync(self.encode, texts, limiter=self._limiter)
-
-    async def embed_documents(self, texts: Sequence[str]) -> Array:
-        """Embed documents in a worker thread; a float32 ``[len(texts), 384]`` array.
-
-        Cancellation: as :meth:`embed_with_report`.
-        """
-        return (await self.embed_with_report(texts, "document")).vectors
-
-    async def embed_query(self, text: str) -> Array:
-        """Embed one query in a worker thread; cancellation as :meth:`embed_with_report`."""
-        if not isinstance(text, str):
-            raise TypeError(f"query is a {type(text).__name__}; expected a str")
-        row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]
-        return row
 
     def __repr__(self) -> str:
         return (

@@ -28,7 +28,7 @@ from protocol import (
 )
 from protocol.checks import check_int, replace_surrogates
 
-from .protocols import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, ReportingModel, check_texts
 
 __all__ = ["OpenAIEmbeddings"]
 
@@ -90,7 +90,7 @@ def _server_message(response: httpx.Response) -> str:
 
 
 @final
-class OpenAIEmbeddings(trio.abc.AsyncResource):
+class OpenAIEmbeddings(ReportingModel, trio.abc.AsyncResource):
     """An ``EmbeddingModel`` backed by an OpenAI-compatible ``/v1/embeddings`` endpoint.
 
     Texts are sent in requests of at most ``max_batch_size`` inputs, one request at a
@@ -365,17 +365,6 @@ class OpenAIEmbeddings(trio.abc.AsyncResource):
             # Tokens are reported only if every request reported them.
             tokens = None if used is None or tokens is None else tokens + used
         return EmbeddingResult(vectors=np.concatenate(parts), tokens=tokens, batches=len(parts))
-
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        """Embed documents; see :meth:`embed_with_report` (cancellation too)."""
-        return (await self.embed_with_report(texts, "document")).vectors
-
-    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query; see :meth:`embed_with_report` (cancellation too)."""
-        if not isinstance(text, str):
-            raise TypeError(f"query is a {type(text).__name__}; expected a str")
-        row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]
-        return row
 
     def __repr__(self) -> str:
         return f"OpenAIEmbeddings({self._profile.model!r}, base_url={self.base_url!r})"

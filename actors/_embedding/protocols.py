@@ -1,10 +1,12 @@
 """The embedder protocols: a sync :class:`Embedder`, an :class:`AsyncEmbedder`, an
 :class:`EmbeddingModel` (an async embedder with a profile) and what one model call
-returns, :class:`EmbeddingResult`; plus the checks every implementation shares on the
+returns, :class:`EmbeddingResult`; the two embedding paths of a model that reports
+(:class:`ReportingModel`); plus the checks every implementation shares on the
 texts it is given and the profile a vector was made under."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Protocol, TypeAlias, final, runtime_checkable
 
@@ -20,6 +22,7 @@ __all__ = [
     "Embedder",
     "EmbeddingModel",
     "EmbeddingResult",
+    "ReportingModel",
     "VectorLike",
     "check_profile",
     "check_texts",
@@ -73,6 +76,29 @@ class EmbeddingResult:
     tokens: int | None = None
     truncated: int = 0
     batches: int = 1
+
+
+class ReportingModel(abc.ABC):
+    """``embed_documents`` and ``embed_query`` of a model whose one path is
+    ``embed_with_report`` (MiniLM, OpenAI, sentence-transformers): they differ only in
+    the input type and, for a query, in taking one text."""
+
+    @abc.abstractmethod
+    async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
+        """Embed ``texts`` as ``input_type`` (``"document"`` or ``"query"``) and say what
+        the call took."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        """Embed documents: a float32 ``[len(texts), dimensions]`` array; cancellation as
+        :meth:`embed_with_report`."""
+        return (await self.embed_with_report(texts, "document")).vectors
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """Embed one query; cancellation as :meth:`embed_with_report`."""
+        if not isinstance(text, str):
+            raise TypeError(f"query is a {type(text).__name__}; expected a str")
+        row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]
+        return row
 
 
 @runtime_checkable

@@ -7,13 +7,12 @@ from collections.abc import Sequence
 from typing import Protocol, final
 
 import numpy as np
-import numpy.typing as npt
 import trio
 
 from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import check_int, replace_surrogates
 
-from .protocols import EmbeddingResult, check_texts
+from .protocols import EmbeddingResult, ReportingModel, check_texts
 
 __all__ = ["SentenceTransformerEmbedder"]
 
@@ -34,7 +33,7 @@ class _SentenceModel(Protocol):
 
 
 @final
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(ReportingModel):
     """A ``sentence_transformers.SentenceTransformer`` as an ``EmbeddingModel``.
 
     ``encode`` runs in a worker thread, one call at a time per embedder. If the caller is
@@ -148,17 +147,6 @@ class SentenceTransformerEmbedder:
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(1)
         return await trio.to_thread.run_sync(self.encode, items, input_type, limiter=self._limiter)
-
-    async def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embed documents in a worker thread; cancellation as :meth:`embed_with_report`."""
-        return (await self.embed_with_report(texts, "document")).vectors
-
-    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query in a worker thread; cancellation as :meth:`embed_with_report`."""
-        if not isinstance(text, str):
-            raise TypeError(f"query is a {type(text).__name__}; expected a str")
-        row: npt.NDArray[np.float32] = (await self.embed_with_report([text], "query")).vectors[0]
-        return row
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self._profile.model!r})"
