@@ -17,17 +17,20 @@ they skip with the command that installs the pg extra when it is missing, and fa
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from pg_support import drop_table, new_table_name, pg_store_opener, session_dsn
+from pg_fixtures import pg_dsn, pg_table
+from pg_support import pg_store_opener
 
 import actors._agent.compaction
+
+# The shared pg fixtures, re-exported so that pytest finds them here.
+__all__ = ["pg_dsn", "pg_table"]
 
 # tests/integrations/ is the asyncio suite of the adapters, with its own pytest.ini
 # (pytest-asyncio, no trio mode): `pytest -c tests/integrations/pytest.ini tests/integrations`.
@@ -55,21 +58,6 @@ def fixed_offload_date(monkeypatch: pytest.MonkeyPatch) -> str:
     real clock's format)."""
     monkeypatch.setattr(actors._agent.compaction, "utc_date", lambda: FIXED_DATE)
     return FIXED_DATE
-
-
-@pytest.fixture
-def pg_dsn() -> str:
-    """A DSN for a server with pgvector, or a skip (``pg_support``'s docstring)."""
-    return session_dsn()
-
-
-@pytest.fixture
-def pg_table(pg_dsn: str) -> Iterator[str]:
-    """A fresh table name for one test; the table is dropped afterwards."""
-    table = new_table_name()
-    yield table
-    with contextlib.suppress(Exception):  # the server may be the one a test stopped
-        drop_table(pg_dsn, table)
 
 
 PgOpen = Callable[..., AbstractAsyncContextManager[Any]]

@@ -1,6 +1,7 @@
 """Fixtures of the asyncio suite (README "LangChain").
 
-The pg fixtures are tests/pg_support.py's, so the rules are the same: the server named by
+The pg fixtures are tests/pg_fixtures.py's, the trio suite's own, so the rules are the
+same: the server named by
 ``TRIO_RECALL_PG_DSN``, else an embedded one, else a skip, and a failure instead of a skip
 with ``TRIO_RECALL_PG_REQUIRED=1`` (as ``.ci/run`` sets). Each test gets its own table.
 
@@ -20,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pg_support import pg_dsn, pg_table
+from pg_fixtures import pg_dsn, pg_table
 
 __all__ = ["pg_dsn", "pg_table"]
 
