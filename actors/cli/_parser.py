@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -81,6 +82,9 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     def default(value: object) -> object:
         return value if top else argparse.SUPPRESS
 
+    def switch(add_argument: Callable[..., object], flag: str, help: str) -> None:
+        add_argument(flag, action="store_true", default=default(False), help=help)
+
     place = parser.add_argument_group("where memory lives (one of)")
     exclusive = place.add_mutually_exclusive_group()
     exclusive.add_argument(
@@ -97,11 +101,10 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=default(None),
         help="any PostgreSQL with pgvector (a libpq connection string or URI)",
     )
-    exclusive.add_argument(
+    switch(
+        exclusive.add_argument,
         "--in-memory",
-        action="store_true",
-        default=default(False),
-        help="keep memory in this process only (nothing persists)",
+        "keep memory in this process only (nothing persists)",
     )
     place.add_argument(
         "--table",
@@ -124,18 +127,8 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         help="the namespace (default: memory-default); import: put every line there; "
         "export: only this namespace",
     )
-    options.add_argument(
-        "--json",
-        action="store_true",
-        default=default(False),
-        help="machine-readable output: one JSON document on stdout",
-    )
-    options.add_argument(
-        "--debug",
-        action="store_true",
-        default=default(False),
-        help="on an error, print the traceback; show library logs",
-    )
+    switch(options.add_argument, "--json", "machine-readable output: one JSON document on stdout")
+    switch(options.add_argument, "--debug", "on an error, print the traceback; show library logs")
 
 
 def build_parser() -> argparse.ArgumentParser:

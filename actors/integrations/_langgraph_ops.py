@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Literal, TypeGuard
+from typing import Literal, TypedDict, TypeGuard
 
 from langgraph.store.base import (
     InvalidNamespaceError,
@@ -298,41 +298,40 @@ def item_document(
 
 def item_from_document(document: Document) -> Item:
     """The item a stored document holds (made by :func:`item_document`)."""
-    namespace, key, value, created, updated = _item_fields(document)
-    return Item(namespace=namespace, key=key, value=value, created_at=created, updated_at=updated)
+    return Item(**_item_fields(document))
 
 
 def search_item(hit: ScoredDocument | Document, score: float | None) -> SearchItem:
     """A search hit as LangGraph's SearchItem, with ``score`` (None: not ranked)."""
     document = hit.document if isinstance(hit, ScoredDocument) else hit
-    namespace, key, value, created, updated = _item_fields(document)
-    return SearchItem(
-        namespace=namespace,
-        key=key,
-        value=value,
-        created_at=created,
-        updated_at=updated,
-        score=score,
-    )
+    return SearchItem(**_item_fields(document), score=score)
 
 
 def item_namespace(document: Document) -> tuple[str, ...]:
     return decode_namespace(document.metadata[NS_KEY])
 
 
-def _item_fields(
-    document: Document,
-) -> tuple[tuple[str, ...], str, dict[str, object], datetime, datetime]:
+class _ItemFields(TypedDict):
+    """What an ``Item`` and a ``SearchItem`` are made of, as their keyword arguments."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, object]
+    created_at: datetime
+    updated_at: datetime
+
+
+def _item_fields(document: Document) -> _ItemFields:
     meta = document.metadata
     cut = len(VALUE_PREFIX)
     value = {k[cut:]: v for k, v in meta.items() if k.startswith(VALUE_PREFIX)}
     assert document.id is not None
-    return (
-        decode_namespace(meta[NS_KEY]),
-        decode_key(document.id),
-        value,
-        datetime.fromisoformat(meta[CREATED_KEY]),
-        datetime.fromisoformat(meta[UPDATED_KEY]),
+    return _ItemFields(
+        namespace=decode_namespace(meta[NS_KEY]),
+        key=decode_key(document.id),
+        value=value,
+        created_at=datetime.fromisoformat(meta[CREATED_KEY]),
+        updated_at=datetime.fromisoformat(meta[UPDATED_KEY]),
     )
 
 

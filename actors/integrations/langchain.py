@@ -47,8 +47,8 @@ What trio-recall adds:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Self, TypeVar
 
 import msgspec
 import numpy as np
@@ -187,13 +187,9 @@ class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
         **kwargs: Any,  # LangChain's signature; the constructor checks them
     ) -> Self:
         """A new store (``kwargs`` are the constructor's) holding ``texts``."""
-        store = cls(embedding, **kwargs)
-        try:
-            store.add_texts(texts, metadatas, ids=ids)
-        except BaseException:
-            store.close()
-            raise
-        return store
+        return _filled(
+            lambda: cls(embedding, **kwargs), lambda s: s.add_texts(texts, metadatas, ids=ids)
+        )
 
     @classmethod
     async def afrom_texts(
@@ -207,13 +203,9 @@ class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
     ) -> Self:
         """:meth:`from_texts` for asyncio: the store opens in a worker thread (opening
         a pg store connects), then the texts are added natively."""
-        store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
-        try:
-            await store.aadd_texts(texts, metadatas, ids=ids)
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await _afilled(
+            lambda: cls(embedding, **kwargs), lambda s: s.aadd_texts(texts, metadatas, ids=ids)
+        )
 
     @classmethod
     def from_documents(
@@ -226,13 +218,9 @@ class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
     ) -> Self:
         """A new store (``kwargs`` are the constructor's, plus ``ids``) holding
         ``documents``; their ids are kept."""
-        store = cls(embedding, **kwargs)
-        try:
-            store.add_documents(documents, ids=ids)
-        except BaseException:
-            store.close()
-            raise
-        return store
+        return _filled(
+            lambda: cls(embedding, **kwargs), lambda s: s.add_documents(documents, ids=ids)
+        )
 
     @classmethod
     async def afrom_documents(
@@ -244,13 +232,9 @@ class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
         **kwargs: Any,  # LangChain's signature; the constructor checks them
     ) -> Self:
         """:meth:`from_documents` for asyncio (opening as in :meth:`afrom_texts`)."""
-        store = await asyncio.to_thread(lambda: cls(embedding, **kwargs))
-        try:
-            await store.aadd_documents(documents, ids=ids)
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await _afilled(
+            lambda: cls(embedding, **kwargs), lambda s: s.aadd_documents(documents, ids=ids)
+        )
 
     @property
     def embeddings(self) -> Embeddings | None:
@@ -729,6 +713,32 @@ _SEARCH_OPTIONS = frozenset({"filter", "since", "until"})
 
 
 # --- run in the store's trio loop: plain data in, plain data out ------------------------
+
+
+S = TypeVar("S", bound=TrioRecallVectorStore)
+
+
+def _filled(make: Callable[[], S], fill: Callable[[S], object]) -> S:
+    """A new store from ``make()``, filled by ``fill``; closed again if filling fails."""
+    store = make()
+    try:
+        fill(store)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+async def _afilled(make: Callable[[], S], fill: Callable[[S], Awaitable[object]]) -> S:
+    """:func:`_filled` for asyncio: ``make()`` runs in a worker thread (opening a pg store
+    connects), then ``fill`` is awaited."""
+    store = await asyncio.to_thread(make)
+    try:
+        await fill(store)
+    except BaseException:
+        await store.aclose()
+        raise
+    return store
 
 
 async def _upsert(store: AdapterStore, documents: list[Document], namespace: str) -> list[str]:

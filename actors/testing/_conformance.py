@@ -267,12 +267,9 @@ class StoreConformance(KeywordSearchTests, InputShapeTests):
     # --- search: similarity, vectors, thresholds -----------------------------------------
 
     async def test_similarity_scores_are_cosine_and_ranked(self) -> None:
+        texts = ["red car", "red car fast", "blue boat", "red bus slow", "green tea"]
         with trio.fail_after(self.timeout):
-            async with self.fresh_store() as store:
-                texts = ["red car", "red car fast", "blue boat", "red bus slow", "green tea"]
-                await store.add_documents(
-                    [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
-                )
+            async with self._numbered_store(texts) as store:
                 query = "red car"
                 hits = await self.search(store, query=query, k=3)
                 assert len(hits) == 3
@@ -301,12 +298,9 @@ class StoreConformance(KeywordSearchTests, InputShapeTests):
                 assert math.isclose(hits[0].score, 1.0, abs_tol=self.score_tolerance)
 
     async def test_score_threshold_is_cosine(self) -> None:
+        texts = ["apple pie", "apple tart crust", "apple", "motor oil", "pie chart"]
         with trio.fail_after(self.timeout):
-            async with self.fresh_store() as store:
-                texts = ["apple pie", "apple tart crust", "apple", "motor oil", "pie chart"]
-                await store.add_documents(
-                    [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
-                )
+            async with self._numbered_store(texts) as store:
                 query = "apple pie"
                 everything = await self.search(store, query=query, k=10)
                 for threshold in (-1.0, 0.0, 0.3, 0.5, 0.9, 1.0 - self.score_tolerance):

@@ -147,6 +147,13 @@ class ConformanceBase:
         async with self.open_store_under_test(self.make_config(), self.make_embedder()) as store:
             yield store
 
+    @asynccontextmanager
+    async def _numbered_store(self, texts: Sequence[str]) -> AsyncIterator[StoreUnderTest]:
+        """A fresh store holding ``texts`` as documents with the ids d0, d1, ... in order."""
+        async with self.fresh_store() as store:
+            await store.add_documents([Document(text=t, id=f"d{i}") for i, t in enumerate(texts)])
+            yield store
+
     def embed(self, text: str) -> list[float]:
         """``text``'s vector, as the store's embedder makes it."""
         vector: list[float] = self.make_embedder().embed(text).tolist()

@@ -305,14 +305,7 @@ class FaultyEmbedder:
     # --- the AsyncEmbedder interface -------------------------------------------------
 
     async def embed_documents(self, texts: Sequence[str]) -> list[npt.NDArray[np.float64]]:
-        call = EmbedCall(len(self.calls), "documents", tuple(texts))
-        self.calls.append(call)
-        fault = self._fault_for(call)
-        if fault.gate is not None:
-            await fault.gate.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-        self._maybe_raise(fault, call)
+        fault = await self._enter("documents", tuple(texts))
         inner = self.inner
         batch = getattr(inner, "embed_batch", None)
         raw: Sequence[VectorLike] | npt.NDArray[np.generic]
@@ -326,14 +319,7 @@ class FaultyEmbedder:
         return [self._corrupt(fault, np.array(v, dtype=np.float64)) for v in raw]
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float64]:
-        call = EmbedCall(len(self.calls), "query", (text,))
-        self.calls.append(call)
-        fault = self._fault_for(call)
-        if fault.gate is not None:
-            await fault.gate.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-        self._maybe_raise(fault, call)
+        fault = await self._enter("query", (text,))
         inner = self.inner
         if isinstance(inner, AsyncEmbedder) and inspect.iscoroutinefunction(inner.embed_query):
             raw = await inner.embed_query(text)
@@ -342,12 +328,21 @@ class FaultyEmbedder:
             raw = inner.embed(text)
         return self._corrupt(fault, np.array(raw, dtype=np.float64))
 
-    @staticmethod
-    def _maybe_raise(fault: Fault, call: EmbedCall) -> None:
+    async def _enter(self, kind: Literal["documents", "query"], texts: tuple[str, ...]) -> Fault:
+        """Record one call and decide its fault: wait at the fault's gate (or checkpoint),
+        raise if it says so, else return it for :meth:`_corrupt`."""
+        call = EmbedCall(len(self.calls), kind, texts)
+        self.calls.append(call)
+        fault = self._fault_for(call)
+        if fault.gate is not None:
+            await fault.gate.wait()
+        else:
+            await trio.lowlevel.checkpoint()
         if fault.action == "raise":
             raise fault.error or EmbedderFailure(
                 f"FaultyEmbedder: {call.kind} call {call.index} was told to fail"
             )
+        return fault
 
     @staticmethod
     def _corrupt(fault: Fault, vector: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

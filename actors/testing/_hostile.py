@@ -24,15 +24,8 @@ poison the store with itself as the cause, and those two must propagate as thems
 
 To check your own store, open it with a :class:`HostileEmbedder` and run
 :func:`run_hostile_calls` on it, drawing the calls from :func:`hostile_store_calls` (or
-:func:`hostile_memory_calls` for a :class:`~actors.Memory`)::
-
-    @given(calls=st.lists(hostile_store_calls(dimensions=8), max_size=4))
-    async def test_my_store_survives_hostile_input(calls):
-        embedder = HostileEmbedder(HashingEmbedder(8))
-        config = VectorStoreConfig(max_entries=8, dimensions=8, max_entry_bytes=512)
-        with trio.fail_after(60):
-            async with tolerate_expected_poison(embedder), my_store(config, embedder) as s:
-                await run_hostile_calls(s, calls, embedder)
+:func:`hostile_memory_calls` for a :class:`~actors.Memory`); the public module,
+:mod:`actors.testing.hostile`, shows how.
 """
 
 from __future__ import annotations

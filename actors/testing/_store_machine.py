@@ -108,6 +108,18 @@ class _Op:
 
 
 @attrs.frozen
+class _TurnsWrite:
+    """One ``store_turns`` call the machine makes: its arguments and the embedder fault
+    it arms."""
+
+    turns: list[UnifiedMessage]
+    namespace: str
+    source: str
+    metadata: dict[str, object]
+    fault: str
+
+
+@attrs.frozen
 class _ReadPlan:
     """One read the machine is about to start, and what the model needs to judge it."""
 
@@ -363,7 +375,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         fault: str,
         park: bool,
     ) -> None:
-        await self._write_turns(turns, namespace, source, metadata, fault, park)
+        await self._write_turns(_TurnsWrite(turns, namespace, source, metadata, fault), park)
 
     # Hypothesis favours the rule with the fewest arguments (and then the first name)
     # when it simplifies, so this one-argument rule keeps plain, successful writes
@@ -374,61 +386,47 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     async def add(self, entry: tuple[str, str]) -> None:
         """Store one well-behaved turn."""
         text, namespace = entry
-        await self._write_turns(
-            [message("user", text, 0)], namespace, "offload", {}, "pass", False
-        )
+        write = _TurnsWrite([message("user", text, 0)], namespace, "offload", {}, "pass")
+        await self._write_turns(write, park=False)
 
-    async def _write_turns(
-        self,
-        turns: list[UnifiedMessage],
-        namespace: str,
-        source: str,
-        metadata: dict[str, object],
-        fault: str,
-        park: bool,
-    ) -> None:
+    async def _write_turns(self, write: _TurnsWrite, park: bool) -> None:
         assert self.config is not None
         assert self.embedder is not None
         store = self.store
         assert store is not None
+        turns, namespace = write.turns, write.namespace
         if self.poisoned:
             await self._expect_poisoned(lambda: store.store_turns(turns, namespace), "store_turns")
             return
-        expect, new_state, evicted, seqs, zero, reaches = self._model_write(
-            turns, namespace, source, metadata, fault
-        )
+        expect, new_state, evicted, seqs, zero, reaches = self._model_write(write)
         gate = trio.Event() if park and reaches else None
         if reaches:
             self.embedder.script_documents(
-                Fault(fault, gate=gate),  # type: ignore[arg-type]
+                Fault(write.fault, gate=gate),  # type: ignore[arg-type]
                 [projection(t) for t in turns[-self.config.max_entries :]],
             )
         self.history.append(new_state)
         version = len(self.history) - 1
         op = self._new_op(
             "write",
-            f"store_turns#{version}({len(turns)} turns, {namespace!r}, fault={fault})",
+            f"store_turns#{version}({len(turns)} turns, {namespace!r}, fault={write.fault})",
             version,
             expect_errors=expect,
             check=lambda op: self._check_turns_stored(op, seqs, evicted, zero),
             gate=gate,
             reaches_embedder=reaches,
         )
-        self._start(op, lambda: store.store_turns(turns, namespace, source, metadata))
+        self._start(op, lambda: store.store_turns(turns, namespace, write.source, write.metadata))
         await self._quiesce()
 
     def _model_write(
-        self,
-        turns: list[UnifiedMessage],
-        namespace: str,
-        source: str,
-        metadata: dict[str, object],
-        fault: str,
+        self, write: _TurnsWrite
     ) -> tuple[tuple[type[BaseException], ...], ModelState, int, list[int], int, bool]:
         """What a ``store_turns`` call should do to the model: ``(errors it may raise,
         the state after it, evictions, sequences, zero-norm entries, whether it reaches
         the embedder)``."""
         assert self.config is not None
+        turns, source, metadata = write.turns, write.source, write.metadata
         state = self.state
         cap = self.config.max_entries
         # What max_entry_bytes counts: the payload, the blocks, the source, the metadata.
@@ -439,14 +437,14 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         reaches = bool(survivors) and not too_large
         if too_large:
             return (EntryTooLarge,), state, 0, [], 0, reaches
-        if reaches and fault == "raise":
+        if reaches and write.fault == "raise":
             return (EmbedderError,), state, 0, [], 0, reaches
-        if reaches and fault != "pass":
+        if reaches and write.fault != "pass":
             return (EmbeddingError,), state, 0, [], 0, reaches
         entries = [
             ModelEntry.build(
                 state.next_seq + i,
-                namespace,
+                write.namespace,
                 t,
                 source,
                 metadata,

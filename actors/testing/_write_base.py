@@ -90,6 +90,15 @@ async def _cancel_when_blocked(scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
+async def _write_victims_cancelled(store: StoreUnderTest, nursery: trio.Nursery) -> None:
+    """Write the turns "victim 1" and "victim 2", cancelling the writer once every task
+    is blocked; the cancellation must have caught it."""
+    with trio.CancelScope() as scope:
+        nursery.start_soon(_cancel_when_blocked, scope)
+        await store.store_turns([_msg("victim 1"), _msg("victim 2")])
+    assert scope.cancelled_caught
+
+
 class WriteSuiteBase:
     """What :class:`WriteConformance` is built on: the opener to override and helpers.
 

@@ -52,12 +52,12 @@ from ._crash import inject_crash
 from ._document_writes import DocumentWriteCases
 from ._write_base import (
     _DIM,
-    _cancel_when_blocked,
     _GateEmbedder,
     _msg,
     _TableEmbedder,
     _texts,
     _unit,
+    _write_victims_cancelled,
 )
 
 __all__ = ["WriteConformance"]
@@ -375,10 +375,7 @@ class WriteConformance(DocumentWriteCases):
                     await embedder.entered.wait()
                     nursery.start_soon(store.store_turns, [_msg("fills the inbox")])
                     await trio.testing.wait_all_tasks_blocked()
-                    with trio.CancelScope() as scope:
-                        nursery.start_soon(_cancel_when_blocked, scope)
-                        await store.store_turns([_msg("victim 1"), _msg("victim 2")])
-                    assert scope.cancelled_caught
+                    await _write_victims_cancelled(store, nursery)
                     embedder.gate.set()
                 texts = (await self.contents(store))[0]
                 assert sorted(texts) == ["fills the inbox", "in the actor"]
@@ -390,10 +387,7 @@ class WriteConformance(DocumentWriteCases):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(store.store_turns, [_msg("first")])
                     await embedder.entered.wait()
-                    with trio.CancelScope() as scope:
-                        nursery.start_soon(_cancel_when_blocked, scope)
-                        await store.store_turns([_msg("victim 1"), _msg("victim 2")])
-                    assert scope.cancelled_caught
+                    await _write_victims_cancelled(store, nursery)
                     assert store.statistics().inbox_used == 1  # queued; its caller has gone
                     embedder.gate.set()
                 # A write of nothing is a barrier: once it replies, every earlier write has
