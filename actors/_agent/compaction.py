@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+import attrs
 import msgspec
 import trio
 
@@ -313,6 +314,7 @@ def clamp_message(message: UnifiedMessage, max_bytes: int) -> UnifiedMessage | N
 # --- the actor --------------------------------------------------------------------------------
 
 
+@attrs.define(eq=False)
 class CompactionActor:
     """Owns the receive side of its inbox and applies strategies one request at a time.
 
@@ -320,21 +322,16 @@ class CompactionActor:
     reply; the actor goes on serving the next request.
     """
 
-    def __init__(
-        self,
-        config: MemoryConfig,
-        store: Store,
-        hub: EventHub,
-        watch: StoreWatch,
-        summarizer: Summarizer,
-        inbox_size: int,
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.hub = hub
-        self.watch = watch
-        self.summarizer = summarizer
-        self.mailbox: Mailbox[Compress, Compressed] = Mailbox.open("compaction", inbox_size)
+    config: MemoryConfig
+    store: Store
+    hub: EventHub
+    watch: StoreWatch
+    summarizer: Summarizer
+    inbox_size: int
+    mailbox: Mailbox[Compress, Compressed] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.mailbox = Mailbox.open("compaction", self.inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)

@@ -9,6 +9,7 @@ injection on the same message-passing footing as the other stages, so that a str
 
 from __future__ import annotations
 
+import attrs
 import trio
 
 from protocol import Injected, RetrievalReport, digest_request, inject, render
@@ -39,27 +40,21 @@ def fit_block(report: RetrievalReport, renderer: str, max_bytes: int | None) -> 
     return RetrievalReport(turns=turns, scanned=report.scanned, exact=report.exact)
 
 
+@attrs.define(eq=False)
 class InjectionActor:
     """Owns the receive side of its inbox; every failure is a reply to its caller."""
 
-    def __init__(
-        self,
-        renderer: str,
-        namespace: str,
-        hub: EventHub,
-        inbox_size: int,
-        *,
-        placement: str = "before_user",
-        section_priority: int | None = None,
-        max_block_bytes: int | None = None,
-    ) -> None:
-        self.renderer = renderer
-        self.placement = placement
-        self.section_priority = section_priority
-        self.max_block_bytes = max_block_bytes
-        self.namespace = namespace
-        self.hub = hub
-        self.mailbox: Mailbox[Inject, Injected] = Mailbox.open("injection", inbox_size)
+    renderer: str
+    namespace: str
+    hub: EventHub
+    inbox_size: int
+    placement: str = attrs.field(default="before_user", kw_only=True)
+    section_priority: int | None = attrs.field(default=None, kw_only=True)
+    max_block_bytes: int | None = attrs.field(default=None, kw_only=True)
+    mailbox: Mailbox[Inject, Injected] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.mailbox = Mailbox.open("injection", self.inbox_size)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.mailbox.serve(self._handle, task_status=task_status)
