@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import psycopg
 import trio
-from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -174,105 +173,135 @@ def copy_rows(
             copy.write_row((i, t, m, _VectorBytes(vector_binary(v))))
 
 
-def _same(text: Any) -> str:
-    return str(text)
-
-
 class StoreSchemaFloor:
     """COPY the store's own rows and BM25 postings into a copy of its schema (the same
     columns, indexes and constraints), with every value computed beforehand: what the
-    server costs for the store's layout, the floor of its write path."""
+    server costs for the store's layout, the floor of its write path.
+
+    Each batch is prepared by the store's own preparation (``check_documents``, then
+    ``prepare_documents``, as ``add_documents`` does) and written by the store's own
+    COPY (``Statements._copy``: its column list, types and row order), so the floor's
+    rows and postings are the store's to the column, and a change of the schema
+    changes both. Left out is what the store does around the COPY: the meta row's lock,
+    drawing the sequence numbers, replacing live ids and evicting.
+    """
 
     def __init__(
         self,
         conn: psycopg.Connection[Any],
-        texts: list[str],
-        metas: list[dict[str, Any]],
-        vectors: np.ndarray,
+        statements: Any,
+        batches: list[tuple[range, Any]],
     ) -> None:
-        from collections import Counter
-
-        from actors._pg.schema import filter_json
-        from actors._retrieval.bm25 import tokenize
-        from protocol.checks import pack
-
         self.conn = conn
+        self.statements = statements
+        self.batches = {rows.start: (rows, prepared) for rows, prepared in batches}
+
+    @classmethod
+    async def build(
+        cls,
+        conn: psycopg.Connection[Any],
+        config: VectorStoreConfig,
+        embedder: Any,
+        data: tuple[list[str], list[str], list[dict[str, Any]], np.ndarray],
+        rounds: int,
+        per_round: int,
+    ) -> StoreSchemaFloor:
+        from actors._embedding.adapter import EmbedderAdapter
+        from actors._pg.prepare import prepare_documents
+        from actors._pg.schema import Names
+        from actors._pg.sql import Statements
+        from actors._store.backend import PutDocuments
+        from actors._store.prepare import check_documents
+        from protocol.messages import UpsertDocuments
+
         for name in ("bench_floor_terms", "bench_floor", "bench_floor_ns"):
             conn.execute(f"DROP TABLE IF EXISTS {name}")
         conn.execute("CREATE TABLE bench_floor (LIKE bench_store INCLUDING ALL)")
         conn.execute("CREATE TABLE bench_floor_terms (LIKE bench_store_terms INCLUDING ALL)")
         conn.execute("CREATE TABLE bench_floor_ns (LIKE bench_store_ns INCLUDING ALL)")
+        texts, ids, metas, vectors = data
+        adapter = EmbedderAdapter(embedder, dimensions=DIMS)
         t = time.perf_counter()
-        counts = [Counter(tokenize(text)) for text in texts]
-        self.lengths = [sum(c.values()) for c in counts]
-        self.terms = [dict(c) for c in counts]
-        self.metas = [Jsonb(filter_json(m), dumps=_same) for m in metas]
-        self.raw = [pack(m) for m in metas]
-        self.vectors = [_VectorBytes(vector_binary(v)) for v in vectors]
-        self.texts = texts
-        self.oid = _VECTOR_OID[id(conn)]
-        print(f"  floor rows precomputed in {time.perf_counter() - t:.1f} s", flush=True)
-
-    def copy(self, rows: range, ids: list[str]) -> None:
-        for start in range(rows.start, rows.stop, BATCH):
-            batch = range(start, min(start + BATCH, rows.stop))
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                with cur.copy(
-                    "COPY bench_floor (seq, id, namespace, source, source_id, text, "
-                    "exact_text, message, metadata, meta_raw, doc_len, embedding, zero_norm) "
-                    "FROM STDIN (FORMAT binary)"
-                ) as copy:
-                    copy.set_types(
-                        [
-                            "int8",
-                            "text",
-                            "text",
-                            "text",
-                            "text",
-                            "text",
-                            "bytea",
-                            "bytea",
-                            "jsonb",
-                            "bytea",
-                            "int4",
-                            self.oid,
-                            "bool",
-                        ]
+        batches = []
+        # The batches of the rounds, as docs_round cuts them (a round's last may be short).
+        for r in range(rounds):
+            for s in range(r * per_round, (r + 1) * per_round, BATCH):
+                rows = range(s, min(s + BATCH, (r + 1) * per_round))
+                documents = [
+                    Document(text=texts[i], id=ids[i], metadata=metas[i], embedding=vectors[i])
+                    for i in rows
+                ]
+                request = UpsertDocuments(documents=documents, namespace="memory-default")
+                checked = check_documents(
+                    request,
+                    max_entry_bytes=config.max_entry_bytes,
+                    max_entries=config.max_entries,
+                )
+                prepared = await prepare_documents(PutDocuments(request, checked), config, adapter)
+                if prepared.terms is None or prepared.ids is None or prepared.conversations:
+                    raise RuntimeError(
+                        "the floor's batches are documents with ids, postings and no "
+                        f"conversation; prepared ids {prepared.ids is not None}, terms "
+                        f"{prepared.terms is not None}, conversations {prepared.conversations}"
                     )
-                    for i in batch:
-                        copy.write_row(
-                            (
-                                i,
-                                ids[i],
-                                "memory-default",
-                                "document",
-                                None,
-                                self.texts[i],
-                                None,
-                                None,
-                                self.metas[i],
-                                self.raw[i],
-                                self.lengths[i],
-                                self.vectors[i],
-                                False,
-                            )
-                        )
-                with cur.copy(
-                    "COPY bench_floor_terms (seq, term, namespace, tf, doc_len) "
-                    "FROM STDIN (FORMAT binary)"
-                ) as copy:
-                    copy.set_types(["int8", "text", "text", "int4", "int4"])
-                    for i in batch:
-                        length = self.lengths[i]
-                        for term, tf in self.terms[i].items():
-                            copy.write_row((i, term, "memory-default", tf, length))
+                batches.append((rows, prepared))
+        print(f"  floor rows precomputed in {time.perf_counter() - t:.1f} s", flush=True)
+        return cls(conn, Statements(Names("bench_floor")), batches)
+
+    def check(self) -> None:
+        """Refuse a floor whose rows or postings are not the store's (``bench_store``'s,
+        once both have every row): every column but the sequence number and the write
+        time, read as whole rows so that no column list is kept here."""
+        differ = self.conn.execute(
+            "WITH s AS (SELECT to_jsonb(t) - 'seq' - 'occurred_at' AS r FROM bench_store t), "
+            "f AS (SELECT to_jsonb(t) - 'seq' - 'occurred_at' AS r FROM bench_floor t) "
+            "SELECT (SELECT count(*) FROM (SELECT r FROM s EXCEPT ALL SELECT r FROM f) a) "
+            "+ (SELECT count(*) FROM (SELECT r FROM f EXCEPT ALL SELECT r FROM s) b), "
+            "(SELECT count(*) FROM s)"
+        ).fetchone()
+        postings = self.conn.execute(
+            "WITH s AS (SELECT e.id, to_jsonb(p) - 'seq' AS r FROM bench_store_terms p "
+            "JOIN bench_store e USING (seq)), "
+            "f AS (SELECT e.id, to_jsonb(p) - 'seq' AS r FROM bench_floor_terms p "
+            "JOIN bench_floor e USING (seq)) "
+            "SELECT (SELECT count(*) FROM (SELECT * FROM s EXCEPT ALL SELECT * FROM f) a) "
+            "+ (SELECT count(*) FROM (SELECT * FROM f EXCEPT ALL SELECT * FROM s) b), "
+            "(SELECT count(*) FROM s)"
+        ).fetchone()
+        counts = self.conn.execute(
+            "SELECT (SELECT to_jsonb(t) FROM bench_store_ns t), "
+            "(SELECT to_jsonb(t) FROM bench_floor_ns t)"
+        ).fetchone()
+        assert differ is not None
+        assert postings is not None
+        assert counts is not None
+        if differ[0] or postings[0] or counts[0] != counts[1]:
+            raise RuntimeError(
+                f"the floor is not the store's rows: {differ[0]} of {differ[1]} rows and "
+                f"{postings[0]} of {postings[1]} postings differ, namespace counts "
+                f"{counts[1]} against the store's {counts[0]}; expected none to differ"
+            )
+        print(
+            f"  floor checked: its {differ[1]:,} rows and {postings[1]:,} postings are the "
+            "store's",
+            flush=True,
+        )
+
+    def copy(self, rows: range) -> None:
+        for start in range(rows.start, rows.stop, BATCH):
+            batch, p = self.batches[start]
+            seqs = list(batch)
+            with self.conn.transaction():
+                # The store's COPY of the rows and their postings (sql.Statements._copy);
+                # no entry is in a conversation, so none has a position.
+                self.statements._copy(self.conn, p, seqs, p.ids, p.terms, [None] * len(seqs))
                 # The store's one statement a batch for its namespace's counts (T_ns).
-                cur.execute(
+                self.conn.execute(
                     "INSERT INTO bench_floor_ns VALUES ('memory-default', %s, %s) "
                     "ON CONFLICT (namespace) DO UPDATE SET "
                     "entries = bench_floor_ns.entries + excluded.entries, "
                     "total_len = bench_floor_ns.total_len + excluded.total_len",
-                    (len(batch), sum(self.lengths[i] for i in batch)),
+                    (len(seqs), sum(p.doc_lens)),
                 )
 
 
@@ -366,7 +395,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         "bench_matrix",
         "bench_matrix_nokw",
     ):
-        for suffix in ("_terms", "_ns", "", "_meta"):
+        for suffix in ("_terms", "_ns", "_conv", "", "_meta"):
             admin.execute(f"DROP TABLE IF EXISTS {table}{suffix} CASCADE")
         admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
     copy_reference_table(admin)
@@ -423,7 +452,9 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         turns_per_round = turns_n // rounds
         ref = psycopg.connect(dsn, autocommit=True)
         _VECTOR_OID[id(ref)] = register_vector_binary(ref)
-        floor = StoreSchemaFloor(ref, texts, metas, vectors)
+        floor = await StoreSchemaFloor.build(
+            ref, config, lookup, (texts, ids, metas, vectors), rounds, per_round
+        )
 
         async def docs_round(r: int, target: Any = store) -> None:
             for s in range(r * per_round, (r + 1) * per_round, BATCH):
@@ -468,7 +499,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             "store_turns": (turns_round, turns_per_round),
             "copy": (copy_round, per_round),
             "copy_store_schema": (
-                lambda r: floor.copy(range(r * per_round, (r + 1) * per_round), ids),
+                lambda r: floor.copy(range(r * per_round, (r + 1) * per_round)),
                 per_round,
             ),
         }
@@ -491,6 +522,7 @@ async def bench(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                 flush=True,
             )
         out["load_average"]["after_ingest"] = loadavg()
+        floor.check()
         for key, keyword_index in (
             ("write_breakdown", True),
             ("write_breakdown_no_keyword_index", False),

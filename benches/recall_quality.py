@@ -71,7 +71,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from actors import HashingEmbedder, open_memory, open_store
+from actors import AnyEmbedder, HashingEmbedder, open_memory, open_store
 from protocol import (
     Document,
     MemoryConfig,
@@ -521,7 +521,9 @@ async def run_conversation(
         groups.setdefault((c.style, c.embedder, recall, c.date_as), []).append(c)
     size = len(conv.turns) + 8
     for (style, embedder_name, recall, date_as), group in groups.items():
-        embedder: object = HashingEmbedder(DIMENSIONS) if embedder_name == "hashing" else minilm
+        embedder: AnyEmbedder = (
+            HashingEmbedder(DIMENSIONS) if embedder_name == "hashing" else minilm
+        )
         # The default runs compaction as shipped: Offload writes context entries. The
         # plain configurations offload the turn alone, as the reference figures did.
         offload_as = Offload(turns=size) if recall else Offload(turns=size, context=0, dated=False)
