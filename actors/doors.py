@@ -21,7 +21,10 @@ each rule, so no door can drift from the others:
   :func:`check_similarity` checks a floor given at a door;
 - :func:`candidate_depth`: how deep a door's search of ``k`` hits reads;
 - :func:`door_time`: a time given at a door (ISO 8601 text, or an aware datetime where
-  the door is Python) as the aware UTC datetime the store keeps.
+  the door is Python) as the aware UTC datetime the store keeps;
+- :func:`named_run`: the retriever name and run id its reads carry in their
+  ``vector_store.searched`` events (``"mcp"``, ``"cli"``, ``"langchain"``,
+  ``"langgraph"`` for trio-recall's own doors; a read in no named run is ``"store"``).
 """
 
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
@@ -33,6 +36,7 @@ from ._retrieval.doors import candidate_depth as candidate_depth
 from ._retrieval.doors import check_mode as check_mode
 from ._retrieval.doors import check_similarity as check_similarity
 from ._retrieval.doors import door_time as door_time
+from ._retrieval.doors import named_run as named_run
 from ._retrieval.doors import relevance_floor as relevance_floor
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "check_mode",
     "check_similarity",
     "door_time",
+    "named_run",
     "relevance_floor",
 ]
 

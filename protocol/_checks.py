@@ -12,7 +12,7 @@ import reprlib
 
 from ._errors import ConfigError
 
-__all__ = ["check_int", "shown"]
+__all__ = ["check_int", "check_retriever_name", "shown"]
 
 # Python refuses to print an int of more than 4,300 digits (``sys.int_max_str_digits``).
 _MAX_SHOWN_BITS = 4_000
@@ -92,3 +92,18 @@ def check_int(
     if number < minimum or (maximum is not None and number > maximum):
         raise ConfigError(f"{name} is {shown(number)}; expected {expected}")
     return number
+
+
+def check_retriever_name(what: str, name: object) -> str:
+    """``name`` if it is a retriever name: a str of 1 to 128 printable characters (what
+    a ``vector_store.searched`` and the ``retriever.*`` events carry as ``retriever``).
+    The one rule for ``MemoryConfig.retriever_name`` and ``actors.doors.named_run``.
+
+    Raises:
+        ConfigError: anything else, naming ``what`` and the value seen.
+    """
+    if not isinstance(name, str) or not 1 <= len(name) <= 128 or not name.isprintable():
+        raise ConfigError(
+            f"{what} is {shown(name, 80)}; expected a str of 1 to 128 printable characters"
+        )
+    return name

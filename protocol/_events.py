@@ -23,8 +23,10 @@ Runs: the ``retriever.*`` events and ``vector_store.searched`` name the ``retrie
 that read and carry a ``run_id`` (32 hex characters, fresh for each retrieval), as
 LangChain's retriever callbacks do. The ``retriever.started`` and
 ``retriever.completed``/``retriever.failed`` of one ``Memory.retrieve`` share it, and so
-does the ``vector_store.searched`` of the store read it made; a direct read of a store
-is a run of its own, named ``"store"``.
+does the ``vector_store.searched`` of the store read it made. A door names its reads
+(``actors.doors.named_run``: ``"mcp"``, ``"cli"``, ``"langchain"``, ``"langgraph"``,
+one run per call); a direct read of a store outside any named run is a run of its own,
+named ``"store"``.
 """
 
 from __future__ import annotations
@@ -255,11 +257,13 @@ class StoreSearched(Event, frozen=True, kw_only=True, tag="vector_store.searched
         best: the top score, or ``None`` when nothing was found.
         seconds: wall time of the read, query embedding included.
         retriever: who read: the ``retriever_name`` of the memory whose
-            ``Memory.retrieve`` made this read (``"memory"`` by default), or
-            ``"store"`` for a direct read of a store handle. None only in an event
-            decoded from an older log.
+            ``Memory.retrieve`` made this read (``"memory"`` by default), the door's
+            name for a read made in an ``actors.doors.named_run`` (``"mcp"``,
+            ``"cli"``, ``"langchain"``, ``"langgraph"``), or ``"store"`` for a direct
+            read of a store handle. None only in an event decoded from an older log.
         run_id: the retrieval's run id (32 hex characters): the one its
-            ``retriever.*`` events carry, or a fresh one for a direct read.
+            ``retriever.*`` events carry, the named run's, or a fresh one for a
+            direct read.
     """
 
     operation: SearchOperation

@@ -15,7 +15,7 @@ from typing import Literal
 import msgspec
 
 from ._chat import UnifiedMessage
-from ._checks import check_int
+from ._checks import check_int, check_retriever_name
 from ._errors import ConfigError
 from ._render import PLACEMENTS, RENDERERS, RecallInjection
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
@@ -352,12 +352,7 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
                     f"placement={self.placement!r}; a section position needs "
                     "placement='system_section' (or leave section_priority at None)"
                 )
-        name = self.retriever_name
-        if not isinstance(name, str) or not 1 <= len(name) <= 128 or not name.isprintable():
-            raise ConfigError(
-                f"MemoryConfig.retriever_name is {name!r:.80}; expected a str of 1 to 128 "
-                "printable characters"
-            )
+        check_retriever_name("MemoryConfig.retriever_name", self.retriever_name)
         if self.recall_errors not in ("warn", "raise"):
             raise ConfigError(
                 f"MemoryConfig.recall_errors is {self.recall_errors!r}; expected 'warn' or 'raise'"

@@ -292,6 +292,7 @@ ACTORS_DOORS = [
     "check_mode",
     "check_similarity",
     "door_time",
+    "named_run",
     "relevance_floor",
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -23,6 +24,7 @@ from actors import (
     open_memory,
     open_store,
 )
+from actors.doors import named_run
 from actors.testing import inject_crash
 from protocol import (
     ConfigError,
@@ -606,3 +608,80 @@ async def test_a_failed_retrieve_ends_its_run_and_the_default_name_is_memory() -
 def test_the_retriever_name_is_validated(name: object) -> None:
     with pytest.raises(ConfigError, match=r"MemoryConfig\.retriever_name is .*1 to 128"):
         MemoryConfig(retriever_name=name)  # type: ignore[arg-type]
+
+
+# --- a door's named run (actors.doors.named_run) -------------------------------------------
+
+
+async def test_named_run_names_every_read_inside_it_and_no_read_outside() -> None:
+    got: list[Event] = []
+    with trio.fail_after(TIMEOUT):
+        async with open_store(STORE, HashingEmbedder(DIM), on_event=got.append) as store:
+            await store.add_documents([Document(text="cats purr"), Document(text="dogs bark")])
+            got.clear()
+            with named_run("my-door") as run_id:
+                await store.search(SearchRequest(query="cats", k=1))
+                await store.retrieve("dogs", 1)
+                await store.retrieve_embedding(np.ones(DIM, dtype=np.float32), 1)
+
+                # A task started inside the run reads in it too (contextvars).
+                async def child() -> None:
+                    await store.search(SearchRequest(query="dogs", k=1, kind="bm25"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(child)
+            with named_run("my-door") as second:
+                await store.search(SearchRequest(query="cats", k=1))
+            await store.search(SearchRequest(query="cats", k=1))
+    reads = [e for e in got if isinstance(e, StoreSearched)]
+    assert [e.operation for e in reads] == [
+        "search",
+        "retrieve",
+        "retrieve_embedding",
+        "search",
+        "search",
+        "search",
+    ]
+    assert re.fullmatch("[0-9a-f]{32}", run_id) and re.fullmatch("[0-9a-f]{32}", second)
+    assert second != run_id
+    assert [(e.retriever, e.run_id) for e in reads[:4]] == [("my-door", run_id)] * 4
+    assert (reads[4].retriever, reads[4].run_id) == ("my-door", second)
+    # Out of the block the name is gone: the read is a run of its own, named "store".
+    assert reads[5].retriever == "store"
+    assert reads[5].run_id not in (run_id, second)
+
+
+async def test_a_named_run_inside_a_memory_names_its_direct_reads_not_its_recalls() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_memory(store=STORE) as memory, memory.events() as events:
+            await memory.remember("cats purr")
+            drain(events)
+            with named_run("door") as run_id:
+                await memory.store.search(SearchRequest(query="cats", k=1))
+                await memory.retrieve("cats")  # the memory's own run, nested inside
+            got = drain(events)
+    direct, recall = runs(got)
+    (read,) = direct
+    assert isinstance(read, StoreSearched)
+    assert (read.retriever, read.run_id) == ("door", run_id)
+    assert [type(e) for e in recall] == [RetrieverStarted, StoreSearched, RetrieverCompleted]
+    assert {e.retriever for e in recall if isinstance(e, StoreSearched)} == {"memory"}
+    assert {e.run_id for e in recall if isinstance(e, StoreSearched)} != {run_id}
+
+
+@pytest.mark.parametrize("name", ["", "x" * 129, "tab\there", 7, None])
+def test_named_run_refuses_a_bad_name_and_sets_nothing(name: object) -> None:
+    with (
+        pytest.raises(ConfigError, match=r"name is .*expected a str of 1 to 128 printable"),
+        named_run(cast(str, name)),  # the name as an untyped caller gives it
+    ):
+        pass
+    from actors._store.events import CURRENT_RUN
+
+    assert CURRENT_RUN.get() is None
+
+
+def test_named_run_takes_any_printable_name_up_to_128() -> None:
+    for name in ("x", "x" * 128, "café search", "langgraph"):
+        with named_run(name) as run_id:
+            assert re.fullmatch("[0-9a-f]{32}", run_id)

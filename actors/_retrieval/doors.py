@@ -4,12 +4,17 @@ docstring says what each rule is for.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
+from collections.abc import Iterator
 from typing import cast
 
 from protocol import ConfigError, SearchKind, parse_time
+from protocol._checks import check_retriever_name
 from protocol.checks import DEFAULT_MIN_SIMILARITY, check_time, shown
+
+from .._store.events import CURRENT_RUN, new_run_id
 
 #: The search modes a door offers, the default first (``SearchRequest.kind``'s values).
 SEARCH_MODES = ("recall", "similarity", "bm25", "hybrid", "mmr")
@@ -98,3 +103,28 @@ def check_similarity(value: object, *, what: str = "min_similarity") -> float:
     if not -1.0 <= number <= 1.0:
         raise ConfigError(f"{what} is {shown(value)}; expected a cosine similarity in [-1, 1]")
     return number
+
+
+@contextlib.contextmanager
+def named_run(name: str) -> Iterator[str]:
+    """Name the store reads made inside the block: each one's ``vector_store.searched``
+    event carries ``retriever=name`` and one fresh ``run_id``, which the block is given
+    (``with named_run("mcp") as run_id: ...``), as ``Memory.retrieve`` names its reads
+    by ``MemoryConfig.retriever_name``. A read outside any named run is a run of its
+    own, named ``"store"``.
+
+    The name holds in the current task and in the tasks it starts inside the block (a
+    context variable: each trio task starts with a copy of its parent's); a door
+    reached through another thread or loop names its run on the side that reads the
+    store. Nested runs: the innermost names the reads.
+
+    Raises:
+        ConfigError: ``name`` is not a str of 1 to 128 printable characters.
+    """
+    check_retriever_name("name", name)
+    run_id = new_run_id()
+    token = CURRENT_RUN.set((name, run_id))
+    try:
+        yield run_id
+    finally:
+        CURRENT_RUN.reset(token)

@@ -233,7 +233,8 @@ STORE_RETRIEVER = "store"
 
 
 #: The (retriever name, run id) of the retrieval the current task reads for: the recall
-#: actor sets it around its store read, so that the read's ``vector_store.searched``
+#: actor sets it around its store read, and a door's ``actors.doors.named_run`` around
+#: its reads, so that the read's ``vector_store.searched``
 #: carries the memory's run while the public ``Store`` protocol takes no run argument
 #: (a store of the user's own simply never reads it). None: a direct read is a run of
 #: its own, named :data:`STORE_RETRIEVER`.
@@ -328,9 +329,11 @@ def retrieve_event(
     k: int,
     report: RetrievalReport,
     started: float,
+    run: tuple[str, str] | None = None,
 ) -> StoreSearched:
     """``vector_store.searched`` for ``retrieve`` (``query`` is its text) or, with
-    ``query`` None, ``retrieve_embedding`` (see :func:`read_event`)."""
+    ``query`` None, ``retrieve_embedding``; ``run`` as :func:`search_event` has it (see
+    :func:`read_event`)."""
     return read_event(
         "retrieve_embedding" if query is None else "retrieve",
         backend=backend,
@@ -343,6 +346,7 @@ def retrieve_event(
         k=k,
         scores=[t.score for t in report.turns],
         started=started,
+        run=run,
     )
 
 

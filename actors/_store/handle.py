@@ -526,7 +526,16 @@ class StoreHandle(metaclass=NoPublicConstructor):
         report = await actor.scan(vector, k, namespace)
         if actor.on_event is not None:
             actor.on_event(
-                retrieve_event(self.backend, actor.profile, namespace, query, k, report, started)
+                retrieve_event(
+                    self.backend,
+                    actor.profile,
+                    namespace,
+                    query,
+                    k,
+                    report,
+                    started,
+                    CURRENT_RUN.get(),
+                )
             )
         return report
 

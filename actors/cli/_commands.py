@@ -42,6 +42,9 @@ INTERRUPTED = 130
 #: The exit status when the reader of stdout went away (``export - | head``): 128 +
 #: SIGPIPE, what a shell reports for a tool that SIGPIPE ended.
 BROKEN_PIPE = 141
+#: The retriever name of ``search``'s reads in their ``vector_store.searched`` events
+#: (``actors.doors.named_run``).
+CLI_RETRIEVER = "cli"
 #: The arguments that are text (paths are not: a file name may hold any bytes).
 _TEXT_ARGUMENTS = {
     "text": "TEXT",
@@ -269,19 +272,22 @@ async def _add(args: argparse.Namespace) -> int:
 
 
 async def _search(args: argparse.Namespace) -> int:
+    from ..doors import named_run
+
     filter_ = _json_arg("--filter", args.filter)
 
     async def body(service: MemoryService) -> int:
-        hits = await service.recall(
-            args.query,
-            k=args.k,
-            namespace=args.namespace,
-            min_similarity=args.min_similarity,
-            filter=filter_,
-            mode=args.mode,
-            since=args.since,
-            until=args.until,
-        )
+        with named_run(CLI_RETRIEVER):
+            hits = await service.recall(
+                args.query,
+                k=args.k,
+                namespace=args.namespace,
+                min_similarity=args.min_similarity,
+                filter=filter_,
+                mode=args.mode,
+                since=args.since,
+                until=args.until,
+            )
         if args.json:
             _print_json(hits)
         elif not hits:

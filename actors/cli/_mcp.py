@@ -48,7 +48,7 @@ from protocol.checks import (
     replace_surrogates_json,
 )
 
-from ..doors import DEFAULT_MODE, SEARCH_MODES
+from ..doors import DEFAULT_MODE, SEARCH_MODES, named_run
 from ._http_auth import App, BearerAuth, check_http, is_loopback
 from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
 
@@ -60,6 +60,9 @@ log = logging.getLogger("trio_recall.mcp")
 SERVER_NAME = "trio-recall"
 #: The path of the streamable HTTP endpoint.
 HTTP_PATH = "/mcp"
+#: The retriever name of the ``recall`` tool's reads in their ``vector_store.searched``
+#: events (``actors.doors.named_run``).
+MCP_RETRIEVER = "mcp"
 # The names a loopback server answers to, besides the address it is bound to.
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -335,7 +338,8 @@ async def call_tool(
         case "remember":
             return await service.remember(args.pop("text"), **args)
         case "recall":
-            return {"hits": await service.recall(args.pop("query"), **args)}
+            with named_run(MCP_RETRIEVER):
+                return {"hits": await service.recall(args.pop("query"), **args)}
         case "forget":
             return await service.forget(args.pop("ids"), **args)
         case "get_memories":

@@ -74,7 +74,7 @@ from protocol import (
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol.checks import check_conversation, check_int, filter_option, shown
 
-from ..doors import check_similarity, door_time, relevance_floor
+from ..doors import check_similarity, door_time, named_run, relevance_floor
 from ._backends import AdapterStore, BridgedStore, PgOptions, store_opener
 from ._bridge import TrioBridge
 from ._embeddings import LangChainEmbedder, embedding_width
@@ -85,6 +85,9 @@ _WHAT = "TrioRecallVectorStore"
 #: The metadata keys that are also the store's fields (module docstring).
 OCCURRED_AT_KEY = "occurred_at"
 CONVERSATION_KEY = "conversation"
+#: The retriever name of the store's searches and retriever in their
+#: ``vector_store.searched`` events (``actors.doors.named_run``).
+RETRIEVER = "langchain"
 
 
 class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
@@ -759,7 +762,9 @@ async def _get(store: AdapterStore, ids: list[str], namespace: str) -> list[Docu
 
 
 async def _search(store: AdapterStore, request: SearchRequest) -> list[ScoredDocument]:
-    return await store.search(request)
+    # In the trio thread: the run names this task's read, not the caller's thread.
+    with named_run(RETRIEVER):
+        return await store.search(request)
 
 
 # --- conversions, in the caller's thread ------------------------------------------------

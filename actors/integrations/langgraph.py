@@ -56,6 +56,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import AEmbeddingsFunc, EmbeddingsFunc, EmbeddingsLambda
 
 from actors import AnyEmbedder, HashingEmbedder, Store
+from actors.doors import named_run
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
 from protocol.checks import check_int, shown
@@ -69,6 +70,9 @@ __all__ = ["TrioRecallStore"]
 
 DEFAULT_NAMESPACE = "langgraph"
 _WHAT = "TrioRecallStore"
+#: The retriever name of the store's reads (``search``, ``list_namespaces``) in their
+#: ``vector_store.searched`` events (``actors.doors.named_run``).
+RETRIEVER = "langgraph"
 _INDEX_KEYS = ("dims", "embed", "fields")
 _RANKINGS = ("recall", "similarity")
 Ranking = Literal["recall", "similarity"]
@@ -406,6 +410,12 @@ class _Core:
         return [hit.document for hit in await self.store.search(request)]
 
     async def search(self, op: _Search) -> list[SearchItem]:
+        # In the trio thread (one task per batch): one run per search, whose reads
+        # (the ranked one, then the unranked rest) share its id.
+        with named_run(RETRIEVER):
+            return await self._search(op)
+
+    async def _search(self, op: _Search) -> list[SearchItem]:
         want = op.offset + op.limit
         if op.limit == 0:
             return []
@@ -434,7 +444,8 @@ class _Core:
     async def listing(self, op: _Listing) -> list[tuple[str, ...]]:
         if op.limit == 0:
             return []
-        documents = await self.everything(op.scope, self.store.capacity)
+        with named_run(RETRIEVER):
+            documents = await self.everything(op.scope, self.store.capacity)
         spaces = {
             ns
             for ns in mapping.distinct_namespaces(documents)
