@@ -31,7 +31,6 @@ from protocol import (
     RetrievalReport,
     RetrievedTurn,
     Role,
-    ScoredDocument,
     SearchRequest,
     SparseVector,
     Text,
@@ -52,7 +51,7 @@ from protocol.messages import (
 from .._embedding.adapter import EmbedderAdapter
 from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
-from .._store.backend import Counters, PutDocuments, PutTurns, Write
+from .._store.backend import Counters, Hits, PutDocuments, PutTurns, Query, Write
 from .._store.events import write_event
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
@@ -482,13 +481,8 @@ class _StoreActor(CrashableActor):
         return report
 
     async def search(
-        self,
-        request: SearchRequest,
-        namespace: str,
-        query: npt.NDArray[np.float32] | None,
-        *,
-        turns: bool = False,
-    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        self, request: SearchRequest, namespace: str, query: Query, *, turns: bool = False
+    ) -> Hits:
         """Run ``request`` in ``namespace`` (``actors/_retrieval/engine.py``): the hits (documents,
         or with ``turns`` turns) and how many entries the scan scored. ``query`` is the
         normalized query vector of a kind other than ``recall`` (None: zero)."""

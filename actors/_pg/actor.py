@@ -26,8 +26,6 @@ from protocol import (
     EmbeddingProfile,
     Event,
     RetrievalReport,
-    RetrievedTurn,
-    ScoredDocument,
     SearchRequest,
     StoreUnavailable,
     VectorStoreConfig,
@@ -44,7 +42,7 @@ from protocol.messages import (
 from .._embedding.adapter import EmbedderAdapter
 from .._embedding.protocols import AnyEmbedder
 from .._store.backend import Counters as StoreCounters
-from .._store.backend import PutDocuments, PutTurns, Write
+from .._store.backend import Hits, PutDocuments, PutTurns, Query, Write
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import clamp_k
 from .._store.queries import checked_query, normalize_query
@@ -418,13 +416,8 @@ class _PgStoreActor(CrashableActor):
         return report
 
     async def search(
-        self,
-        request: SearchRequest,
-        namespace: str,
-        query: npt.NDArray[np.float32] | None,
-        *,
-        turns: bool = False,
-    ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        self, request: SearchRequest, namespace: str, query: Query, *, turns: bool = False
+    ) -> Hits:
         """Run ``request`` in ``namespace`` in one read-only transaction: the hits
         (documents, or with ``turns`` turns) and how many entries are in scope.
 

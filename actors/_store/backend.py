@@ -80,6 +80,10 @@ class PutDocuments:
 #: What a backend's inbox carries: a checked write, committed all or nothing.
 Write = PutTurns | PutDocuments | Delete | Clear
 
+#: A read's query vector, normalized once: None where the kind reads no dense list
+#: (bm25), or embeds its own query later (recall, once it knows which names to leave out).
+Query = npt.NDArray[np.float32] | None
+
 #: A search's hits (documents, or turns) and how many entries it scored.
 Hits = tuple[list[ScoredDocument] | list[RetrievedTurn], int]
 
@@ -172,12 +176,7 @@ class Backend(Protocol):
         ...
 
     async def search(
-        self,
-        request: SearchRequest,
-        namespace: str,
-        query: npt.NDArray[np.float32] | None,
-        *,
-        turns: bool = False,
+        self, request: SearchRequest, namespace: str, query: Query, *, turns: bool = False
     ) -> Hits:
         """Run the engine's ``request`` over a view of one snapshot: dense, keyword
         (BM25, or the sparse index) and term statistics read there; the hits as
