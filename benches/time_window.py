@@ -133,39 +133,12 @@ async def run_one(
         qtexts = [" ".join(rng.sample(w, min(4, len(w)))) for w in words]
         kinds: dict[str, Any] = {}
         for kind in args.kinds:
-            lat: dict[str, list[float]] = {name: [] for name in WINDOWS}
-            hits: dict[str, list[int]] = {name: [] for name in WINDOWS}
-            for q in range(args.warmup + args.queries):
-                qi = q % args.queries
-                names = list(WINDOWS)
-                rng.shuffle(names)  # no window always first or last in a round
-                for name in names:
-                    since, until = window(WINDOWS[name], rng)
-                    if kind == "similarity":
-                        request = SearchRequest(
-                            vector=qvectors[qi].tolist(), k=K, since=since, until=until
-                        )
-                    else:
-                        request = SearchRequest(
-                            query=qtexts[qi], kind=kind, k=K, since=since, until=until
-                        )
-                    t0 = time.perf_counter()
-                    found = await store.search(request)
-                    elapsed = time.perf_counter() - t0
-                    if q >= args.warmup:
-                        lat[name].append(elapsed)
-                        hits[name].append(len(found))
-            base50, base90 = pct(lat["none"], 50), pct(lat["none"], 90)
-            kinds[kind] = {
-                name: {
-                    "p50_ms": pct(values, 50) * 1e3,
-                    "p90_ms": pct(values, 90) * 1e3,
-                    "ratio_p50": pct(values, 50) / base50,
-                    "ratio_p90": pct(values, 90) / base90,
-                    "mean_hits": float(np.mean(hits[name])),
-                }
-                for name, values in lat.items()
-            }
+            try:
+                kinds[kind] = await measure(store, kind, qvectors, qtexts, rng, args)
+            except Exception as error:  # a read past the server's statement_timeout
+                kinds[kind] = {"error": f"{type(error).__name__}: {error}"}
+                print(f"  {backend} {n} {kind}: {kinds[kind]['error']}", flush=True)
+                continue
             print(
                 f"  {backend} {n} {kind}: "
                 + ", ".join(
@@ -180,6 +153,48 @@ async def run_one(
     return out
 
 
+async def measure(
+    store: Any,
+    kind: str,
+    qvectors: np.ndarray,
+    qtexts: list[str],
+    rng: random.Random,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One kind's rounds: each window once per round, in a shuffled order."""
+    lat: dict[str, list[float]] = {name: [] for name in WINDOWS}
+    hits: dict[str, list[int]] = {name: [] for name in WINDOWS}
+    for q in range(args.warmup + args.queries):
+        qi = q % args.queries
+        names = list(WINDOWS)
+        rng.shuffle(names)  # no window always first or last in a round
+        for name in names:
+            since, until = window(WINDOWS[name], rng)
+            if kind == "similarity":
+                request = SearchRequest(
+                    vector=qvectors[qi].tolist(), k=K, since=since, until=until
+                )
+            else:
+                request = SearchRequest(query=qtexts[qi], kind=kind, k=K, since=since, until=until)
+            t0 = time.perf_counter()
+            found = await store.search(request)
+            elapsed = time.perf_counter() - t0
+            if q >= args.warmup:
+                lat[name].append(elapsed)
+                hits[name].append(len(found))
+    base50, base90 = pct(lat["none"], 50), pct(lat["none"], 90)
+    return {
+        name: {
+            "p50_ms": pct(values, 50) * 1e3,
+            "p90_ms": pct(values, 90) * 1e3,
+            "ratio_p50": pct(values, 50) / base50,
+            "ratio_p90": pct(values, 90) / base90,
+            "mean_hits": float(np.mean(hits[name])),
+        }
+        for name, values in lat.items()
+    }
+
+
 def table(results: dict[str, Any]) -> str:
     rows = [
         "| backend | size | kind | no window p50 | 1% p50 (p90) | 10% p50 (p90) | 50% p50 (p90) |",
@@ -188,6 +203,9 @@ def table(results: dict[str, Any]) -> str:
     for backend, sizes in results.items():
         for n, run in sizes.items():
             for kind, cells in run["kinds"].items():
+                if "error" in cells:
+                    rows.append(f"| {backend} | {int(n):,} | {kind} | {cells['error']:.60} |")
+                    continue
                 ratios = [
                     f"{cells[w]['ratio_p50']:.2f}× ({cells[w]['ratio_p90']:.2f}×)"
                     for w in ("1%", "10%", "50%")
@@ -206,6 +224,11 @@ def targets(results: dict[str, Any]) -> list[str]:
     for backend, sizes in results.items():
         for n, run in sizes.items():
             for kind, cells in run["kinds"].items():
+                if "error" in cells:
+                    lines.append(
+                        f"{backend} {int(n):,} {kind}: not measured ({cells['error']:.60})"
+                    )
+                    continue
                 worst = max(("1%", "10%", "50%"), key=lambda w: cells[w]["ratio_p50"])
                 r = cells[worst]["ratio_p50"]
                 ok = "met" if r <= 1.2 else "MISSED"
@@ -226,7 +249,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     panels = [(b, n, run) for b, sizes in results.items() for n, run in sizes.items()]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     for ax, (backend, n, run) in zip(axes[0], panels, strict=True):
-        kinds = list(run["kinds"])
+        kinds = [k for k, cells in run["kinds"].items() if "error" not in cells]
         width = 0.8 / 3
         for j, w in enumerate(("1%", "10%", "50%")):
             ax.bar(
