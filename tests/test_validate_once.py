@@ -25,7 +25,7 @@ import protocol._json
 import protocol._time
 from actors import HashingEmbedder, open_memory, open_store
 from actors._store import prepare
-from protocol import Document, JsonError, Text, UnifiedMessage, VectorStoreConfig
+from protocol import ConfigError, Document, JsonError, Text, UnifiedMessage, VectorStoreConfig
 
 DIM = 16
 CONFIG = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=4096)
@@ -215,3 +215,26 @@ async def test_a_checked_write_ignores_changes_made_while_it_waits(
             )
             assert got.metadata == {"kept": "yes"}
             assert store.usage().entries == 2
+
+
+@BACKENDS
+@pytest.mark.parametrize("block", [None, "a str", 5], ids=["none", "str", "int"])
+async def test_a_message_whose_content_list_was_changed_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]], block: object
+) -> None:
+    """A message checks its blocks when it is made, but its content list stays the
+    caller's: one changed afterwards to hold something that is not a block is refused
+    by the write's one check (a ConfigError naming it), not stored to break every later
+    read of it, and the store is unchanged and usable."""
+    message = UnifiedMessage(role="user", content=[Text(text="hello there")])
+    content: list[Any] = message.content
+    content.append(block)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(ConfigError, match=r"content\[1\] is a"):
+                await store.store_turns([UnifiedMessage.user("fine"), message])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.store_turns([UnifiedMessage.user("hello there")])
+            report = await store.retrieve_embedding(np.ones(DIM), k=8)
+            assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]

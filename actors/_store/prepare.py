@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import (
+    ROLES,
     ConfigError,
     Document,
     EntryTooLarge,
@@ -467,6 +468,12 @@ def _check_turn_sizes(
                 f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
             )
         try:
+            # A message checks its blocks as it is made, but its content list is still
+            # the caller's: one changed since would be stored, then fail every read of it.
+            turn.__post_init__()
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"turn {i} of the batch: {error}") from error
+        try:
             # turn_bytes, inlined (a call with keywords per turn cost a fifth of
             # a batch's checks) with the shared part added once.
             size = payload_bytes(turn) + arguments_surplus(turn) + shared
@@ -643,9 +650,10 @@ def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tupl
     roles: list[Role] = []
     append, append_role = texts.append, roles.append
     for turn in turns:
-        if type(turn) is not UnifiedMessage or turn.name is not None:
+        if type(turn) is not UnifiedMessage or turn.name is not None or turn.role not in ROLES:
             return None, None
-        if turn.tool_call_id is not None or len(content := turn.content) != 1:
+        content = turn.content
+        if turn.tool_call_id is not None or type(content) is not list or len(content) != 1:
             return None, None
         block = content[0]
         if type(block) is not Text:
