@@ -238,3 +238,32 @@ async def test_a_message_whose_content_list_was_changed_is_refused(
             await store.store_turns([UnifiedMessage.user("hello there")])
             report = await store.retrieve_embedding(np.ones(DIM), k=8)
             assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]
+
+
+@pytest.mark.parametrize("opener", [gated_memory_store, gated_pg_store], ids=["memory", "pg"])
+async def test_a_checked_document_embedding_ignores_changes_made_while_it_waits(
+    opener: Callable[[GatedEmbedder], AbstractAsyncContextManager[Any]],
+) -> None:
+    """A document's precomputed embedding is a list the caller can still reach
+    (``document.embedding``): changed while the write waits in the inbox, the store
+    keeps the vector as it was when the write was called, and nothing fails."""
+    embedder = GatedEmbedder()
+    vector = [1.0] + [0.0] * (DIM - 1)
+    document = Document(text="precomputed", id="p", embedding=vector)
+    with trio.fail_after(30):
+        async with opener(embedder) as store:
+            async with trio.open_nursery() as nursery:
+                embedder.gate = trio.Event()
+                nursery.start_soon(store.store_turns, [UnifiedMessage.user("first")])
+                await embedder.waiting.wait()  # the actor is embedding the first write
+                nursery.start_soon(store.add_documents, [document])
+                await trio.testing.wait_all_tasks_blocked()  # checked and queued
+                assert document.embedding is not None
+                document.embedding[0] = 0.0
+                document.embedding[1] = 1.0
+                embedder.gate.set()
+            report = await store.retrieve_embedding(np.array(vector), k=1)
+            [best] = report.turns
+            assert best.id == "p"
+            assert best.score == pytest.approx(1.0)
+            assert store.usage().entries == 2

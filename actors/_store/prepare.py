@@ -13,6 +13,7 @@ The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import re
@@ -569,6 +570,12 @@ def check_documents(
             )
         if document.id is None:
             document = document.with_id()
+        if document.embedding is not None:
+            # Its list is still the caller's (``document.embedding``), which it may
+            # change while the write waits in the inbox: the batch keeps its own copy.
+            embedding = list(document.embedding)
+            document = copy.copy(document)
+            msgspec.structs.force_setattr(document, "embedding", embedding)
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
         # Document checks both as it is made; again here for one built around that.
