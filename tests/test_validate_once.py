@@ -9,12 +9,14 @@ actor, the pg preparation) counts.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -267,3 +269,29 @@ async def test_a_checked_document_embedding_ignores_changes_made_while_it_waits(
             assert best.id == "p"
             assert best.score == pytest.approx(1.0)
             assert store.usage().entries == 2
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [("role", "robot", "role is 'robot'"), ("content", None, "content is a NoneType")],
+    ids=["role", "content"],
+)
+async def test_a_message_changed_past_its_own_check_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]], field: str, value: object, error: str
+) -> None:
+    """A message whose role or content was set past its own check (``force_setattr``
+    on the frozen struct) is refused by the write's one check as a ConfigError naming
+    the value, neither a bare TypeError nor a crash of the actor (pg rebuilds a plain
+    turn from its role), and the store is unchanged and usable."""
+    message = UnifiedMessage.user("hello there")
+    msgspec.structs.force_setattr(message, field, value)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(ConfigError, match=re.escape(error)):
+                await store.store_turns([UnifiedMessage.user("fine"), message])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.store_turns([UnifiedMessage.user("hello there")])
+            report = await store.retrieve_embedding(np.ones(DIM), k=8)
+            assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]

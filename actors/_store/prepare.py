@@ -656,21 +656,27 @@ def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tupl
     texts: list[str] = []
     roles: list[Role] = []
     append, append_role = texts.append, roles.append
-    for turn in turns:
-        if type(turn) is not UnifiedMessage or turn.name is not None or turn.role not in ROLES:
-            return None, None
-        content = turn.content
-        if turn.tool_call_id is not None or type(content) is not list or len(content) != 1:
-            return None, None
-        block = content[0]
-        if type(block) is not Text:
-            return None, None
-        text = block.text
-        # msgspec does not check field types at construction; leave oddities to the loop.
-        if type(text) is not str:
-            return None, None
-        append(text)
-        append_role(turn.role)
+    try:
+        for turn in turns:
+            if type(turn) is not UnifiedMessage or turn.name is not None:
+                return None, None
+            if turn.tool_call_id is not None or len(content := turn.content) != 1:
+                return None, None
+            block = content[0]
+            if type(block) is not Text:
+                return None, None
+            text = block.text
+            # msgspec does not check field types at construction; leave oddities to
+            # the loop.
+            if type(text) is not str:
+                return None, None
+            append(text)
+            append_role(turn.role)
+    except (TypeError, LookupError):
+        return None, None  # a content set past the message's own check: not a list
+    # A role set past the message's own check (the general loop names it).
+    if not ROLES.issuperset(roles):
+        return None, None
     return texts, roles
 
 
