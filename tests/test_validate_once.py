@@ -27,7 +27,15 @@ import protocol._json
 import protocol._time
 from actors import HashingEmbedder, open_memory, open_store
 from actors._store import prepare
-from protocol import ConfigError, Document, JsonError, Text, UnifiedMessage, VectorStoreConfig
+from protocol import (
+    ConfigError,
+    Document,
+    EmbeddingError,
+    JsonError,
+    Text,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
 
 DIM = 16
 CONFIG = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=4096)
@@ -295,3 +303,36 @@ async def test_a_message_changed_past_its_own_check_is_refused(
             await store.store_turns([UnifiedMessage.user("hello there")])
             report = await store.retrieve_embedding(np.ones(DIM), k=8)
             assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    ("field", "value", "error", "seen"),
+    [
+        ("text", 5, ConfigError, "int"),
+        ("id", 5, ConfigError, "int"),
+        ("source_id", 5, ConfigError, "int"),
+        ("embedding", 3, EmbeddingError, "3"),
+    ],
+    ids=["text", "id", "source_id", "embedding"],
+)
+async def test_a_document_changed_past_its_own_check_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]],
+    field: str,
+    value: object,
+    error: type[Exception],
+    seen: str,
+) -> None:
+    """A document whose field was set past its own check (``force_setattr`` on the
+    frozen struct) is refused as the store's error naming what it saw, not a bare
+    AttributeError or TypeError, and the store is unchanged and usable."""
+    document = Document(text="hello", id="a", source_id="s")
+    msgspec.structs.force_setattr(document, field, value)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(error, match=seen):
+                await store.add_documents([Document(text="fine", id="b"), document])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.add_documents([Document(text="fine", id="b")])
+            assert [d.id for d in await store.get_by_ids(["a", "b"])] == ["b"]

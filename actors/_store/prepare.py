@@ -29,6 +29,7 @@ from protocol import (
     ROLES,
     ConfigError,
     Document,
+    EmbeddingError,
     EntryTooLarge,
     Role,
     Text,
@@ -554,7 +555,9 @@ def check_documents(
 
     Raises:
         ConfigError: not a Document, one id with two different contents, an id over
-            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
+            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`, or a
+            text, id or source id set past the document's own check.
+        EmbeddingError: an embedding set past the document's own check to a non-list.
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
@@ -568,6 +571,7 @@ def check_documents(
             raise ConfigError(
                 f"document {i} of the batch is a {type(document).__name__}; expected Document"
             )
+        _check_document_fields(i, document)
         if document.id is None:
             document = document.with_id()
         if document.embedding is not None:
@@ -615,6 +619,28 @@ def check_documents(
             len(request.documents), -1
         )[[first[d.id] for d in survivors if d.id is not None]],
     )
+
+
+def _check_document_fields(i: int, document: Document) -> None:
+    """The field types a ``Document`` checks as it is made, again: one set past that
+    check (``force_setattr`` on the frozen struct) is refused with what it holds."""
+    if not isinstance(document.text, str):
+        raise ConfigError(
+            f"document {i} of the batch has text {document.text!r:.60} "
+            f"({type(document.text).__name__}); expected a str"
+        )
+    for field in ("id", "source_id"):
+        value = getattr(document, field)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(
+                f"document {i} of the batch has {field} {value!r:.60} "
+                f"({type(value).__name__}); expected None or a non-empty str"
+            )
+    if document.embedding is not None and not isinstance(document.embedding, list):
+        raise EmbeddingError(
+            f"document {i} of the batch has embedding {document.embedding!r:.60} "
+            f"({type(document.embedding).__name__}); expected a list of real numbers"
+        )
 
 
 def _embedding_rows(request: UpsertDocuments) -> Callable[[int], bytes] | None:
