@@ -9,12 +9,14 @@ actor, the pg preparation) counts.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import trio
@@ -25,7 +27,15 @@ import protocol._json
 import protocol._time
 from actors import HashingEmbedder, open_memory, open_store
 from actors._store import prepare
-from protocol import Document, JsonError, Text, UnifiedMessage, VectorStoreConfig
+from protocol import (
+    ConfigError,
+    Document,
+    EmbeddingError,
+    JsonError,
+    Text,
+    UnifiedMessage,
+    VectorStoreConfig,
+)
 
 DIM = 16
 CONFIG = VectorStoreConfig(max_entries=32, dimensions=DIM, max_entry_bytes=4096)
@@ -215,3 +225,114 @@ async def test_a_checked_write_ignores_changes_made_while_it_waits(
             )
             assert got.metadata == {"kept": "yes"}
             assert store.usage().entries == 2
+
+
+@BACKENDS
+@pytest.mark.parametrize("block", [None, "a str", 5], ids=["none", "str", "int"])
+async def test_a_message_whose_content_list_was_changed_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]], block: object
+) -> None:
+    """A message checks its blocks when it is made, but its content list stays the
+    caller's: one changed afterwards to hold something that is not a block is refused
+    by the write's one check (a ConfigError naming it), not stored to break every later
+    read of it, and the store is unchanged and usable."""
+    message = UnifiedMessage(role="user", content=[Text(text="hello there")])
+    content: list[Any] = message.content
+    content.append(block)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(ConfigError, match=r"content\[1\] is a"):
+                await store.store_turns([UnifiedMessage.user("fine"), message])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.store_turns([UnifiedMessage.user("hello there")])
+            report = await store.retrieve_embedding(np.ones(DIM), k=8)
+            assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]
+
+
+@pytest.mark.parametrize("opener", [gated_memory_store, gated_pg_store], ids=["memory", "pg"])
+async def test_a_checked_document_embedding_ignores_changes_made_while_it_waits(
+    opener: Callable[[GatedEmbedder], AbstractAsyncContextManager[Any]],
+) -> None:
+    """A document's precomputed embedding is a list the caller can still reach
+    (``document.embedding``): changed while the write waits in the inbox, the store
+    keeps the vector as it was when the write was called, and nothing fails."""
+    embedder = GatedEmbedder()
+    vector = [1.0] + [0.0] * (DIM - 1)
+    document = Document(text="precomputed", id="p", embedding=vector)
+    with trio.fail_after(30):
+        async with opener(embedder) as store:
+            async with trio.open_nursery() as nursery:
+                embedder.gate = trio.Event()
+                nursery.start_soon(store.store_turns, [UnifiedMessage.user("first")])
+                await embedder.waiting.wait()  # the actor is embedding the first write
+                nursery.start_soon(store.add_documents, [document])
+                await trio.testing.wait_all_tasks_blocked()  # checked and queued
+                assert document.embedding is not None
+                document.embedding[0] = 0.0
+                document.embedding[1] = 1.0
+                embedder.gate.set()
+            report = await store.retrieve_embedding(np.array(vector), k=1)
+            [best] = report.turns
+            assert best.id == "p"
+            assert best.score == pytest.approx(1.0)
+            assert store.usage().entries == 2
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [("role", "robot", "role is 'robot'"), ("content", None, "content is a NoneType")],
+    ids=["role", "content"],
+)
+async def test_a_message_changed_past_its_own_check_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]], field: str, value: object, error: str
+) -> None:
+    """A message whose role or content was set past its own check (``force_setattr``
+    on the frozen struct) is refused by the write's one check as a ConfigError naming
+    the value, neither a bare TypeError nor a crash of the actor (pg rebuilds a plain
+    turn from its role), and the store is unchanged and usable."""
+    message = UnifiedMessage.user("hello there")
+    msgspec.structs.force_setattr(message, field, value)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(ConfigError, match=re.escape(error)):
+                await store.store_turns([UnifiedMessage.user("fine"), message])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.store_turns([UnifiedMessage.user("hello there")])
+            report = await store.retrieve_embedding(np.ones(DIM), k=8)
+            assert [t.message for t in report.turns] == [UnifiedMessage.user("hello there")]
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    ("field", "value", "error", "seen"),
+    [
+        ("text", 5, ConfigError, "int"),
+        ("id", 5, ConfigError, "int"),
+        ("source_id", 5, ConfigError, "int"),
+        ("embedding", 3, EmbeddingError, "3"),
+    ],
+    ids=["text", "id", "source_id", "embedding"],
+)
+async def test_a_document_changed_past_its_own_check_is_refused(
+    opener: Callable[[], AbstractAsyncContextManager[Any]],
+    field: str,
+    value: object,
+    error: type[Exception],
+    seen: str,
+) -> None:
+    """A document whose field was set past its own check (``force_setattr`` on the
+    frozen struct) is refused as the store's error naming what it saw, not a bare
+    AttributeError or TypeError, and the store is unchanged and usable."""
+    document = Document(text="hello", id="a", source_id="s")
+    msgspec.structs.force_setattr(document, field, value)
+    with trio.fail_after(30):
+        async with opener() as store:
+            with pytest.raises(error, match=seen):
+                await store.add_documents([Document(text="fine", id="b"), document])
+            assert store.usage().entries == 0
+            assert not store.statistics().poisoned
+            await store.add_documents([Document(text="fine", id="b")])
+            assert [d.id for d in await store.get_by_ids(["a", "b"])] == ["b"]

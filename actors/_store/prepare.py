@@ -13,6 +13,7 @@ The memory an in-memory store holds is then bounded as ``actors._inmemory.arena`
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import re
@@ -25,8 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import (
+    ROLES,
     ConfigError,
     Document,
+    EmbeddingError,
     EntryTooLarge,
     Role,
     Text,
@@ -467,6 +470,12 @@ def _check_turn_sizes(
                 f"turn {i} of the batch is a {type(turn).__name__}; expected UnifiedMessage"
             )
         try:
+            # A message checks its blocks as it is made, but its content list is still
+            # the caller's: one changed since would be stored, then fail every read of it.
+            turn.__post_init__()
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"turn {i} of the batch: {error}") from error
+        try:
             # turn_bytes, inlined (a call with keywords per turn cost a fifth of
             # a batch's checks) with the shared part added once.
             size = payload_bytes(turn) + arguments_surplus(turn) + shared
@@ -546,7 +555,9 @@ def check_documents(
 
     Raises:
         ConfigError: not a Document, one id with two different contents, an id over
-            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`.
+            :data:`MAX_ID_BYTES` or a namespace over :data:`MAX_NAMESPACE_BYTES`, or a
+            text, id or source id set past the document's own check.
+        EmbeddingError: an embedding set past the document's own check to a non-list.
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
@@ -560,8 +571,15 @@ def check_documents(
             raise ConfigError(
                 f"document {i} of the batch is a {type(document).__name__}; expected Document"
             )
+        _check_document_fields(i, document)
         if document.id is None:
             document = document.with_id()
+        if document.embedding is not None:
+            # Its list is still the caller's (``document.embedding``), which it may
+            # change while the write waits in the inbox: the batch keeps its own copy.
+            embedding = list(document.embedding)
+            document = copy.copy(document)
+            msgspec.structs.force_setattr(document, "embedding", embedding)
         assert document.id is not None
         check_not_reserved(document.id, what="document id")
         # Document checks both as it is made; again here for one built around that.
@@ -603,6 +621,28 @@ def check_documents(
     )
 
 
+def _check_document_fields(i: int, document: Document) -> None:
+    """The field types a ``Document`` checks as it is made, again: one set past that
+    check (``force_setattr`` on the frozen struct) is refused with what it holds."""
+    if not isinstance(document.text, str):
+        raise ConfigError(
+            f"document {i} of the batch has text {document.text!r:.60} "
+            f"({type(document.text).__name__}); expected a str"
+        )
+    for field in ("id", "source_id"):
+        value = getattr(document, field)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(
+                f"document {i} of the batch has {field} {value!r:.60} "
+                f"({type(value).__name__}); expected None or a non-empty str"
+            )
+    if document.embedding is not None and not isinstance(document.embedding, list):
+        raise EmbeddingError(
+            f"document {i} of the batch has embedding {document.embedding!r:.60} "
+            f"({type(document.embedding).__name__}); expected a list of real numbers"
+        )
+
+
 def _embedding_rows(request: UpsertDocuments) -> Callable[[int], bytes] | None:
     """Row i of the request's ``embeddings`` as bytes, or None without them; refuses
     ``embeddings`` that are not whole float64 rows, one per document, or a document
@@ -642,20 +682,27 @@ def _plain_turns(turns: Sequence[object]) -> tuple[list[str], list[Role]] | tupl
     texts: list[str] = []
     roles: list[Role] = []
     append, append_role = texts.append, roles.append
-    for turn in turns:
-        if type(turn) is not UnifiedMessage or turn.name is not None:
-            return None, None
-        if turn.tool_call_id is not None or len(content := turn.content) != 1:
-            return None, None
-        block = content[0]
-        if type(block) is not Text:
-            return None, None
-        text = block.text
-        # msgspec does not check field types at construction; leave oddities to the loop.
-        if type(text) is not str:
-            return None, None
-        append(text)
-        append_role(turn.role)
+    try:
+        for turn in turns:
+            if type(turn) is not UnifiedMessage or turn.name is not None:
+                return None, None
+            if turn.tool_call_id is not None or len(content := turn.content) != 1:
+                return None, None
+            block = content[0]
+            if type(block) is not Text:
+                return None, None
+            text = block.text
+            # msgspec does not check field types at construction; leave oddities to
+            # the loop.
+            if type(text) is not str:
+                return None, None
+            append(text)
+            append_role(turn.role)
+    except (TypeError, LookupError):
+        return None, None  # a content set past the message's own check: not a list
+    # A role set past the message's own check (the general loop names it).
+    if not ROLES.issuperset(roles):
+        return None, None
     return texts, roles
 
 
