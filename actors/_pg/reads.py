@@ -308,7 +308,7 @@ class Reads:
             "%(qtfs)s::integer[]) WITH ORDINALITY AS q(term, qtf, ord)), "
             "st AS (SELECT entries::float8 AS n, total_len::float8 AS total "
             "FROM {ns} WHERE namespace = %(ns)s), "
-            "w AS (SELECT q.term, q.ord, st.total / st.n AS avgdl, "
+            "w AS MATERIALIZED (SELECT q.term, q.ord, st.total / st.n AS avgdl, "
             "q.qtf * ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             "AS weight FROM q CROSS JOIN st CROSS JOIN LATERAL "
             "(SELECT count(*)::float8 AS df FROM {terms} p "
