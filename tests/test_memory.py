@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from memory_support import conversation
 
 from actors import EchoDispatcher, HashingEmbedder, Memory, open_memory
 from actors.testing import inject_crash
@@ -50,20 +51,6 @@ class QueryFails:
 
     def embed_batch(self, texts: Sequence[str]) -> object:
         return self.inner.embed_batch(texts)
-
-
-def conversation(question: str) -> UnifiedRequest:
-    return UnifiedRequest(
-        model="m",
-        messages=[
-            UnifiedMessage.system("be brief"),
-            UnifiedMessage.user("my cat is called Miso"),
-            UnifiedMessage.assistant("noted, Miso"),
-            UnifiedMessage.user("the key is under the blue pot"),
-            UnifiedMessage.assistant("noted, the blue pot"),
-            UnifiedMessage.user(question),
-        ],
-    )
 
 
 async def test_turn_runs_all_four_stages() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
+from memory_support import conversation
 
 from actors import EchoDispatcher, HashingEmbedder, Store, StoreHandle, open_memory, open_store
 from protocol import (
@@ -21,7 +22,6 @@ from protocol import (
     ScoredDocument,
     SearchRequest,
     UnifiedMessage,
-    UnifiedRequest,
     VectorStoreConfig,
     VectorStoreUsage,
 )
@@ -143,20 +143,6 @@ class LoggingStore:
     @property
     def profile(self) -> EmbeddingProfile | None:
         return self._inner.profile
-
-
-def conversation(question: str) -> UnifiedRequest:
-    return UnifiedRequest(
-        model="m",
-        messages=[
-            UnifiedMessage.system("be brief"),
-            UnifiedMessage.user("my cat is called Miso"),
-            UnifiedMessage.assistant("noted, Miso"),
-            UnifiedMessage.user("the key is under the blue pot"),
-            UnifiedMessage.assistant("noted, the blue pot"),
-            UnifiedMessage.user(question),
-        ],
-    )
 
 
 async def test_a_memory_turn_runs_over_a_store_of_the_users_own() -> None:
