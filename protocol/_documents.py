@@ -97,6 +97,17 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
             hit a share of its neighbours' scores, and the store indexes a document
             with its date and the one before it (:func:`protocol.entry_text`), while
             ``text`` comes back as given.
+        expires_at: when the document stops being visible (an aware datetime, kept in
+            UTC), or None: it never expires. Opt-in per document: from that instant no
+            read returns it, and the store reclaims its slot by its own bounded work
+            (README, "Memory over time").
+        valid_from, valid_to, version, supersedes: the document's version, which the
+            store sets and reads return (a write leaves them unset: the store refuses a
+            document that sets them). ``version`` counts from 1; an ``update`` closes
+            the current version at the new one's ``valid_from`` (its ``valid_to``) and
+            writes version n + 1 with ``supersedes=n``. A version is valid over
+            ``[valid_from, valid_to)``; ``valid_to`` is None for the current version.
+            Version 1's ``valid_from`` is its ``occurred_at``.
 
     Raises:
         ConfigError: ``text`` is not a str, or ``id``/``source_id`` is not ``None`` or a
@@ -112,15 +123,24 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
     embedding: list[float] | None = None
     occurred_at: dt.datetime | None = None
     conversation: str | None = None
+    expires_at: dt.datetime | None = None
+    valid_from: dt.datetime | None = None
+    valid_to: dt.datetime | None = None
+    version: int | None = None
+    supersedes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ConfigError(f"document text is a {type(self.text).__name__}; expected a str")
         _check_optional_str("document id", self.id)
         _check_optional_str("document source_id", self.source_id)
-        msgspec.structs.force_setattr(
-            self, "occurred_at", check_time("document occurred_at", self.occurred_at)
-        )
+        for name in ("occurred_at", "expires_at", "valid_from", "valid_to"):
+            value = check_time(f"document {name}", getattr(self, name))
+            msgspec.structs.force_setattr(self, name, value)
+        for name in ("version", "supersedes"):
+            number = getattr(self, name)
+            if number is not None:
+                msgspec.structs.force_setattr(self, name, check_int(f"document {name}", number))
         check_conversation(self.conversation)
         check_json_object(self.metadata, what="document metadata")
         if self.embedding is not None:
@@ -204,6 +224,10 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
         since, until: keep entries whose ``occurred_at`` is ``>= since`` and
             ``< until`` (aware datetimes; either may be None), applied before top-k
             like a filter.
+        as_of: read the store as it was at this instant (an aware datetime): each
+            memory's version valid then (``valid_from <= as_of < valid_to``) instead of
+            its current one. None (the default) reads current versions only. Expired
+            documents are invisible either way.
         settings: for ``recall``, its :class:`RecallSettings` (None: the defaults, as
             ``Memory`` uses them); ``fetch_k``, ``rrf_k`` and ``weights`` of this request
             are then not used. Refused for other kinds.
@@ -239,6 +263,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
     since: dt.datetime | None = None
     until: dt.datetime | None = None
     settings: RecallSettings | None = None
+    as_of: dt.datetime | None = None
 
     def __post_init__(self) -> None:
         self._check_query()
@@ -258,6 +283,7 @@ class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
             )
         msgspec.structs.force_setattr(self, "since", since)
         msgspec.structs.force_setattr(self, "until", until)
+        msgspec.structs.force_setattr(self, "as_of", check_time("as_of", self.as_of))
         if self.settings is not None:
             if self.kind != "recall":
                 raise ConfigError(

@@ -11,18 +11,27 @@ Users rarely build these: the handles and ``Memory`` do.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from ._chat import UnifiedMessage, UnifiedRequest
 from ._documents import DeleteResult, Document
+from ._filters import Filter
 from ._memory import CompressionReport, RecallSettings
 from ._store import DEFAULT_NAMESPACE, RetrievalReport
 
 
 class Msg(msgspec.Struct, frozen=True, tag_field="kind"):
     """The base of every actor message. Subclasses repeat ``kw_only=True``."""
+
+
+#: How a write treats a memory that is already there: ``"exact"``, the same text (a
+#: turn's projection, a document's text) current in the namespace; ``"near"``, a current
+#: entry whose cosine similarity to it is at least the store's near-duplicate threshold.
+#: Either way the write returns the existing id, flagged as a duplicate, and writes
+#: nothing for it. None: memories accumulate (the library's default, seed 001).
+Dedupe = Literal["exact", "near"]
 
 
 class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
@@ -35,7 +44,10 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
     ``texts``, when given, is what each turn is indexed and embedded by, in place of
     its projection (for example the turn with its context, see
     :func:`protocol.compaction.contextual_entry`); the message itself is kept and
-    returned as is.
+    returned as is. ``expires_at`` (None: never) applies to every turn of the batch;
+    offloaded history never expires unless its writer says so (design §3). ``dedupe``
+    (see :data:`Dedupe`) and ``near_threshold`` (a cosine in (0, 1]; None: the
+    store's documented default) say how a turn already there is treated.
     """
 
     turns: list[UnifiedMessage]
@@ -46,6 +58,21 @@ class StoreTurns(Msg, frozen=True, kw_only=True, tag="store_turns"):
     texts: list[str] | None = None
     occurred_at: dt.datetime | None = None
     conversation: str | None = None
+    expires_at: dt.datetime | None = None
+    dedupe: Dedupe | None = None
+    near_threshold: float | None = None
+
+
+class Supersede(msgspec.Struct, frozen=True, kw_only=True):
+    """What makes an upsert an update with history: the one document of the batch
+    becomes version ``version + 1`` of the memory ``id``, valid from ``valid_from``,
+    and the current version, which must still be ``version``, is closed at
+    ``valid_from`` (its ``valid_to``) and kept. With ``version`` 0 the memory must not
+    exist yet (the document becomes version 1)."""
+
+    id: str
+    version: int
+    valid_from: dt.datetime
 
 
 class UpsertDocuments(Msg, frozen=True, kw_only=True, tag="upsert_documents"):
@@ -61,6 +88,9 @@ class UpsertDocuments(Msg, frozen=True, kw_only=True, tag="upsert_documents"):
     documents: list[Document]
     namespace: str = DEFAULT_NAMESPACE
     embeddings: bytes | None = None
+    dedupe: Dedupe | None = None
+    near_threshold: float | None = None
+    supersede: Supersede | None = None
 
 
 class Delete(Msg, frozen=True, kw_only=True, tag="delete"):
@@ -76,17 +106,35 @@ class Clear(Msg, frozen=True, kw_only=True, tag="clear"):
     namespace: str | None = None
 
 
-StoreRequest = StoreTurns | UpsertDocuments | Delete | Clear
+class Forget(Msg, frozen=True, kw_only=True, tag="forget"):
+    """Forget every version of the matching memories, all or nothing, and every trace
+    of their text (indexes, statistics, caches).
+
+    Either ``ids`` (in ``namespace``), or a selection: every memory of ``namespace``
+    that matches ``filter`` (None: any) and whose ``occurred_at`` is before ``before``
+    (None: any time). An empty selection (no ids, no filter, no ``before``) forgets
+    the whole namespace.
+    """
+
+    ids: list[str] | None = None
+    namespace: str = DEFAULT_NAMESPACE
+    filter: Filter | None = None
+    before: dt.datetime | None = None
+
+
+StoreRequest = StoreTurns | UpsertDocuments | Delete | Clear | Forget
 
 
 class TurnsStored(Msg, frozen=True, kw_only=True, tag="turns_stored"):
     """The batch committed. ``evicted`` counts both the dropped head of the batch and the
-    old entries whose slots it took."""
+    old entries whose slots it took. ``duplicates`` lists the ids of ``ids`` that were
+    already there (a deduplicated write, ``dedupe=``): nothing was written for them."""
 
     ids: list[str]
     sequences: list[int]
     evicted: int
     zero_norm: int
+    duplicates: list[str] = msgspec.field(default_factory=list)
 
 
 class DocumentsUpserted(Msg, frozen=True, kw_only=True, tag="documents_upserted"):
@@ -96,6 +144,7 @@ class DocumentsUpserted(Msg, frozen=True, kw_only=True, tag="documents_upserted"
     sequences: list[int]
     evicted: int
     replaced: int
+    duplicates: list[str] = msgspec.field(default_factory=list)
 
 
 class Cleared(Msg, frozen=True, kw_only=True, tag="cleared"):
@@ -104,7 +153,15 @@ class Cleared(Msg, frozen=True, kw_only=True, tag="cleared"):
     removed: int
 
 
-StoreReply = TurnsStored | DocumentsUpserted | DeleteResult | Cleared
+class Forgotten(Msg, frozen=True, kw_only=True, tag="forgotten"):
+    """The ids of the memories forgotten (deduplicated; for ``ids``, in input order,
+    leaving out those not there), and how many stored versions went with them."""
+
+    ids: list[str]
+    versions: int
+
+
+StoreReply = TurnsStored | DocumentsUpserted | DeleteResult | Cleared | Forgotten
 
 
 class Compress(Msg, frozen=True, kw_only=True, tag="compress"):
