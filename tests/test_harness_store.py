@@ -28,7 +28,7 @@ class ThreadScanStoreMachine(VectorStoreMachine):
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: object
     ) -> AbstractAsyncContextManager[Any]:
-        return open_store(config, embedder, thread_scan_threshold=0)  # type: ignore[arg-type]
+        return open_store(config, embedder, thread_scan_threshold=0, clock=self.store_clock)  # type: ignore[arg-type]
 
 
 TestStore = VectorStoreMachine.TestCase

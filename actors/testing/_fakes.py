@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import hashlib
 import inspect
 import threading
@@ -358,3 +359,18 @@ class FaultyEmbedder:
 
     def __repr__(self) -> str:
         return f"FaultyEmbedder({self.inner!r})"
+
+
+@attrs.define(eq=False)
+class ManualClock:
+    """A store clock (``open_store(clock=...)``) that moves only when told: a test
+    advances it instead of sleeping. Calling it gives its ``now``, an aware datetime."""
+
+    now: dt.datetime = attrs.field(factory=lambda: dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        self.now += dt.timedelta(seconds=seconds)

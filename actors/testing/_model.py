@@ -45,6 +45,16 @@ class ModelEntry:
     metadata: dict[str, object]
     vector: Vector64 | None = attrs.field(eq=False)
     tie_key: bytes
+    #: The memory's id (a turn written without ids: ``turn-<seq>``), or None if unknown.
+    entry_id: str | None = None
+    #: Its version (1, 2, 3...), when it became valid and, once closed, when it stopped
+    #: (micros since the epoch), and when it expires (None: never).
+    version: int = 1
+    valid_from: int = 0
+    valid_to: int | None = None
+    expires: int | None = None
+    #: The text BM25 indexes (None: the message's projection).
+    index_text: str | None = None
 
     @classmethod
     def build(
@@ -55,10 +65,40 @@ class ModelEntry:
         source: str,
         metadata: dict[str, object],
         raw: object,
+        *,
+        entry_id: str | None = None,
+        version: int = 1,
+        valid_from: int = 0,
+        expires: int | None = None,
+        index_text: str | None = None,
     ) -> ModelEntry:
         vector = normalize64(raw)
         key = b"zero" if vector is None else vector.tobytes()
-        return cls(seq, namespace, message, source, metadata, vector, key)
+        return cls(
+            seq,
+            namespace,
+            message,
+            source,
+            metadata,
+            vector,
+            key,
+            entry_id=entry_id,
+            version=version,
+            valid_from=valid_from,
+            expires=expires,
+            index_text=index_text,
+        )
+
+    def expired(self, now: int) -> bool:
+        return self.expires is not None and now >= self.expires
+
+    def sees(self, now: int, as_of: int | None) -> bool:
+        """Whether a read at ``now`` (as of ``as_of``, None: current versions) sees it."""
+        if self.expired(now):
+            return False
+        if as_of is None:
+            return self.valid_to is None
+        return self.valid_from <= as_of and (self.valid_to is None or as_of < self.valid_to)
 
     def score(self, query: Vector64 | None) -> float:
         if query is None or self.vector is None:
@@ -98,6 +138,28 @@ class ModelState:
     def in_scope(self, namespace: str | None) -> list[ModelEntry]:
         return [e for e in self.entries if namespace is None or e.namespace == namespace]
 
+    def visible(
+        self, namespace: str | None, now: int | None, as_of: int | None = None
+    ) -> list[ModelEntry]:
+        """The entries in scope a read at ``now`` sees (None: every entry in scope,
+        for a store without time)."""
+        scope = self.in_scope(namespace)
+        if now is None:
+            return scope
+        return [e for e in scope if e.sees(now, as_of)]
+
+    def reclaimed(self, now: int) -> ModelState:
+        """This state once the store has reclaimed every entry expired at ``now`` (a
+        reclaim is not an eviction)."""
+        return attrs.evolve(self, entries=tuple(e for e in self.entries if not e.expired(now)))
+
+    def current(self, namespace: str, entry_id: str, now: int) -> ModelEntry | None:
+        """Memory ``entry_id``'s current, unexpired version in ``namespace``."""
+        for e in self.entries:
+            if e.namespace == namespace and e.entry_id == entry_id and e.sees(now, None):
+                return e
+        return None
+
 
 def check_report(
     report: RetrievalReport,
@@ -105,8 +167,14 @@ def check_report(
     query: Vector64 | None,
     k: int,
     namespace: str | None,
+    *,
+    now: int | None = None,
+    as_of: int | None = None,
 ) -> str | None:
     """Check a store's answer against the model's; return why it is wrong, or None.
+
+    ``now`` and ``as_of`` (micros) say which entries the read sees (see
+    :meth:`ModelState.visible`): by default every entry in scope.
 
     The model scores every entry in scope in float64. The store's answer must have the
     right size and ``scanned`` count, hold only live entries in scope with the right
@@ -114,7 +182,7 @@ def check_report(
     descending with exact ties newest first, and miss no entry that scores better than
     its last hit, nor a newer entry that ties with it exactly.
     """
-    scope = state.in_scope(namespace)
+    scope = state.visible(namespace, now, as_of)
     by_seq = {e.seq: e for e in scope}
     if report.scanned != len(scope):
         return f"scanned {report.scanned}; the model has {len(scope)} entries in scope"

@@ -20,6 +20,9 @@ a delete) does not call it.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import ClassVar
@@ -36,24 +39,28 @@ from protocol import (
     DEFAULT_NAMESPACE,
     ConfigError,
     ContentBlock,
+    Document,
     EmbedderError,
     EmbeddingError,
     EntryTooLarge,
     Poisoned,
     RetrievalReport,
+    ScoredDocument,
+    SearchRequest,
     Text,
     Thinking,
     UnifiedMessage,
     VectorStoreConfig,
+    entry_text,
     projection,
 )
-from protocol.checks import metadata_json, turn_bytes
+from protocol.checks import document_bytes, metadata_json, turn_bytes
 from protocol.messages import TurnsStored
 
 from .. import HashingEmbedder, open_store
 from ._conformance_base import StoreUnderTest
 from ._crash import inject_crash
-from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder
+from ._fakes import DeterministicFakeEmbedding, Fault, FaultyEmbedder, ManualClock
 from ._machine import TrioRuleBasedStateMachine, trio_step
 from ._model import ModelEntry, ModelState, Vector64, check_report, normalize64
 
@@ -64,6 +71,15 @@ NAMESPACES = (DEFAULT_NAMESPACE, "alice", "bob")
 _BARRIER_NAMESPACE = "trio-recall-barrier"
 
 texts = st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join)
+#: What a write's ``ttl`` may be (seconds; None: the entry never expires).
+ttls = st.sampled_from([None, None, None, 5, 30])
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def micros(when: dt.datetime) -> int:
+    """``when`` as micros since the epoch (what both stores keep exactly)."""
+    return (when - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 def message(role: str, text: str, pad: int) -> UnifiedMessage:
@@ -117,6 +133,7 @@ class _TurnsWrite:
     source: str
     metadata: dict[str, object]
     fault: str
+    ttl: int | None = None
 
 
 @attrs.frozen
@@ -142,12 +159,27 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     ``supports_crash`` to False). Run it with ``run_state_machine_as_test(Machine)`` or
     ``TestMachine = Machine.TestCase``.
 
+    Memory over time (README, "Memory over time"). The store runs on the machine's
+    :attr:`store_clock` (a ``ManualClock`` passed as ``open_store(clock=...)``), which only
+    the ``advance_clock`` rule moves. Writes may carry a ``ttl``; ``update`` writes a
+    memory's next version and closes the current one; ``forget`` removes memories by
+    id, by filter or by time, every version; reads run ``as_of`` an earlier time and
+    as BM25 searches, whose scores the model recomputes, so a posting or statistic a
+    forget left behind shows. The model reclaims expired entries at each committed
+    write, as the store does; between writes the store may reclaim them on its own, so
+    the usage check accepts either count.
+
     Attributes:
         supports_crash: whether the crash rule runs.
+        supports_time: whether the store under test runs on :attr:`store_clock` (the rules
+            that need it, ``ttl``, ``update``, ``advance_clock``, ``as_of`` and
+            ``forget(before=...)``, run only then).
         max_pending: how many operations may be pending at once.
+        store_clock: the store's clock; pass it as ``clock=`` when you open the store.
     """
 
     supports_crash: ClassVar[bool] = True
+    supports_time: ClassVar[bool] = True
     max_pending: ClassVar[int] = 4
 
     def __init__(self) -> None:
@@ -161,14 +193,16 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         self.ids: dict[int, str] = {}  # sequence -> id, learned from replies and reads
         self.poisoned = False
         self._numbers = 0
+        self.store_clock = ManualClock()
 
     # --- overridable -------------------------------------------------------------------
 
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: AnyEmbedder
     ) -> AbstractAsyncContextManager[StoreUnderTest]:
-        """Return an async context manager that yields the store to test."""
-        return open_store(config, embedder)
+        """Return an async context manager that yields the store to test (on
+        :attr:`store_clock`, when :attr:`supports_time`)."""
+        return open_store(config, embedder, clock=self.store_clock)
 
     def inject_crash(self, store: StoreUnderTest) -> None:
         """Make ``store``'s next write crash inside its actor."""
@@ -226,6 +260,11 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     @property
     def state(self) -> ModelState:
         return self.history[-1]
+
+    @property
+    def now(self) -> int:
+        """The store clock's now, in micros."""
+        return micros(self.store_clock.now)
 
     def _inner_embed(self, text: str) -> object:
         assert self.embedder is not None
@@ -364,6 +403,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         metadata=st.sampled_from([{}, {"k": 1}]),
         fault=faults,
         park=parks,
+        ttl=ttls,
     )
     @trio_step
     async def store_turns(
@@ -374,8 +414,11 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         metadata: dict[str, object],
         fault: str,
         park: bool,
+        ttl: int | None,
     ) -> None:
-        await self._write_turns(_TurnsWrite(turns, namespace, source, metadata, fault), park)
+        ttl = ttl if self.supports_time else None
+        write = _TurnsWrite(turns, namespace, source, metadata, fault, ttl)
+        await self._write_turns(write, park)
 
     # Hypothesis favours the rule with the fewest arguments (and then the first name)
     # when it simplifies, so this one-argument rule keeps plain, successful writes
@@ -416,7 +459,12 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             gate=gate,
             reaches_embedder=reaches,
         )
-        self._start(op, lambda: store.store_turns(turns, namespace, write.source, write.metadata))
+        self._start(
+            op,
+            lambda: store.store_turns(
+                turns, namespace, write.source, write.metadata, ttl=write.ttl
+            ),
+        )
         await self._quiesce()
 
     def _model_write(
@@ -441,6 +489,8 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             return (EmbedderError,), state, 0, [], 0, reaches
         if reaches and write.fault != "pass":
             return (EmbeddingError,), state, 0, [], 0, reaches
+        now = self.now
+        state = state.reclaimed(now)
         entries = [
             ModelEntry.build(
                 state.next_seq + i,
@@ -449,6 +499,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
                 source,
                 metadata,
                 self._inner_embed(projection(t)),
+                entry_id=f"turn-{state.next_seq + i}",
+                valid_from=now,
+                expires=None if write.ttl is None else now + write.ttl * 1_000_000,
             )
             for i, t in enumerate(survivors)
         ]
@@ -493,17 +546,17 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(lambda: store.delete(ids, namespace), "delete")
             return
-        state = self.state
-        live = {self.ids.get(e.seq): e for e in state.entries}
+        state = self.state.reclaimed(self.now)
+        space = namespace or DEFAULT_NAMESPACE  # None means the default namespace
         deleted, missing, gone = [], [], set()
         for entry_id in dict.fromkeys(ids):
-            entry = live.get(entry_id)
-            # An id is unique within its namespace; None means the default namespace.
-            if entry is None or entry.namespace != (namespace or DEFAULT_NAMESPACE):
-                missing.append(entry_id)
-            else:
+            # A delete removes every version the store holds of the memory.
+            versions = {e.seq for e in state.in_scope(space) if e.entry_id == entry_id}
+            if versions:
                 deleted.append(entry_id)
-                gone.add(entry.seq)
+                gone |= versions
+            else:
+                missing.append(entry_id)
         self.history.append(state.without(gone))
         version = len(self.history) - 1
 
@@ -526,7 +579,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(lambda: store.clear(namespace), "clear")
             return
-        state = self.state
+        state = self.state.reclaimed(self.now)
         gone = {e.seq for e in state.in_scope(namespace)}
         self.history.append(state.without(gone))
         version = len(self.history) - 1
@@ -664,7 +717,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         reasons = []
         hi = self._hi()
         for j in range(lo, hi + 1):
-            reason = check_report(report, self.history[j], plan.qvec, plan.k, plan.ns)
+            reason = check_report(
+                report, self.history[j], plan.qvec, plan.k, plan.ns, now=self.now
+            )
             if reason is None:
                 return None
             reasons.append(f"  after write {j}: {reason}")
@@ -673,6 +728,231 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             f"matches no state between write {lo} and write {hi} "
             f"(scanned={report.scanned}, hits={hits}):\n" + "\n".join(reasons)
         )
+
+    # --- memory over time --------------------------------------------------------------
+
+    def _time_ok(self) -> bool:
+        return self.supports_time and not self.pending and not self.poisoned
+
+    @precondition(lambda self: self._time_ok())
+    @rule(seconds=st.sampled_from([1, 10, 40]))
+    @trio_step
+    async def advance_clock(self, seconds: int) -> None:
+        """Move the store clock on (nothing pending, so no write straddles it): what
+        has expired disappears from every read at once."""
+        self.store_clock.advance(seconds)
+        await self._quiesce()
+
+    @precondition(lambda self: self._time_ok() and self._current_memories())
+    @rule(pick=st.integers(0, 40), text=texts, metadata=st.sampled_from([None, {}, {"k": 1}]))
+    @trio_step
+    async def update(self, pick: int, text: str, metadata: dict[str, object] | None) -> None:
+        """Write a memory's next version: the current one is closed at the new one's
+        ``valid_from`` (the clock's now, one second on) and kept as history."""
+        assert self.config is not None
+        store = self.store
+        assert store is not None
+        self.store_clock.advance(1)
+        now = self.now
+        old = self._current_memories()[pick % len(self._current_memories())]
+        assert old.entry_id is not None
+        meta = old.metadata if metadata is None else metadata
+        state = self.state.reclaimed(now)
+        when = self.store_clock.now
+        document = Document(text=text, id=old.entry_id, metadata=meta, occurred_at=when)
+        size = document_bytes(document)
+        limit = self.config.max_entry_bytes
+        expect: tuple[type[BaseException], ...] = ()
+        if size > limit:
+            expect = (EntryTooLarge,)
+            new_state = self.state
+        else:
+            # An update's version is indexed, like any memory given a time, with its
+            # date line (cut to what the entry's cap leaves), and embedded by it.
+            index = _fit(text, entry_text(text, occurred_at=when), limit - size)
+            closed = tuple(attrs.evolve(e, valid_to=now) if e is old else e for e in state.entries)
+            entry = ModelEntry.build(
+                state.next_seq,
+                old.namespace,
+                UnifiedMessage.user(text),
+                "document",
+                dict(meta),
+                self._inner_embed(index),
+                entry_id=old.entry_id,
+                version=old.version + 1,
+                valid_from=now,
+                expires=old.expires,
+                index_text=index,
+            )
+            new_state, _ = attrs.evolve(state, entries=closed).add([entry], 0)
+        self.history.append(new_state)
+        version = len(self.history) - 1
+        memory_id, namespace = old.entry_id, old.namespace
+
+        def check(op: _Op) -> str | None:
+            got = op.value
+            if not isinstance(got, Document):
+                return f"replied {got!r:.200}; expected the new version as a Document"
+            want = (memory_id, text, old.version + 1, old.version, when, None)
+            have = (got.id, got.text, got.version, got.supersedes, got.valid_from, got.valid_to)
+            if have != want:
+                return f"the new version is {have}; the model expects {want}"
+            self.ids[new_state.next_seq - 1] = memory_id
+            return None
+
+        op = self._new_op(
+            "write",
+            f"update#{version}({memory_id!r}, {text!r}, {namespace!r})",
+            version,
+            expect,
+            check,
+        )
+        self._start(op, lambda: store.update(memory_id, text, metadata, namespace=namespace))
+        await self._quiesce()
+
+    def _current_memories(self) -> list[ModelEntry]:
+        """The current, unexpired versions of the last state, oldest first."""
+        now = self.now
+        return [e for e in self.state.entries if e.entry_id and e.sees(now, None)]
+
+    @precondition(lambda self: len(self.pending) < self.max_pending)
+    @rule(
+        mode=st.sampled_from(["ids", "filter", "before", "all"]),
+        picks=st.lists(st.integers(0, 40), max_size=3),
+        namespace=st.sampled_from(NAMESPACES),
+        back=st.sampled_from([0, 5, 30]),
+    )
+    @trio_step
+    async def forget(self, mode: str, picks: list[int], namespace: str, back: int) -> None:
+        """Forget memories, every version: by id, by a metadata filter, by time, or the
+        whole namespace; the store must then hold no trace of them."""
+        store = self.store
+        assert store is not None
+        if mode == "before" and not self.supports_time:
+            mode = "filter"
+        now = self.now
+        known = [e.entry_id for e in self.state.entries if e.entry_id]
+        ids = [known[p % len(known)] for p in picks] if known else []
+        before = self.store_clock.now - dt.timedelta(seconds=back)
+        call: Callable[[], Awaitable[object]]
+        if mode == "ids":
+            call = lambda: store.forget(ids, namespace=namespace)  # noqa: E731
+        elif mode == "filter":
+            call = lambda: store.forget(namespace=namespace, filter={"k": 1})  # noqa: E731
+        elif mode == "before":
+            call = lambda: store.forget(namespace=namespace, before=before)  # noqa: E731
+        else:
+            call = lambda: store.forget(namespace=namespace)  # noqa: E731
+        if self.poisoned:
+            await self._expect_poisoned(call, "forget")
+            return
+        state = self.state.reclaimed(now)
+        held = state.in_scope(namespace)
+        if mode == "ids":
+            chosen = [i for i in dict.fromkeys(ids) if any(e.entry_id == i for e in held)]
+        else:
+            # A selection picks memories by their current version.
+            current = [e for e in held if e.sees(now, None)]
+            if mode == "filter":
+                current = [e for e in current if e.metadata.get("k") == 1]
+            elif mode == "before":
+                current = [e for e in current if e.valid_from < micros(before)]
+            chosen = sorted({e.entry_id for e in current if e.entry_id is not None})
+        gone = {e.seq for e in held if e.entry_id in chosen}
+        self.history.append(state.without(gone))
+        version = len(self.history) - 1
+        ordered = mode == "ids"
+
+        def check(op: _Op) -> str | None:
+            got = op.value
+            if not isinstance(got, list):
+                return f"replied {got!r:.200}; expected the list of ids forgotten"
+            if (got if ordered else sorted(got)) != chosen:
+                return f"forgot {got}; the model expects {chosen}"
+            return None
+
+        op = self._new_op("write", f"forget#{version}({mode}, {namespace!r})", version, (), check)
+        self._start(op, call)
+        await self._quiesce()
+
+    @precondition(lambda self: len(self.pending) < self.max_pending and not self.poisoned)
+    @rule(
+        kind=st.sampled_from(["as_of", "bm25"]),
+        query=texts,
+        k=st.integers(1, 7),
+        namespace=st.sampled_from(NAMESPACES),
+        back=st.sampled_from([0, 1, 5, 30]),
+    )
+    @trio_step
+    async def read_over_time(
+        self, kind: str, query: str, k: int, namespace: str, back: int
+    ) -> None:
+        """A similarity search ``as_of`` an earlier time (the versions valid then), or a
+        BM25 search whose scores the model recomputes from the entries it holds."""
+        store = self.store
+        assert store is not None
+        if kind == "as_of" and not self.supports_time:
+            kind = "bm25"
+        if kind == "bm25" and not query:
+            query = WORDS[0]
+        raw = np.asarray(self._inner_embed(query), dtype=np.float64)
+        as_of = self.store_clock.now - dt.timedelta(seconds=back)
+        lo = self.lo
+        call: Callable[[], Awaitable[object]]
+        if kind == "as_of":
+            request = SearchRequest(
+                vector=raw.tolist(),
+                k=k,
+                namespace=namespace,
+                as_of=as_of,
+                profile=store.profile,
+            )
+            call = lambda: store.search_turns(request)  # noqa: E731
+            qvec = normalize64(raw)
+
+            def check(op: _Op) -> str | None:
+                return self._check_as_of(op, qvec, k, namespace, micros(as_of), lo)
+
+        else:
+            request = SearchRequest(query=query, kind="bm25", k=k, namespace=namespace)
+            call = lambda: store.search(request)  # noqa: E731
+
+            def check(op: _Op) -> str | None:
+                return self._check_bm25(op, query, k, namespace, lo)
+
+        label = f"{kind}({query!r}, k={k}, {namespace!r}, back={back})"
+        op = self._new_op("read", label, lo, (), check)
+        self._start(op, call)
+        await self._quiesce()
+
+    def _check_as_of(
+        self, op: _Op, qvec: Vector64 | None, k: int, namespace: str, as_of: int, lo: int
+    ) -> str | None:
+        report = op.value
+        if not isinstance(report, RetrievalReport):
+            return f"returned {report!r:.200}; expected RetrievalReport"
+        reasons = []
+        for j in range(lo, self._hi() + 1):
+            reason = check_report(
+                report, self.history[j], qvec, k, namespace, now=self.now, as_of=as_of
+            )
+            if reason is None:
+                return None
+            reasons.append(f"  after write {j}: {reason}")
+        return "matches no state:\n" + "\n".join(reasons)
+
+    def _check_bm25(self, op: _Op, query: str, k: int, namespace: str, lo: int) -> str | None:
+        hits = op.value
+        if not isinstance(hits, list) or not all(isinstance(h, ScoredDocument) for h in hits):
+            return f"returned {hits!r:.200}; expected a list of ScoredDocument"
+        reasons = []
+        for j in range(lo, self._hi() + 1):
+            reason = _bm25_reason(hits, self.history[j], query, k, namespace, self.now)
+            if reason is None:
+                return None
+            reasons.append(f"  after write {j}: {reason}")
+        got = [(h.sequence, h.score) for h in hits]
+        return f"bm25 hits {got} match no state:\n" + "\n".join(reasons)
 
     # --- interleaving ------------------------------------------------------------------
 
@@ -721,23 +1001,24 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         capacity = self.config.max_entries
         listing = await store.retrieve_embedding(np.zeros(self.config.dimensions), capacity)
         seqs = {h.sequence for h in listing.turns}
-        if seqs == {e.seq for e in applied.entries}:
+        now = self.now
+        if seqs == {e.seq for e in applied.visible(None, now)}:
             state = applied
-        elif seqs == {e.seq for e in skipped.entries}:
+        elif seqs == {e.seq for e in skipped.visible(None, now)}:
             state = skipped
         else:
             raise AssertionError(
                 f"after cancelling {target.label}, the store holds sequences "
                 f"{sorted(seqs)}: neither all of the batch nor none of it"
             )
-        problem = check_report(listing, state, None, capacity, None)
+        problem = check_report(listing, state, None, capacity, None, now=now)
         if problem is not None:
             raise AssertionError(f"listing every entry after a cancel: {problem}")
         problem = self._learn_ids(listing)
         if problem is not None:
             raise AssertionError(problem)
         self.history[-1] = state
-        self.history.append(state)  # the barrier
+        self.history.append(state.reclaimed(now))  # the barrier (a write: it reclaims)
         self.lo = len(self.history) - 1
 
     # --- crash ---------------------------------------------------------------------------
@@ -809,27 +1090,28 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         wf = self.config.warn_fraction
         seen = []
         hi = self._hi()
+        got = (
+            usage.entries,
+            usage.fraction,
+            usage.near_cap,
+            usage.evicted_entries,
+            usage.zero_norm_entries,
+        )
         for j in range(self.lo, hi + 1):
-            state = self.history[j]
-            n = len(state.entries)
-            fraction = n / self.config.max_entries
-            expected = (
-                n,
-                fraction,
-                wf is not None and fraction >= wf,
-                state.evicted,
-                state.zero_norm,
-            )
-            got = (
-                usage.entries,
-                usage.fraction,
-                usage.near_cap,
-                usage.evicted_entries,
-                usage.zero_norm_entries,
-            )
-            if got == expected and size == n and empty == (n == 0):
-                return
-            seen.append(f"  after write {j}: expected {expected}")
+            # Between writes the store may have reclaimed what has expired, or not yet.
+            for state in (self.history[j], self.history[j].reclaimed(self.now)):
+                n = len(state.entries)
+                fraction = n / self.config.max_entries
+                expected = (
+                    n,
+                    fraction,
+                    wf is not None and fraction >= wf,
+                    state.evicted,
+                    state.zero_norm,
+                )
+                if got == expected and size == n and empty == (n == 0):
+                    return
+                seen.append(f"  after write {j}: expected {expected}")
         raise AssertionError(
             f"usage {usage} (len {size}) matches no state between write {self.lo} and "
             f"write {hi}:\n" + "\n".join(seen)
@@ -844,3 +1126,79 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             if op.gate is not None:
                 op.gate.set()
             op.scope.cancel()
+
+
+def _fit(own: str, text: str, budget: int) -> str:
+    """The index text a store keeps for an entry whose own text is ``own``: ``text``,
+    cut (in UTF-8) to ``budget`` bytes after the own text, or ``own`` alone when even
+    that is over the budget (README, "Time and conversations")."""
+    if len(own.encode("utf-8", "surrogatepass")) > budget:
+        return own
+    data = text.encode("utf-8", "surrogatepass")
+    return data[:budget].decode("utf-8", "ignore") if len(data) > budget else text
+
+
+def _terms(text: str) -> list[str]:
+    # The machine's words stem to distinct terms, so the tokens count as the terms do.
+    return _TOKEN.findall(text.lower())
+
+
+def _bm25_reason(
+    hits: list[ScoredDocument],
+    state: ModelState,
+    query: str,
+    k: int,
+    namespace: str,
+    now: int,
+) -> str | None:
+    """Why ``hits`` are not the BM25 answer over ``state``, or None.
+
+    The statistics (N, the average length, each term's document frequency) count every
+    entry the store holds in the namespace, closed versions included (a mask narrows
+    the hits, not the statistics); the hits are the visible entries holding a query
+    term. Where the namespace holds an expired entry the store may or may not have
+    reclaimed yet, only the hits are checked, not the scores."""
+    held = state.in_scope(namespace)
+    docs = {e.seq: _terms(e.index_text or projection(e.message)) for e in held}
+    n = len(held)
+    avgdl = sum(len(d) for d in docs.values()) / n if n else 0.0
+    qterms = _terms(query)
+    weights: dict[str, float] = {}
+    for term in qterms:
+        df = sum(1 for d in docs.values() if term in d)
+        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        weights[term] = weights.get(term, 0.0) + idf
+    scores: dict[int, float] = {}
+    for e in held:
+        if not e.sees(now, None):
+            continue
+        d = docs[e.seq]
+        norm = 1.2 * (1 - 0.75 + 0.75 * len(d) / avgdl) if avgdl else 1.2
+        total = 0.0
+        for term, weight in weights.items():
+            tf = d.count(term)
+            if tf:
+                total += weight * tf * 2.2 / (tf + norm)
+        if total > 0:
+            scores[e.seq] = total
+    exact = not any(e.expired(now) for e in held)
+    want = min(k, len(scores))
+    if len(hits) != want:
+        return f"{len(hits)} hits; the model has {len(scores)} matches, so expects {want}"
+    last = math.inf
+    for i, hit in enumerate(hits):
+        if hit.sequence not in scores:
+            return f"hit {i} (sequence {hit.sequence}) is not a visible entry with a query term"
+        if hit.score > last + 1e-9:
+            return f"hit {i} scores {hit.score}, above the hit before it ({last})"
+        last = hit.score
+        expected = scores[hit.sequence]
+        if exact and abs(hit.score - expected) > 1e-6 * max(1.0, expected):
+            return f"hit {i} (sequence {hit.sequence}) scores {hit.score}; model {expected}"
+    if exact and hits:
+        floor = min(scores[h.sequence] for h in hits if h.sequence is not None)
+        seen = {h.sequence for h in hits}
+        for seq, score in scores.items():
+            if seq not in seen and score > floor + 1e-6 * max(1.0, score):
+                return f"sequence {seq} (model score {score}) is missing; the last hit: {floor}"
+    return None
