@@ -785,7 +785,9 @@ class _StoreActor(CrashableActor):
         if isinstance(request, Delete) or request.ids is not None:
             chosen = list(dict.fromkeys(request.ids or ()))
         else:
-            held = arena.live_slots(namespace)
+            # A selection picks memories by their current version (a closed version
+            # that matches does not take the memory's current one with it).
+            held = [s for s in arena.live_slots(namespace) if arena.valid_to_us[s] == OPEN]
             if request.filter is not None and held:
                 mask = arena.meta.mask(compile_filter(request.filter), arena.high)
                 held = [slot for slot in held if mask[slot]]

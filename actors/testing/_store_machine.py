@@ -951,7 +951,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             if reason is None:
                 return None
             reasons.append(f"  after write {j}: {reason}")
-        got = [(h.sequence, h.score) for h in hits]
+        got = [(h.sequence, h.raw_score) for h in hits]
         return f"bm25 hits {got} match no state:\n" + "\n".join(reasons)
 
     # --- interleaving ------------------------------------------------------------------
@@ -1189,12 +1189,15 @@ def _bm25_reason(
     for i, hit in enumerate(hits):
         if hit.sequence not in scores:
             return f"hit {i} (sequence {hit.sequence}) is not a visible entry with a query term"
-        if hit.score > last + 1e-9:
-            return f"hit {i} scores {hit.score}, above the hit before it ({last})"
-        last = hit.score
+        score = hit.raw_score  # the BM25 score (``score`` is it over the best hit's)
+        if score is None:
+            return f"hit {i} (sequence {hit.sequence}) has no raw_score"
+        if score > last + 1e-9:
+            return f"hit {i} scores {score}, above the hit before it ({last})"
+        last = score
         expected = scores[hit.sequence]
-        if exact and abs(hit.score - expected) > 1e-6 * max(1.0, expected):
-            return f"hit {i} (sequence {hit.sequence}) scores {hit.score}; model {expected}"
+        if exact and abs(score - expected) > 1e-6 * max(1.0, expected):
+            return f"hit {i} (sequence {hit.sequence}) scores {score}; model {expected}"
     if exact and hits:
         floor = min(scores[h.sequence] for h in hits if h.sequence is not None)
         seen = {h.sequence for h in hits}
