@@ -82,6 +82,11 @@ def micros(when: dt.datetime) -> int:
     return (when - _EPOCH) // dt.timedelta(microseconds=1)
 
 
+def from_micros(us: int) -> dt.datetime:
+    """Micros since the epoch as an aware datetime in UTC."""
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
 def message(role: str, text: str, pad: int) -> UnifiedMessage:
     """A turn whose projection is ``text``; ``pad`` bytes of thinking only add payload."""
     content: list[ContentBlock] = [Text(text=text)]
@@ -809,6 +814,35 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         )
         self._start(op, lambda: store.update(memory_id, text, metadata, namespace=namespace))
         await self._quiesce()
+        await self._check_settled(memory_id, namespace)
+
+    async def _check_settled(self, memory_id: str | None, namespace: str) -> None:
+        """Once nothing is pending: every entry a read sees, ``memory_id``'s history
+        and the namespace's BM25 scores (whose statistics hold whatever a forget left
+        behind) must be the model's."""
+        store = self.store
+        if self.pending or self.poisoned or store is None or self.config is None:
+            return
+        state, now = self.state, self.now
+        capacity = self.config.max_entries
+        listing = await store.retrieve_embedding(np.zeros(self.config.dimensions), capacity)
+        problem = check_report(listing, state, None, capacity, None, now=now)
+        if problem is None and memory_id is not None:
+            got = [(d.version, d.valid_to) for d in await store.history(memory_id, namespace)]
+            want = [
+                (e.version, None if e.valid_to is None else from_micros(e.valid_to))
+                for e in sorted(state.in_scope(namespace), key=lambda e: e.version)
+                if e.entry_id == memory_id and not e.expired(now)
+            ]
+            if got != want:
+                problem = f"history({memory_id!r}) is {got}; the model has {want}"
+        if problem is None:
+            query = " ".join(WORDS)
+            request = SearchRequest(query=query, kind="bm25", k=capacity, namespace=namespace)
+            hits = await store.search(request)
+            problem = _bm25_reason(hits, state, query, capacity, namespace, now)
+        if problem is not None:
+            raise AssertionError(f"after the store settled: {problem}")
 
     def _current_memories(self) -> list[ModelEntry]:
         """The current, unexpired versions of the last state, oldest first."""
@@ -874,6 +908,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         op = self._new_op("write", f"forget#{version}({mode}, {namespace!r})", version, (), check)
         self._start(op, call)
         await self._quiesce()
+        await self._check_settled(None, namespace)
 
     @precondition(lambda self: len(self.pending) < self.max_pending and not self.poisoned)
     @rule(
