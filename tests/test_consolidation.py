@@ -1,0 +1,396 @@
+"""Consolidators (issue 31, item 7): the rules on constructed neighbours, the decisions'
+types, a consolidator of the user's own through ``open_memory``, and the LLM judge's
+fallbacks against a fake chat server (a stdlib HTTP server on 127.0.0.1 scripted with
+each reply; the real model is ``tests/test_consolidation_llm.py``, under ``-m llm``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from actors import (
+    Add,
+    Consolidator,
+    Decision,
+    Duplicate,
+    LlmConsolidator,
+    RuleConsolidator,
+    Update,
+)
+from actors._agent.consolidation import (
+    NEAR_DUPLICATE_COSINE,
+    SYSTEM_PROMPT,
+    duplicate_of,
+    is_duplicate,
+    parse_answer,
+)
+from protocol import ConfigError, DispatchError, DispatchTimeout, Document, ScoredDocument
+
+
+def hit(id: str, text: str, score: float) -> ScoredDocument:
+    return ScoredDocument(document=Document(text=text, id=id), score=score)
+
+
+NEIGHBOURS = [
+    hit("a", "I live in Paris.", 0.97),
+    hit("b", "My cat is called Miso.", 0.41),
+    hit("c", "I live in Paris", 0.93),
+]
+
+
+# --- the rules ------------------------------------------------------------------------
+
+
+def test_is_duplicate_is_the_store_predicate() -> None:
+    assert is_duplicate("exact", new_text="x y", held_text="x y", cosine=0.0)
+    # exact: character for character, no normalization, the cosine not read
+    assert not is_duplicate("exact", new_text="x y", held_text="x  y", cosine=1.0)
+    assert not is_duplicate("exact", new_text="X y", held_text="x y", cosine=1.0)
+    # near: the cosine against the threshold, inclusive; the texts not read
+    assert is_duplicate("near", new_text="a", held_text="b", cosine=NEAR_DUPLICATE_COSINE)
+    assert not is_duplicate(
+        "near", new_text="a", held_text="a", cosine=NEAR_DUPLICATE_COSINE - 1e-9
+    )
+    assert is_duplicate("near", new_text="a", held_text="b", cosine=0.5, near_threshold=0.5)
+
+
+async def test_exact_rule_finds_the_same_text_only() -> None:
+    rule = RuleConsolidator()
+    assert rule.dedupe == "exact"
+    assert rule.near_threshold == NEAR_DUPLICATE_COSINE
+    assert await rule.consolidate("I live in Paris", NEIGHBOURS) == Duplicate("c")
+    assert await rule.consolidate("My cat is called Miso.", NEIGHBOURS) == Duplicate("b")
+    assert await rule.consolidate("I live in Berlin.", NEIGHBOURS) == Add()
+    assert await rule.consolidate("i live in paris.", NEIGHBOURS) == Add()
+    assert await rule.consolidate("anything", []) == Add()
+
+
+async def test_near_rule_takes_the_nearest_over_the_threshold() -> None:
+    near = RuleConsolidator(dedupe="near")
+    assert await near.consolidate("I moved to Berlin.", NEIGHBOURS) == Duplicate("a")
+    assert await near.consolidate("x", NEIGHBOURS[1:]) == Add()
+    strict = RuleConsolidator(dedupe="near", near_threshold=0.99)
+    assert await strict.consolidate("I live in Paris.", NEIGHBOURS) == Add()
+    loose = RuleConsolidator("near", 0.4)
+    assert loose.decide("x", NEIGHBOURS[1:]) == Duplicate("b")
+    assert duplicate_of("x", NEIGHBOURS[1:], "near", 0.4) == "b"
+
+
+async def test_rules_never_update() -> None:
+    for rule in (RuleConsolidator(), RuleConsolidator("near", 0.01)):
+        for text in ("I moved to Berlin.", "I live in Paris.", "nothing like it"):
+            decision = await rule.consolidate(text, NEIGHBOURS, {"k": 1})
+            assert not isinstance(decision, Update), (rule, text, decision)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dedupe": "fuzzy"}, "dedupe is 'fuzzy'; expected 'exact' or 'near'"),
+        ({"dedupe": None}, "dedupe is None; expected 'exact' or 'near'"),
+        ({"near_threshold": 0}, "near_threshold is 0; expected a cosine in (0, 1]"),
+        ({"near_threshold": 1.5}, "near_threshold is 1.5; expected a cosine in (0, 1]"),
+        ({"near_threshold": True}, "near_threshold is True; expected a cosine in (0, 1]"),
+        ({"near_threshold": float("nan")}, "near_threshold is nan; expected a cosine"),
+    ],
+)
+def test_rule_consolidator_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RuleConsolidator(**kwargs)
+    assert message in str(info.value)
+
+
+def test_rule_consolidator_is_a_consolidator() -> None:
+    assert isinstance(RuleConsolidator(), Consolidator)
+    assert RuleConsolidator("near", 0.9) == RuleConsolidator(dedupe="near", near_threshold=0.9)
+
+
+# --- the decisions --------------------------------------------------------------------
+
+
+def test_decisions_are_frozen_values_that_round_trip() -> None:
+    decisions: list[Decision] = [Add(), Duplicate("m1"), Update(id="m2")]
+    wire = msgspec.json.encode(decisions)
+    assert json.loads(wire) == [
+        {"type": "add"},
+        {"type": "duplicate", "id": "m1"},
+        {"type": "update", "id": "m2"},
+    ]
+    assert msgspec.json.decode(wire, type=list[Decision]) == decisions
+    assert Duplicate("m1") != Update("m1")
+    assert Add() == Add()
+    with pytest.raises(AttributeError):
+        Duplicate("m1").id = "m3"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("kind", [Duplicate, Update])
+@pytest.mark.parametrize("bad", ["", None, 3])
+def test_a_decision_names_a_memory(kind: type[Duplicate | Update], bad: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        kind(bad)  # type: ignore[arg-type]
+    assert f"{kind.__name__}.id is {bad!r}" in str(info.value)
+    assert "expected the non-empty id of a memory" in str(info.value)
+
+
+# --- the judge's answer ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "decision"),
+    [
+        ('{"action": "add"}', Add()),
+        (' \n{"action":"duplicate","id":1}\n', Duplicate("a")),
+        ('{"action": "update", "id": 3}', Update("c")),
+        ('{"action": "update", "id": "2"}', Update("b")),
+        ('{"action": "duplicate", "id": "c"}', Duplicate("c")),
+        ('{"action": "add", "id": 2}', Add()),
+        ('{"action": "update", "id": 1, "reason": "moved"}', Update("a")),
+    ],
+)
+def test_parse_answer_reads_the_strict_json(reply: str, decision: Decision) -> None:
+    assert parse_answer(reply, NEIGHBOURS) == decision
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("add", "not the JSON answer asked for"),
+        ('Sure! {"action": "add"}', "not the JSON answer asked for"),
+        ('```json\n{"action": "add"}\n```', "not the JSON answer asked for"),
+        ('{"action": "merge", "id": 1}', "not the JSON answer asked for"),
+        ('{"id": 1}', "not the JSON answer asked for"),
+        ('{"action": "update", "id": true}', "not the JSON answer asked for"),
+        ('{"action": "update", "id": 1.5}', "not the JSON answer asked for"),
+        ('[{"action": "add"}]', "not the JSON answer asked for"),
+        ('{"action": "update"}', "action 'update' names no id"),
+        ('{"action": "update", "id": null}', "action 'update' names no id"),
+        ('{"action": "duplicate", "id": 4}', "id 4 is not one of the 3 listed"),
+        ('{"action": "duplicate", "id": 0}', "id 0 is not one of the 3 listed"),
+        ('{"action": "update", "id": "zz"}', "id 'zz' is not one of the listed memories"),
+    ],
+)
+def test_parse_answer_refuses_anything_else(reply: str, why: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(why)):
+        parse_answer(reply, NEIGHBOURS)
+
+
+# --- the judge against a fake chat server ---------------------------------------------
+
+
+class FakeChat:
+    """A fake OpenAI-compatible chat server (stdlib, 127.0.0.1, port 0): each request
+    gets the next scripted (status, content) pair, or ``hang`` holds it until closed."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, str] | str] = []
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                payload = json.loads(self.rfile.read(length))
+                with fake.lock:
+                    fake.requests.append({"path": self.path, **payload})
+                    step = fake.script.pop(0)
+                if step == "hang":
+                    fake.release.wait(30)
+                    return
+                status, content = step
+                if status == 200:
+                    body = json.dumps(
+                        {"choices": [{"message": {"role": "assistant", "content": content}}]}
+                    ).encode()
+                else:
+                    body = content.encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            block_on_close = False
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def chat() -> Iterator[FakeChat]:
+    fake = FakeChat()
+    fake.thread.start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+async def test_the_judge_sends_a_short_prompt_and_reads_its_answer(chat: FakeChat) -> None:
+    chat.script = [(200, '{"action": "update", "id": 2}'), (200, '{"action": "add"}')]
+    with trio.fail_after(30):
+        async with LlmConsolidator(chat.url, "small") as judge:
+            assert isinstance(judge, Consolidator)
+            changed = await judge.consolidate("My cat is called Tofu now.", NEIGHBOURS)
+            fresh = await judge.consolidate("I play the oboe.", NEIGHBOURS)
+    assert changed == Update("b")
+    assert fresh == Add()
+    sent = chat.requests[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["model"] == "small"
+    assert sent["temperature"] == 0.0
+    assert sent["max_tokens"] == 32
+    assert sent["response_format"] == {"type": "json_object"}
+    assert sent["messages"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": "Stored memories:\n[1] I live in Paris.\n[2] My cat is called Miso.\n"
+            "[3] I live in Paris\nNew memory: My cat is called Tofu now.",
+        },
+    ]
+
+
+async def test_the_judge_is_not_asked_what_is_certain(chat: FakeChat) -> None:
+    with trio.fail_after(30):
+        judge = LlmConsolidator(chat.url, "small", response_format=None)
+        assert await judge.consolidate("I live in Paris", NEIGHBOURS) == Duplicate("c")
+        assert await judge.consolidate("anything", []) == Add()
+        chat.script = [(200, '{"action": "add"}')]
+        asked = LlmConsolidator(chat.url, "small", exact_first=False, response_format=None)
+        assert await asked.consolidate("I live in Paris", NEIGHBOURS) == Add()
+    assert len(chat.requests) == 1
+    assert "response_format" not in chat.requests[0]
+
+
+MALFORMED = [
+    (200, "I think you should add it."),
+    (200, '{"action": "update", "id": 9}'),
+    (200, '{"action": "replace", "id": 1}'),
+    (200, ""),
+    (500, '{"error": "boom"}'),
+    (200, '{"action": "update"}'),
+]
+
+
+@pytest.mark.parametrize("step", MALFORMED)
+async def test_a_bad_answer_falls_back_to_the_rules(
+    chat: FakeChat, step: tuple[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # "I live in Paris. " is not the exact text of any neighbour, but it is within
+    # the near rule's threshold of "a" (0.97): the fallback's decision is visible.
+    chat.script = [step, step]
+    fallback = RuleConsolidator(dedupe="near")
+    with trio.fail_after(30), caplog.at_level(logging.WARNING, "trio_recall.consolidation"):
+        judge = LlmConsolidator(chat.url, "small", fallback=fallback)
+        assert await judge.consolidate("I live in Paris. ", NEIGHBOURS) == Duplicate("a")
+        plain = LlmConsolidator(chat.url, "small")
+        assert await plain.consolidate("I live in Paris. ", NEIGHBOURS) == Add()
+    assert len(chat.requests) == 2
+    assert [r.name for r in caplog.records] == ["trio_recall.consolidation"] * 2
+    assert "consolidation judge failed" in caplog.records[0].getMessage()
+    assert "fell back to Duplicate(id='a')" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("step", MALFORMED)
+async def test_strict_raises_what_went_wrong(chat: FakeChat, step: tuple[int, str]) -> None:
+    chat.script = [step]
+    with trio.fail_after(30):
+        judge = LlmConsolidator(chat.url, "small", strict=True)
+        with pytest.raises(DispatchError) as info:
+            await judge.consolidate("I live in Paris. ", NEIGHBOURS)
+    assert info.value.endpoint == f"{chat.url}/v1/chat/completions"
+    assert info.value.status == step[0]
+    if step[0] == 200:
+        assert "malformed" in info.value.message
+
+
+async def test_a_refused_connection_and_a_timeout_fall_back(chat: FakeChat) -> None:
+    port = chat.httpd.server_address[1]
+    chat.close()  # nothing listens there now
+    with trio.fail_after(30):
+        judge = LlmConsolidator(f"http://127.0.0.1:{port}", "small")
+        assert await judge.consolidate("I live in Paris", NEIGHBOURS[:2]) == Add()
+        with pytest.raises(DispatchError) as info:
+            await LlmConsolidator(f"http://127.0.0.1:{port}", "small", strict=True).ask(
+                "x", NEIGHBOURS
+            )
+    assert info.value.status is None
+
+
+async def test_a_timeout_falls_back() -> None:
+    hanging = FakeChat()
+    hanging.thread.start()
+    try:
+        hanging.script = ["hang", "hang"]
+        with trio.fail_after(30):
+            judge = LlmConsolidator(hanging.url, "small", timeout=0.2)
+            assert await judge.consolidate("My cat is Miso.", NEIGHBOURS) == Add()
+            strict = LlmConsolidator(hanging.url, "small", timeout=0.2, strict=True)
+            with pytest.raises(DispatchTimeout):
+                await strict.consolidate("My cat is Miso.", NEIGHBOURS)
+    finally:
+        hanging.close()
+
+
+class Stubborn:
+    """A fallback of the user's own: always an update of the first neighbour."""
+
+    async def consolidate(
+        self,
+        text: str,
+        neighbours: Sequence[ScoredDocument],
+        metadata: Mapping[str, object] | None = None,
+    ) -> Decision:
+        first = neighbours[0].document.id
+        assert first is not None
+        return Update(first)
+
+
+async def test_any_consolidator_is_a_fallback(chat: FakeChat) -> None:
+    chat.script = [(200, "no")]
+    with trio.fail_after(30):
+        judge = LlmConsolidator(chat.url, "small", fallback=Stubborn())
+        assert await judge.consolidate("x", NEIGHBOURS) == Update("a")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base_url": "localhost:8080"}, "base_url is 'localhost:8080'; expected an http://"),
+        ({"model": ""}, "model is ''; expected a non-empty str"),
+        ({"fallback": "rules"}, "fallback is a str; expected a Consolidator"),
+        ({"max_tokens": 0}, "max_tokens is 0; expected an int > 0"),
+        ({"response_format": "json"}, "response_format is a str; expected a JSON object"),
+        ({"timeout": -1}, "timeout is -1; expected a number of seconds > 0"),
+    ],
+)
+def test_the_judge_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
+    settings: dict[str, Any] = {"base_url": "http://127.0.0.1:9", "model": "m", **kwargs}
+    with pytest.raises(ConfigError) as info:
+        LlmConsolidator(**settings)
+    assert message in str(info.value)
