@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol, final, runtime_checkable
+from typing import Literal, Protocol, cast, final, runtime_checkable
 
 import attrs
 import msgspec
@@ -38,6 +37,7 @@ from protocol import (
 from protocol.messages import Dedupe
 
 from .._store.contract import Store
+from .._store.prepare import NEAR_DUPLICATE_COSINE, check_dedupe
 from .dispatch import OpenAIChatDispatcher
 
 __all__ = [
@@ -49,16 +49,13 @@ __all__ = [
     "LlmConsolidator",
     "RuleConsolidator",
     "Update",
+    "check_consolidator",
     "consolidate_memory",
     "duplicate_of",
     "is_duplicate",
 ]
 
 logger = logging.getLogger("trio_recall.consolidation")
-
-# Provisional until core's actors/_store/prepare.py defines the store's constant (the
-# bench helper measures it); then this module imports it from there.
-NEAR_DUPLICATE_COSINE = 0.95
 
 NEIGHBOURS = 5
 """How many nearest current memories ``Memory.remember`` shows a consolidator."""
@@ -178,14 +175,9 @@ def duplicate_of(
 
 
 def _check_threshold(value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= 1
-    ):
-        raise ConfigError(f"near_threshold is {value!r:.60}; expected a cosine in (0, 1]")
-    return float(value)
+    # The store's own check of a write's near_threshold.
+    threshold = check_dedupe("near", value)[1]
+    return NEAR_DUPLICATE_COSINE if threshold is None else threshold
 
 
 def _check_dedupe(value: object) -> Dedupe:
@@ -502,12 +494,25 @@ async def consolidate_memory(
         )
     if isinstance(decision, Duplicate):
         return decision.id
-    updated = await store.update(  # type: ignore[attr-defined]
+    updated = await store.update(
         decision.id,
         text=text,
         metadata=None if metadata is None else dict(metadata),
         namespace=namespace,
         valid_from=occurred_at,
     )
-    updated_id: str = updated.id
-    return updated_id
+    return decision.id if updated.id is None else updated.id
+
+
+def check_consolidator(value: object) -> Consolidator | None:
+    """``open_memory``'s ``consolidator``: None or a :class:`Consolidator`.
+
+    Raises:
+        ConfigError: anything without an async ``consolidate`` method.
+    """
+    if value is None or callable(getattr(value, "consolidate", None)):
+        return cast("Consolidator | None", value)
+    raise ConfigError(
+        f"consolidator is a {type(value).__name__}; expected a Consolidator (an object "
+        "with async consolidate(text, neighbours, metadata)) or None"
+    )
