@@ -1,4 +1,4 @@
-"""Consolidators (issue 31, item 7): the rules on constructed neighbours, the decisions'
+"""Consolidators: the rules on constructed neighbours, the decisions'
 types, a consolidator of the user's own through ``open_memory``, and the LLM judge's
 fallbacks against a fake chat server (a stdlib HTTP server on 127.0.0.1 scripted with
 each reply; the real model is ``tests/test_consolidation_llm.py``, under ``-m llm``)."""
@@ -445,8 +445,7 @@ def first(neighbours: Sequence[ScoredDocument]) -> str:
 
 
 @pytest.mark.xfail(
-    reason="store.history on the in-memory store lands with ot-core's in-memory commit",
-    raises=AttributeError,
+    reason="store.history on the in-memory store lands with ot-core's in-memory commit"
 )
 async def test_a_consolidator_of_your_own_decides_what_remember_does() -> None:
     judge = Scripted(
@@ -561,8 +560,7 @@ async def test_a_consolidator_that_fails_stores_nothing() -> None:
 
 
 @pytest.mark.xfail(
-    reason="store.history on the in-memory store lands with ot-core's in-memory commit",
-    raises=AttributeError,
+    reason="store.history on the in-memory store lands with ot-core's in-memory commit"
 )
 async def test_the_judge_through_open_memory_falls_back(chat: FakeChat) -> None:
     chat.script = [(200, "not json"), (200, '{"action": "update", "id": 1}')]

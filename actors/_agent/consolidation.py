@@ -1,4 +1,4 @@
-"""Consolidators: what a new memory does to the memories already held (issue 31, item 7).
+"""Consolidators: what a new memory does to the memories already held.
 
 Before ``Memory.remember`` writes a memory, a :class:`Consolidator` given to
 ``open_memory(consolidator=...)`` sees the new text and its nearest current neighbours
