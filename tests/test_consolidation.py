@@ -11,7 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -444,9 +444,6 @@ def first(neighbours: Sequence[ScoredDocument]) -> str:
     return held
 
 
-@pytest.mark.xfail(
-    reason="store.history on the in-memory store lands with ot-core's in-memory commit"
-)
 async def test_a_consolidator_of_your_own_decides_what_remember_does() -> None:
     judge = Scripted(
         Add(),
@@ -559,9 +556,6 @@ async def test_a_consolidator_that_fails_stores_nothing() -> None:
             assert memory.usage().entries == 1
 
 
-@pytest.mark.xfail(
-    reason="store.history on the in-memory store lands with ot-core's in-memory commit"
-)
 async def test_the_judge_through_open_memory_falls_back(chat: FakeChat) -> None:
     chat.script = [(200, "not json"), (200, '{"action": "update", "id": 1}')]
     with trio.fail_after(30):
@@ -597,3 +591,51 @@ async def test_open_memory_checks_its_consolidator() -> None:
         async with open_memory(store=STORE, consolidator="rules"):  # type: ignore[arg-type]
             pass
     assert "consolidator is a str; expected a Consolidator" in str(info.value)
+
+
+HELD = ["my cat is called Miso", "the key is under the blue pot", "Sam prefers green tea"]
+CANDIDATES = [
+    "my cat is called Miso",
+    "my cat is called  Miso",
+    "My cat is called Miso",
+    "my cat is called Miso!",
+    "the key is under the red pot",
+    "Sam prefers tea",
+    "the train leaves at noon",
+]
+
+
+@pytest.mark.parametrize(
+    ("dedupe", "threshold"), [("exact", None), ("near", None), ("near", 0.8), ("near", 0.6)]
+)
+async def test_the_rule_agrees_with_the_store_dedupe(
+    dedupe: Literal["exact", "near"], threshold: float | None
+) -> None:
+    rule = (
+        RuleConsolidator(dedupe)
+        if threshold is None
+        else RuleConsolidator(dedupe, near_threshold=threshold)
+    )
+    said: list[str | None] = []
+    stored: list[str | None] = []
+    with trio.fail_after(20):
+        for text in CANDIDATES:
+            async with open_store(STORE, HashingEmbedder(64)) as store:
+                held = await store.store_turns(
+                    [UnifiedMessage.user(t) for t in HELD], ids=["a", "b", "c"]
+                )
+                assert held.duplicates == []
+                neighbours = await store.search(SearchRequest(query=text, k=5))
+                decision = rule.decide(text, neighbours)
+                said.append(decision.id if isinstance(decision, Duplicate) else None)
+                written = await store.store_turns(
+                    [UnifiedMessage.user(text)],
+                    ids=["new"],
+                    dedupe=dedupe,
+                    near_threshold=threshold,
+                )
+                stored.append(written.duplicates[0] if written.duplicates else None)
+    assert said == stored, (said, stored)
+    # Neither side is vacuous: some candidates are duplicates, some are not.
+    assert said[0] == "a"
+    assert None in said
