@@ -120,9 +120,10 @@ CASES: list[tuple[str, list[ScoredDocument], Decision]] = [
 ALWAYS_ADD = sum(isinstance(want, Add) for _, _, want in CASES)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llama_url() -> Iterator[str]:
-    """One llama.cpp server for this module's session."""
+    """One llama.cpp server for this module, stopped when its tests end (test_llm_e2e.py
+    keeps one of its own for the session)."""
     server = LlamaServerThread(n_threads=1, ready_timeout=90)
     url = server.start()
     try:

@@ -200,7 +200,10 @@ class RuleConsolidator:
 
     Unlike the store's ``dedupe=`` (checked and committed in one step by the store
     actor), a consolidator sees a search made before the write: two concurrent
-    ``remember`` calls of one text may both add it.
+    ``remember`` calls of one text may both add it. ``"near"`` reads each neighbour's
+    ``score``, the cosine of the query's embedding with the stored vector: with an
+    embedder that embeds queries and documents alike (hashing, MiniLM) it is the
+    store's own cosine.
 
     Args:
         dedupe: ``"exact"`` (the same text) or ``"near"`` (a neighbour's cosine
@@ -232,7 +235,8 @@ class RuleConsolidator:
 
 # --- the LLM judge --------------------------------------------------------------------
 
-#: What the model is told. Kept short: a small model follows a short rule better.
+#: What the model is told. A list of rules, a question or worked examples did no better
+#: with SmolLM2-135M (README "Memory", "What to expect from a model that small").
 SYSTEM_PROMPT = (
     "You keep a memory store tidy. A new memory arrives with the stored memories most "
     "like it, each with its id. Answer with one JSON object and nothing else:\n"
