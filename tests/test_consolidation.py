@@ -5,6 +5,7 @@ each reply; the real model is ``tests/test_consolidation_llm.py``, under ``-m ll
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
@@ -639,3 +640,54 @@ async def test_the_rule_agrees_with_the_store_dedupe(
     # Neither side is vacuous: some candidates are duplicates, some are not.
     assert said[0] == "a"
     assert None in said
+
+
+async def test_an_update_takes_the_time_and_expiry_remember_was_given() -> None:
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    now = [start]
+
+    def seconds(n: float) -> dt.datetime:
+        return start + dt.timedelta(seconds=n)
+
+    def update(hits: Sequence[ScoredDocument]) -> Decision:
+        return Update(first(hits))
+
+    judge = Scripted(Add(), update, update, update)
+    with trio.fail_after(10):
+        async with (
+            open_store(STORE, HashingEmbedder(64), clock=lambda: now[0]) as store,
+            open_memory(store=store, consolidator=judge) as memory,
+        ):
+            held = await memory.remember(NOTE, ttl=60)
+            now[0] = seconds(10)
+            # A ttl counts from the store's clock.
+            assert await memory.remember("my cat is called Tofu", ttl=120) == held
+            changed = await memory.remember(
+                "my cat is called Pixel", occurred_at=seconds(20), expires_at=seconds(86400)
+            )
+            assert changed == held
+            now[0] = seconds(30)
+            # Neither given: the held memory's expiry is kept.
+            assert await memory.remember("my cat is called Pixel now") == held
+            history = await memory.history(held)
+    assert [(d.version, d.valid_from, d.valid_to, d.expires_at) for d in history] == [
+        (1, start, seconds(10), seconds(60)),
+        (2, seconds(10), seconds(20), seconds(130)),
+        (3, seconds(20), seconds(30), seconds(86400)),
+        (4, seconds(30), None, seconds(86400)),
+    ]
+
+
+async def test_an_update_refuses_both_an_expiry_and_a_ttl() -> None:
+    judge = Scripted(Add(), lambda hits: Update(first(hits)))
+    with trio.fail_after(10):
+        async with open_memory(store=STORE, consolidator=judge) as memory:
+            held = await memory.remember(NOTE)
+            with pytest.raises(ConfigError) as info:
+                await memory.remember(
+                    "my cat is called Tofu",
+                    expires_at=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+                    ttl=5,
+                )
+            assert [d.text for d in await memory.history(held)] == [NOTE]
+    assert "expected at most one of the two" in str(info.value)

@@ -37,7 +37,8 @@ from protocol import (
 from protocol.messages import Dedupe
 
 from .._store.contract import Store
-from .._store.prepare import NEAR_DUPLICATE_COSINE, check_dedupe
+from .._store.handle import StoreHandle
+from .._store.prepare import NEAR_DUPLICATE_COSINE, check_dedupe, check_expiry
 from .dispatch import OpenAIChatDispatcher
 
 __all__ = [
@@ -464,6 +465,8 @@ async def consolidate_memory(
     namespace: str,
     metadata: Mapping[str, object] | None,
     occurred_at: dt.datetime | None,
+    expires_at: dt.datetime | None = None,
+    ttl: float | dt.timedelta | None = None,
 ) -> str | None:
     """What ``Memory.remember`` runs first when it has a consolidator: the
     :data:`NEIGHBOURS` nearest current memories of ``namespace`` (a similarity search
@@ -472,8 +475,10 @@ async def consolidate_memory(
     Returns:
         The id ``remember`` returns, when the decision was :class:`Duplicate` (nothing
         written) or :class:`Update` (``store.update(id, text=text, metadata=...)``,
-        with ``valid_from=occurred_at`` when given); None for :class:`Add`: the
-        caller writes the memory as it would without a consolidator.
+        with ``valid_from=occurred_at`` when given, and the expiry ``expires_at`` or
+        ``ttl`` gives when one is given, else the held memory's); None for
+        :class:`Add`: the caller writes the memory as it would without a
+        consolidator.
 
     Raises:
         ConfigError: the consolidator answered something that is not a
@@ -498,14 +503,24 @@ async def consolidate_memory(
         )
     if isinstance(decision, Duplicate):
         return decision.id
+    expiry: dt.datetime | Literal["keep"] | None = "keep"
+    if expires_at is not None or ttl is not None:
+        # A ttl counts from the store's clock, as it does on a write.
+        clock = store.clock if isinstance(store, StoreHandle) else _utc_now
+        expiry = check_expiry(expires_at, ttl, clock)
     updated = await store.update(
         decision.id,
         text=text,
         metadata=None if metadata is None else dict(metadata),
         namespace=namespace,
         valid_from=occurred_at,
+        expires_at=expiry,
     )
     return decision.id if updated.id is None else updated.id
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def check_consolidator(value: object) -> Consolidator | None:

@@ -513,8 +513,9 @@ class Memory(metaclass=NoPublicConstructor):
         With a ``consolidator`` (``open_memory``), it first searches the memory's 5
         nearest current memories in the namespace and asks the consolidator: a
         ``Duplicate`` writes nothing and returns the held id; an ``Update`` makes the
-        text (and ``metadata``, when given) the held memory's next version
-        (``store.update``, ``valid_from=occurred_at`` when given) and returns its id;
+        text (and ``metadata``, ``expires_at`` or ``ttl``, when given) the held
+        memory's next version (``store.update``, ``valid_from=occurred_at`` when
+        given) and returns its id;
         an ``Add`` stores it as above (see :class:`~actors.Consolidator`).
 
         Raises:
@@ -550,6 +551,8 @@ class Memory(metaclass=NoPublicConstructor):
                 namespace=self._config.namespace,
                 metadata=metadata,
                 occurred_at=occurred_at,
+                expires_at=expires_at,
+                ttl=ttl,
             )
             if held is not None:
                 return held
