@@ -403,6 +403,8 @@ async def test_any_consolidator_is_a_fallback(chat: FakeChat) -> None:
         ({"model": ""}, "model is ''; expected a non-empty str"),
         ({"fallback": "rules"}, "fallback is a str; expected a Consolidator"),
         ({"max_tokens": 0}, "max_tokens is 0; expected an int > 0"),
+        ({"strict": "yes"}, "strict is 'yes'; expected True or False"),
+        ({"exact_first": 1}, "exact_first is 1; expected True or False"),
         ({"response_format": "json"}, "response_format is a str; expected a JSON object"),
         ({"timeout": -1}, "timeout is -1; expected a number of seconds > 0"),
     ],

@@ -42,7 +42,9 @@ from .._store.prepare import NEAR_DUPLICATE_COSINE, check_dedupe, check_expiry
 from .dispatch import OpenAIChatDispatcher
 
 __all__ = [
+    "JSON_OBJECT",
     "NEIGHBOURS",
+    "SYSTEM_PROMPT",
     "Add",
     "Consolidator",
     "Decision",
@@ -54,6 +56,7 @@ __all__ = [
     "consolidate_memory",
     "duplicate_of",
     "is_duplicate",
+    "parse_answer",
 ]
 
 logger = logging.getLogger("trio_recall.consolidation")
@@ -341,7 +344,8 @@ class LlmConsolidator(trio.abc.AsyncResource):
 
     Raises:
         ConfigError: a bad argument (as ``OpenAIChatDispatcher``'s, and a fallback that
-            is not a Consolidator, or ``max_tokens`` not an int > 0).
+            is not a Consolidator, ``strict`` or ``exact_first`` not a bool, or
+            ``max_tokens`` not an int > 0).
     """
 
     def __init__(
@@ -373,9 +377,12 @@ class LlmConsolidator(trio.abc.AsyncResource):
                 f"response_format is a {type(response_format).__name__}; expected a "
                 "JSON object (a dict) or None"
             )
+        for name, flag in (("strict", strict), ("exact_first", exact_first)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name} is {flag!r:.60}; expected True or False")
         self.fallback = the_fallback
-        self.strict = bool(strict)
-        self.exact_first = bool(exact_first)
+        self.strict = strict
+        self.exact_first = exact_first
         self.max_tokens = max_tokens
         self._extra: dict[str, object] = (
             {} if response_format is None else {"response_format": dict(response_format)}
@@ -409,6 +416,8 @@ class LlmConsolidator(trio.abc.AsyncResource):
 
     async def ask(self, text: str, neighbours: Sequence[ScoredDocument]) -> Decision:
         """The model's own decision, with no shortcut and no fallback.
+
+        Cancellation propagates at once; the connection is dropped.
 
         Raises:
             DispatchError: the request failed (``DispatchTimeout`` for a timeout), or
