@@ -5,6 +5,13 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
 
 from ._agent.compaction import Summarizer as Summarizer
+from ._agent.consolidation import Add as Add
+from ._agent.consolidation import Consolidator as Consolidator
+from ._agent.consolidation import Decision as Decision
+from ._agent.consolidation import Duplicate as Duplicate
+from ._agent.consolidation import LlmConsolidator as LlmConsolidator
+from ._agent.consolidation import RuleConsolidator as RuleConsolidator
+from ._agent.consolidation import Update as Update
 from ._agent.dispatch import Dispatcher as Dispatcher
 from ._agent.dispatch import EchoDispatcher as EchoDispatcher
 from ._agent.dispatch import OpenAIChatDispatcher as OpenAIChatDispatcher
@@ -42,12 +49,16 @@ from ._store.indexing import RecordManager as RecordManager
 from ._store.indexing import index as index
 
 __all__ = [
+    "Add",
     "AnyEmbedder",
     "AsyncEmbedder",
     "CacheStatistics",
     "CachedEmbedder",
+    "Consolidator",
+    "Decision",
     "Dispatcher",
     "DocumentStore",
+    "Duplicate",
     "EchoDispatcher",
     "Embedder",
     "EmbeddingCache",
@@ -57,6 +68,7 @@ __all__ = [
     "EmbeddingUsageLog",
     "HashingEmbedder",
     "InMemoryRecordManager",
+    "LlmConsolidator",
     "Memory",
     "MemoryStatistics",
     "MiniLMEmbedder",
@@ -65,6 +77,7 @@ __all__ = [
     "OpenAIEmbeddings",
     "Record",
     "RecordManager",
+    "RuleConsolidator",
     "SentenceTransformerEmbedder",
     "SparseEmbeddingModel",
     "Store",
@@ -73,6 +86,7 @@ __all__ = [
     "Subscription",
     "Summarizer",
     "Turned",
+    "Update",
     "VectorLike",
     "check_profile",
     "index",

@@ -73,6 +73,7 @@ from .._store.lifecycle import supervise
 from .._store.mailbox import Mailbox
 from .._store.prepare import check_k, check_name, clamp_k
 from .compaction import CompactionActor, Summarizer, default_summarizer
+from .consolidation import Consolidator, check_consolidator, consolidate_memory
 from .dispatch import Dispatcher, EchoDispatcher
 from .injection import InjectionActor
 from .recall_actor import RecallActor
@@ -162,6 +163,7 @@ class Memory(metaclass=NoPublicConstructor):
         injection: Mailbox[Inject, Injected],
         inbox_size: int,
         embedding_usage: EmbeddingUsageLog | None = None,
+        consolidator: Consolidator | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -172,6 +174,7 @@ class Memory(metaclass=NoPublicConstructor):
         self._recall = recall
         self._injection = injection
         self._inbox_size = inbox_size
+        self._consolidator = consolidator
         self._embedding_usage = EmbeddingUsageLog() if embedding_usage is None else embedding_usage
         # Digests of the user messages auto_store_user_input has stored, newest last;
         # bounded, so a long-lived memory does not grow it without end.
@@ -507,12 +510,22 @@ class Memory(metaclass=NoPublicConstructor):
         is found by what it answers, while recall returns it as it was said. A memory
         given an ``occurred_at`` and no conversation is indexed with its date.
 
+        With a ``consolidator`` (``open_memory``), it first searches the memory's 5
+        nearest current memories in the namespace and asks the consolidator: a
+        ``Duplicate`` writes nothing and returns the held id; an ``Update`` makes the
+        text (and ``metadata``, ``expires_at`` or ``ttl``, when given) the held
+        memory's next version (``store.update``, ``valid_from=occurred_at`` when
+        given) and returns its id;
+        an ``Add`` stores it as above (see :class:`~actors.Consolidator`).
+
         Raises:
             ConfigError: empty content, a bad source, content of the wrong type, a
                 naive ``occurred_at`` (no time zone) or a bad conversation (not a
                 non-empty str without NUL, or over 512 UTF-8 bytes); nothing is stored.
             JsonError: ``metadata`` is not a JSON object.
             EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
+            Whatever the consolidator raised; a ConfigError for an answer that is not a
+            decision on one of the neighbours it was shown.
         """
         if isinstance(content, str):
             if not content.strip():
@@ -530,6 +543,19 @@ class Memory(metaclass=NoPublicConstructor):
                 "JSON object (a dict with str keys)"
             )
         self._check_open()
+        if self._consolidator is not None:
+            held = await consolidate_memory(
+                self._store,
+                self._consolidator,
+                projection(message),
+                namespace=self._config.namespace,
+                metadata=metadata,
+                occurred_at=occurred_at,
+                expires_at=expires_at,
+                ttl=ttl,
+            )
+            if held is not None:
+                return held
         # The source, metadata, time and conversation are checked once, by the store
         # (``check_turns``), which refuses a bad one before it changes anything; a
         # source that is not a str gets no id here, since the store refuses it anyway.
@@ -574,7 +600,8 @@ class Memory(metaclass=NoPublicConstructor):
         """Write a new version of memory ``id`` in the config's namespace, keeping the
         old one as history (``StoreHandle.update``): the old version is closed at
         ``valid_from`` (None: the store clock's now), and reads see the new one.
-        Returns the new current version.
+        Returns the new current version. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: no current memory ``id`` (without ``create``), or a
@@ -594,7 +621,8 @@ class Memory(metaclass=NoPublicConstructor):
 
     async def history(self, id: str) -> list[Document]:
         """Every version of memory ``id`` in the config's namespace, oldest first
-        (``StoreHandle.history``); ``[]`` for an unknown id."""
+        (``StoreHandle.history``); ``[]`` for an unknown id. A read: a cancelled call
+        leaves nothing behind."""
         self._check_open()
         return await self._store.history(id, self._config.namespace)
 
@@ -608,7 +636,8 @@ class Memory(metaclass=NoPublicConstructor):
         """Forget memories of the config's namespace, every version of each and every
         trace of their text (``StoreHandle.forget``): ``ids``, or those matching
         ``filter`` and occurred before ``before`` (neither: the whole namespace).
-        Returns the ids forgotten.
+        Returns the ids forgotten. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: ids with a filter or before; bad arguments.
@@ -736,6 +765,7 @@ async def open_memory(
     thread_scan_threshold: int = DEFAULT_THREAD_SCAN_THRESHOLD,
     blas_threads: str | None = None,
     embed_timeout: float | None = None,
+    consolidator: Consolidator | None = None,
 ) -> AsyncIterator[Memory]:
     """Start the compaction, recall and injection actors (and the store, when it is
     given as a config) in one nursery.
@@ -779,6 +809,9 @@ async def open_memory(
         store_inbox_size, thread_scan_threshold, blas_threads, embed_timeout: passed
             to ``open_store`` for an owned store (see there); ``blas_threads`` and
             ``embed_timeout`` must be None with a borrowed handle.
+        consolidator: what ``remember`` asks before it writes (a
+            :class:`~actors.Consolidator`: ``RuleConsolidator``, ``LlmConsolidator`` or
+            a class of your own); None: every ``remember`` adds a memory.
 
     Cancellation: entering only checks arguments and starts tasks; a cancelled open or
     body leaves as above, and its ``Cancelled`` propagates. A full inbox makes callers
@@ -810,6 +843,7 @@ async def open_memory(
             f"dispatcher is a {type(the_dispatcher).__name__}; expected a Dispatcher "
             "(an object with async dispatch(request))"
         )
+    the_consolidator = check_consolidator(consolidator)
     the_summarizer: Summarizer = default_summarizer if summarizer is None else summarizer
     if not callable(the_summarizer):
         raise ConfigError(f"summarizer is {the_summarizer!r:.60}; expected a callable")
@@ -823,7 +857,9 @@ async def open_memory(
             blas_threads=blas_threads,
             embed_timeout=embed_timeout,
         ) as handle,
-        _run_memory(handle, memory_config, the_dispatcher, the_summarizer, inbox_size) as running,
+        _run_memory(
+            handle, memory_config, the_dispatcher, the_summarizer, inbox_size, the_consolidator
+        ) as running,
     ):
         yield running
 
@@ -835,6 +871,7 @@ async def _run_memory(
     dispatcher: Dispatcher,
     summarizer: Summarizer,
     inbox_size: int,
+    consolidator: Consolidator | None = None,
 ) -> AsyncIterator[Memory]:
     """The memory's own actors over an open ``handle``, and their taps on the store."""
     hub = EventHub()
@@ -893,6 +930,7 @@ async def _run_memory(
             injection=injection.mailbox,
             inbox_size=inbox_size,
             embedding_usage=embedding_log,
+            consolidator=consolidator,
         )
 
     def stop() -> None:
