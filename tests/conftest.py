@@ -24,13 +24,14 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from llm_support import llama_url
 from pg_fixtures import pg_dsn, pg_table
 from pg_support import pg_store_opener
 
 import actors._agent.compaction
 
 # The shared pg fixtures, re-exported so that pytest finds them here.
-__all__ = ["pg_dsn", "pg_table"]
+__all__ = ["llama_url", "pg_dsn", "pg_table"]
 
 # tests/integrations/ is the asyncio suite of the adapters, with its own pytest.ini
 # (pytest-asyncio, no trio mode): `pytest -c tests/integrations/pytest.ini tests/integrations`.

@@ -13,14 +13,16 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import trio
 
 from actors._agent.llama_server import _check_server_installed, smollm2_gguf_path
 from actors.llama import open_llama_server
 
-__all__ = ["LlamaServerThread", "llm_extra_missing"]
+__all__ = ["LlamaServerThread", "llama_url", "llm_extra_missing"]
 
 
 def llm_extra_missing() -> str | None:
@@ -107,3 +109,15 @@ class LlamaServerThread:
             async with open_llama_server(**self._options) as base_url:
                 self._started.put_nowait(base_url)
                 await trio.sleep_forever()
+
+
+@pytest.fixture(scope="session")
+def llama_url() -> Iterator[str]:
+    """One llama.cpp server for the session, shared by every ``-m llm`` module that
+    imports this fixture (the tests that use it skip without the extra)."""
+    server = LlamaServerThread(n_threads=1, ready_timeout=90)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()

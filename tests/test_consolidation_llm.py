@@ -19,11 +19,9 @@ asked) scores 6/12, as the rules alone do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import trio
-from llm_support import LlamaServerThread, llm_extra_missing
+from llm_support import llm_extra_missing
 
 from actors import Add, Decision, Duplicate, LlmConsolidator, RuleConsolidator, Update
 from protocol import DispatchError, Document, ScoredDocument
@@ -118,18 +116,6 @@ CASES: list[tuple[str, list[ScoredDocument], Decision]] = [
 ]
 
 ALWAYS_ADD = sum(isinstance(want, Add) for _, _, want in CASES)
-
-
-@pytest.fixture(scope="module")
-def llama_url() -> Iterator[str]:
-    """One llama.cpp server for this module, stopped when its tests end (test_llm_e2e.py
-    keeps one of its own for the session)."""
-    server = LlamaServerThread(n_threads=1, ready_timeout=90)
-    url = server.start()
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 @pytest.mark.llm

@@ -14,7 +14,6 @@ import importlib.metadata
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import attrs
 import httpx
 import pytest
 import trio
-from llm_support import LlamaServerThread, llm_extra_missing
+from llm_support import llm_extra_missing
 
 from actors import Dispatcher, OpenAIChatDispatcher, open_memory
 from actors._agent import llama_server as _llama_server
@@ -66,17 +65,6 @@ STORE = VectorStoreConfig(max_entries=64, dimensions=256, max_entry_bytes=4096)
 # survives only in the store; top_k=1 gives the model one line to copy from.
 CONFIG = MemoryConfig(strategies=[Offload(turns=6)], top_k=1)
 STORY = "Write a long story about a dragon who learns to bake bread."
-
-
-@pytest.fixture(scope="session")
-def llama_url() -> Iterator[str]:
-    """One llama.cpp server for the session (the tests that use it skip without the extra)."""
-    server = LlamaServerThread(n_threads=1, ready_timeout=90)
-    url = server.start()
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 def ask(messages: list[UnifiedMessage], max_tokens: int = 32) -> UnifiedRequest:
