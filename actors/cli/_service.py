@@ -303,7 +303,8 @@ class MemoryService:
                 selection, ``ids`` that is not a list of non-empty str, a bad filter,
                 time or namespace. Nothing is forgotten.
         """
-        tree = _filter(filter)
+        # An empty filter matches everything: not a selection a forget takes.
+        tree = None if isinstance(filter, Mapping) and not filter else _filter(filter)
         cutoff = _time("before", before)
         space = _namespace(namespace)
         if ids is None:
@@ -565,7 +566,7 @@ def _expiry(expires_at: object, ttl_seconds: object) -> dt.datetime | dt.timedel
         return when
     if when is not None:
         raise ToolInputError(
-            f"expires_at is {expires_at} and ttl_seconds is {shown(ttl_seconds)}; expected "
+            f"expires_at is {shown(expires_at)} and ttl_seconds is {shown(ttl_seconds)}; expected "
             "one of them, not both"
         )
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
