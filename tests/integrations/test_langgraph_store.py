@@ -490,7 +490,9 @@ def test_a_deleted_item_leaves_no_trace(backend: dict[str, Any], call: Caller) -
         assert await handle.history(item_id(ns, "pin"), namespace="langgraph") == []
         for kind in ("recall", "similarity", "bm25", "hybrid", "mmr"):
             found = await handle.search(
-                SearchRequest(query="vault pin 8804 8805", k=50, kind=kind, namespace="langgraph")
+                SearchRequest(
+                    query="vault pin 8804 8805", k=50, fetch_k=50, kind=kind, namespace="langgraph"
+                )
             )
             assert not {h.document.text for h in found} & set(texts), kind
 
