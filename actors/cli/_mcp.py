@@ -49,7 +49,6 @@ from protocol.checks import (
     replace_surrogates_json,
 )
 
-from .._store.prepare import NEAR_DUPLICATE_COSINE
 from ..doors import DEFAULT_MODE, SEARCH_MODES, named_run
 from ._http_auth import App, BearerAuth, check_http, is_loopback
 from ._service import (
@@ -248,8 +247,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "default": DEFAULT_DEDUPE,
                     "description": "exact (the default): the same text as a current "
                     "memory of the namespace stores nothing and answers its id; near: the "
-                    "same for a memory whose meaning is nearly the same (cosine at least "
-                    f"{NEAR_DUPLICATE_COSINE}); none: always store.",
+                    "same for a memory whose meaning is nearly the same (the store's "
+                    "near-duplicate cosine); none: always store.",
                 },
                 "expires_at": {
                     "type": "string",

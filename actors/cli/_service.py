@@ -1,21 +1,27 @@
-"""The five memory operations of the command line and the MCP server, as plain data.
+"""The memory operations of the command line and the MCP server, as plain data.
 
-:class:`MemoryService` is the one implementation of remember, recall, forget,
-get_memories and memory_stats over an open store of either backend (the in-memory
-``StoreHandle`` or the PostgreSQL ``PgStoreHandle``). Its arguments come from JSON (an
-MCP tool call) or from a command line, so every one is checked here, before the store
-sees it, and a bad one raises :class:`ToolInputError` with a one-line message naming the
-argument, the value seen and what was expected. The MCP server turns that error into a
-tool error result; the command line prints it. Its results are JSON-ready dicts and
-lists.
+:class:`MemoryService` is the one implementation of remember, recall, update, history,
+forget, get_memories and memory_stats over an open store of either backend (the
+in-memory ``StoreHandle`` or the PostgreSQL ``PgStoreHandle``). Its arguments come from
+JSON (an MCP tool call) or from a command line, so every one is checked here, before the
+store sees it, and a bad one raises :class:`ToolInputError` with a one-line message
+naming the argument, the value seen and what was expected. The MCP server turns that
+error into a tool error result; the command line prints it. Its results are JSON-ready
+dicts and lists.
 
 A memory is a document of the store (design §9): its id is its content hash
 (``Document.with_id``: the text and metadata, and its ``occurred_at`` and
-``conversation`` when given), so remembering the same text with the same metadata
-again keeps one memory (and updates its source); its ``source`` is the document's
-``source_id``. It happened at its ``occurred_at`` (given as ISO 8601 text; left out, the
-store stamps the time of the write) and may belong to a ``conversation``, whose
-memories are neighbours in the order they were remembered.
+``conversation`` when given); its ``source`` is the document's ``source_id``. It
+happened at its ``occurred_at`` (given as ISO 8601 text; left out, the store stamps the
+time of the write) and may belong to a ``conversation``, whose memories are neighbours
+in the order they were remembered.
+
+Memory over time (README section of that name): ``remember`` skips a duplicate by
+default (``dedupe="exact"``: hosts re-send the same fact) and may expire; ``update``
+writes a new version under the same id and keeps the old one, which ``history`` lists
+and ``as_of`` reads; ``forget`` forgets every version, by ids or by a selection, and is
+always explicit (no call selects a whole namespace by default). Every memory comes back
+with its ``version``, ``valid_from``, ``valid_to`` and ``expires_at``.
 
 ``recall`` searches as ``Memory.retrieve`` does unless ``mode`` says otherwise: the
 store's tuned recall (``SearchRequest(kind="recall")``) with ``Memory``'s relevance floor
