@@ -515,6 +515,28 @@ async def test_memory_over_time_over_stdio() -> None:
             assert (await call(session, "memory_history", id=past["id"]))["versions"] == []
 
 
+async def test_remembering_a_memorys_old_content_is_its_next_version() -> None:
+    """The id is the content's hash, and an update keeps the id: remembering the first
+    content again writes a version (the history keeps all three), never a silent
+    replacement of the current one."""
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            first = await call(session, "remember", text="the office is on floor 3")
+            await call(session, "update_memory", id=first["id"], text="the office is on floor 5")
+            back = await call(session, "remember", text="the office is on floor 3")
+            assert back == {"id": first["id"], "duplicate": False}
+            versions = (await call(session, "memory_history", id=first["id"]))["versions"]
+            assert [(v["version"], v["text"]) for v in versions] == [
+                (1, "the office is on floor 3"),
+                (2, "the office is on floor 5"),
+                (3, "the office is on floor 3"),
+            ]
+            again = await call(session, "remember", text="the office is on floor 3")
+            assert again == {"id": first["id"], "duplicate": True}
+            hits = (await call(session, "recall", query="office floor", mode="bm25"))["hits"]
+            assert [(h["text"], h["version"]) for h in hits] == [("the office is on floor 3", 3)]
+
+
 async def forgotten_nowhere(
     session: ClientSession, texts: list[str], ids: list[str], then: str
 ) -> None:

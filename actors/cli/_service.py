@@ -61,7 +61,7 @@ from protocol.checks import (
 )
 from protocol.messages import Dedupe
 
-from .. import Store
+from .. import Store, StoreHandle
 from ..doors import (
     DEFAULT_MODE,
     candidate_depth,
@@ -195,12 +195,13 @@ class MemoryService:
         ).with_id()
         ttl = expiry if isinstance(expiry, dt.timedelta) else None
         assert document.id is not None  # with_id
-        # A duplicate answers the existing memory's id, which is this one's when that
-        # memory has the same content hash: whether it was there tells them apart.
-        there = mode is not None and bool(
-            await self.store.get_by_ids([document.id], namespace=space)
-        )
+        found = await self.store.get_by_ids([document.id], namespace=space)
         try:
+            if found and (found[0].text, found[0].metadata) != (body, meta):
+                # The memory of this content hash was updated since it was remembered:
+                # remembering its first content again is a new version of it, not a
+                # replacement of its current version (which would lose it from history).
+                return await self._again(document, found[0], space, expiry)
             (memory_id,) = await self.store.add_documents(
                 [document], namespace=space, dedupe=mode, ttl=ttl
             )
@@ -209,7 +210,43 @@ class MemoryService:
                 f"text, metadata and source count {error.bytes} bytes; this memory takes "
                 f"at most {error.max_entry_bytes} bytes per entry (max_entry_bytes)"
             ) from None
+        # A duplicate answers the existing memory's id, which is this one's when that
+        # memory has the same content hash: whether it was there tells them apart.
+        there = mode is not None and bool(found)
         return {"id": memory_id, "duplicate": there or memory_id != document.id}
+
+    async def _again(
+        self,
+        document: Document,
+        current: Document,
+        namespace: str,
+        expiry: dt.datetime | dt.timedelta | None,
+    ) -> dict[str, JsonValue]:
+        """``remember`` of the content a memory had before an update: its next version,
+        from ``document``'s ``occurred_at`` when that is later than the current
+        version's start (else from now), expiring as ``remember`` was told."""
+        assert document.id is not None
+        start = current.valid_from or current.occurred_at
+        since = document.occurred_at
+        if since is not None and start is not None and since <= start:
+            since = None
+        if isinstance(expiry, dt.timedelta):
+            now = self.store.clock() if isinstance(self.store, StoreHandle) else None
+            expires: dt.datetime | None = (now or dt.datetime.now(dt.UTC)) + expiry
+        else:
+            expires = expiry
+        try:
+            await self.store.update(
+                document.id,
+                document.text,
+                document.metadata,
+                namespace=namespace,
+                valid_from=since,
+                expires_at=expires,
+            )
+        except ConfigError as error:  # forgotten meanwhile; a current version from later
+            raise ToolInputError(str(error)) from None
+        return {"id": document.id, "duplicate": False}
 
     async def recall(
         self,
