@@ -38,9 +38,10 @@ from protocol import (
     UnifiedMessage,
     VectorStoreConfig,
     VectorStoreError,
+    entry_text,
     projection,
 )
-from protocol.checks import unpack_message
+from protocol.checks import unpack_message, utf8_bytes
 from protocol.messages import (
     Clear,
     Cleared,
@@ -60,7 +61,13 @@ from .._embedding.sparse import SparseEmbeddingModel
 from .._retrieval.links import body_terms
 from .._store.backend import Counters, Hits, PutDocuments, PutTurns, Query, StaleVersion, Write
 from .._store.events import write_event
-from .._store.index_text import document_times, indexed_texts, turn_index_texts
+from .._store.index_text import (
+    CONTEXT_CHARS,
+    document_times,
+    fit_index_text,
+    indexed_texts,
+    turn_index_texts,
+)
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.precomputed import document_vectors
 from .._store.prepare import (
@@ -95,6 +102,22 @@ RECLAIM_BATCH = 256
 #: The longest the actor sleeps before it looks at the store clock again for expiries
 #: (a store clock need not follow trio's).
 _EXPIRY_NAP = 60.0
+
+
+@attrs.frozen
+class _Removal:
+    """A delete or forget, prepared: the memories found (``ids``) and not (``missing``),
+    every version's slot and sequence, and the entries to give a new index text
+    (``rewrites``: slot, sequence, text or None) with their new vectors."""
+
+    ids: list[str]
+    missing: list[str]
+    slots: list[int]
+    seqs: list[int]
+    rewrites: list[tuple[int, int, str | None]]
+    vectors: npt.NDArray[np.float32] | None = None
+    zero: npt.NDArray[np.bool_] | None = None
+    sparse: list[SparsePair] | None = None
 
 
 @attrs.frozen
@@ -317,7 +340,9 @@ class _StoreActor(CrashableActor):
                 return await self._prepare_turns(request)
             case PutDocuments():
                 return await self._prepare_documents(request)
-            case Delete() | Clear() | Forget():
+            case Delete() | Forget():
+                return await self._prepare_removal(request)
+            case Clear():
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
@@ -359,12 +384,16 @@ class _StoreActor(CrashableActor):
                     replaced=replaced,
                     duplicates=duplicates,
                 )
-            case Delete(ids=ids, namespace=namespace):
-                return self._commit_delete(ids, namespace, reclaimed)
+            case Delete():
+                assert isinstance(prepared, _Removal)
+                self._commit_removal(prepared, reclaimed)
+                return DeleteResult(deleted=prepared.ids, missing=prepared.missing)
             case Clear(namespace=namespace):
                 return self._commit_clear(namespace, reclaimed)
             case Forget():
-                return self._commit_forget(request, reclaimed)
+                assert isinstance(prepared, _Removal)
+                versions = self._commit_removal(prepared, reclaimed)
+                return Forgotten(ids=prepared.ids, versions=versions)
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
     def now_us(self) -> int:
@@ -740,22 +769,6 @@ class _StoreActor(CrashableActor):
         self.arena.settle()
         self.arena.flush_removals()
 
-    def _commit_delete(self, ids: list[str], namespace: str, reclaimed: bool) -> DeleteResult:
-        deleted: list[str] = []
-        missing: list[str] = []
-        slots: list[int] = []
-        for entry_id in dict.fromkeys(ids):
-            versions = self.arena.versions_of(namespace, entry_id)
-            if not versions:
-                missing.append(entry_id)
-                continue
-            slots.extend(versions)
-            deleted.append(entry_id)
-        self._remove_all(slots)
-        if deleted or reclaimed:
-            self._publish()
-        return DeleteResult(deleted=deleted, missing=missing)
-
     def _commit_clear(self, namespace: str | None, reclaimed: bool) -> Cleared:
         slots = self.arena.live_slots(namespace)
         self._remove_all(slots)
@@ -763,10 +776,14 @@ class _StoreActor(CrashableActor):
             self._publish()
         return Cleared(removed=len(slots))
 
-    def _commit_forget(self, request: Forget, reclaimed: bool) -> Forgotten:
+    async def _prepare_removal(self, request: Delete | Forget) -> _Removal:
+        """What a delete or forget removes (every version of each memory), and the
+        entries whose index text quoted a removed one as its conversation predecessor:
+        each gets its index text again without it, embedded here (so no vector, posting
+        or cache entry keeps a trace of the removed text)."""
         arena, namespace = self.arena, request.namespace
-        if request.ids is not None:
-            chosen = list(dict.fromkeys(request.ids))
+        if isinstance(request, Delete) or request.ids is not None:
+            chosen = list(dict.fromkeys(request.ids or ()))
         else:
             held = arena.live_slots(namespace)
             if request.filter is not None and held:
@@ -777,17 +794,95 @@ class _StoreActor(CrashableActor):
                 occurred = arena.occurred_us
                 held = [slot for slot in held if occurred[slot] < before]
             chosen = sorted({i for i in (arena.ids[slot] for slot in held) if i is not None})
-        forgotten: list[str] = []
+        ids: list[str] = []
+        missing: list[str] = []
         slots: list[int] = []
         for entry_id in chosen:
             versions = arena.versions_of(namespace, entry_id)
             if versions:
-                forgotten.append(entry_id)
+                ids.append(entry_id)
                 slots.extend(versions)
+            else:
+                missing.append(entry_id)
+        rewrites = self._successor_texts(slots)
+        removal = _Removal(
+            ids=ids,
+            missing=missing,
+            slots=slots,
+            seqs=[int(arena.seqs[slot]) for slot in slots],
+            rewrites=rewrites,
+        )
+        if not rewrites:
+            return removal
+        own = [arena.text_of(slot) for slot, _, _ in rewrites]
+        texts = [
+            own_text if index is None else index
+            for own_text, (_, _, index) in zip(own, rewrites, strict=True)
+        ]
+        vectors, scale, zero = await self._embed(texts)
+        rows = vectors if scale is None else vectors * scale
+        sparse = await self._embed_sparse(texts)
+        return attrs.evolve(
+            removal, vectors=np.array(rows, dtype=np.float32), zero=zero, sparse=sparse
+        )
+
+    def _successor_texts(self, removed: list[int]) -> list[tuple[int, int, str | None]]:
+        """Each held entry, not removed, whose derived index text quotes a removed
+        entry (its conversation predecessor): its slot, sequence and new index text
+        (with the predecessor it has once those are gone, or None: its own text)."""
+        arena = self.arena
+        gone = set(removed)
+        codes = {int(arena.conv_codes[slot]) for slot in removed} - {0}
+        out: list[tuple[int, int, str | None]] = []
+        for code in codes:
+            previous: int | None = None
+            quoted: str | None = None
+            for slot in arena.conversation_members(code):
+                if slot in gone:
+                    quoted = self.projection_of(slot)[:CONTEXT_CHARS]
+                    continue
+                index = arena.index_texts[slot]
+                if quoted is not None and index is not None and quoted in kept_text(index):
+                    own = arena.text_of(slot)
+                    context = (
+                        [] if previous is None else [self.projection_of(previous)[:CONTEXT_CHARS]]
+                    )
+                    fresh = entry_text(
+                        own, occurred_at=arena.occurred_at_of(slot), context=context
+                    )
+                    budget = len(utf8_bytes(kept_text(index)))
+                    out.append((slot, int(arena.seqs[slot]), fit_index_text(own, fresh, budget)))
+                quoted = None
+                previous = slot
+        return out
+
+    def _commit_removal(self, removal: _Removal, reclaimed: bool) -> int:
+        """Remove what ``removal`` names (still held: the reclaimer may have taken an
+        expired one since), rewrite the entries that quoted it, and publish; the
+        number of versions removed."""
+        arena = self.arena
+        seqs = arena.seqs
+        slots = [s for s, q in zip(removal.slots, removal.seqs, strict=True) if seqs[s] == q]
+        stale: set[str] = set()
+        for row, (slot, seq, index) in enumerate(removal.rewrites):
+            if seqs[slot] != seq:
+                continue
+            stale.add(arena.index_text_of(slot))
+            assert removal.vectors is not None
+            assert removal.zero is not None
+            if arena.zero[slot] != removal.zero[row]:
+                arena.zero_count += 1 if removal.zero[row] else -1
+                arena.zero[slot] = removal.zero[row]
+            arena.vectors[slot] = removal.vectors[row]
+            arena.reindex(slot, index)
+            if removal.sparse is not None:
+                self.sparse.put(slot, removal.sparse[row])
+        if stale:
+            self.embedder.forget_texts(stale)
         self._remove_all(slots)
-        if slots or reclaimed:
+        if slots or stale or reclaimed:
             self._publish()
-        return Forgotten(ids=forgotten, versions=len(slots))
+        return len(slots)
 
     def _publish(self) -> None:
         self.snapshot = self.arena.snapshot(self.snapshot.version + 1)

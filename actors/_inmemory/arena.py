@@ -925,6 +925,22 @@ class Arena:
             mask &= self.expires_us[:high] > now_us
         return mask
 
+    def reindex(self, slot: int, index_text: str | None) -> None:
+        """Give the entry in ``slot`` a new index text (None: its own text), in the
+        BM25 index at once where it is already indexed (a forget rewrites what quoted
+        a forgotten predecessor)."""
+        self.index_texts[slot] = None if index_text is None else keep_text(index_text)
+        if slot in self._bm25:
+            self._bm25.add(slot, self.index_text_of(slot), group=int(self.ns_ids[slot]))
+            self._bm25_pending.pop(slot, None)
+
+    def conversation_members(self, code: int) -> list[int]:
+        """The held slots of the conversation with ``code``, by position."""
+        end = self.high
+        found = np.flatnonzero(self.conv_codes[:end] == code)
+        order = np.argsort(self.positions[found], kind="stable")
+        return list(found[order].tolist())
+
     def flush_removals(self) -> None:
         """Apply the BM25 index's pending removals now (a forget leaves no posting or
         statistic of what it removed); pending additions wait for the next read."""
