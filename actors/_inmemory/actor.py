@@ -258,12 +258,18 @@ class _StoreActor(CrashableActor):
             if self.scans.pinned:
                 await self.scans.wait_unpinned()
             try:
-                if self._reclaim(self.now_us()):
+                reclaimed = self._reclaim(self.now_us())
+                if reclaimed:
                     self._publish()
             except Exception as crash:
                 self._poison(crash)
                 return
-            await trio.lowlevel.checkpoint()
+            if reclaimed:
+                await trio.lowlevel.checkpoint()
+            else:
+                # Nothing had expired after all (the clock went back): look again
+                # after a nap rather than spin.
+                await trio.sleep(1.0)
 
     @property
     def on_event(self) -> Callable[[Event], None] | None:
