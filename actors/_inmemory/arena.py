@@ -365,6 +365,9 @@ class Arena:
     _ns_index: dict[str, int] = attrs.field(factory=dict)
     _ns_names: list[str | None] = attrs.field(factory=list)
     _ns_counts: list[int] = attrs.field(factory=list)
+    # Closed versions per namespace id: a read of a namespace without any (and with
+    # nothing expired, and no as_of) builds no visibility mask.
+    _ns_closed: list[int] = attrs.field(factory=list)
     _ns_free: list[int] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
@@ -815,6 +818,7 @@ class Arena:
         if not versions:
             del held[entry_id]
         self.closed_total -= 1
+        self._ns_closed[ns_id] -= 1
         self._named -= 1
 
     def _index_hashes(self, hashes: list[int], slots: list[int]) -> None:
@@ -892,6 +896,7 @@ class Arena:
         self.valid_to_us[slot] = valid_to
         self._closed.setdefault(name, {}).setdefault(entry_id, []).append(slot)
         self.closed_total += 1
+        self._ns_closed[ns_id] += 1
 
     def closed_of(self, namespace: str, entry_id: str) -> list[int]:
         """The slots of memory ``entry_id``'s closed versions in ``namespace``, oldest
@@ -914,14 +919,24 @@ class Arena:
         return [] if held is None else list(held)
 
     def visible(
-        self, high: int, now_us: int, as_of_us: int | None = None
+        self,
+        high: int,
+        now_us: int,
+        as_of_us: int | None = None,
+        namespace: str | None = None,
     ) -> npt.NDArray[np.bool_] | None:
         """A bool per slot of ``[0, high)``: the slot holds an entry a read sees at
         ``now_us`` (current, or with ``as_of_us`` the version valid then, unexpired),
-        or None when every held entry is (no closed version, none expired, no as_of):
-        then a read needs no mask."""
-        if as_of_us is None and not self.closed_total and self.next_expiry() > now_us:
-            return None
+        or None when every held entry of ``namespace`` (None: of every namespace) is
+        (no closed version there, none expired, no as_of): then a read needs no mask."""
+        if as_of_us is None and self.next_expiry() > now_us:
+            if namespace is None:
+                closed = self.closed_total
+            else:
+                ns_id = self._ns_index.get(namespace)
+                closed = 0 if ns_id is None else self._ns_closed[ns_id]
+            if not closed:
+                return None
         if as_of_us is None:
             mask: npt.NDArray[np.bool_] = self.valid_to_us[:high] == OPEN
         else:
@@ -986,10 +1001,12 @@ class Arena:
                 ns_id = self._ns_free.pop()
                 self._ns_names[ns_id] = namespace
                 self._ns_counts[ns_id] = 0
+                self._ns_closed[ns_id] = 0
             else:
                 ns_id = len(self._ns_names)
                 self._ns_names.append(namespace)
                 self._ns_counts.append(0)
+                self._ns_closed.append(0)
             self._ns_index[namespace] = ns_id
         self._ns_counts[ns_id] += count
         return ns_id
