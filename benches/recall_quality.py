@@ -737,6 +737,10 @@ async def mcp_door(convs: list[Conversation], work: Path, server_args: list[str]
                         for field in ("occurred_at", "conversation"):
                             if field in takes:
                                 arguments[field] = getattr(t, field)
+                        if "dedupe" in takes:
+                            # Every turn is stored, as the other doors store it: the
+                            # server's default (exact) would fold repeated turns into one.
+                            arguments["dedupe"] = "none"
                         stored = await call(session, "remember", arguments)
                         mapper.by_id[stored["id"]] = t.dia_id
                         if (i + 1) % 250 == 0:

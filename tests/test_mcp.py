@@ -40,7 +40,15 @@ from mcp.client.streamable_http import streamable_http_client
 from actors.cli._location import MAX_ENTRY_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = {"remember", "recall", "forget", "get_memories", "memory_stats"}
+TOOLS = {
+    "remember",
+    "recall",
+    "update_memory",
+    "forget",
+    "get_memories",
+    "memory_history",
+    "memory_stats",
+}
 CHANNELS = {"dense", "bm25", "speaker", "date", "neighbor", "link"}
 # Hashing keeps these tests fast and exact; MiniLM is the default and is what the cold
 # start in the README is measured with.
@@ -117,17 +125,28 @@ async def round_trip(session: ClientSession) -> None:
         assert tool.output_schema is not None
     assert listed["recall"].input_schema["required"] == ["query"]
     assert listed["recall"].input_schema["properties"]["k"]["minimum"] == 1
+    # Only forget destroys; update_memory keeps history but is no idempotent call.
+    hints = {name: tool.annotations for name, tool in listed.items()}
+    assert {n for n, h in hints.items() if h and h.destructive_hint} == {"forget"}
+    assert {n for n, h in hints.items() if h and h.read_only_hint} == {
+        "recall", "get_memories", "memory_history", "memory_stats"
+    }  # fmt: skip
+    assert hints["update_memory"] and hints["update_memory"].idempotent_hint is False
+    assert listed["remember"].input_schema["properties"]["dedupe"]["default"] == "exact"
+    assert listed["forget"].input_schema["required"] == []
 
     cat = await call(
         session, "remember", text="my cat is called Miso", source="chat", metadata={"kind": "pet"}
     )
     sky = await call(session, "remember", text="the sky over Lisbon is blue")
-    assert set(cat) == {"id"} and cat["id"] != sky["id"]
-    # The id is the content's hash: the same memory again keeps one entry.
+    assert set(cat) == {"id", "duplicate"} and cat["id"] != sky["id"]
+    assert cat["duplicate"] is False
+    # The same memory again is a duplicate (dedupe "exact", the default): its id, and
+    # nothing is stored.
     again = await call(
         session, "remember", text="my cat is called Miso", source="chat", metadata={"kind": "pet"}
     )
-    assert again == cat
+    assert again == {"id": cat["id"], "duplicate": True}
 
     # recall (the default mode) ranks; each hit keeps its cosine, and says its rank and
     # what lifted it.
@@ -141,6 +160,10 @@ async def round_trip(session: ClientSession) -> None:
         "metadata": {"kind": "pet"},
         "occurred_at": first["occurred_at"],
         "conversation": None,
+        "version": 1,
+        "valid_from": first["occurred_at"],
+        "valid_to": None,
+        "expires_at": None,
         "rank": 1,
         "channels": first["channels"],
     }
@@ -180,6 +203,10 @@ async def round_trip(session: ClientSession) -> None:
         "metadata": {},
         "occurred_at": got["memories"][0]["occurred_at"],
         "conversation": None,
+        "version": 1,
+        "valid_from": got["memories"][0]["occurred_at"],
+        "valid_to": None,
+        "expires_at": None,
     }
     assert got["missing"] == ["nope"]
 
@@ -189,9 +216,9 @@ async def round_trip(session: ClientSession) -> None:
     assert stats["embedder"] == "hashing" and stats["backend"]
 
     gone = await call(session, "forget", ids=[cat["id"], "nope", cat["id"]])
-    assert gone == {"deleted": [cat["id"]], "missing": ["nope"]}
+    assert gone == {"ids": [cat["id"]], "missing": ["nope"]}
     assert (await call(session, "forget", ids=[cat["id"]])) == {
-        "deleted": [],
+        "ids": [],
         "missing": [cat["id"]],
     }
     assert (await call(session, "memory_stats"))["entries"] == 1
@@ -222,9 +249,14 @@ async def test_memories_keep_their_time_and_conversation() -> None:
                 session, "remember", text="Ben: the kiln broke again", occurred_at="2023-06-01"
             )
             # The time and the conversation are part of what makes a memory: the same
-            # words said again later are a second memory.
+            # words said again later are a second memory (when duplicates are kept:
+            # dedupe "exact", the default, would answer the first one's id).
             later = await call(
-                session, "remember", text="Ana: the kiln is fixed", occurred_at="2023-07-01"
+                session,
+                "remember",
+                text="Ana: the kiln is fixed",
+                occurred_at="2023-07-01",
+                dedupe="none",
             )
             assert len({may["id"], june["id"], later["id"]}) == 3
             got = await call(session, "get_memories", ids=[may["id"], june["id"]])
@@ -316,6 +348,37 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("get_memories", {"ids": None}, ["ids is None", "expected a list"]),
     ("get_memories", {"ids": ["a"], "namespace": ["x"]}, ["namespace is ['x'] (list)"]),
     ("memory_stats", {"verbose": True}, ["memory_stats takes no argument 'verbose'"]),
+    ("remember", {"text": "hi", "dedupe": "fuzzy"}, ["dedupe is 'fuzzy'", "exact, near, none"]),
+    ("remember", {"text": "hi", "dedupe": None}, ["dedupe is None", "exact, near, none"]),
+    ("remember", {"text": "hi", "expires_at": "later"}, ["expires_at is 'later'", "ISO 8601"]),
+    ("remember", {"text": "hi", "ttl_seconds": 0}, ["ttl_seconds is 0", "> 0"]),
+    ("remember", {"text": "hi", "ttl_seconds": -5}, ["ttl_seconds is -5", "> 0"]),
+    ("remember", {"text": "hi", "ttl_seconds": "60"}, ["ttl_seconds is '60' (str)", "number"]),
+    ("remember", {"text": "hi", "ttl_seconds": True}, ["ttl_seconds is True (bool)", "number"]),
+    ("remember", {"text": "hi", "ttl_seconds": 1e12}, ["ttl_seconds is 1000000000000.0", "years"]),
+    (
+        "remember",
+        {"text": "hi", "ttl_seconds": 60, "expires_at": "2030-01-01"},
+        ["expires_at is '2030-01-01' and ttl_seconds is 60", "not both"],
+    ),
+    ("recall", {"query": "cat", "as_of": "then"}, ["as_of is 'then'", "ISO 8601"]),
+    ("get_memories", {"ids": ["a"], "as_of": 5}, ["as_of is 5 (int)", "ISO 8601"]),
+    ("update_memory", {"text": "x"}, ["update_memory needs the argument 'id'"]),
+    ("update_memory", {"id": "x"}, ["neither text nor metadata"]),
+    ("update_memory", {"id": 3, "text": "x"}, ["id is 3 (int)", "non-empty str"]),
+    ("update_memory", {"id": "nope", "text": "x"}, ["id is 'nope'", "no current memory"]),
+    ("update_memory", {"id": "x", "text": ""}, ["text is ''", "non-blank"]),
+    ("update_memory", {"id": "x", "metadata": [1]}, ["metadata is [1] (list)", "JSON object"]),
+    ("update_memory", {"id": "x", "text": "y", "valid_from": "now"}, ["valid_from is 'now'"]),
+    ("forget", {}, ["forget was given no ids, no filter and no before"]),
+    ("forget", {"filter": {}}, ["forget was given no ids, no filter and no before"]),
+    ("forget", {"ids": ["a"], "filter": {"k": 1}}, ["ids and a filter or before", "either"]),
+    ("forget", {"ids": ["a"], "before": "2024-01-01"}, ["ids and a filter or before"]),
+    ("forget", {"filter": {"k": {"$regex": "x"}}}, ["filter", "'$regex'"]),
+    ("forget", {"before": "yesterday"}, ["before is 'yesterday'", "ISO 8601"]),
+    ("forget", {"filter": "all"}, ["filter is 'all' (str)", "JSON object"]),
+    ("memory_history", {}, ["memory_history needs the argument 'id'"]),
+    ("memory_history", {"id": ""}, ["id is ''", "non-blank"]),
     ("remember_everything", {}, ["there is no tool 'remember_everything'", "recall"]),
 ]
 
@@ -362,17 +425,164 @@ async def test_namespaces_are_isolated() -> None:
             assert (
                 await call(session, "forget", ids=[bob["id"], plain["id"]], namespace="alice")
             ) == {
-                "deleted": [],
+                "ids": [],
                 "missing": [bob["id"], plain["id"]],
             }
             assert (await call(session, "forget", ids=[alice["id"]], namespace="bob")) == {
-                "deleted": [alice["id"]],
+                "ids": [alice["id"]],
                 "missing": [],
             }
             # Forgetting bob's twin left alice's memory alone.
             got = await call(session, "get_memories", ids=[alice["id"]], namespace="alice")
             assert [m["text"] for m in got["memories"]] == ["hint: tea"]
             assert (await call(session, "memory_stats"))["entries"] == 3
+
+
+async def test_memory_over_time_over_stdio() -> None:
+    """Duplicates, updates with history, as_of reads and expiry, through the tools."""
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            flat = await call(
+                session, "remember", text="Ana lives in Lisbon", metadata={"topic": "home"}
+            )
+            # Another metadata, the same text: still a duplicate of the memory there.
+            same = await call(session, "remember", text="Ana lives in Lisbon", source="chat")
+            assert same == {"id": flat["id"], "duplicate": True}
+            kept = await call(session, "remember", text="Ana lives in Lisbon", dedupe="none",
+                              metadata={"n": 2})  # fmt: skip
+            assert kept["duplicate"] is False and kept["id"] != flat["id"]
+            await call(session, "forget", ids=[kept["id"]])
+            # near: a text nearly the same in meaning (the hashing embedder: the same
+            # words in another case and order).
+            near = await call(session, "remember", text="lisbon: Ana lives in", dedupe="near")
+            assert near == {"id": flat["id"], "duplicate": True}
+            assert (await call(session, "memory_stats"))["entries"] == 1
+            first = (await call(session, "get_memories", ids=[flat["id"]]))["memories"][0]
+
+            moved = await call(session, "update_memory", id=flat["id"], text="Ana moved to Porto")
+            assert set(moved) == {"id", "version", "valid_from"}
+            assert (moved["id"], moved["version"]) == (flat["id"], 2)
+            assert moved["valid_from"] > first["valid_from"]
+            # Reads see the current version only; as_of sees the one valid then.
+            hits = (await call(session, "recall", query="where does Ana live", k=5))["hits"]
+            assert [(h["id"], h["text"], h["version"]) for h in hits] == [
+                (flat["id"], "Ana moved to Porto", 2)
+            ]
+            assert hits[0]["metadata"] == {"topic": "home"}  # kept: update gave none
+            assert not (await call(session, "recall", query="Lisbon", mode="bm25"))["hits"]
+            then = first["valid_from"]
+            old = await call(session, "recall", query="Lisbon", mode="bm25", as_of=then)
+            assert [(h["text"], h["version"], h["valid_to"]) for h in old["hits"]] == [
+                ("Ana lives in Lisbon", 1, moved["valid_from"])
+            ]
+            got = await call(session, "get_memories", ids=[flat["id"]], as_of=then)
+            assert [m["text"] for m in got["memories"]] == ["Ana lives in Lisbon"]
+            before = await call(session, "get_memories", ids=[flat["id"]], as_of="2000-01-01")
+            assert before == {"memories": [], "missing": [flat["id"]]}
+            # An explicit valid_from must come after the current version's.
+            late = await refused(
+                session, "update_memory", id=flat["id"], text="x", valid_from="2000-01-01"
+            )
+            assert "valid_from" in late and "later" in late
+            third = await call(
+                session, "update_memory", id=flat["id"], metadata={"topic": "work"},
+                valid_from="2999-01-01",
+            )  # fmt: skip
+            assert (third["version"], third["valid_from"]) == (3, "2999-01-01T00:00:00+00:00")
+            history = (await call(session, "memory_history", id=flat["id"]))["versions"]
+            assert [(v["version"], v["text"], v["metadata"]) for v in history] == [
+                (1, "Ana lives in Lisbon", {"topic": "home"}),
+                (2, "Ana moved to Porto", {"topic": "home"}),
+                (3, "Ana moved to Porto", {"topic": "work"}),
+            ]
+            assert [v["valid_to"] for v in history] == [
+                moved["valid_from"], "2999-01-01T00:00:00+00:00", None
+            ]  # fmt: skip
+            assert (await call(session, "memory_history", id="nope")) == {"versions": []}
+
+            # Expiry: a memory past its expires_at is gone from every read at once.
+            soon = await call(session, "remember", text="the gate code is 4471",
+                              ttl_seconds=3600)  # fmt: skip
+            (held,) = (await call(session, "get_memories", ids=[soon["id"]]))["memories"]
+            assert held["expires_at"] > held["occurred_at"]
+            past = await call(session, "remember", text="the old gate code was 1234",
+                              expires_at="2001-01-01")  # fmt: skip
+            for mode in ("recall", "similarity", "bm25"):
+                found = (await call(session, "recall", query="gate code", mode=mode))["hits"]
+                seen = [h["id"] for h in found]
+                assert soon["id"] in seen and past["id"] not in seen, mode
+            assert (await call(session, "get_memories", ids=[past["id"]]))["memories"] == []
+            assert (await call(session, "memory_history", id=past["id"]))["versions"] == []
+
+
+async def test_remembering_a_memorys_old_content_is_its_next_version() -> None:
+    """The id is the content's hash, and an update keeps the id: remembering the first
+    content again writes a version (the history keeps all three), never a silent
+    replacement of the current one."""
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            first = await call(session, "remember", text="the office is on floor 3")
+            await call(session, "update_memory", id=first["id"], text="the office is on floor 5")
+            back = await call(session, "remember", text="the office is on floor 3")
+            assert back == {"id": first["id"], "duplicate": False}
+            versions = (await call(session, "memory_history", id=first["id"]))["versions"]
+            assert [(v["version"], v["text"]) for v in versions] == [
+                (1, "the office is on floor 3"),
+                (2, "the office is on floor 5"),
+                (3, "the office is on floor 3"),
+            ]
+            again = await call(session, "remember", text="the office is on floor 3")
+            assert again == {"id": first["id"], "duplicate": True}
+            hits = (await call(session, "recall", query="office floor", mode="bm25"))["hits"]
+            assert [(h["text"], h["version"]) for h in hits] == [("the office is on floor 3", 3)]
+
+
+async def forgotten_nowhere(
+    session: ClientSession, texts: list[str], ids: list[str], then: str
+) -> None:
+    """No read tool returns any of ``texts`` (or ``ids``), in any mode, now or as of
+    ``then`` (when an older version was valid) and a later time."""
+    for query in texts:
+        for mode in ("recall", "similarity", "bm25", "hybrid", "mmr"):
+            for as_of in ({}, {"as_of": then}, {"as_of": "2999-01-01"}):
+                hits = await call(session, "recall", query=query, k=50, mode=mode, **as_of)
+                found = {(h["id"], h["text"]) for h in hits["hits"]}
+                assert not {h for h in found if h[0] in ids or h[1] in texts}, (mode, found)
+    got = await call(session, "get_memories", ids=ids)
+    assert got == {"memories": [], "missing": ids}
+    for memory_id in ids:
+        assert (await call(session, "memory_history", id=memory_id)) == {"versions": []}
+
+
+async def test_forget_by_filter_and_before_leaves_no_trace_over_mcp() -> None:
+    with trio.fail_after(120):
+        async with stdio_session(*IN_MEMORY) as session:
+            ana = [
+                await call(session, "remember", text=text, metadata={"user": "ana"})
+                for text in ("Ana's pin is 9981", "Ana likes zebrafish")
+            ]
+            (v1,) = (await call(session, "get_memories", ids=[ana[0]["id"]]))["memories"]
+            await call(session, "update_memory", id=ana[0]["id"], text="Ana's pin is 9982")
+            old = await call(session, "remember", text="the quokka note from 2019",
+                             occurred_at="2019-05-01")  # fmt: skip
+            bob = await call(session, "remember", text="Bob likes zebrafish too",
+                             metadata={"user": "bob"})  # fmt: skip
+            gone = await call(session, "forget", filter={"user": "ana"})
+            assert sorted(gone["ids"]) == sorted(m["id"] for m in ana) and gone["missing"] == []
+            early = await call(session, "forget", before="2020-01-01")
+            assert early == {"ids": [old["id"]], "missing": []}
+            # Nothing matches now: an empty answer, not an error.
+            assert await call(session, "forget", filter={"user": "ana"}) == {
+                "ids": [], "missing": []
+            }  # fmt: skip
+            texts = ["Ana's pin is 9981", "Ana's pin is 9982", "Ana likes zebrafish",
+                     "the quokka note from 2019"]  # fmt: skip
+            ids = [*(m["id"] for m in ana), old["id"]]
+            await forgotten_nowhere(session, texts, ids, v1["valid_from"])
+            # The rest is untouched: the one zebrafish left is Bob's.
+            hits = (await call(session, "recall", query="zebrafish", mode="bm25"))["hits"]
+            assert [h["id"] for h in hits] == [bob["id"]]
+            assert (await call(session, "memory_stats"))["entries"] == 1
 
 
 async def test_namespace_flag_sets_the_servers_default_namespace() -> None:
@@ -423,7 +633,7 @@ async def test_memories_survive_a_server_restart_on_one_data_dir(data_dir: Path)
             )
             gone = await call(session, "remember", text="the spare key is under the mat")
             await call(session, "remember", text="a note for carol", namespace="carol")
-            assert (await call(session, "forget", ids=[gone["id"]]))["deleted"] == [gone["id"]]
+            assert (await call(session, "forget", ids=[gone["id"]]))["ids"] == [gone["id"]]
             stats = await call(session, "memory_stats")
             assert stats["backend"] and stats["entries"] == 2
         # The first server has exited (stdin closed); a second one opens the same directory.
@@ -491,6 +701,37 @@ async def test_a_stored_lone_surrogate_reaches_the_client_as_u_fffd(
             assert hit["metadata"] == {"k\ufffd": "v"}
             got = await call(session, "get_memories", ids=[hit["id"]])
             assert got["memories"][0]["text"] == "half an emoji \ufffd"
+
+
+async def test_forgotten_over_mcp_is_not_exported_on_pg(
+    tmp_path: Path, pg_dsn: str, pg_table: str
+) -> None:
+    """A forget over MCP, on PostgreSQL, then ``trio-recall export`` of the same table:
+    the forgotten memory (both versions) is in no line, and the server's reads agree."""
+    where = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    with trio.fail_after(240):
+        async with stdio_session(*where) as session:
+            pin = await call(session, "remember", text="the safe's pin is 5150",
+                             metadata={"user": "ana"})  # fmt: skip
+            (v1,) = (await call(session, "get_memories", ids=[pin["id"]]))["memories"]
+            await call(session, "update_memory", id=pin["id"], text="the safe's pin is 5151")
+            keep = await call(session, "remember", text="the safe is in the attic")
+            versions = (await call(session, "memory_history", id=pin["id"]))["versions"]
+            assert [v["version"] for v in versions] == [1, 2]
+            assert (await call(session, "forget", filter={"user": "ana"}))["ids"] == [pin["id"]]
+            texts = ["the safe's pin is 5150", "the safe's pin is 5151"]
+            await forgotten_nowhere(session, texts, [pin["id"]], v1["valid_from"])
+        exported = await trio.run_process(
+            trio_recall("export", "-", *where),
+            env={**os.environ, **_env()},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert exported.returncode == 0, exported.stderr.decode()
+    lines = [json.loads(line) for line in exported.stdout.decode().splitlines()]
+    assert [(m["id"], m["text"]) for m in lines] == [(keep["id"], "the safe is in the attic")]
+    assert "5150" not in exported.stdout.decode() and "5151" not in exported.stdout.decode()
 
 
 @asynccontextmanager

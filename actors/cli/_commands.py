@@ -58,6 +58,11 @@ _TEXT_ARGUMENTS = {
     "conversation": "--conversation",
     "since": "--since",
     "until": "--until",
+    "as_of": "--as-of",
+    "before": "--before",
+    "expires_at": "--expires-at",
+    "valid_from": "--valid-from",
+    "id": "ID",
     "table": "--table",
     "dsn": "--dsn",
 }
@@ -111,8 +116,10 @@ def _leaf(error: BaseException) -> BaseException:
 def _usage_error(error: BaseException) -> bool:
     from protocol import FilterError, JsonError
 
-    from ._service import ToolInputError
+    from ._service import MissingMemory, ToolInputError
 
+    if isinstance(error, MissingMemory):
+        return False  # not bad input: the memory is not there (exit status 1)
     return isinstance(error, UsageError | ToolInputError | FilterError | JsonError)
 
 
@@ -131,7 +138,9 @@ def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
     if _usage_error(leaf):
         sys.stderr.write(f"trio-recall: error: {message}\n")
         return USAGE_ERROR
-    if isinstance(leaf, VectorStoreError | OSError):
+    from ._service import MissingMemory
+
+    if isinstance(leaf, VectorStoreError | OSError | MissingMemory):
         sys.stderr.write(f"trio-recall: error: {message}\n")
     else:
         sys.stderr.write(
@@ -261,11 +270,18 @@ async def _add(args: argparse.Namespace) -> int:
             metadata=metadata,
             occurred_at=args.at,
             conversation=args.conversation,
+            dedupe=args.dedupe,
+            expires_at=args.expires_at,
+            ttl_seconds=args.ttl,
         )
         if args.json:
             _print_json(result)
         else:
             print(result["id"])
+            if result["duplicate"]:
+                sys.stderr.write(
+                    f"already remembered (--dedupe {args.dedupe}): nothing was stored\n"
+                )
         return 0
 
     return await _with_service(args, body)
@@ -287,6 +303,7 @@ async def _search(args: argparse.Namespace) -> int:
                 mode=args.mode,
                 since=args.since,
                 until=args.until,
+                as_of=args.as_of,
             )
         if args.json:
             _print_json(hits)
@@ -300,16 +317,60 @@ async def _search(args: argparse.Namespace) -> int:
 
 
 async def _forget(args: argparse.Namespace) -> int:
+    filter_ = _json_arg("--filter", args.filter)
+
     async def body(service: MemoryService) -> int:
-        result = await service.forget(args.ids, namespace=args.namespace)
+        result = await service.forget(
+            args.ids or None, namespace=args.namespace, filter=filter_, before=args.before
+        )
         if args.json:
             _print_json(result)
         else:
-            for memory_id in result["deleted"]:
+            for memory_id in result["ids"]:
                 print(f"deleted {memory_id}")
             for memory_id in result["missing"]:
                 print(f"not found {memory_id}")
+            if not result["ids"] and not result["missing"]:
+                sys.stderr.write("no memories matched: nothing was forgotten\n")
         return FAILED if result["missing"] else 0
+
+    return await _with_service(args, body)
+
+
+async def _update(args: argparse.Namespace) -> int:
+    metadata = _json_arg("--metadata", args.metadata)
+
+    async def body(service: MemoryService) -> int:
+        result = await service.update(
+            args.id,
+            text=args.text,
+            metadata=metadata,
+            valid_from=args.valid_from,
+            namespace=args.namespace,
+        )
+        if args.json:
+            _print_json(result)
+        else:
+            print(
+                f"{result['id']}  version {result['version']}  valid from {result['valid_from']}"
+            )
+        return 0
+
+    return await _with_service(args, body)
+
+
+async def _history(args: argparse.Namespace) -> int:
+    async def body(service: MemoryService) -> int:
+        versions = await service.history(args.id, namespace=args.namespace)
+        if args.json:
+            _print_json(versions)
+        elif not versions:
+            sys.stderr.write(f"no memory {args.id} in this namespace\n")
+        for version in [] if args.json else versions:
+            until = version["valid_to"] or "-"
+            text = _one_line(str(version["text"]))
+            print(f"{version['version']:>3}  {version['valid_from']}  {until}  {text}")
+        return 0 if versions else FAILED
 
     return await _with_service(args, body)
 
@@ -417,6 +478,8 @@ def _http_token(args: argparse.Namespace) -> str | None:
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "add": _add,
     "search": _search,
+    "update": _update,
+    "history": _history,
     "forget": _forget,
     "stats": _stats,
     "import": _import,

@@ -1,8 +1,9 @@
 """``trio-recall mcp``: the memory as a Model Context Protocol server (README "MCP server").
 
-Five tools, each a thin call of one :class:`~actors.cli._service.MemoryService` method,
-so the command line and the server share one implementation of every operation:
-``remember``, ``recall``, ``forget``, ``get_memories`` and ``memory_stats``. The server
+Seven tools, each a thin call of one :class:`~actors.cli._service.MemoryService`
+method, so the command line and the server share one implementation of every
+operation: ``remember``, ``recall``, ``update_memory``, ``forget``, ``get_memories``,
+``memory_history`` and ``memory_stats``. The server
 is the official ``mcp`` SDK's low-level ``Server`` (v2, written against anyio, so it runs
 on trio as it is): its tools are declared here with their JSON schemas (input and
 output), and every argument is checked by the service, so a bad one gives a one-line
@@ -50,7 +51,16 @@ from protocol.checks import (
 
 from ..doors import DEFAULT_MODE, SEARCH_MODES, named_run
 from ._http_auth import App, BearerAuth, check_http, is_loopback
-from ._service import MAX_IDS, MAX_NAME_BYTES, MemoryService, ToolInputError, _namespace
+from ._service import (
+    DEDUPE_MODES,
+    DEFAULT_DEDUPE,
+    MAX_IDS,
+    MAX_NAME_BYTES,
+    MAX_TTL_SECONDS,
+    MemoryService,
+    ToolInputError,
+    _namespace,
+)
 
 __all__ = ["TOOLS", "ToolSpec", "serve"]
 
@@ -69,13 +79,17 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 @attrs.frozen
 class ToolSpec:
-    """One tool: its name, one-line description, JSON schemas and read-only hint."""
+    """One tool: its name, one-line description, JSON schemas and hints (MCP's tool
+    annotations: it reads only; it destroys what it touches; calling it again with the
+    same arguments changes nothing more)."""
 
     name: str
     description: str
     input_schema: dict[str, JsonValue]
     output_schema: dict[str, JsonValue]
     read_only: bool
+    destructive: bool = False
+    idempotent: bool = True
 
     @property
     def arguments(self) -> tuple[dict[str, JsonValue], list[JsonValue]]:
@@ -120,6 +134,22 @@ _MEMORY_FIELDS: dict[str, JsonValue] = {
         "remember said).",
     },
     "conversation": {"type": ["string", "null"]},
+    "version": {
+        "type": ["integer", "null"],
+        "description": "Which version of the memory this is: 1, then one more per update_memory.",
+    },
+    "valid_from": {
+        "type": ["string", "null"],
+        "description": "Since when this version holds, ISO 8601 in UTC.",
+    },
+    "valid_to": {
+        "type": ["string", "null"],
+        "description": "When a later version replaced it; null for the current version.",
+    },
+    "expires_at": {
+        "type": ["string", "null"],
+        "description": "When it stops being remembered, ISO 8601 in UTC; null: never.",
+    },
 }
 _MEMORY: JsonValue = {
     "type": "object",
@@ -158,15 +188,31 @@ def _object(properties: dict[str, JsonValue], required: list[JsonValue]) -> dict
     }
 
 
-_BY_IDS = _object({"ids": _IDS, "namespace": _NAMESPACE}, ["ids"])
 _STRINGS: JsonValue = {"type": "array", "items": {"type": "string"}}
+_AS_OF: JsonValue = {
+    "type": "string",
+    "description": f"Read the memory as it was at this time ({_ISO_TIME}): each memory's "
+    "version valid then; default now (the current versions).",
+}
+_FILTER_LANGUAGE = (
+    'Metadata filter: {"topic": "travel"}, or operators $eq $ne $gt $gte $lt $lte $in $nin '
+    '$exists $and $or $not, e.g. {"year": {"$gte": 2020}}.'
+)
+_FILTER: JsonValue = {"type": "object", "description": _FILTER_LANGUAGE}
+_MEMORY_ID: JsonValue = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_NAME_BYTES,
+    "description": "A memory id, as remember or recall returned it.",
+}
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "remember",
         "Store a fact, preference, note or conversation turn as a long-term memory and "
-        "return its id (the same text, metadata, time and conversation again keeps one "
-        "memory).",
+        "return its id; a text already remembered in the namespace is not stored again "
+        "(duplicate: true, with the existing memory's id). To change a fact, call "
+        "update_memory instead.",
         _object(
             {
                 "text": {
@@ -195,11 +241,43 @@ TOOLS: tuple[ToolSpec, ...] = (
                     'conversation, remembered in order (e.g. "Ana: ..." then "Ben: ..."), '
                     "are neighbours, so recall finds the turn beside the one that matches.",
                 },
+                "dedupe": {
+                    "type": "string",
+                    "enum": list(DEDUPE_MODES),
+                    "default": DEFAULT_DEDUPE,
+                    "description": "exact (the default): the same text as a current "
+                    "memory of the namespace stores nothing and answers its id; near: the "
+                    "same for a memory whose meaning is nearly the same (the store's "
+                    "near-duplicate cosine); none: always store.",
+                },
+                "expires_at": {
+                    "type": "string",
+                    "description": f"When to forget it by itself ({_ISO_TIME}); default "
+                    "never. Not with ttl_seconds.",
+                },
+                "ttl_seconds": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_TTL_SECONDS,
+                    "description": "Forget it by itself this many seconds from now; "
+                    "default never. Not with expires_at.",
+                },
             },
             ["text"],
         ),
-        {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+        _object(
+            {
+                "id": {"type": "string"},
+                "duplicate": {
+                    "type": "boolean",
+                    "description": "True: the memory was already there (id is its id) and "
+                    "nothing was stored.",
+                },
+            },
+            ["id", "duplicate"],
+        ),
         read_only=False,
+        idempotent=True,
     ),
     ToolSpec(
         "recall",
@@ -245,14 +323,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "string",
                     "description": f"Only memories that happened before this ({_ISO_TIME}).",
                 },
-                "filter": {
-                    "type": "object",
-                    "description": (
-                        'Metadata filter: {"topic": "travel"}, or operators $eq $ne $gt '
-                        "$gte $lt $lte $in $nin $exists $and $or $not, e.g. "
-                        '{"year": {"$gte": 2020}}.'
-                    ),
-                },
+                "as_of": _AS_OF,
+                "filter": _FILTER,
             },
             ["query"],
         ),
@@ -260,21 +332,86 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
     ),
     ToolSpec(
-        "forget",
-        "Delete memories by id; says which ids were deleted and which were not there.",
-        _BY_IDS,
-        _object({"deleted": _STRINGS, "missing": _STRINGS}, ["deleted", "missing"]),
+        "update_memory",
+        "Change a remembered fact: store a new version of the memory (same id) and keep "
+        "the old one as history; recall then finds the new version, and as_of the old.",
+        _object(
+            {
+                "id": _MEMORY_ID,
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The new text; omit to keep the current one.",
+                },
+                "metadata": {
+                    "type": "object",
+                    "description": "The new metadata (replaces the current); omit to keep it.",
+                },
+                "valid_from": {
+                    "type": "string",
+                    "description": f"Since when the new version holds ({_ISO_TIME}); "
+                    "default now. Must be after the current version's valid_from.",
+                },
+                "namespace": _NAMESPACE,
+            },
+            ["id"],
+        ),
+        _object(
+            {
+                "id": {"type": "string"},
+                "version": {"type": "integer"},
+                "valid_from": {"type": "string"},
+            },
+            ["id", "version", "valid_from"],
+        ),
         read_only=False,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "forget",
+        "Forget memories for good, every version and every trace: by ids, or every "
+        "memory matching a metadata filter and/or that happened before a time; answers "
+        "the ids forgotten and the ids given that were not there.",
+        _object(
+            {
+                "ids": _IDS,
+                "filter": {
+                    "type": "object",
+                    "description": "Forget every memory matching this filter (not with "
+                    f"ids). {_FILTER_LANGUAGE}",
+                },
+                "before": {
+                    "type": "string",
+                    "description": "Forget every memory that happened before this "
+                    f"({_ISO_TIME}); with filter, those matching both. Not with ids.",
+                },
+                "namespace": _NAMESPACE,
+            },
+            [],
+        ),
+        _object({"ids": _STRINGS, "missing": _STRINGS}, ["ids", "missing"]),
+        read_only=False,
+        destructive=True,
+        idempotent=True,
     ),
     ToolSpec(
         "get_memories",
-        "Read memories by id, with their text, source, metadata, time and conversation; "
-        "ids not there are listed as missing.",
-        _BY_IDS,
+        "Read memories by id, with their text, source, metadata, time, conversation and "
+        "version; ids not there are listed as missing.",
+        _object({"ids": _IDS, "namespace": _NAMESPACE, "as_of": _AS_OF}, ["ids"]),
         _object(
             {"memories": {"type": "array", "items": _MEMORY}, "missing": _STRINGS},
             ["memories", "missing"],
         ),
+        read_only=True,
+    ),
+    ToolSpec(
+        "memory_history",
+        "Every version of one memory still held, oldest first, each with the time it "
+        "held from (valid_from) and until (valid_to, null for the current one); empty "
+        "for an id that is not there.",
+        _object({"id": _MEMORY_ID, "namespace": _NAMESPACE}, ["id"]),
+        _object({"versions": {"type": "array", "items": _MEMORY}}, ["versions"]),
         read_only=True,
     ),
     ToolSpec(
@@ -341,7 +478,11 @@ async def call_tool(
             with named_run(MCP_RETRIEVER):
                 return {"hits": await service.recall(args.pop("query"), **args)}
         case "forget":
-            return await service.forget(args.pop("ids"), **args)
+            return await service.forget(**args)
+        case "update_memory":
+            return await service.update(args.pop("id"), **args)
+        case "memory_history":
+            return {"versions": await service.history(args.pop("id"), **args)}
         case "get_memories":
             ids = args.pop("ids")
             memories = await service.get_memories(ids, **args)
@@ -349,8 +490,10 @@ async def call_tool(
             found = {m["id"] for m in memories}
             missing = [i for i in dict.fromkeys(ids) if i not in found]
             return {"memories": memories, "missing": missing}
-        case _:
+        case "memory_stats":
             return await service.memory_stats()
+        case _:  # a tool declared above and not dispatched here
+            raise AssertionError(f"tool {name!r} has no implementation")
 
 
 def _build_server(service: MemoryService, namespace: str | None) -> Server[object]:
@@ -362,8 +505,8 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[objec
             output_schema=tool.output_schema,
             annotations=types.ToolAnnotations(
                 read_only_hint=tool.read_only,
-                destructive_hint=tool.name == "forget",
-                idempotent_hint=True,  # remember too: the same memory has the same id
+                destructive_hint=tool.destructive,
+                idempotent_hint=tool.idempotent,
                 open_world_hint=False,
             ),
         )
@@ -413,7 +556,9 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[objec
             "Long-term memory. Call recall before answering anything that may depend on "
             "what you were told earlier; call remember for facts, preferences and "
             "decisions worth keeping (with occurred_at, when it happened, and for the "
-            "turns of a conversation its name, in order); forget deletes by id."
+            "turns of a conversation its name, in order); when a fact changes, call "
+            "update_memory on its id (the old version stays in memory_history); forget "
+            "deletes for good, by id or by filter."
         ),
         on_list_tools=list_tools,
         on_call_tool=on_call,

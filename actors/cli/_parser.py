@@ -17,6 +17,7 @@ from typing import NoReturn
 from protocol.checks import DEFAULT_MIN_SIMILARITY
 
 from ..doors import DEFAULT_MODE, SEARCH_MODES
+from ._service import DEDUPE_MODES, DEFAULT_DEDUPE
 
 __all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
 
@@ -30,7 +31,8 @@ data directory (--data, $TRIO_RECALL_DATA, else the user data directory), in any
 PostgreSQL with pgvector (--dsn), or in this process only (--in-memory)."""
 
 _EPILOG = """\
-exit status: 0 done; 1 failed (including forget of an id that is not there);
+exit status: 0 done; 1 failed (including forget of an id that is not there, and
+update of one that is not there);
 2 bad usage or input; 130 interrupted; 141 the reader of stdout left. Errors are one
 line on stderr (--debug prints the traceback)."""
 
@@ -72,6 +74,16 @@ def _positive(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number <= 0:
         raise argparse.ArgumentTypeError(f"{number} is not > 0")
+    return number
+
+
+def _positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{value} is not > 0")
     return number
 
 
@@ -157,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = command(
         "mcp",
         "serve memory to an agent host over MCP (stdio, or --http)",
-        "Serve the memory tools (remember, recall, forget, get_memories, memory_stats) "
-        "over the Model Context Protocol: on stdin/stdout by default, or over streamable "
-        "HTTP with --http.",
+        "Serve the memory tools (remember, recall, update_memory, forget, get_memories, "
+        "memory_history, memory_stats) over the Model Context Protocol: on stdin/stdout "
+        "by default, or over streamable HTTP with --http.",
     )
     mcp.add_argument(
         "--http",
@@ -180,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     add = command(
         "add",
         "remember a text",
-        "Remember TEXT; print its id (the content hash of the text and metadata, so "
-        "adding the same memory twice keeps one).",
+        "Remember TEXT; print its id (the content hash of the text and metadata). By "
+        "default (--dedupe exact) a TEXT already remembered in the namespace is not "
+        "stored again: its id is printed, and stderr says it was a duplicate.",
     )
     add.add_argument("text", metavar="TEXT", help="the text to remember; - reads it from stdin")
     add.add_argument("--source", metavar="SOURCE", help="where the memory came from")
@@ -200,6 +213,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="the conversation it belongs to: memories of one conversation, added in "
         "order, are neighbours for search",
     )
+    add.add_argument(
+        "--dedupe",
+        choices=DEDUPE_MODES,
+        default=DEFAULT_DEDUPE,
+        help="exact (the default): the same text as a memory already there stores "
+        "nothing; near: nor does one nearly the same in meaning; none: always store",
+    )
+    expiry = add.add_mutually_exclusive_group()
+    expiry.add_argument(
+        "--expires-at",
+        metavar="ISO",
+        help="forget the memory by itself at this time (ISO 8601); default never",
+    )
+    expiry.add_argument(
+        "--ttl",
+        type=_positive_number,
+        metavar="SECONDS",
+        help="forget the memory by itself this many seconds from now; default never",
+    )
+
+    update = command(
+        "update",
+        "change a memory, keeping the old version",
+        "Write a new version of memory ID with --text and/or --metadata (what is left "
+        "out is kept); the current version is closed and kept as history (see "
+        "history). Prints the id, the new version and since when it holds.",
+    )
+    update.add_argument("id", metavar="ID", help="the memory's id (from add or search)")
+    update.add_argument("--text", metavar="TEXT", help="the new text")
+    update.add_argument(
+        "--metadata", metavar="JSON", help="the new metadata, a JSON object (replaces it)"
+    )
+    update.add_argument(
+        "--valid-from",
+        metavar="ISO",
+        help="since when the new version holds (ISO 8601; default now); after the "
+        "current version's",
+    )
+
+    history = command(
+        "history",
+        "list every version of a memory",
+        "Print every version of memory ID still held, oldest first: the version, since "
+        "when it held, until when (- for the current one) and its text.",
+    )
+    history.add_argument("id", metavar="ID", help="the memory's id")
 
     search = command(
         "search",
@@ -240,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only memories that happened before this time (ISO 8601)",
     )
     search.add_argument(
+        "--as-of",
+        metavar="ISO",
+        help="search the memory as it was at this time: each memory's version valid "
+        "then (ISO 8601; default: the current versions)",
+    )
+    search.add_argument(
         "--filter",
         metavar="JSON",
         help='a metadata filter, such as \'{"kind": "pet"}\' or \'{"year": {"$gte": 2020}}\'',
@@ -247,11 +312,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     forget = command(
         "forget",
-        "delete memories by id",
-        "Delete the memories with these ids from the namespace; print which were "
-        "deleted and which were not there (exit status 1 if any was not there).",
+        "forget memories, every version, by id or by filter",
+        "Forget for good (every version and every trace) the memories with these ids, "
+        "or every memory of the namespace matching --filter and/or that happened before "
+        "--before; there is no confirmation, and no default selection: give ids, or "
+        "--filter and/or --before. Prints each id forgotten, and the ids given that "
+        "were not there (exit status 1 if any was not there).",
     )
-    forget.add_argument("ids", metavar="ID", nargs="+", help="a memory id (from add or search)")
+    forget.add_argument("ids", metavar="ID", nargs="*", help="a memory id (from add or search)")
+    forget.add_argument(
+        "--filter",
+        metavar="JSON",
+        help="forget every memory matching this metadata filter (not with ids)",
+    )
+    forget.add_argument(
+        "--before",
+        metavar="ISO",
+        help="forget every memory that happened before this time (ISO 8601; not with ids)",
+    )
 
     command(
         "stats",

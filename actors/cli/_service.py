@@ -1,21 +1,27 @@
-"""The five memory operations of the command line and the MCP server, as plain data.
+"""The memory operations of the command line and the MCP server, as plain data.
 
-:class:`MemoryService` is the one implementation of remember, recall, forget,
-get_memories and memory_stats over an open store of either backend (the in-memory
-``StoreHandle`` or the PostgreSQL ``PgStoreHandle``). Its arguments come from JSON (an
-MCP tool call) or from a command line, so every one is checked here, before the store
-sees it, and a bad one raises :class:`ToolInputError` with a one-line message naming the
-argument, the value seen and what was expected. The MCP server turns that error into a
-tool error result; the command line prints it. Its results are JSON-ready dicts and
-lists.
+:class:`MemoryService` is the one implementation of remember, recall, update, history,
+forget, get_memories and memory_stats over an open store of either backend (the
+in-memory ``StoreHandle`` or the PostgreSQL ``PgStoreHandle``). Its arguments come from
+JSON (an MCP tool call) or from a command line, so every one is checked here, before the
+store sees it, and a bad one raises :class:`ToolInputError` with a one-line message
+naming the argument, the value seen and what was expected. The MCP server turns that
+error into a tool error result; the command line prints it. Its results are JSON-ready
+dicts and lists.
 
 A memory is a document of the store (design §9): its id is its content hash
 (``Document.with_id``: the text and metadata, and its ``occurred_at`` and
-``conversation`` when given), so remembering the same text with the same metadata
-again keeps one memory (and updates its source); its ``source`` is the document's
-``source_id``. It happened at its ``occurred_at`` (given as ISO 8601 text; left out, the
-store stamps the time of the write) and may belong to a ``conversation``, whose
-memories are neighbours in the order they were remembered.
+``conversation`` when given); its ``source`` is the document's ``source_id``. It
+happened at its ``occurred_at`` (given as ISO 8601 text; left out, the store stamps the
+time of the write) and may belong to a ``conversation``, whose memories are neighbours
+in the order they were remembered.
+
+Memory over time (README section of that name): ``remember`` skips a duplicate by
+default (``dedupe="exact"``: hosts re-send the same fact) and may expire; ``update``
+writes a new version under the same id and keeps the old one, which ``history`` lists
+and ``as_of`` reads; ``forget`` forgets every version, by ids or by a selection, and is
+always explicit (no call selects a whole namespace by default). Every memory comes back
+with its ``version``, ``valid_from``, ``valid_to`` and ``expires_at``.
 
 ``recall`` searches as ``Memory.retrieve`` does unless ``mode`` says otherwise: the
 store's tuned recall (``SearchRequest(kind="recall")``) with ``Memory``'s relevance floor
@@ -39,6 +45,7 @@ from protocol import (
     ConfigError,
     Document,
     EntryTooLarge,
+    Filter,
     FilterError,
     JsonError,
     ScoredDocument,
@@ -52,8 +59,9 @@ from protocol.checks import (
     check_json_object,
     shown,
 )
+from protocol.messages import Dedupe
 
-from .. import Store
+from .. import Store, StoreHandle
 from ..doors import (
     DEFAULT_MODE,
     candidate_depth,
@@ -63,18 +71,40 @@ from ..doors import (
     relevance_floor,
 )
 
-__all__ = ["MAX_IDS", "MAX_NAME_BYTES", "MemoryService", "ToolInputError", "hit", "iso_time"]
+__all__ = [
+    "DEDUPE_MODES",
+    "DEFAULT_DEDUPE",
+    "MAX_IDS",
+    "MAX_NAME_BYTES",
+    "MemoryService",
+    "MissingMemory",
+    "ToolInputError",
+    "hit",
+    "iso_time",
+]
 
 #: The longest namespace or source accepted, in UTF-8 bytes: the in-memory store keeps
 #: a namespace per slot (its memory bound counts the longest one in use).
 MAX_NAME_BYTES = 256
 #: The most ids one forget or get_memories call takes.
 MAX_IDS = 10_000
+#: What ``remember``/``add`` take as ``dedupe`` (``"none"``: the store's None), and
+#: their default: hosts re-send the same fact (README "Memory over time").
+DEDUPE_MODES = ("exact", "near", "none")
+DEFAULT_DEDUPE = "exact"
+#: The longest ``ttl_seconds`` taken: 100 years (a longer one is surely a mistake, and
+#: a timedelta has its own bounds).
+MAX_TTL_SECONDS = 100 * 365 * 86_400
 
 
 class ToolInputError(ValueError):
     """A bad argument to one of the operations: the message is one line naming the
     argument, the value seen and what was expected. Nothing was changed."""
+
+
+class MissingMemory(ToolInputError):
+    """An update of a memory that is not there (never was, forgotten or expired): the
+    command line exits 1 for it, as for ``forget`` of a missing id, not 2."""
 
 
 @attrs.define(eq=False)
@@ -106,8 +136,13 @@ class MemoryService:
         metadata: object = None,
         occurred_at: object = None,
         conversation: object = None,
+        dedupe: object = DEFAULT_DEDUPE,
+        expires_at: object = None,
+        ttl_seconds: object = None,
     ) -> dict[str, JsonValue]:
-        """Store one memory and return ``{"id": ...}`` (its content hash).
+        """Store one memory and return ``{"id": ..., "duplicate": ...}``: its content
+        hash and False, or, when ``dedupe`` found the same memory already there, that
+        memory's id and True (nothing was written).
 
         Args:
             text: what to remember.
@@ -118,11 +153,22 @@ class MemoryService:
                 without an offset, is UTC); None: the time of the write.
             conversation: the conversation it belongs to, or None: memories of one
                 conversation are neighbours in the order they are remembered.
+            dedupe: ``"exact"`` (the default of the doors, because hosts re-send the
+                same fact): a text equal to a current memory's in the namespace writes
+                nothing and answers that memory's id; ``"near"``: the same for a
+                current memory whose cosine with this one is at least the store's
+                near-duplicate threshold; ``"none"``: always write (the same content
+                hash still keeps one memory).
+            expires_at: when the memory stops being visible, ISO 8601 text; None:
+                never (unless ``ttl_seconds``).
+            ttl_seconds: seconds from now (the store's clock) until it expires, a
+                number > 0; not with ``expires_at``.
 
         Raises:
             ToolInputError: empty or non-str text, text (with its metadata and source)
                 over the store's ``max_entry_bytes``, metadata that is not a JSON object,
-                a bad namespace, source, time or conversation. Nothing is stored.
+                a bad namespace, source, time, conversation, dedupe or expiry. Nothing
+                is stored.
         """
         body = _text("text", text)
         space = _namespace(namespace)
@@ -130,6 +176,8 @@ class MemoryService:
         meta = _metadata(metadata)
         when = _time("occurred_at", occurred_at)
         thread = _conversation(conversation)
+        mode = _dedupe(dedupe)
+        expiry = _expiry(expires_at, ttl_seconds)
         cap = self.store.config.max_entry_bytes
         size = len(body.encode("utf-8", "surrogatepass"))
         if size > cap:
@@ -138,16 +186,67 @@ class MemoryService:
                 f"most {cap} bytes per entry (max_entry_bytes)"
             )
         document = Document(
-            text=body, metadata=meta, source_id=origin, occurred_at=when, conversation=thread
+            text=body,
+            metadata=meta,
+            source_id=origin,
+            occurred_at=when,
+            conversation=thread,
+            expires_at=expiry if isinstance(expiry, dt.datetime) else None,
         ).with_id()
+        ttl = expiry if isinstance(expiry, dt.timedelta) else None
+        assert document.id is not None  # with_id
+        found = await self.store.get_by_ids([document.id], namespace=space)
         try:
-            (memory_id,) = await self.store.add_documents([document], namespace=space)
+            if found and (found[0].text, found[0].metadata) != (body, meta):
+                # The memory of this content hash was updated since it was remembered:
+                # remembering its first content again is a new version of it, not a
+                # replacement of its current version (which would lose it from history).
+                return await self._again(document, found[0], space, expiry)
+            (memory_id,) = await self.store.add_documents(
+                [document], namespace=space, dedupe=mode, ttl=ttl
+            )
         except EntryTooLarge as error:
             raise ToolInputError(
                 f"text, metadata and source count {error.bytes} bytes; this memory takes "
                 f"at most {error.max_entry_bytes} bytes per entry (max_entry_bytes)"
             ) from None
-        return {"id": memory_id}
+        # A duplicate answers the existing memory's id, which is this one's when that
+        # memory has the same content hash: whether it was there tells them apart.
+        there = mode is not None and bool(found)
+        return {"id": memory_id, "duplicate": there or memory_id != document.id}
+
+    async def _again(
+        self,
+        document: Document,
+        current: Document,
+        namespace: str,
+        expiry: dt.datetime | dt.timedelta | None,
+    ) -> dict[str, JsonValue]:
+        """``remember`` of the content a memory had before an update: its next version,
+        from ``document``'s ``occurred_at`` when that is later than the current
+        version's start (else from now), expiring as ``remember`` was told."""
+        assert document.id is not None
+        start = current.valid_from or current.occurred_at
+        since = document.occurred_at
+        if since is not None and start is not None and since <= start:
+            since = None
+        if isinstance(expiry, dt.timedelta):
+            now = self.store.clock() if isinstance(self.store, StoreHandle) else None
+            expires: dt.datetime | None = (now or dt.datetime.now(dt.UTC)) + expiry
+        else:
+            expires = expiry
+        try:
+            await self.store.update(
+                document.id,
+                document.text,
+                document.metadata,
+                namespace=namespace,
+                valid_from=since,
+                expires_at=expires,
+            )
+        except ConfigError as error:  # forgotten meanwhile; a current version from later
+            raise ToolInputError(str(error)) from None
+        return {"id": document.id, "duplicate": False}
 
     async def recall(
         self,
@@ -160,6 +259,7 @@ class MemoryService:
         mode: object = DEFAULT_MODE,
         since: object = None,
         until: object = None,
+        as_of: object = None,
     ) -> list[dict[str, JsonValue]]:
         """The ``k`` memories that best answer ``query``, best first, each
         ``{"id", "text", "score", "source", "metadata", "occurred_at", "conversation"}``
@@ -182,6 +282,9 @@ class MemoryService:
             since, until: keep memories whose ``occurred_at`` is at or after ``since``
                 and before ``until``: ISO 8601 text (a date, or a time without an
                 offset, is UTC), applied before top-k like a filter.
+            as_of: read the memory as it was at this time (ISO 8601): each memory's
+                version valid then, instead of its current one (README "Memory over
+                time"); None reads the current versions.
 
         Raises:
             ToolInputError: any bad argument. Nothing is searched.
@@ -194,18 +297,9 @@ class MemoryService:
             floor = relevance_floor(kind, given)
         except ConfigError as error:
             raise ToolInputError(str(error)) from None
-        tree = None
-        if filter is not None:
-            if not isinstance(filter, Mapping):
-                raise ToolInputError(
-                    f"filter is {shown(filter)} ({type(filter).__name__}); expected a JSON "
-                    'object such as {"kind": "pet"} or {"year": {"$gte": 2020}}'
-                )
-            try:
-                tree = parse_filter(filter)
-            except FilterError as error:
-                raise ToolInputError(f"filter: {error}") from None
+        tree = _filter(filter)
         start, end = _time("since", since), _time("until", until)
+        then = _time("as_of", as_of)
         space = _namespace(namespace)
         try:
             request = SearchRequest(
@@ -218,37 +312,153 @@ class MemoryService:
                 namespace=space,
                 since=start,
                 until=end,
+                as_of=then,
             )
         except ConfigError as error:  # since after until
             raise ToolInputError(str(error)) from None
         return [hit(found) for found in await self.store.search(request)]
 
-    async def forget(self, ids: object, *, namespace: object = None) -> dict[str, list[str]]:
-        """Delete memories by id in one namespace, all or nothing: returns
-        ``{"deleted": [...], "missing": [...]}`` (deduplicated, in input order; an id
-        that is not in this namespace is missing, whatever other namespaces hold).
+    async def forget(
+        self,
+        ids: object = None,
+        *,
+        namespace: object = None,
+        filter: object = None,
+        before: object = None,
+    ) -> dict[str, list[str]]:
+        """Forget memories in one namespace, every version of each and every trace of
+        their text, all or nothing: by ``ids``, or every memory matching ``filter``
+        and/or that happened before ``before``. Returns ``{"ids": [...], "missing":
+        [...]}``: the ids forgotten (for ``ids``: deduplicated, in input order) and the
+        ids given that were not there (an id of another namespace is missing, whatever
+        that namespace holds).
+
+        Args:
+            ids: a list of memory ids, or None to select by ``filter``/``before``.
+            namespace: the namespace (``None``: the default one).
+            filter: a metadata filter (the language of ``recall``'s); not with ``ids``.
+            before: ISO 8601: the memories whose ``occurred_at`` is before it; not
+                with ``ids``.
 
         Raises:
-            ToolInputError: ``ids`` is not a list of non-empty str, or a bad namespace.
+            ToolInputError: none of ``ids``, ``filter`` and ``before`` (a forget is
+                explicit: nothing selects a whole namespace by default), ``ids`` with a
+                selection, ``ids`` that is not a list of non-empty str, a bad filter,
+                time or namespace. Nothing is forgotten.
         """
+        # An empty filter matches everything: not a selection a forget takes.
+        tree = None if isinstance(filter, Mapping) and not filter else _filter(filter)
+        cutoff = _time("before", before)
+        space = _namespace(namespace)
+        if ids is None:
+            if tree is None and cutoff is None:
+                raise ToolInputError(
+                    "forget was given no ids, no filter and no before; expected the ids to "
+                    "forget, or a filter and/or before selecting the memories (an empty "
+                    "filter is not a selection)"
+                )
+            forgotten = await self.store.forget(namespace=space, filter=tree, before=cutoff)
+            return {"ids": list(forgotten), "missing": []}
         wanted = _ids(ids)
-        result = await self.store.delete(wanted, namespace=_namespace(namespace))
-        return {"deleted": list(result.deleted), "missing": list(result.missing)}
+        if filter is not None or before is not None:
+            raise ToolInputError(
+                "forget was given ids and a filter or before; expected either ids, or a "
+                "selection by filter and/or before"
+            )
+        forgotten = list(await self.store.forget(wanted, namespace=space))
+        gone = set(forgotten)
+        return {"ids": forgotten, "missing": [i for i in dict.fromkeys(wanted) if i not in gone]}
+
+    async def update(
+        self,
+        memory_id: object,
+        *,
+        text: object = None,
+        metadata: object = None,
+        valid_from: object = None,
+        namespace: object = None,
+    ) -> dict[str, JsonValue]:
+        """Write a new version of a memory and answer ``{"id", "version",
+        "valid_from"}`` of it: the current version is closed at ``valid_from`` and kept
+        (``history``), and reads see the new one (README "Memory over time").
+
+        Args:
+            memory_id: the memory's id, as ``remember`` or ``recall`` gave it.
+            text: the new text, or None to keep the current version's.
+            metadata: the new metadata (a JSON object, replacing the current one), or
+                None to keep it.
+            valid_from: ISO 8601: since when the new version holds; None: now (the
+                store's clock). It must be later than the current version's.
+            namespace: the namespace (``None``: the default one).
+
+        Raises:
+            MissingMemory: no current memory has that id in the namespace.
+            ToolInputError: neither ``text`` nor ``metadata``, a bad id, text, metadata,
+                time or namespace, or a ``valid_from`` not after the current version's.
+                Nothing is written.
+        """
+        target = _name("id", memory_id)
+        body = None if text is None else _text("text", text)
+        meta = None if metadata is None else _metadata(metadata)
+        since = _time("valid_from", valid_from)
+        space = _namespace(namespace)
+        if body is None and meta is None:
+            raise ToolInputError(
+                "update was given neither text nor metadata; expected the new text, the "
+                "new metadata, or both"
+            )
+        if not await self.store.get_by_ids([target], namespace=space):
+            raise MissingMemory(
+                f"id is {shown(target)}, and namespace {space!r} holds no current memory "
+                "with that id; expected the id of a memory there (remember writes a new one)"
+            )
+        try:
+            document = await self.store.update(
+                target, body, meta, namespace=space, valid_from=since
+            )
+        except EntryTooLarge as error:
+            raise ToolInputError(
+                f"text, metadata and source count {error.bytes} bytes; this memory takes "
+                f"at most {error.max_entry_bytes} bytes per entry (max_entry_bytes)"
+            ) from None
+        except ConfigError as error:  # no such memory; valid_from not after the current
+            raise ToolInputError(str(error)) from None
+        return {
+            "id": document.id,
+            "version": document.version,
+            "valid_from": iso_time(document.valid_from),
+        }
+
+    async def history(
+        self, memory_id: object, *, namespace: object = None
+    ) -> list[dict[str, JsonValue]]:
+        """Every version of a memory still held, oldest first (version 1 first), each
+        as :func:`_memory` gives it (with its ``version``, ``valid_from`` and
+        ``valid_to``); ``[]`` for an id that is not there (never was, or forgotten).
+
+        Raises:
+            ToolInputError: a bad id or namespace.
+        """
+        target = _name("id", memory_id)
+        versions = await self.store.history(target, namespace=_namespace(namespace))
+        return [_memory(version) for version in versions]
 
     async def get_memories(
-        self, ids: object, *, namespace: object = None
+        self, ids: object, *, namespace: object = None, as_of: object = None
     ) -> list[dict[str, JsonValue]]:
         """The memories with these ids in one namespace, in input order (deduplicated),
-        each ``{"id", "text", "source", "metadata", "occurred_at", "conversation"}``
-        (``occurred_at`` as ISO 8601 in UTC); an id not there is left out.
+        each as :func:`_memory` gives it (times as ISO 8601 in UTC); an id not there is
+        left out. ``as_of`` (ISO 8601) reads each memory's version valid at that time
+        instead of its current one; an id with no version valid then is left out.
 
         Raises:
-            ToolInputError: ``ids`` is not a list of non-empty str, or a bad namespace.
+            ToolInputError: ``ids`` is not a list of non-empty str, a bad namespace or
+                time.
         """
         wanted = _ids(ids)
-        found = {
-            d.id: d for d in await self.store.get_by_ids(wanted, namespace=_namespace(namespace))
-        }
+        then = _time("as_of", as_of)
+        space = _namespace(namespace)
+        found = {d.id: d for d in await self.store.get_by_ids(wanted, namespace=space, as_of=then)}
         return [_memory(found[i]) for i in dict.fromkeys(wanted) if i in found]
 
     async def memory_stats(self) -> dict[str, JsonValue]:
@@ -266,6 +476,9 @@ class MemoryService:
 
 
 def _memory(document: Document) -> dict[str, JsonValue]:
+    """A stored memory as the doors give it: its fields, and its version (``version``,
+    from 1; ``valid_from``; ``valid_to``, null for the current version) and
+    ``expires_at`` (null: never), times as ISO 8601 in UTC."""
     return {
         "id": document.id,
         "text": document.text,
@@ -273,6 +486,10 @@ def _memory(document: Document) -> dict[str, JsonValue]:
         "metadata": document.metadata,
         "occurred_at": iso_time(document.occurred_at),
         "conversation": document.conversation,
+        "version": document.version,
+        "valid_from": iso_time(document.valid_from),
+        "valid_to": iso_time(document.valid_to),
+        "expires_at": iso_time(document.expires_at),
     }
 
 
@@ -355,6 +572,57 @@ def _time(name: str, value: object) -> dt.datetime | None:
         return door_time(name, value, datetimes=False)
     except ConfigError as error:
         raise ToolInputError(str(error)) from None
+
+
+def _filter(value: object) -> Filter | None:
+    """A metadata filter argument (a JSON object in the store's language), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ToolInputError(
+            f"filter is {shown(value)} ({type(value).__name__}); expected a JSON "
+            'object such as {"kind": "pet"} or {"year": {"$gte": 2020}}'
+        )
+    try:
+        return parse_filter(value)
+    except FilterError as error:
+        raise ToolInputError(f"filter: {error}") from None
+
+
+def _dedupe(value: object) -> Dedupe | None:
+    """``dedupe``: ``"exact"``, ``"near"`` or ``"none"`` (None for the store)."""
+    if value == "none":
+        return None
+    if value == "exact" or value == "near":
+        return value
+    raise ToolInputError(
+        f"dedupe is {shown(value)} ({type(value).__name__}); expected one of "
+        f"{', '.join(DEDUPE_MODES)}"
+    )
+
+
+def _expiry(expires_at: object, ttl_seconds: object) -> dt.datetime | dt.timedelta | None:
+    """When a memory expires: an ``expires_at`` time, a ``ttl_seconds`` span (the store
+    adds it to its clock's now), or None: never."""
+    when = _time("expires_at", expires_at)
+    if ttl_seconds is None:
+        return when
+    if when is not None:
+        raise ToolInputError(
+            f"expires_at is {shown(expires_at)} and ttl_seconds is {shown(ttl_seconds)}; expected "
+            "one of them, not both"
+        )
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
+        raise ToolInputError(
+            f"ttl_seconds is {shown(ttl_seconds)} ({type(ttl_seconds).__name__}); expected "
+            "a number of seconds > 0"
+        )
+    if not 0 < ttl_seconds <= MAX_TTL_SECONDS:  # NaN fails this too
+        raise ToolInputError(
+            f"ttl_seconds is {shown(ttl_seconds)}; expected a number of seconds > 0 and at "
+            f"most {MAX_TTL_SECONDS} (100 years)"
+        )
+    return dt.timedelta(seconds=ttl_seconds)
 
 
 def _conversation(value: object) -> str | None:

@@ -18,8 +18,10 @@ Choices where LangChain leaves it open:
   relevant", 0), so a relevance ``score_threshold`` means a cosine similarity.
 - A document without an id gets a content hash (``protocol.document_id``), not a random
   uuid: adding the same text and metadata twice keeps one entry.
-- ``delete(None)`` removes every document of this store's namespace, and returns True
-  (missing ids are not an error, as LangChain's standard tests require).
+- ``delete`` forgets (README "Memory over time"): every version of each document and
+  every trace of its text. ``delete(None)`` forgets every document of this store's
+  namespace, and returns True (missing ids are not an error, as LangChain's standard
+  tests require).
 - ``max_marginal_relevance_search`` raises ``fetch_k`` to ``k`` when it is smaller.
 - An unknown keyword argument is a ``ConfigError`` naming it, not silently ignored.
 
@@ -310,8 +312,10 @@ class TrioRecallVectorStore(BridgedStore[AdapterStore], VectorStore):
         return list(await self._bridge.acall(_upsert, documents, self._space))
 
     def delete(self, ids: list[str] | None = None, **kwargs: object) -> bool:
-        """Delete these ids (missing ones are skipped), or with ``ids=None`` every
-        document of this store's namespace. Returns True."""
+        """Forget these ids (missing ones are skipped), or with ``ids=None`` every
+        document of this store's namespace: every version of each (the store's
+        ``update`` keeps history) and every trace of its text, so no search, recall or
+        ``get_by_ids`` returns it again. Returns True."""
         _no_extra("delete", kwargs)
         self._bridge.call(_delete, None if ids is None else list(ids), self._space)
         return True
@@ -750,10 +754,12 @@ async def _upsert(store: AdapterStore, documents: list[Document], namespace: str
 
 
 async def _delete(store: AdapterStore, ids: list[str] | None, namespace: str) -> None:
+    # Forgotten: every version of each document, and every trace of its text (README
+    # "Memory over time"); None selects the whole namespace.
     if ids is None:
-        await store.clear(namespace)
+        await store.forget(namespace=namespace)
     elif ids:
-        await store.delete(ids, namespace)
+        await store.forget(ids, namespace=namespace)
 
 
 async def _get(store: AdapterStore, ids: list[str], namespace: str) -> list[Document]:

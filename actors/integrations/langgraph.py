@@ -26,7 +26,14 @@ How LangGraph's model maps onto trio-recall's (``_langgraph_ops`` has the detail
 - a value's top-level ``"occurred_at"`` (ISO 8601 text) and ``"conversation"`` (a str)
   are also the entry's own fields: when the item happened (default: when it was put),
   which recall's time channel reads, and the conversation whose items, put in order,
-  are neighbours for recall. They stay in the value.
+  are neighbours for recall. They stay in the value;
+- a put on a key already there is an update of the item (README "Memory over time"):
+  a new version, the old one closed and kept, which the store handle's
+  ``history(item_id(namespace, key), namespace=...)`` lists; the new version holds
+  from the value's ``occurred_at`` when that is later than the old one's start, else
+  from the time of the put, and keeps the item's conversation. ``get``, ``search`` and
+  ``list_namespaces`` see current versions only. A delete forgets the item: every
+  version, and every trace of its text.
 """
 
 from __future__ import annotations
@@ -34,11 +41,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, TypeVar
 
 import attrs
-import msgspec
 import trio
 from langgraph.store.base import (
     BaseStore,
@@ -55,7 +61,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import AEmbeddingsFunc, EmbeddingsFunc, EmbeddingsLambda
 
-from actors import AnyEmbedder, HashingEmbedder, Store
+from actors import AnyEmbedder, HashingEmbedder, Store, StoreHandle
 from actors.doors import named_run
 from protocol import ConfigError, Document, SearchRequest, VectorStoreConfig, parse_filter
 from protocol._public import fixup_module_metadata as _fixup_module_metadata
@@ -77,6 +83,8 @@ _INDEX_KEYS = ("dims", "embed", "fields")
 _RANKINGS = ("recall", "similarity")
 Ranking = Literal["recall", "similarity"]
 T = TypeVar("T")
+#: The least step between two versions' starts (the store's times have microseconds).
+_TICK = timedelta(microseconds=1)
 
 
 class TrioRecallStore(BridgedStore["_Core"], BaseStore):
@@ -201,12 +209,14 @@ class TrioRecallStore(BridgedStore["_Core"], BaseStore):
         of several puts to one item the last wins.
 
         Blocks the calling thread until done. Everything is checked before anything
-        runs; the puts are then applied in one write (a delete in a second one).
+        runs; the puts of new items are then applied in one write, each put of an item
+        already there is an update of its own (a new version, the old one kept as
+        history), and the deletes forget their items in one more write.
 
         Raises:
             InvalidNamespaceError, FilterError, ConfigError: a bad op; nothing ran.
             EntryTooLarge, JsonError, EmbedderError: a put was refused; no put of the
-                batch was applied.
+                batch was applied (a refused update: the puts of new items were).
             NotImplementedError: a put with a TTL.
             RuntimeError: called from the store's own trio thread.
             trio.ClosedResourceError: the store is closed.
@@ -456,24 +466,53 @@ class _Core:
         return sorted(spaces)[op.offset : op.offset + op.limit]
 
     async def write(self, upserts: list[Document], deletes: list[str]) -> None:
+        """Apply a batch's puts and deletes. A put of a new item is written with the
+        batch's other new items (one write); a put of an item already there is an
+        update of it (a new version, keeping the old one as history: README "Memory over
+        time"); a delete forgets the item, every version of it."""
         async with self.lock:
             if upserts:
                 ids = [d.id for d in upserts if d.id is not None]
-                existing = {
-                    d.id: d.metadata[mapping.CREATED_KEY]
-                    for d in await self.store.get_by_ids(ids, self.namespace)
-                }
-                kept = [_keep_created(d, existing.get(d.id)) for d in upserts]
-                await self.store.add_documents(kept, self.namespace)
+                current = {d.id: d for d in await self.store.get_by_ids(ids, self.namespace)}
+                fresh = [d for d in upserts if d.id not in current]
+                if fresh:
+                    await self.store.add_documents(fresh, self.namespace)
+                for document in upserts:
+                    before = current.get(document.id)
+                    if before is not None:
+                        await self._update(document, before)
             if deletes:
-                await self.store.delete(deletes, self.namespace)
+                await self.store.forget(deletes, namespace=self.namespace)
+
+    async def _update(self, document: Document, before: Document) -> None:
+        """Put ``document`` over the item's current version ``before``: a new version,
+        which keeps the item's ``created_at``. It holds from the value's
+        ``occurred_at`` when that is later than ``before``'s start, else from now (or
+        just after ``before``'s start, when that is later than now: a future-dated
+        item)."""
+        assert document.id is not None
+        metadata = {
+            **document.metadata,
+            mapping.CREATED_KEY: before.metadata[mapping.CREATED_KEY],
+        }
+        start = before.valid_from or before.occurred_at
+        when = document.occurred_at
+        if start is not None and (when is None or when <= start):
+            now = _now(self.store)
+            when = now if now > start else start + _TICK
+        await self.store.update(
+            document.id,
+            document.text,
+            metadata,
+            namespace=self.namespace,
+            valid_from=when,
+            create=True,  # forgotten meanwhile by another process: version 1 again
+        )
 
 
-def _keep_created(document: Document, created: str | None) -> Document:
-    if created is None:
-        return document
-    metadata = {**document.metadata, mapping.CREATED_KEY: created}
-    return msgspec.structs.replace(document, metadata=metadata)
+def _now(store: Store) -> datetime:
+    """The store's clock's now (a handle's ``clock``), else the wall clock's."""
+    return store.clock() if isinstance(store, StoreHandle) else datetime.now(UTC)
 
 
 def _kept(items: list[SearchItem], post: mapping.PostFilter | None) -> list[SearchItem]:

@@ -395,6 +395,49 @@ def test_from_store_borrows_a_store_open_in_trio() -> None:
         TrioRecallVectorStore.from_store(object())
 
 
+def test_delete_forgets_every_version(backend: dict[str, Any]) -> None:
+    """A document the store updated (two versions) is gone after ``delete``, from every
+    search and from its history; ``adelete(None)`` forgets the whole namespace."""
+    from actors import open_pg_store
+    from protocol import SearchRequest
+
+    config = VectorStoreConfig(max_entries=20, dimensions=64, max_entry_bytes=1024)
+    texts = ["the locker code is 3310", "the locker code is 3311"]
+
+    def use(vs: TrioRecallVectorStore) -> list[list[str]]:
+        vs.delete(["pin"])
+        seen = [[d.page_content for d in vs.similarity_search("locker code", k=10)]]
+        seen.append([d.page_content for d in vs.get_by_ids(["pin", "other"])])
+        asyncio.run(vs.adelete(None))
+        seen.append([d.page_content for d in vs.similarity_search("locker code", k=10)])
+        return seen
+
+    async def main() -> list[list[str]]:
+        embedder = HashingEmbedder(64)
+        opener = (
+            open_pg_store(backend["dsn"], config, embedder, table=backend["table"])
+            if backend
+            else open_store(config, embedder)
+        )
+        with trio.fail_after(60):
+            async with opener as store:
+                vs = TrioRecallVectorStore.from_store(store, namespace="lc")
+                await store.add_texts([texts[0], "the locker is red"], ids=["pin", "other"],
+                                      namespace="lc")  # fmt: skip
+                await store.update("pin", texts[1], namespace="lc")
+                assert len(await store.history("pin", namespace="lc")) == 2
+                seen = await trio.to_thread.run_sync(use, vs)
+                assert await store.history("pin", namespace="lc") == []
+                for kind in ("recall", "similarity", "bm25", "hybrid", "mmr"):
+                    request = SearchRequest(query="locker code", k=10, kind=kind, namespace="lc")
+                    assert await store.search(request) == [], kind
+                vs.close()
+                return seen
+
+    seen = trio.run(main)
+    assert seen == [["the locker is red"], ["the locker is red"], []]
+
+
 def test_numpy_vectors_and_threads(backend: dict[str, Any]) -> None:
     """Sync use from plain threads: eight threads write and read at once."""
     with TrioRecallVectorStore(Words(), max_entries=500, **backend) as vs:

@@ -397,6 +397,108 @@ def test_over_a_store_already_open_in_a_trio_run() -> None:
     trio.run(main)
 
 
+def _over_a_handle(
+    backend: dict[str, Any], use: Callable[[TrioRecallStore, Any], Any], check: Any
+) -> None:
+    """Run ``use(adapter, handle)`` in a worker thread against a TrioRecallStore over a
+    store handle this test opened (in memory, or on the backend's pg table), then
+    ``await check(handle, result)`` in the handle's trio run."""
+    from actors import open_pg_store, open_store
+    from protocol import VectorStoreConfig
+
+    async def main() -> None:
+        config = VectorStoreConfig(max_entries=64, dimensions=DIMS, max_entry_bytes=4096)
+        embedder = HashingEmbedder(DIMS)
+        opener = (
+            open_pg_store(backend["dsn"], config, embedder, table=backend["table"])
+            if backend
+            else open_store(config, embedder)
+        )
+        with trio.fail_after(90):
+            async with opener as handle:
+                store = TrioRecallStore.from_store(handle, index={"fields": ["text"]})
+                result = await trio.to_thread.run_sync(use, store, handle)
+                await check(handle, result)
+                store.close()
+
+    trio.run(main)
+
+
+def test_a_put_over_an_item_is_an_update_kept_in_its_history(
+    backend: dict[str, Any], call: Caller
+) -> None:
+    ns = ("users", "ana")
+    entry = item_id(ns, "home")
+
+    def use(store: TrioRecallStore, handle: Any) -> Any:
+        call(store, "put", ns, "home", {"text": "Ana lives in Lisbon", "n": 1})
+        first = call(store, "get", ns, "home")
+        call(store, "put", ns, "home", {"text": "Ana moved to Porto", "n": 2})
+        call(store, "put", ns, "home", {"text": "Ana moved to Porto", "n": 3})
+        second = call(store, "get", ns, "home")
+        hits = call(store, "search", ns, query="Ana Lisbon Porto")
+        listed = call(store, "search", ("users",))
+        return first, second, hits, listed
+
+    async def check(handle: Any, result: Any) -> None:
+        first, second, hits, listed = result
+        assert second.value == {"text": "Ana moved to Porto", "n": 3}
+        assert second.created_at == first.created_at < second.updated_at
+        # Reads see the current version only: one item, once.
+        assert [(h.key, h.value["n"]) for h in hits] == [("home", 3)]
+        assert [(h.key, h.value["n"]) for h in listed] == [("home", 3)]
+        versions = await handle.history(entry, namespace="langgraph")
+        assert [(v.version, v.text, v.metadata["v:n"]) for v in versions] == [
+            (1, "Ana lives in Lisbon", 1),
+            (2, "Ana moved to Porto", 2),
+            (3, "Ana moved to Porto", 3),
+        ]
+        assert [v.valid_to for v in versions[:-1]] == [v.valid_from for v in versions[1:]]
+        assert versions[-1].valid_to is None
+        # The store reads the old version as of its time.
+        (old,) = await handle.get_by_ids([entry], "langgraph", as_of=versions[0].valid_from)
+        assert old.text == "Ana lives in Lisbon"
+
+    _over_a_handle(backend, use, check)
+
+
+def test_a_deleted_item_leaves_no_trace(backend: dict[str, Any], call: Caller) -> None:
+    """delete forgets every version of an item: LangGraph's get, search and
+    list_namespaces, and every read of the store beneath, no longer return its text."""
+    from protocol import SearchRequest
+
+    ns = ("secrets",)
+    texts = ["the vault pin is 8804", "the vault pin is 8805"]
+
+    def use(store: TrioRecallStore, handle: Any) -> Any:
+        for text in texts:
+            call(store, "put", ns, "pin", {"text": text})
+        call(store, "put", ("other",), "note", {"text": "the vault is in the cellar"})
+        call(store, "delete", ns, "pin")
+        return (
+            call(store, "get", ns, "pin"),
+            call(store, "search", ns, query="vault pin"),
+            call(store, "search", (), query="vault pin 8804 8805"),
+            call(store, "list_namespaces"),
+        )
+
+    async def check(handle: Any, result: Any) -> None:
+        got, scoped, everywhere, spaces = result
+        assert got is None and scoped == []
+        assert [h.key for h in everywhere] == ["note"]
+        assert spaces == [("other",)]
+        assert await handle.history(item_id(ns, "pin"), namespace="langgraph") == []
+        for kind in ("recall", "similarity", "bm25", "hybrid", "mmr"):
+            found = await handle.search(
+                SearchRequest(
+                    query="vault pin 8804 8805", k=50, fetch_k=50, kind=kind, namespace="langgraph"
+                )
+            )
+            assert not {h.document.text for h in found} & set(texts), kind
+
+    _over_a_handle(backend, use, check)
+
+
 def test_items_survive_a_restart_on_pg(pg_dsn: str, pg_table: str) -> None:
     with TrioRecallStore(index=hashing_index(), dsn=pg_dsn, table=pg_table) as store:
         store.put(("p", "q/r"), "k", {"text": "durable memory", "n": [1, {"a": None}]})

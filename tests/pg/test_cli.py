@@ -65,8 +65,9 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     assert hits[0]["id"] == cat
     assert set(hits[0]) == {
         "id", "text", "score", "source", "metadata", "occurred_at", "conversation", "rank",
-        "channels",
+        "channels", "version", "valid_from", "valid_to", "expires_at",
     }  # fmt: skip
+    assert (hits[0]["version"], hits[0]["valid_to"], hits[0]["expires_at"]) == (1, None, None)
     assert hits[0]["text"] == "my cat is called Miso" and 0 < hits[0]["score"] <= 1
     assert hits[0]["rank"] == 1 and "dense" in hits[0]["channels"]
     # Namespaces are isolated; metadata and filters come through.
@@ -105,6 +106,69 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     assert gone.returncode == 1 and gone.stdout == f"deleted {cat}\nnot found nope\n"
     assert js("stats", "--data", str(data))["entries"] == 3
     assert not server_running(data)
+
+
+def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> None:
+    """add --dedupe/--ttl/--expires-at, update, history, search --as-of, and forget by
+    filter and before, as a user runs them on one table; after the forget, no command
+    returns the text."""
+    on = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    home = ok("add", "Ana lives in Lisbon", *on, "--metadata", '{"user": "ana"}')
+    flat = home.stdout.strip()
+    assert home.stderr == ""
+    # The same text again (other metadata): a duplicate, by default; --dedupe none adds.
+    again = ok("add", "Ana lives in Lisbon", *on)
+    assert again.stdout.strip() == flat and "already remembered" in again.stderr
+    assert js("add", "Ana lives in Lisbon", *on) == {"id": flat, "duplicate": True}
+    copy = js("add", "Ana lives in Lisbon", *on, "--dedupe", "none")
+    assert copy["duplicate"] is False and copy["id"] != flat
+    assert ok("forget", copy["id"], *on).stdout == f"deleted {copy['id']}\n"
+    (v1,) = js("history", flat, *on)
+
+    text = ok("update", flat, "--text", "Ana moved to Porto", *on).stdout
+    memory_id, version, valid_from = text.rstrip("\n").split("  ")
+    assert (memory_id, version) == (flat, "version 2")
+    moved = js("update", flat, "--metadata", '{"user": "ana", "city": "Porto"}', *on)
+    assert (moved["id"], moved["version"]) == (flat, 3)
+    assert valid_from == f"valid from {js('history', flat, *on)[1]['valid_from']}"
+    lines = ok("history", flat, *on).stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2", "3"]
+    assert lines[0].endswith("  Ana lives in Lisbon") and lines[2].split()[2] == "-"
+    versions = js("history", flat, *on)
+    assert [(v["version"], v["text"], v["metadata"]) for v in versions] == [
+        (1, "Ana lives in Lisbon", {"user": "ana"}),
+        (2, "Ana moved to Porto", {"user": "ana"}),
+        (3, "Ana moved to Porto", {"user": "ana", "city": "Porto"}),
+    ]
+    # search sees the current version; --as-of the one valid then.
+    assert js("search", "Lisbon", "--mode", "bm25", *on) == []
+    (old,) = js("search", "Lisbon", "--mode", "bm25", "--as-of", v1["valid_from"], *on)
+    assert (old["id"], old["text"], old["version"]) == (flat, "Ana lives in Lisbon", 1)
+    (now,) = js("search", "where does Ana live", "--mode", "similarity", *on)
+    assert (now["text"], now["version"]) == ("Ana moved to Porto", 3)
+
+    # Expiry: --ttl is visible until it runs out; a past --expires-at is never read.
+    gate = js("add", "the gate code is 4471", "--ttl", "3600", *on)
+    gone = js("add", "the gate code was 1234", "--expires-at", "2001-01-01", *on)
+    found = [h["id"] for h in js("search", "gate code", "--mode", "bm25", *on)]
+    assert found == [gate["id"]] and gone["id"] not in found
+    assert cli("history", gone["id"], *on).returncode == 1
+
+    # forget by filter and by before: explicit, no confirmation, the ids printed.
+    dated = js("add", "the quokka note", "--at", "2019-05-01", *on)
+    assert ok("forget", "--filter", '{"user": "ana"}', *on).stdout == f"deleted {flat}\n"
+    assert js("forget", "--before", "2020-01-01", *on) == {"ids": [dated["id"]], "missing": []}
+    nothing = ok("forget", "--filter", '{"user": "ana"}', *on)
+    assert nothing.stdout == "" and "nothing was forgotten" in nothing.stderr
+    for query in ("Lisbon", "Porto", "Ana", "quokka"):
+        for mode in ("recall", "similarity", "bm25", "hybrid", "mmr"):
+            for as_of in ([], ["--as-of", v1["valid_from"]]):
+                hits = js("search", query, "--mode", mode, "-k", "50", *as_of, *on)
+                assert {h["id"] for h in hits} <= {gate["id"]}, (query, mode, as_of, hits)
+    assert cli("history", flat, *on).returncode == 1
+    exported = ok("export", "-", *on).stdout
+    assert [json.loads(line)["id"] for line in exported.splitlines()] == [gate["id"]]
+    assert not any(word in exported for word in ("Lisbon", "Porto", "Ana", "quokka"))
 
 
 def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) -> None:
@@ -352,6 +416,23 @@ BAD = [
         2,
         "nested deeper",
     ),
+    (["add", "x", "--dedupe", "fuzzy"], 2, "argument --dedupe: invalid choice: 'fuzzy'"),
+    (["add", "x", "--ttl", "0"], 2, "argument --ttl: 0 is not > 0"),
+    (["add", "x", "--ttl", "soon"], 2, "argument --ttl: 'soon' is not a number"),
+    (["add", "x", "--ttl", "5", "--expires-at", "2030-01-01"], 2, "not allowed with"),
+    (["add", "x", "--expires-at", "later", "--in-memory"], 2, "expires_at is 'later'"),
+    (["update", "--text", "x"], 2, "required: ID"),
+    (["update", "x", "--in-memory"], 2, "neither text nor metadata"),
+    (["update", "x", "--metadata", "[1]", "--in-memory"], 2, "metadata is [1] (list)"),
+    (["update", "nope", "--text", "y", "--in-memory"], 1, "no current memory"),
+    (["update", "x", "--text", "y", "--valid-from", "now", "--in-memory"], 2, "valid_from"),
+    (["history", "--in-memory"], 2, "required: ID"),
+    (["forget", "--in-memory"], 2, "given no ids, no filter and no before"),
+    (["forget", "--filter", "{}", "--in-memory"], 2, "given no ids, no filter and no before"),
+    (["forget", "a", "--before", "2024-01-01", "--in-memory"], 2, "ids and a filter"),
+    (["forget", "--filter", '{"a": {"$regex": 1}}', "--in-memory"], 2, "$regex"),
+    (["forget", "--before", "soon", "--in-memory"], 2, "before is 'soon'"),
+    (["search", "q", "--as-of", "then", "--in-memory"], 2, "as_of is 'then'"),
     (["stats", "--data", "{a_file}"], 1, "is not a directory"),
     (["stats", "--dsn", "postgresql://u@127.0.0.1:1/x"], 1, "could not reach PostgreSQL"),
     (["stats", "--dsn", "{dsn}", "--table", "Bad-Name"], 1, "table is 'Bad-Name'"),
@@ -416,7 +497,8 @@ def test_debug_prints_the_traceback() -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ("mcp", "add", "search", "forget", "stats", "import", "export"):
+    commands = ("mcp", "add", "search", "update", "history", "forget", "stats", "import", "export")
+    for command in commands:
         result = ok(command, "--help")
         assert result.stdout.startswith(f"usage: trio-recall {command}")
         for flag in ("--data", "--dsn", "--in-memory", "--embedder", "--namespace", "--json"):
