@@ -66,6 +66,7 @@ from .._store.index_text import (
     document_times,
     fit_index_text,
     indexed_texts,
+    stamp_time,
     turn_index_texts,
 )
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
@@ -519,7 +520,11 @@ class _StoreActor(CrashableActor):
             return self._before(namespace, conversations, ids)
 
         times = await document_times(
-            survivors, batch.sizes, self.config.max_entry_bytes, before, clock_now(self.clock)
+            survivors,
+            batch.sizes,
+            self.config.max_entry_bytes,
+            before,
+            stamp_time(write.request, self.clock),
         )
         index_texts = times.index_texts
         indexed = indexed_texts(texts, index_texts)

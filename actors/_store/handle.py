@@ -529,7 +529,7 @@ class StoreHandle(metaclass=NoPublicConstructor):
                     text=text,
                     id=memory_id,
                     metadata={} if metadata is None else metadata,
-                    occurred_at=when,
+                    occurred_at=given_from,
                     expires_at=new_expiry,
                 )
             else:
@@ -546,7 +546,9 @@ class StoreHandle(metaclass=NoPublicConstructor):
                     id=memory_id,
                     metadata=current.metadata if metadata is None else metadata,
                     source_id=current.source_id,
-                    occurred_at=when,
+                    # Dated in its index text only when its time was given, as any
+                    # write (the store stamps ``valid_from`` on it otherwise).
+                    occurred_at=given_from,
                     conversation=current.conversation,
                     expires_at=current.expires_at if keep_expiry else new_expiry,
                 )
@@ -567,6 +569,7 @@ class StoreHandle(metaclass=NoPublicConstructor):
             return msgspec.structs.replace(
                 written,
                 metadata=dict(written.metadata),
+                occurred_at=when,
                 valid_from=when,
                 version=version + 1,
                 supersedes=version or None,

@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import attrs
 
 from protocol import Document, entry_text
+from protocol.messages import UpsertDocuments
 
-from .prepare import TurnBatch
+from .prepare import TurnBatch, clock_now
 
 __all__ = [
     "CONTEXT_CHARS",
@@ -33,6 +34,7 @@ __all__ = [
     "document_index_texts",
     "fit_index_text",
     "indexed_texts",
+    "stamp_time",
     "turn_index_texts",
     "write_time",
 ]
@@ -186,6 +188,15 @@ async def document_times(
         previous = await before(conversations, [d.id for d in documents if d.id is not None])
     index_texts = document_index_texts(documents, sizes, occurred, previous, max_entry_bytes)
     return DocumentTimes(occurred, conversations, index_texts)
+
+
+def stamp_time(request: UpsertDocuments, clock: Callable[[], dt.datetime]) -> dt.datetime:
+    """The time a write of documents stamps on those given no ``occurred_at``: an
+    update's ``valid_from`` (its version's start is when it happened), else the store
+    clock's now."""
+    if request.supersede is not None:
+        return request.supersede.valid_from
+    return clock_now(clock)
 
 
 def indexed_texts(texts: Sequence[str], index_texts: Sequence[str | None] | None) -> list[str]:

@@ -51,7 +51,6 @@ from protocol import (
     Thinking,
     UnifiedMessage,
     VectorStoreConfig,
-    entry_text,
     projection,
 )
 from protocol.checks import document_bytes, metadata_json, turn_bytes
@@ -764,7 +763,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         meta = old.metadata if metadata is None else metadata
         state = self.state.reclaimed(now)
         when = self.store_clock.now
-        document = Document(text=text, id=old.entry_id, metadata=meta, occurred_at=when)
+        document = Document(text=text, id=old.entry_id, metadata=meta)
         size = document_bytes(document)
         limit = self.config.max_entry_bytes
         expect: tuple[type[BaseException], ...] = ()
@@ -772,9 +771,9 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             expect = (EntryTooLarge,)
             new_state = self.state
         else:
-            # An update's version is indexed, like any memory given a time, with its
-            # date line (cut to what the entry's cap leaves), and embedded by it.
-            index = _fit(text, entry_text(text, occurred_at=when), limit - size)
+            # An update given no ``valid_from`` is indexed and embedded by its text,
+            # as any write given no time.
+            index = text
             closed = tuple(attrs.evolve(e, valid_to=now) if e is old else e for e in state.entries)
             entry = ModelEntry.build(
                 state.next_seq,
@@ -1161,16 +1160,6 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
             if op.gate is not None:
                 op.gate.set()
             op.scope.cancel()
-
-
-def _fit(own: str, text: str, budget: int) -> str:
-    """The index text a store keeps for an entry whose own text is ``own``: ``text``,
-    cut (in UTF-8) to ``budget`` bytes after the own text, or ``own`` alone when even
-    that is over the budget (README, "Time and conversations")."""
-    if len(own.encode("utf-8", "surrogatepass")) > budget:
-        return own
-    data = text.encode("utf-8", "surrogatepass")
-    return data[:budget].decode("utf-8", "ignore") if len(data) > budget else text
 
 
 def _terms(text: str) -> list[str]:
