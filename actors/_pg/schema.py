@@ -193,6 +193,8 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " evicted_entries bigint NOT NULL DEFAULT 0,"
             " zero_norm_entries bigint NOT NULL DEFAULT 0,"
             " version bigint NOT NULL DEFAULT 0,"
+            # Of live_entries, the closed versions (schema 7).
+            " closed_entries bigint NOT NULL DEFAULT 0,"
             " created_at timestamptz NOT NULL DEFAULT now(),"
             # Whether writes fill the BM25 postings (``T_terms``); see ensure_schema.
             " keyword_index boolean NOT NULL DEFAULT true)"
@@ -617,6 +619,11 @@ def _migrate_6_to_7(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     (every entry is current).
     """
     _refuse_taken_names(conn, names, [names.xterms_name])
+    conn.execute(
+        sql.SQL("ALTER TABLE {meta} ADD COLUMN closed_entries bigint NOT NULL DEFAULT 0").format(
+            meta=names.meta
+        )
+    )
     conn.execute(
         sql.SQL(
             "ALTER TABLE {table} ADD COLUMN valid_from timestamptz, "
