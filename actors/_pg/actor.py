@@ -416,9 +416,8 @@ class _PgStoreActor(CrashableActor):
             if isinstance(cache, EmbeddingCache):
                 cache.clear()
             return
-        forget_texts = getattr(self.embedder, "forget_texts", None)
-        if forget_texts is not None and removed.texts:
-            forget_texts(set(removed.texts))
+        if removed.texts:
+            self.embedder.forget_texts(set(removed.texts))
 
     # --- reads -------------------------------------------------------------------------
 

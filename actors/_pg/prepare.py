@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -192,14 +191,6 @@ async def prepare_documents(
             if document.conversation is not None:
                 check_pg_text("document conversation", document.conversation)
     survivors = batch.survivors
-    if clock is not default_clock:
-        # The write time of a document without one is the store clock's now (the
-        # default clock's is the one document_times stamps).
-        now = clock_now(clock)
-        survivors = [
-            d if d.occurred_at is not None else msgspec.structs.replace(d, occurred_at=now)
-            for d in survivors
-        ]
     keep = len(survivors)
     jsonb, meta_raw = _metadata(
         [metadata_from_json(m) for m in batch.metadata_json], batch.metadata_json
@@ -209,7 +200,9 @@ async def prepare_documents(
     async def read_before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:
         return await before(namespace, conversations, ids)
 
-    times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before)
+    # The write time of a document without one is the store clock's now.
+    now = None if clock is default_clock else clock_now(clock)
+    times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before, now)
     index_texts = times.index_texts
     raw = await document_vectors(
         embedder,
