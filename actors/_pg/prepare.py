@@ -32,7 +32,7 @@ from .schema import (
 )
 from .sql import PreparedEntries
 
-__all__ = ["Before", "prepare_documents", "prepare_turns"]
+__all__ = ["Before", "embedded_rows", "prepare_documents", "prepare_turns"]
 
 #: How a write's preparation reads the predecessors of its first entries in their
 #: conversations: ``before(namespace, conversations, ids)`` is the own text of the
@@ -70,10 +70,10 @@ def _plain(strings: list[str]) -> bool:
 async def _embed(
     embedder: EmbedderAdapter, texts: list[str], dimensions: int
 ) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
-    return _binary(await embedder.documents(texts), len(texts), dimensions)
+    return embedded_rows(await embedder.documents(texts), len(texts), dimensions)
 
 
-def _binary(
+def embedded_rows(
     raw: object, count: int, dimensions: int
 ) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
     """Each row in pgvector's binary form, which had zero norm, and the normalized rows
@@ -211,7 +211,7 @@ async def prepare_documents(
         embeddings=batch.embeddings,
         texts=indexed_texts(texts, index_texts),
     )
-    vectors, zero, matrix = _binary(raw, keep, config.dimensions)
+    vectors, zero, matrix = embedded_rows(raw, keep, config.dimensions)
     expires = [d.expires_at for d in survivors]
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     return PreparedEntries(

@@ -38,13 +38,15 @@ from protocol import (
     ScoredDocument,
     Text,
     UnifiedMessage,
+    entry_text,
     projection,
 )
 from protocol.checks import unpack_message, unpack_metadata
 
 from .._retrieval.bm25 import K1, B, tokenize
+from .._store.index_text import CONTEXT_CHARS, fit_index_text
 from .filters import FilterSql, Visibility, visible
-from .schema import Names
+from .schema import Names, search_text
 from .sql import Counts
 
 __all__ = ["DOC_WIDTH", "DocRow", "Reads", "query_terms"]
@@ -427,6 +429,15 @@ class Reads:
         )
         self._bm25_terms_hits = hits.format(postings="{terms}")
         self._bm25_xterms_hits = hits.format(postings="{xterms}")
+        # A delete's or forget's rows, and every entry of their conversations, in
+        # order: what finds the entries whose index text quoted a removed one.
+        self._removed = sql.SQL(
+            "SELECT seq, conversation FROM {table} WHERE namespace = %(ns)s AND id = ANY(%(ids)s)"
+        ).format(**f)
+        self._members = sql.SQL(
+            "SELECT {cols} FROM {table} WHERE namespace = %(ns)s "
+            "AND conversation = ANY(%(convs)s) ORDER BY conversation, position, seq"
+        ).format(**f)
         self.f = f
 
     def fetch(self, k: int) -> int:
@@ -680,6 +691,41 @@ class Reads:
                 out[str(name)] = (
                     str(text) if exact is None else bytes(exact).decode("utf-8", "surrogatepass")
                 )
+        return out
+
+    def quoting(
+        self, conn: psycopg.Connection[TupleRow], namespace: str, ids: list[str]
+    ) -> list[tuple[DocRow, str | None]]:
+        """The entries, not among the versions of ``ids``, whose derived index text
+        quotes one of those versions as its conversation predecessor (the in-memory
+        store's rule, ``_successor_texts``), each with its index text once they are
+        gone: its own text, date and the predecessor it then has, within the budget
+        its index text had (None: indexed by its own text)."""
+        removed = conn.execute(self._removed, {"ns": namespace, "ids": ids}).fetchall()
+        gone = {int(seq) for seq, _ in removed}
+        conversations = sorted({str(c) for _, c in removed if c is not None})
+        if not conversations:
+            return []
+        rows = conn.execute(self._members, {"ns": namespace, "convs": conversations}).fetchall()
+        out: list[tuple[DocRow, str | None]] = []
+        conversation: str | None = None
+        previous: DocRow | None = None
+        quoted: str | None = None
+        for raw in rows:
+            row = DocRow(raw)
+            if row.conversation != conversation:
+                conversation, previous, quoted = row.conversation, None, None
+            if row.seq in gone:
+                quoted = search_text(row.projection()[:CONTEXT_CHARS])
+                continue
+            index = row.index_text
+            if quoted is not None and index is not None and quoted in index:
+                context = [] if previous is None else [previous.projection()[:CONTEXT_CHARS]]
+                fresh = entry_text(row.text, occurred_at=row.occurred_at, context=context)
+                budget = len(index.encode("utf-8"))
+                out.append((row, fit_index_text(row.text, fresh, budget)))
+            quoted = None
+            previous = row
         return out
 
     def by_seqs(

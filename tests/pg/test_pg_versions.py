@@ -33,7 +33,13 @@ import trio
 from old_schemas import make_version
 from psycopg import sql
 
-from actors import HashingEmbedder, open_memory
+from actors import (
+    CachedEmbedder,
+    EmbeddingCache,
+    EmbeddingResult,
+    HashingEmbedder,
+    open_memory,
+)
 from actors._pg.filters import Visibility
 from actors._pg.sql import RECLAIM_ROWS
 from actors._pg.store import open_pg_store
@@ -42,6 +48,7 @@ from actors._store.backend import PutDocuments, StaleVersion
 from actors._store.prepare import check_documents
 from protocol import (
     Document,
+    EmbeddingProfile,
     MemoryConfig,
     SearchRequest,
     UnifiedMessage,
@@ -555,3 +562,67 @@ async def test_a_version_6_table_is_migrated_with_its_rows_as_version_1(
             } <= {i for (i,) in indexes}
             assert f"{pg_table}_ns_id_key" not in {i for (i,) in indexes}
             _counts_agree(pg_dsn, pg_table)
+
+
+async def test_forget_rewrites_what_quoted_the_forgotten_text(pg_dsn: str, pg_table: str) -> None:
+    """An entry indexed with its conversation predecessor's text quotes it: a forget
+    gives it its index text again without it (vector, postings, length), and the
+    embedding cache drops every text of the forgotten memory and the old index text."""
+    secret = "zanzibar orchid password"
+    cache = EmbeddingCache()
+    embedder = CachedEmbedder(_HashModel(), cache=cache)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
+            await store.add_documents(
+                [
+                    Document(id="s", text=secret, conversation="chat"),
+                    Document(id="keep", text="an ordinary orchid note", conversation="chat"),
+                ]
+            )
+            quoted = _query(pg_dsn, "SELECT index_text FROM {t} WHERE id = 'keep'", pg_table)
+            assert "zanzibar" in quoted[0][0]
+            hits = await store.search(SearchRequest(query="zanzibar", k=5, kind="bm25"))
+            assert sorted(h.document.id or "" for h in hits) == ["keep", "s"]
+            assert any("zanzibar" in key[-1] for key in cache._data)
+            assert await store.forget(["s"]) == ["s"]
+            (index,) = _query(pg_dsn, "SELECT index_text FROM {t} WHERE id = 'keep'", pg_table)
+            assert index[0] is None or "zanzibar" not in index[0]
+            for kind in KINDS:
+                hits = await store.search(SearchRequest(query="zanzibar", k=5, kind=kind))
+                assert all("zanzibar" not in h.document.text for h in hits), kind
+            assert await store.search(SearchRequest(query="zanzibar", k=5, kind="bm25")) == []
+            # (A query's own cached vector is the reader's, not a stored text.)
+            assert not any("zanzibar" in key[-1] for key in cache._data if key[2] == "document")
+            for postings in ("{terms}", "{xterms}"):
+                held = _query(
+                    pg_dsn,
+                    "SELECT count(*) FROM " + postings + " WHERE term = %s",
+                    pg_table,
+                    _term("zanzibar"),
+                )
+                assert held == [(0,)]
+            # Its vector is that of what it is indexed by now.
+            (row,) = _query(pg_dsn, "SELECT embedding::text FROM {t} WHERE id = 'keep'", pg_table)
+            now_indexed = "an ordinary orchid note" if index[0] is None else index[0]
+            want = HashingEmbedder(DIM).embed(now_indexed)
+            got = np.array(row[0][1:-1].split(","), dtype=np.float32)
+            assert np.allclose(got, want / np.linalg.norm(want), atol=1e-6)
+            _counts_agree(pg_dsn, pg_table)
+
+
+class _HashModel:
+    """An EmbeddingModel over the hashing embedder, so a store's embedder has a cache."""
+
+    def __init__(self) -> None:
+        self._hash = HashingEmbedder(DIM)
+        self.profile = EmbeddingProfile(provider="test", model="hash", dimensions=DIM)
+
+    async def embed_with_report(self, texts: Sequence[str], input_type: str) -> EmbeddingResult:
+        await trio.lowlevel.checkpoint()
+        return EmbeddingResult(vectors=self._hash.embed_batch(list(texts)), tokens=None, batches=1)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        return (await self.embed_with_report(texts, "document")).vectors
+
+    async def embed_query(self, text: str) -> Any:
+        return (await self.embed_with_report([text], "query")).vectors[0]
