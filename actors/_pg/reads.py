@@ -301,8 +301,9 @@ class Reads:
             "h.message, h.meta_raw, h.occurred_at, h.conversation, h.position, h.index_text, "
             "h.valid_from, h.valid_to, h.version, h.supersedes, h.expires_at "
             "FROM {meta} m{scope} "
-            "LEFT JOIN LATERAL (SELECT {cols}, embedding <#> %(q)s::vector AS dist "
-            "FROM {table} WHERE {where} ORDER BY {order} LIMIT %(fetch)s) h ON true "
+            "LEFT JOIN LATERAL (SELECT {cols}, n.dist FROM (SELECT seq, "
+            "embedding <#> %(q)s::vector AS dist FROM {table} WHERE {where} "
+            "ORDER BY {order} LIMIT %(fetch)s) n JOIN {table} USING (seq)) h ON true "
             "ORDER BY h.dist, h.seq DESC LIMIT %(k)s"
         )
         self.read_all = sql.SQL(read).format(
@@ -378,10 +379,14 @@ class Reads:
         by_seqs = "SELECT {cols} FROM {table} WHERE seq = ANY(%(seqs)s) AND "
         self._by_seqs = sql.SQL(by_seqs + "{current}").format(**f)
         self._by_seqs_as_of = sql.SQL(by_seqs + "{as_of}").format(**f)
+        # The top rows are ranked on (dist, seq) alone, then their columns are read (by
+        # primary key): a sort that carried every column of every row scanned cost
+        # 0.6 ms of a 4 ms read at 10k.
         self._dense = (
-            "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
-            "WHERE namespace = %(ns)s AND {visible} AND {filter} ORDER BY {order} "
-            "LIMIT %(depth)s"
+            "SELECT {cols}, n.dist{vectors} FROM (SELECT seq, embedding <#> %(q)s::vector "
+            "AS dist FROM {table} WHERE namespace = %(ns)s AND {visible} AND {filter} "
+            "ORDER BY {order} LIMIT %(depth)s) n JOIN {table} USING (seq) "
+            "ORDER BY n.dist, seq DESC"
         )
         # BM25 over the postings a read sees: current reads take T_terms whole (no
         # entry there is closed or expires) and the visible rows of T_xterms, each
