@@ -626,3 +626,30 @@ class _HashModel:
 
     async def embed_query(self, text: str) -> Any:
         return (await self.embed_with_report([text], "query")).vectors[0]
+
+
+async def test_closed_versions_take_rows_and_are_evicted_first_in_first_out(
+    pg_dsn: str, pg_table: str
+) -> None:
+    """A closed version holds a row of the cap (``usage().entries``) and is evicted
+    oldest first like any entry; the counts stay whole through it."""
+    clock = FakeClock()
+    embedder = HashingEmbedder(DIM)
+    with trio.fail_after(TIMEOUT):
+        async with open_pg_store(
+            pg_dsn, cfg(max_entries=4), embedder, table=pg_table, clock=clock
+        ) as store:
+            await store.add_documents([Document(id="m", text="step 0")])
+            for step in range(1, 6):
+                clock.advance(seconds=1)
+                await store.update("m", f"step {step}")
+                _counts_agree(pg_dsn, pg_table)
+            assert store.usage().entries == 4
+            history = await store.history("m")
+            assert [d.version for d in history] == [3, 4, 5, 6]
+            assert [d.text for d in history][-1] == "step 5"
+            (old,) = await store.get_by_ids(["m"], as_of=T0 + dt.timedelta(seconds=2.5))
+            assert old.version == 3
+            assert await store.get_by_ids(["m"], as_of=T0 + dt.timedelta(seconds=0.5)) == []
+            report = await store.retrieve("step", 10)
+            assert [t.id for t in report.turns] == ["m"] and report.scanned == 1
