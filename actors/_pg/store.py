@@ -28,15 +28,31 @@ are not bit-identical to the in-memory store's.
 
 **Documents and search** (design §9's API, with the in-memory store's semantics, which the
 tests compare operation by operation). Turns and documents share one id space, and
-``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
-inserts the new ones with new sequence numbers and evicts past the cap, all in its one
-transaction. Metadata filters become SQL over jsonb (``filters.py``) inside each
-statement's WHERE clause, so they apply before top-k. MMR reads the exact top
-``fetch_k`` and their vectors back and runs ``actors._retrieval.fusion.mmr``. Hybrid search fuses
-the dense list with BM25 by ``actors._retrieval.fusion.rrf``; BM25 is computed in SQL from
+``(namespace, id)`` is unique among current versions in the schema. An upsert deletes the
+current rows of its ids, inserts the new ones (each keeping the version it replaces) with
+new sequence numbers and evicts past the cap, all in its one transaction. Metadata
+filters become SQL over jsonb (``filters.py``) inside each statement's WHERE clause, so
+they apply before top-k. MMR reads the exact top ``fetch_k`` and their vectors back and
+runs ``actors._retrieval.fusion.mmr``. Hybrid search fuses the dense list with BM25 by
+``actors._retrieval.fusion.rrf``; BM25 is computed in SQL from
 postings that each write stores (``reads.py``), so a query reads the postings of its
 own terms through an index rather than loading the namespace's texts: its cost grows
 with those postings, not with the table.
+
+**Memory over time** (README, "Memory over time"; the schema in ``schema.py``). Every
+read binds the store clock's now (and ``as_of``) and sees current, unexpired versions (or
+those valid then) in every statement: dense reads and export, BM25 and its statistics,
+term counts, the rows of hits, ``get_by_ids``. An update runs in the write's transaction,
+under the meta row's lock: it checks that the memory's current version is still the one
+it was built on (else ``StaleVersion``, rolled back, and the handle retries), closes it
+and writes the next. ``dedupe`` is checked there too, against the ``(namespace,
+md5(text))`` index of current rows (``"exact"``) or an exact nearest-neighbour scan of
+the namespace (``"near"``). A delete, a clear or a forget takes every version, their
+postings and their statistics, gives the entries that quoted a removed text (as their
+conversation predecessor) a new index text, vector and postings, and then tells the
+embedder's cache to drop the removed texts. Each write first deletes at most 256 rows
+expired by the store clock (:data:`actors._pg.sql.RECLAIM_ROWS`); between writes, expired
+rows stay in the table, invisible. Closed versions count in ``usage().entries``.
 
 **Differences from the in-memory store.**
 
@@ -47,6 +63,8 @@ with those postings, not with the table.
   text may hold them (its exact copy is kept as bytes); reads and filters never fail on
   them (an id that cannot be stored is simply missing).
 - ``index="hnsw"`` makes reads approximate (``RetrievalReport.exact`` is False).
+- Expired entries are reclaimed by writes only (the in-memory actor also wakes at the
+  earliest expiry); reads never see them either way.
 - Reads in one call see one snapshot, but two calls may see other processes' commits in
   between; there is no cross-call snapshot.
 
@@ -58,6 +76,7 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, final
@@ -79,7 +98,7 @@ from .._embedding.adapter import EmbedderAdapter, check_timeout
 from .._embedding.protocols import AnyEmbedder
 from .._store.handle import StoreHandle
 from .._store.lifecycle import run_store
-from .._store.prepare import check_store_config
+from .._store.prepare import check_clock, check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
@@ -156,6 +175,7 @@ async def open_pg_store(
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
     sparse: None = None,
+    clock: Callable[[], dt.datetime] | None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
@@ -210,6 +230,11 @@ async def open_pg_store(
             read; writes emit no events on this backend yet.
         sparse: must be None: the pg backend has no sparse index (hybrid search ranks
             its keyword list by BM25); a sparse model raises ConfigError.
+        clock: the store's clock, as :func:`~actors.open_store`'s (None:
+            ``datetime.now(UTC)``): every "now" of the store comes from it, and every
+            read binds it as a parameter (which versions have expired), so a test
+            advances a fake clock instead of sleeping. The server's own clock is never
+            read.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
     store's: ``actors._store.lifecycle``. Cancellation: a cancelled open closes the pool and
@@ -240,6 +265,7 @@ async def open_pg_store(
         )
     where = _where(dsn)
     config = check_store_config(config, embedder)
+    checked_clock = check_clock(clock)
     if config.dimensions > MAX_DIMENSIONS:
         raise ConfigError(
             f"dimensions is {config.dimensions}; pgvector's vector type holds at most "
@@ -292,6 +318,7 @@ async def open_pg_store(
             keyword_index=opened.keyword_index,
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
             embed_timeout=embed_timeout,
+            clock=checked_clock,
         )
         actor.on_event = on_event
         # Leaving: a batch still being embedded, or queued, is not applied; a commit
