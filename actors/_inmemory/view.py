@@ -42,6 +42,9 @@ class _MemoryView:
     mask: npt.NDArray[np.bool_] | None
     query: npt.NDArray[np.float32] | None = None
     sparse_query: SparseVector | None = None
+    #: What the read sees (its versions' visibility alone, without a filter or a time
+    #: window), or None when it sees every entry: BM25's statistics count only these.
+    visible: npt.NDArray[np.bool_] | None = None
 
     @property
     def scanned(self) -> int:
@@ -75,7 +78,7 @@ class _MemoryView:
         if group is None:
             return []
         found, scores = arena.bm25().top(
-            text, depth, mask=self.mask, seqs=self.actor.seqs, group=group
+            text, depth, mask=self.mask, seqs=self.actor.seqs, group=group, stats=self.visible
         )
         return [
             Candidate(slot, score, score)
@@ -111,7 +114,7 @@ class _MemoryView:
         group = arena.namespace_id(self.namespace)
         if group is None:
             return 0, dict.fromkeys(terms, 0)
-        return arena.bm25().term_counts(terms, group)
+        return arena.bm25().term_counts(terms, group, self.visible)
 
     def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
         rows: npt.NDArray[np.float32] = self.actor.vectors[list(keys)]
@@ -172,12 +175,15 @@ async def run_search(
     # valid at ``as_of``, unexpired by the store clock's now, taken once per read.
     now_us = actor.now_us()
     as_of_us = None if request.as_of is None else micros(request.as_of)
-    # The mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
-    masks: list[npt.NDArray[np.bool_] | None] = []
+    # The masks of the snapshot the scan runs on, kept for BM25 (same snapshot).
+    masks: list[tuple[npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None]] = []
 
-    def mask_now(high: int) -> npt.NDArray[np.bool_] | None:
-        """The filter's mask, the time window's and the versions' visibility, of the
-        first ``high`` slots; None when none narrows anything."""
+    def masks_now(
+        high: int,
+    ) -> tuple[npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None]:
+        """The mask of the first ``high`` slots (the filter's, the time window's and
+        the versions' visibility; None when none narrows anything), and the visibility
+        alone."""
         mask = None if compiled is None else arena.meta.mask(compiled, high)
         if request.since is not None or request.until is not None:
             window = arena.time_mask(request.since, request.until, high)
@@ -185,12 +191,16 @@ async def run_search(
         visible = arena.visible(high, now_us, as_of_us, namespace)
         if visible is not None:
             mask = visible if mask is None else mask & visible
-        return mask
+        return mask, visible
+
+    def view_now(high: int) -> _MemoryView:
+        mask, visible = masks_now(high)
+        return _MemoryView(actor, namespace, None, mask, visible=visible)
 
     def mask_of(snap: Snapshot) -> npt.NDArray[np.bool_] | None:
-        mask = mask_now(snap.high)
-        masks.append(mask)
-        return mask
+        both = masks_now(snap.high)
+        masks.append(both)
+        return both[0]
 
     def built(
         view: _MemoryView, picks: list[Pick]
@@ -200,24 +210,20 @@ async def run_search(
     if request.kind == "bm25":
         await trio.lowlevel.checkpoint()
         actor.check_usable()
-        view = _MemoryView(actor, namespace, None, mask_now(actor.snapshot.high))
+        view = view_now(actor.snapshot.high)
         return built(view, rank(request, view, k, 0, None))
     shaped = None
     if request.kind == "recall":
         await trio.lowlevel.checkpoint()
         actor.check_usable()
-        first = _MemoryView(actor, namespace, None, mask_now(actor.snapshot.high))
+        first = view_now(actor.snapshot.high)
         shaped = shape(request, first, depth)
         query = await embed(shaped.embedded)
 
     def build(result: ScanResult) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
+        mask, visible = masks[-1] if masks else (None, None)
         view = _MemoryView(
-            actor,
-            namespace,
-            result,
-            masks[-1] if masks else None,
-            query=query,
-            sparse_query=sparse,
+            actor, namespace, result, mask, query=query, sparse_query=sparse, visible=visible
         )
         keyword = None if sparse is None else view.sparse
         return built(

@@ -20,7 +20,13 @@ from protocol.checks import pack
 from .._embedding.adapter import EmbedderAdapter, as_matrix, normalize_rows
 from .._retrieval.bm25 import term_counts, token_counts
 from .._store.backend import PutDocuments, PutTurns
-from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
+from .._store.index_text import (
+    document_times,
+    indexed_texts,
+    stamp_time,
+    turn_index_texts,
+    write_time,
+)
 from .._store.precomputed import document_vectors
 from .._store.prepare import Clock, clock_now, default_clock, metadata_from_json
 from .schema import (
@@ -200,8 +206,9 @@ async def prepare_documents(
     async def read_before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:
         return await before(namespace, conversations, ids)
 
-    # The write time of a document without one is the store clock's now.
-    now = None if clock is default_clock else clock_now(clock)
+    # The write time of a document without one: an update's valid_from, else the
+    # store clock's now.
+    now = stamp_time(write.request, clock)
     times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before, now)
     index_texts = times.index_texts
     raw = await document_vectors(

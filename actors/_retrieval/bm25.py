@@ -417,10 +417,27 @@ class Bm25Index:
             return 0
         return 1 + len(self._rest.get(term_id, ())) // 2
 
-    def term_counts(self, terms: Iterable[str], group: int) -> tuple[int, dict[str, int]]:
+    def term_counts(
+        self,
+        terms: Iterable[str],
+        group: int,
+        stats: npt.NDArray[np.bool_] | None = None,
+    ) -> tuple[int, dict[str, int]]:
         """How many documents ``group`` holds, and how many of them hold each of
         ``terms`` (stems, as :func:`tokenize` gives them; a term no document holds
-        counts 0): the statistics the BM25 idf of a query scoped to ``group`` uses."""
+        counts 0): the statistics the BM25 idf of a query scoped to ``group`` uses.
+        ``stats``: count only the documents of the slots it marks (see :meth:`top`)."""
+        if stats is not None:
+            scope = self._stats_scope(stats, group)
+            counts = {}
+            for term in dict.fromkeys(terms):
+                term_id = self._vocab.get(term)
+                if term_id is None:
+                    counts[term] = 0
+                else:
+                    slots, _ = self._postings(term_id)
+                    counts[term] = int(np.count_nonzero(scope[slots]))
+            return int(np.count_nonzero(scope)), counts
         n_docs = self._group_stats.get(group, (0, 0))[0]
         # With one group every posting is the group's: no posting list is read.
         alone = n_docs == self.n_docs
@@ -441,10 +458,12 @@ class Bm25Index:
         query: str,
         mask: npt.NDArray[np.bool_] | None = None,
         group: int | None = None,
+        stats: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """Every hit of ``query``: the slots that hold a query term (in ``group``, when
-        given, and passing ``mask``), ascending, and their scores."""
-        total = self._totals(query, mask, group)
+        given, and passing ``mask``), ascending, and their scores (``stats`` as in
+        :meth:`top`)."""
+        total = self._totals(query, mask, group, stats)
         slots_hit = np.flatnonzero(total)
         return slots_hit, total[slots_hit]
 
@@ -455,9 +474,15 @@ class Bm25Index:
         mask: npt.NDArray[np.bool_] | None = None,
         seqs: npt.NDArray[np.int64] | None = None,
         group: int | None = None,
+        stats: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """The best ``n`` hits of ``query``, best first, and their scores: exactly the
         first ``n`` of :meth:`scores` in that order, the same floats.
+
+        ``mask`` narrows the hits, not the statistics. ``stats``, when given, narrows
+        both: N, the average length and each term's document frequency count only the
+        documents of the slots it marks (the store passes what a read sees, so a closed
+        version or an expired entry weighs in no score of the present).
 
         Ties go to the higher sequence in ``seqs`` (newest first, as in the dense scan),
         or, without ``seqs``, to the lower slot.
@@ -473,7 +498,7 @@ class Bm25Index:
             ConfigError: ``n ≤ 0``, or a bad query or mask.
         """
         check_int("n", n)
-        total = self._totals(query, mask, group)
+        total = self._totals(query, mask, group, stats)
         # Every slot that may score among the n best, first by a cheap lower bound of
         # the n-th best score (0.0: every hit).
         floor = _nth_best_bound(total, n)
@@ -491,20 +516,39 @@ class Bm25Index:
         return slots[order], scores[order]
 
     def _totals(
-        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+        self,
+        query: str,
+        mask: npt.NDArray[np.bool_] | None,
+        group: int | None,
+        stats: npt.NDArray[np.bool_] | None = None,
     ) -> npt.NDArray[np.float64]:
         """Each slot's score in ``[0, high)``; 0.0 for a slot that is no hit. Every
         addend is > 0 (the idf is), so the hits are exactly the slots scored above 0."""
-        norm, terms = self._query(query, mask, group)
+        norm, terms = self._query(query, mask, group, stats)
         total = np.zeros(self.high, dtype=np.float64)
         for weight, slots, tf in terms:
             _accumulate(total, slots, _contribution(weight, tf, norm[slots]))
-        if mask is not None:
-            total[~_masked(np.ones(self.high, dtype=np.bool_), mask)] = 0.0
+        for narrowing in (mask, stats):
+            if narrowing is not None:
+                total[~_masked(np.ones(self.high, dtype=np.bool_), narrowing)] = 0.0
         return total
 
+    def _stats_scope(
+        self, stats: npt.NDArray[np.bool_], group: int | None
+    ) -> npt.NDArray[np.bool_]:
+        """The indexed documents of ``group`` (every group: None) that ``stats`` marks,
+        one bool per slot of ``[0, high)``."""
+        scope = _masked(self._groups[: self.high] >= 0, stats)
+        if group is not None:
+            scope &= self._groups[: self.high] == group
+        return scope
+
     def _query(
-        self, query: str, mask: npt.NDArray[np.bool_] | None, group: int | None
+        self,
+        query: str,
+        mask: npt.NDArray[np.bool_] | None,
+        group: int | None,
+        stats: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[npt.NDArray[np.float64], list[_QueryTerm]]:
         """Each slot's length normalization ``norm(D)`` (for the average length in
         scope) and, for the query's terms that some document in scope holds, in the
@@ -513,22 +557,32 @@ class Bm25Index:
             raise ConfigError(f"query is a {type(query).__name__}; expected a str")
         if mask is not None and (mask.dtype != np.bool_ or mask.ndim != 1):
             raise ConfigError(f"mask is {mask.dtype}[{mask.shape}]; expected a 1-d bool array")
-        if group is None:
+        counted: npt.NDArray[np.bool_] | None = None
+        if stats is not None:
+            counted = self._stats_scope(stats, group)
+            n_docs = int(np.count_nonzero(counted))
+            total_length = int(self._lengths[: self.high][counted].sum())
+        elif group is None:
             n_docs, total_length = self.n_docs, self.total_length
         else:
             n_docs, total_length = self._group_stats.get(group, (0, 0))
         if n_docs == 0:
             return np.empty(0, dtype=np.float64), []
         # A group that holds every live document needs no filtering of the postings.
-        scope = None if n_docs == self.n_docs else group
+        scope = None if n_docs == self.n_docs or counted is not None else group
         terms: list[_QueryTerm] = []
         for term, qtf in Counter(tokenize(query)).items():
             term_id = self._vocab.get(term)
             if term_id is None:
                 continue
             slots, tf = self._postings(term_id)
-            if scope is not None:
+            if counted is not None:
+                mine = counted[slots]
+            elif scope is not None:
                 mine = self._groups[slots] == scope
+            else:
+                mine = None
+            if mine is not None:
                 slots, tf = slots[mine], tf[mine]
                 if slots.shape[0] == 0:
                     continue

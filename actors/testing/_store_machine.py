@@ -550,6 +550,8 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(lambda: store.delete(ids, namespace), "delete")
             return
+        # Checked before a removal too, which builds the BM25 index a removal must keep.
+        await self._check_settled(None, namespace or DEFAULT_NAMESPACE)
         state = self.state.reclaimed(self.now)
         space = namespace or DEFAULT_NAMESPACE  # None means the default namespace
         deleted, missing, gone = [], [], set()
@@ -573,6 +575,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         op = self._new_op("write", f"delete#{version}({ids}, {namespace!r})", version, (), check)
         self._start(op, lambda: store.delete(ids, namespace))
         await self._quiesce()
+        await self._check_settled(None, space)
 
     @precondition(lambda self: len(self.pending) < self.max_pending)
     @rule(namespace=st.sampled_from((None, *NAMESPACES)))
@@ -583,6 +586,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(lambda: store.clear(namespace), "clear")
             return
+        await self._check_settled(None, namespace or DEFAULT_NAMESPACE)
         state = self.state.reclaimed(self.now)
         gone = {e.seq for e in state.in_scope(namespace)}
         self.history.append(state.without(gone))
@@ -595,6 +599,8 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         op = self._new_op("write", f"clear#{version}({namespace!r})", version, (), check)
         self._start(op, lambda: store.clear(namespace))
         await self._quiesce()
+        for space in NAMESPACES if namespace is None else (namespace,):
+            await self._check_settled(None, space)
 
     # --- reads -----------------------------------------------------------------------
 
@@ -864,8 +870,10 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if mode == "before" and not self.supports_time:
             mode = "filter"
         now = self.now
-        known = [e.entry_id for e in self.state.entries if e.entry_id]
-        ids = [known[p % len(known)] for p in picks] if known else []
+        known = [e for e in self.state.entries if e.entry_id]
+        ids = [str(known[p % len(known)].entry_id) for p in picks] if known else []
+        if mode == "ids" and ids:
+            namespace = known[picks[0] % len(known)].namespace  # where the first one is
         before = self.store_clock.now - dt.timedelta(seconds=back)
         call: Callable[[], Awaitable[object]]
         if mode == "ids":
@@ -879,6 +887,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         if self.poisoned:
             await self._expect_poisoned(call, "forget")
             return
+        await self._check_settled(None, namespace)
         state = self.state.reclaimed(now)
         held = state.in_scope(namespace)
         if mode == "ids":
@@ -1177,12 +1186,11 @@ def _bm25_reason(
 ) -> str | None:
     """Why ``hits`` are not the BM25 answer over ``state``, or None.
 
-    The statistics (N, the average length, each term's document frequency) count every
-    entry the store holds in the namespace, closed versions included (a mask narrows
-    the hits, not the statistics); the hits are the visible entries holding a query
-    term. Where the namespace holds an expired entry the store may or may not have
-    reclaimed yet, only the hits are checked, not the scores."""
-    held = state.in_scope(namespace)
+    The statistics (N, the average length, each term's document frequency) count the
+    entries the read sees (current and unexpired: a closed version or an expired entry
+    weighs in no score of the present, reclaimed or not), and the hits are those
+    holding a query term."""
+    held = state.visible(namespace, now)
     docs = {e.seq: _terms(e.index_text or projection(e.message)) for e in held}
     n = len(held)
     avgdl = sum(len(d) for d in docs.values()) / n if n else 0.0
@@ -1194,8 +1202,6 @@ def _bm25_reason(
         weights[term] = weights.get(term, 0.0) + idf
     scores: dict[int, float] = {}
     for e in held:
-        if not e.sees(now, None):
-            continue
         d = docs[e.seq]
         norm = 1.2 * (1 - 0.75 + 0.75 * len(d) / avgdl) if avgdl else 1.2
         total = 0.0
@@ -1205,7 +1211,6 @@ def _bm25_reason(
                 total += weight * tf * 2.2 / (tf + norm)
         if total > 0:
             scores[e.seq] = total
-    exact = not any(e.expired(now) for e in held)
     want = min(k, len(scores))
     if len(hits) != want:
         return f"{len(hits)} hits; the model has {len(scores)} matches, so expects {want}"
@@ -1220,9 +1225,9 @@ def _bm25_reason(
             return f"hit {i} scores {score}, above the hit before it ({last})"
         last = score
         expected = scores[hit.sequence]
-        if exact and abs(score - expected) > 1e-6 * max(1.0, expected):
+        if abs(score - expected) > 1e-6 * max(1.0, expected):
             return f"hit {i} (sequence {hit.sequence}) scores {score}; model {expected}"
-    if exact and hits:
+    if hits:
         floor = min(scores[h.sequence] for h in hits if h.sequence is not None)
         seen = {h.sequence for h in hits}
         for seq, score in scores.items():
