@@ -56,14 +56,14 @@ class OwnedMemoryStoreMachine(VectorStoreMachine):
 
 
 def borrowed(
-    open_handle: Callable[[VectorStoreConfig, object], AbstractAsyncContextManager[Any]],
-) -> Callable[[VectorStoreConfig, object], AbstractAsyncContextManager[Any]]:
+    open_handle: Callable[..., AbstractAsyncContextManager[Any]],
+) -> Callable[..., AbstractAsyncContextManager[Any]]:
     """A factory that opens a store with ``open_handle``, lends it to a memory and
     yields ``memory.store``; the handle must outlive the memory, still usable."""
 
     @asynccontextmanager
-    async def opened(config: VectorStoreConfig, embedder: object) -> AsyncIterator[Any]:
-        async with open_handle(config, embedder) as handle:
+    async def opened(config: VectorStoreConfig, embedder: object, **kw: Any) -> AsyncIterator[Any]:
+        async with open_handle(config, embedder, **kw) as handle:
             async with open_memory(store=handle) as memory:  # type: ignore[arg-type]
                 yield memory.store
             # Closing the memory must leave the borrowed handle open and usable.
@@ -85,9 +85,9 @@ class BorrowedStoreMachine(VectorStoreMachine):
         return borrowed(lambda c, e: open_store(c, e, **kwargs))(config, embedder)
 
 
-def pg_opener(dsn: str) -> Callable[[VectorStoreConfig, object], AbstractAsyncContextManager[Any]]:
+def pg_opener(dsn: str) -> Callable[..., AbstractAsyncContextManager[Any]]:
     """``open_pg_store`` on a fresh table, dropped afterwards."""
-    return lambda config, embedder: fresh_pg_store(dsn, config, embedder)
+    return lambda config, embedder, **kw: fresh_pg_store(dsn, config, embedder, **kw)
 
 
 THREADS = {"thread_scan_threshold": 0}
@@ -119,11 +119,9 @@ def test_memory_over_pg(pg_dsn: str) -> None:
     opener = borrowed(pg_opener(pg_dsn))
 
     class Machine(VectorStoreMachine):
-        supports_time = False  # TODO(pg): open the table on the machine's store clock
-
         def open_store_under_test(
             self, config: VectorStoreConfig, embedder: object
         ) -> AbstractAsyncContextManager[Any]:
-            return opener(config, embedder)
+            return opener(config, embedder, clock=self.store_clock)
 
     run_state_machine_as_test(Machine)

@@ -474,7 +474,7 @@ class PgStoreMachine(VectorStoreMachine):
     dsn: str = ""
 
     def open_store_under_test(self, config: VectorStoreConfig, embedder: object) -> Any:
-        return fresh_pg_store(self.dsn, config, embedder)
+        return fresh_pg_store(self.dsn, config, embedder, clock=self.store_clock)
 
 
 def test_pg_store_passes_the_state_machine(pg_dsn: str) -> None:
