@@ -4,8 +4,8 @@ library base class) runs a whole memory turn, as ``open_memory(store=...)`` prom
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import trio
 from memory_support import conversation
@@ -26,7 +26,8 @@ from protocol import (
     VectorStoreUsage,
 )
 from protocol.compaction import Offload
-from protocol.messages import Cleared, TurnsStored
+from protocol.filters import Filter
+from protocol.messages import Cleared, Dedupe, TurnsStored
 
 DIM = 64
 CONFIG = VectorStoreConfig(max_entries=16, dimensions=DIM, max_entry_bytes=2048)
@@ -54,6 +55,10 @@ class LoggingStore:
         *,
         occurred_at: dt.datetime | None = None,
         conversation: str | None = None,
+        expires_at: dt.datetime | None = None,
+        ttl: float | dt.timedelta | None = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
     ) -> TurnsStored:
         self.calls.append("store_turns")
         return await self._inner.store_turns(
@@ -65,6 +70,10 @@ class LoggingStore:
             texts,
             occurred_at=occurred_at,
             conversation=conversation,
+            expires_at=expires_at,
+            ttl=ttl,
+            dedupe=dedupe,
+            near_threshold=near_threshold,
         )
 
     async def add_documents(
@@ -73,9 +82,19 @@ class LoggingStore:
         namespace: str | None = None,
         *,
         embeddings: object = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> list[str]:
         self.calls.append("add_documents")
-        return await self._inner.add_documents(documents, namespace, embeddings=embeddings)
+        return await self._inner.add_documents(
+            documents,
+            namespace,
+            embeddings=embeddings,
+            dedupe=dedupe,
+            near_threshold=near_threshold,
+            ttl=ttl,
+        )
 
     async def upsert(
         self,
@@ -83,9 +102,56 @@ class LoggingStore:
         namespace: str | None = None,
         *,
         embeddings: object = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> list[str]:
         self.calls.append("upsert")
-        return await self._inner.upsert(documents, namespace, embeddings=embeddings)
+        return await self._inner.upsert(
+            documents,
+            namespace,
+            embeddings=embeddings,
+            dedupe=dedupe,
+            near_threshold=near_threshold,
+            ttl=ttl,
+        )
+
+    async def update(
+        self,
+        id: str,
+        text: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        namespace: str | None = None,
+        valid_from: dt.datetime | None = None,
+        expires_at: dt.datetime | Literal["keep"] | None = "keep",
+        create: bool = False,
+    ) -> Document:
+        self.calls.append("update")
+        return await self._inner.update(
+            id,
+            text,
+            metadata,
+            namespace=namespace,
+            valid_from=valid_from,
+            expires_at=expires_at,
+            create=create,
+        )
+
+    async def history(self, id: str, namespace: str | None = None) -> list[Document]:
+        self.calls.append("history")
+        return await self._inner.history(id, namespace)
+
+    async def forget(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        namespace: str | None = None,
+        filter: Mapping[str, object] | Filter | None = None,
+        before: dt.datetime | None = None,
+    ) -> list[str]:
+        self.calls.append("forget")
+        return await self._inner.forget(ids, namespace=namespace, filter=filter, before=before)
 
     async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
         self.calls.append("delete")
@@ -114,9 +180,15 @@ class LoggingStore:
         self.calls.append("retrieve_embedding")
         return await self._inner.retrieve_embedding(vector, k, namespace, profile=profile)
 
-    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
+    async def get_by_ids(
+        self,
+        ids: Sequence[str],
+        namespace: str | None = None,
+        *,
+        as_of: dt.datetime | None = None,
+    ) -> list[Document]:
         self.calls.append("get_by_ids")
-        return await self._inner.get_by_ids(ids, namespace)
+        return await self._inner.get_by_ids(ids, namespace, as_of=as_of)
 
     async def check_keyword_search(self) -> None:
         self.calls.append("check_keyword_search")

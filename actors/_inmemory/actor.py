@@ -12,6 +12,7 @@ pinned against commits (``scan.py``).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -56,7 +57,7 @@ from .._store.events import write_event
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.precomputed import document_vectors
-from .._store.prepare import checked_rows, private_json
+from .._store.prepare import Clock, checked_rows, default_clock, private_json
 from .._store.queries import checked_query, normalize_query
 from .arena import Arena, Entries, Snapshot, from_micros, kept_text, micros
 from .blas import BlasControl, LeaveThreads
@@ -127,8 +128,11 @@ class _StoreActor(CrashableActor):
         on_event: Callable[[Event], None] | None = None,
         embed_timeout: float | None = None,
         sparse: SparseEmbeddingModel | None = None,
+        clock: Clock = default_clock,
     ) -> None:
         self.config = config
+        #: The store's clock: every "now" of the store (``Backend.clock``).
+        self.clock = clock
         # With a sparse model, each entry's sparse vector (by slot) for hybrid search.
         self.sparse_model = sparse
         self.sparse = SparseIndex()
@@ -497,7 +501,9 @@ class _StoreActor(CrashableActor):
 
         return await run_search(self, request, namespace, embed, query, sparse=sparse, turns=turns)
 
-    async def fetch(self, ids: list[str], namespace: str) -> list[Document]:
+    async def fetch(
+        self, ids: list[str], namespace: str, as_of: dt.datetime | None = None
+    ) -> list[Document]:
         """The live documents with these ids in ``namespace``, from the last commit
         (after one checkpoint, with no await while it reads)."""
         self.check_usable()

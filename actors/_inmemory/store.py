@@ -4,6 +4,7 @@ writes and reads work) behind the one :class:`~actors.StoreHandle`
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -18,7 +19,7 @@ from .._embedding.protocols import AnyEmbedder
 from .._embedding.sparse import SparseEmbeddingModel
 from .._store.handle import StoreHandle
 from .._store.lifecycle import run_store
-from .._store.prepare import check_store_config
+from .._store.prepare import check_clock, check_store_config
 from .._store.queries import bound_profile
 from .actor import _StoreActor
 from .blas import blas_control
@@ -38,6 +39,7 @@ async def open_store(
     on_event: Callable[[Event], None] | None = None,
     embed_timeout: float | None = None,
     sparse: SparseEmbeddingModel | None = None,
+    clock: Callable[[], dt.datetime] | None = None,
 ) -> AsyncIterator[StoreHandle]:
     """Open an in-memory store and run its actor for the duration of the block.
 
@@ -102,6 +104,12 @@ async def open_store(
             may hold up to twice ``max_entry_bytes``. A model that raises is an
             ``EmbedderError``; a wrong count or a non-``SparseVector`` is an
             ``EmbeddingError``; either changes nothing.
+        clock: the store's clock, a zero-argument callable returning an aware datetime
+            (None: ``datetime.now(UTC)``). Every "now" of the store comes from it: the
+            time a write stamps, a ``ttl``'s start, ``update``'s default
+            ``valid_from``, whether an entry has expired on a read, and when expired
+            entries are reclaimed. A test passes a fake clock and advances it instead
+            of sleeping.
 
     Faults in the embedder: an ``Exception`` is an ``EmbedderError`` (a reply, not a
     crash); ``KeyboardInterrupt`` and ``SystemExit`` reach the caller as themselves and
@@ -117,13 +125,14 @@ async def open_store(
 
     Raises:
         ConfigError: a bad config, embedder, inbox size, thread_scan_threshold,
-            blas_threads, on_event, embed_timeout or sparse, or a profile whose
+            blas_threads, on_event, embed_timeout, sparse or clock, or a profile whose
             dimensions differ from the config's.
 
     (Long only for this docstring, which documents every argument; the body checks the
     arguments and runs the actor through the one lifecycle.)
     """
     config = check_store_config(config, embedder)
+    checked_clock = check_clock(clock)
     check_int("inbox_size", inbox_size)
     check_int("thread_scan_threshold", thread_scan_threshold, minimum=0)
     blas = blas_control(blas_threads)
@@ -144,6 +153,7 @@ async def open_store(
         on_event=on_event,
         embed_timeout=embed_timeout,
         sparse=sparse,
+        clock=checked_clock,
     )
     async with run_store(actor, StoreHandle._create(actor, "memory")) as handle:
         yield handle

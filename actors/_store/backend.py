@@ -26,6 +26,7 @@ documents or turns) and runs the one engine over it (``actors/_retrieval/engine.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -45,13 +46,21 @@ from protocol import (
     SearchRequest,
     VectorStoreConfig,
 )
-from protocol.messages import Clear, Delete, StoreTurns, UpsertDocuments
+from protocol.messages import Clear, Delete, Forget, StoreTurns, UpsertDocuments
 
 from .._embedding.adapter import EmbedderAdapter
 from .mailbox import Envelope
 from .prepare import DocumentBatch, TurnBatch
 
-__all__ = ["Backend", "Counters", "Hits", "PutDocuments", "PutTurns", "Write"]
+__all__ = [
+    "Backend",
+    "Counters",
+    "Hits",
+    "PutDocuments",
+    "PutTurns",
+    "StaleVersion",
+    "Write",
+]
 
 
 @attrs.frozen
@@ -77,8 +86,32 @@ class PutDocuments:
     batch: DocumentBatch
 
 
-#: What a backend's inbox carries: a checked write, committed all or nothing.
-Write = PutTurns | PutDocuments | Delete | Clear
+#: What a backend's inbox carries: a checked write, committed all or nothing. A
+#: ``Forget`` is checked by ``prepare.check_forget`` before it is sent.
+Write = PutTurns | PutDocuments | Delete | Clear | Forget
+
+
+class StaleVersion(Exception):
+    """An update's ``Supersede`` named a version that is no longer the current one (a
+    concurrent update won): the backend refused it and changed nothing. Private: the
+    handle reads the current version again and retries (``StoreHandle.update``).
+
+    Attributes:
+        id, namespace: the memory.
+        expected: the version the update was built on (0: none).
+        current: the current version the backend holds (0: none).
+    """
+
+    def __init__(self, id: str, namespace: str, expected: int, current: int) -> None:
+        super().__init__(
+            f"memory {id!r} in namespace {namespace!r} is at version {current}; the update "
+            f"was built on version {expected}"
+        )
+        self.id = id
+        self.namespace = namespace
+        self.expected = expected
+        self.current = current
+
 
 #: A read's query vector, normalized once: None where the kind reads no dense list
 #: (bm25), or embeds its own query later (recall, once it knows which names to leave out).
@@ -122,6 +155,12 @@ class Backend(Protocol):
     @property
     def on_event(self) -> Callable[[Event], None] | None:
         """The sink the handle gives each read's ``vector_store.searched`` event."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], dt.datetime]:
+        """The store's clock (``open_store(clock=)``): every "now" of the store (write
+        times, ttl, update's default ``valid_from``, expiry on reads, reclaim)."""
         ...
 
     # --- commit: one checked batch at a time, through the bounded inbox ---------------
@@ -183,8 +222,18 @@ class Backend(Protocol):
         documents, or with ``turns`` as turns."""
         ...
 
-    async def fetch(self, ids: list[str], namespace: str) -> list[Document]:
-        """The live documents with these ids in ``namespace`` (missing ids left out)."""
+    async def fetch(
+        self, ids: list[str], namespace: str, as_of: dt.datetime | None = None
+    ) -> list[Document]:
+        """The current, unexpired documents with these ids in ``namespace`` (missing ids
+        left out), each with its ``version``, ``valid_from`` and ``expires_at``; with
+        ``as_of``, instead the version valid at that instant
+        (``valid_from <= as_of < valid_to``), still unexpired."""
+        ...
+
+    async def history(self, id: str, namespace: str) -> list[Document]:
+        """Every version of memory ``id`` still held in ``namespace``, oldest first
+        (version 1..n), expired ones left out; ``[]`` for an unknown id."""
         ...
 
     async def check_keyword_search(self) -> None:

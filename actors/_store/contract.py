@@ -12,8 +12,8 @@ beyond it (``retrieve``, ``add_texts``, ``statistics``...) is the handle's own.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from protocol import (
     DeleteResult,
@@ -26,7 +26,8 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
-from protocol.messages import Cleared, TurnsStored
+from protocol.filters import Filter
+from protocol.messages import Cleared, Dedupe, TurnsStored
 
 __all__ = ["Store"]
 
@@ -58,8 +59,13 @@ class Store(Protocol):
         *,
         occurred_at: dt.datetime | None = ...,
         conversation: str | None = ...,
+        expires_at: dt.datetime | None = ...,
+        ttl: float | dt.timedelta | None = ...,
+        dedupe: Dedupe | None = ...,
+        near_threshold: float | None = ...,
     ) -> TurnsStored:
-        """Store a batch of turns, all or nothing (``StoreHandle.store_turns``).
+        """Store a batch of turns, all or nothing (``StoreHandle.store_turns``): with
+        an expiry (``expires_at`` or ``ttl``) and duplicates skipped (``dedupe``).
 
         Raises:
             EntryTooLarge, JsonError: a turn over ``max_entry_bytes``, metadata that is
@@ -74,8 +80,12 @@ class Store(Protocol):
         namespace: str | None = ...,
         *,
         embeddings: object = ...,
+        dedupe: Dedupe | None = ...,
+        near_threshold: float | None = ...,
+        ttl: float | dt.timedelta | None = ...,
     ) -> list[str]:
-        """Store documents, all or nothing; their ids in input order.
+        """Store documents, all or nothing; their ids in input order (a duplicate's,
+        with ``dedupe``, is the existing memory's).
 
         Raises:
             EntryTooLarge, EmbeddingError, EmbedderError: as :meth:`store_turns`.
@@ -88,12 +98,59 @@ class Store(Protocol):
         namespace: str | None = ...,
         *,
         embeddings: object = ...,
+        dedupe: Dedupe | None = ...,
+        near_threshold: float | None = ...,
+        ttl: float | dt.timedelta | None = ...,
     ) -> list[str]:
-        """:meth:`add_documents`; the same id replaces the stored document."""
+        """:meth:`add_documents`; the same id replaces the stored document's current
+        version in place (no history: :meth:`update` keeps it)."""
+        ...
+
+    async def update(
+        self,
+        id: str,
+        text: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        *,
+        namespace: str | None = ...,
+        valid_from: dt.datetime | None = ...,
+        expires_at: dt.datetime | Literal["keep"] | None = ...,
+        create: bool = ...,
+    ) -> Document:
+        """Write version n + 1 of memory ``id`` and close version n at ``valid_from``,
+        keeping it as history (``StoreHandle.update``); the new current version.
+
+        Raises:
+            ConfigError: no current memory ``id`` (without ``create``), or a
+                ``valid_from`` not later than the current version's.
+            EntryTooLarge, EmbeddingError, EmbedderError: as :meth:`add_documents`.
+        """
+        ...
+
+    async def history(self, id: str, namespace: str | None = ...) -> list[Document]:
+        """Every version of memory ``id`` still held, oldest first; ``[]`` if none."""
+        ...
+
+    async def forget(
+        self,
+        ids: Sequence[str] | None = ...,
+        *,
+        namespace: str | None = ...,
+        filter: Mapping[str, object] | Filter | None = ...,
+        before: dt.datetime | None = ...,
+    ) -> list[str]:
+        """Forget memories (by ids, or those of ``namespace`` matching ``filter`` and
+        ``before``), every version and every trace of their text, all or nothing;
+        the ids forgotten (``StoreHandle.forget``).
+
+        Raises:
+            FilterError: the filter cannot be applied.
+        """
         ...
 
     async def delete(self, ids: Sequence[str], namespace: str | None = ...) -> DeleteResult:
-        """Delete entries of one namespace by id, all or nothing."""
+        """Delete entries of one namespace by id, all or nothing, every version of each
+        (:meth:`forget` by ids)."""
         ...
 
     async def clear(self, namespace: str | None = ...) -> Cleared:
@@ -132,8 +189,15 @@ class Store(Protocol):
         """
         ...
 
-    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = ...) -> list[Document]:
-        """The live documents with these ids in one namespace; missing ids left out."""
+    async def get_by_ids(
+        self,
+        ids: Sequence[str],
+        namespace: str | None = ...,
+        *,
+        as_of: dt.datetime | None = ...,
+    ) -> list[Document]:
+        """The current documents with these ids in one namespace (with ``as_of``, the
+        versions valid then); missing ids left out."""
         ...
 
     async def check_keyword_search(self) -> None:

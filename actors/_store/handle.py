@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar, TypeVar, cast, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar, cast, final
 
 import attrs
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import trio
@@ -35,34 +36,54 @@ from protocol import (
     VectorStoreConfig,
     VectorStoreUsage,
 )
-from protocol.checks import check_filter
+from protocol.checks import check_filter, check_time
+from protocol.filters import Filter
 from protocol.messages import (
     Clear,
     Cleared,
+    Dedupe,
     Delete,
     DocumentsUpserted,
+    Forget,
+    Forgotten,
+    Supersede,
     TurnsStored,
     UpsertDocuments,
 )
 
-from .backend import Backend, PutDocuments, PutTurns, Write
+from .backend import Backend, PutDocuments, PutTurns, StaleVersion, Write
 from .events import CURRENT_RUN, retrieve_event, search_event
 from .mailbox import Envelope, ReplySlot
 from .precomputed import embedding_matrix
 from .prepare import (
+    check_dedupe,
     check_documents,
+    check_expiry,
+    check_forget,
     check_ids,
     check_k,
     check_name,
+    check_ttl,
     check_turns,
     clamp_k,
+    clock_now,
+    expiry_of,
     turns_request,
 )
 from .queries import check_query_profile
 
-__all__ = ["NoPublicConstructor", "StoreHandle", "StoreStatistics"]
+__all__ = ["KEEP", "Keep", "NoPublicConstructor", "StoreHandle", "StoreStatistics"]
 
 T = TypeVar("T")
+
+#: ``update(expires_at="keep")`` (the default): the new version keeps the current
+#: version's expiry.
+Keep = Literal["keep"]
+KEEP: Keep = "keep"
+
+#: How many times ``update`` reads the current version again after a concurrent update
+#: won, before it gives up.
+UPDATE_ATTEMPTS = 8
 
 
 class NoPublicConstructor(type):
@@ -156,6 +177,10 @@ class StoreHandle(metaclass=NoPublicConstructor):
         *,
         occurred_at: dt.datetime | None = None,
         conversation: str | None = None,
+        expires_at: dt.datetime | None = None,
+        ttl: float | dt.timedelta | None = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
     ) -> TurnsStored:
         """Store a batch of turns, all or nothing (design §3).
 
@@ -181,6 +206,21 @@ class StoreHandle(metaclass=NoPublicConstructor):
         conversation) the projection of the entry before it there, while the message
         is kept and returned as is (``actors._store.prepare`` has the rule).
 
+        ``expires_at`` (an aware datetime) or ``ttl`` (seconds > 0 or a timedelta, from
+        the store clock's now), not both, makes every turn of the batch expire: from
+        that instant no read returns it, and the store reclaims it by its own bounded
+        work. None (the default): never; offloaded history never expires unless its
+        writer says so.
+
+        ``dedupe="exact"``: a turn whose text (its projection, or its ``texts`` entry)
+        equals that of a current, unexpired entry of the namespace, or of an earlier
+        turn of the batch, is not written; its id in the reply is the existing one, and
+        it is listed in ``duplicates``. ``dedupe="near"``: the same for a current entry
+        whose cosine with the turn's vector is at least ``near_threshold`` (None:
+        ``actors._store.prepare.NEAR_DUPLICATE_COSINE``). The check and the commit are
+        one step in the actor, so concurrent writers cannot both write one text. None
+        (the default): memories accumulate.
+
         Blocks while the inbox is full, then until the actor has applied the batch.
         Cancelled while it waits for room in the inbox, it has sent nothing and nothing
         changes; cancelled once the batch is queued, the actor still applies it, fully
@@ -194,8 +234,20 @@ class StoreHandle(metaclass=NoPublicConstructor):
         """
         self._check()
         config = self._actor.config
+        expiry = check_expiry(expires_at, ttl, self._actor.clock)
+        mode, threshold = check_dedupe(dedupe, near_threshold)
         request = turns_request(
-            turns, namespace, source, metadata, ids, texts, occurred_at, conversation
+            turns,
+            namespace,
+            source,
+            metadata,
+            ids,
+            texts,
+            occurred_at,
+            conversation,
+            expires_at=expiry,
+            dedupe=mode,
+            near_threshold=threshold,
         )
         # The write's one check (the actor trusts the batch it builds).
         batch = check_turns(
@@ -211,6 +263,9 @@ class StoreHandle(metaclass=NoPublicConstructor):
         namespace: str | None = None,
         *,
         embeddings: object = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> list[str]:
         """Store documents, all or nothing, and return their ids in input order.
 
@@ -235,6 +290,14 @@ class StoreHandle(metaclass=NoPublicConstructor):
         vectors spends most of its time on (benches/README.md, "pg at scale"). The
         embedder is not called. The array is copied before this returns.
 
+        A document's ``expires_at`` makes it expire (see :meth:`store_turns`);
+        ``ttl`` (seconds > 0 or a timedelta) gives every document without its own an
+        ``expires_at`` of the store clock's now plus ``ttl``. ``dedupe`` and
+        ``near_threshold`` as in :meth:`store_turns`: a duplicate document is not
+        written, and its id in the result is the existing memory's. A document may not
+        set ``valid_from``, ``valid_to``, ``version`` or ``supersedes`` (the store
+        does; :meth:`update` writes a new version).
+
         Raises:
             EntryTooLarge: a document's text, ids and metadata are over
                 ``max_entry_bytes`` (``protocol.checks.document_bytes``).
@@ -245,7 +308,14 @@ class StoreHandle(metaclass=NoPublicConstructor):
                 the store's width.
             Poisoned: the actor has crashed.
         """
-        return await self.upsert(documents, namespace, embeddings=embeddings)
+        return await self.upsert(
+            documents,
+            namespace,
+            embeddings=embeddings,
+            dedupe=dedupe,
+            near_threshold=near_threshold,
+            ttl=ttl,
+        )
 
     async def add_texts(
         self,
@@ -255,13 +325,17 @@ class StoreHandle(metaclass=NoPublicConstructor):
         namespace: str | None = None,
         *,
         embeddings: object = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> list[str]:
         """Store plain texts as documents (:meth:`add_documents`), all or nothing.
 
         ``metadatas`` and ``ids``, when given, are lists as long as ``texts``: text i
         gets metadata i and id i. Without ids each document's id is its content hash
         (``document_id``). ``embeddings``, when given, is their precomputed embeddings
-        (see :meth:`add_documents`). Blocks and behaves on cancellation like
+        (see :meth:`add_documents`), and ``dedupe``, ``near_threshold`` and ``ttl`` are
+        :meth:`add_documents`'. Blocks and behaves on cancellation like
         :meth:`store_turns`.
 
         Raises:
@@ -289,7 +363,14 @@ class StoreHandle(metaclass=NoPublicConstructor):
             )
             for i, text in enumerate(texts)
         ]
-        return await self.add_documents(documents, namespace, embeddings=embeddings)
+        return await self.add_documents(
+            documents,
+            namespace,
+            embeddings=embeddings,
+            dedupe=dedupe,
+            near_threshold=near_threshold,
+            ttl=ttl,
+        )
 
     async def upsert(
         self,
@@ -297,12 +378,18 @@ class StoreHandle(metaclass=NoPublicConstructor):
         namespace: str | None = None,
         *,
         embeddings: object = None,
+        dedupe: Dedupe | None = None,
+        near_threshold: float | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> list[str]:
         """Store documents; the same id replaces the vector, text and metadata.
 
         A replaced document gets a new sequence number, so it counts as the newest entry
-        for FIFO eviction and for ties. Returns the ids in input order. ``embeddings``
-        as in :meth:`add_documents`. Blocks, and behaves on cancellation, like
+        for FIFO eviction and for ties. Only the current version is replaced, in place
+        (same version number, no history; :meth:`update` keeps history). Returns the
+        ids in input order (a duplicate's, with ``dedupe``, is the existing memory's).
+        ``embeddings``, ``dedupe``, ``near_threshold`` and ``ttl`` as in
+        :meth:`add_documents`. Blocks, and behaves on cancellation, like
         :meth:`store_turns`.
         """
         if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
@@ -311,9 +398,22 @@ class StoreHandle(metaclass=NoPublicConstructor):
             )
         self._check()
         space = self._namespace(namespace)
+        mode, threshold = check_dedupe(dedupe, near_threshold)
+        span = None if ttl is None else check_ttl(ttl)
         matrix = embedding_matrix(embeddings, len(documents))
         with_ids = [d.with_id() if isinstance(d, Document) else d for d in documents]
-        request = UpsertDocuments(documents=with_ids, namespace=space, embeddings=matrix)
+        if span is not None:
+            now = clock_now(self._actor.clock)
+            with_ids = [
+                expiry_of(d, now, span) if isinstance(d, Document) else d for d in with_ids
+            ]
+        request = UpsertDocuments(
+            documents=with_ids,
+            namespace=space,
+            embeddings=matrix,
+            dedupe=mode,
+            near_threshold=threshold,
+        )
         config = self._actor.config
         # The write's one check (the actor trusts the batch it builds).
         batch = check_documents(
@@ -321,12 +421,22 @@ class StoreHandle(metaclass=NoPublicConstructor):
         )
         result = await self._request(PutDocuments(request, batch))
         assert isinstance(result, DocumentsUpserted)
-        return [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+        ids = [d.id for d in with_ids if isinstance(d, Document) and d.id is not None]
+        if not result.duplicates:
+            return ids
+        # A duplicate's id is the memory it duplicates: the reply's ids are the
+        # survivors' in order, each the written or the existing id.
+        stored = dict(
+            zip((d.id for d in batch.survivors if d.id is not None), result.ids, strict=True)
+        )
+        return [stored.get(i, i) for i in ids]
 
     async def delete(self, ids: Sequence[str], namespace: str | None = None) -> DeleteResult:
         """Delete entries of one namespace by id (``None``: the default namespace).
 
         Ids are unique within a namespace, so a delete never reaches another namespace.
+        A delete is :meth:`forget` by ids: every version of each memory goes, with
+        every trace of its text.
         Returns which ids were deleted and which were missing, deduplicated, in input
         order. Blocks, and behaves on cancellation, like :meth:`store_turns`; a delete
         is all or nothing too.
@@ -346,6 +456,181 @@ class StoreHandle(metaclass=NoPublicConstructor):
         result = await self._request(Clear(namespace=namespace))
         assert isinstance(result, Cleared)
         return result
+
+    async def update(
+        self,
+        id: str,
+        text: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        namespace: str | None = None,
+        valid_from: dt.datetime | None = None,
+        expires_at: dt.datetime | Keep | None = KEEP,
+        create: bool = False,
+    ) -> Document:
+        """Write a new version of memory ``id`` and keep the old one as history.
+
+        The current version n is closed at ``valid_from`` (its ``valid_to``) and kept;
+        version n + 1 becomes current, valid from ``valid_from`` (None: the store
+        clock's now), with ``supersedes=n``. ``text`` and ``metadata`` (None: the
+        current version's) are the new version's; its ``occurred_at`` is its
+        ``valid_from``; its ``conversation`` and ``source_id`` are kept, and its
+        ``expires_at`` too unless given (None: never). The new version is a document
+        entry (a turn's update becomes a document). ``create=True`` writes version 1
+        when there is no current memory ``id`` (``text`` is then needed).
+
+        A concurrent update of the same memory is serialized: the store checks, in the
+        commit itself, that version n is still current; if another update won, this
+        one reads the new current version and tries again (at most 8 times).
+
+        Returns the new current version, as reads return it. Blocks, and behaves on
+        cancellation, like :meth:`store_turns`.
+
+        Raises:
+            ConfigError: no current memory ``id`` in the namespace (without
+                ``create``); ``text`` None with nothing to keep; a ``valid_from`` not
+                strictly later than the current version's; bad arguments; or 8
+                concurrent updates in a row won.
+            EntryTooLarge, EmbeddingError, EmbedderError: as :meth:`add_documents`.
+            Poisoned: the actor has crashed.
+        """
+        self._check()
+        memory_id = check_name("id", id)
+        space = self._namespace(namespace)
+        if text is not None and not isinstance(text, str):
+            raise ConfigError(f"text is a {type(text).__name__}; expected a str or None")
+        if not isinstance(create, bool):
+            raise ConfigError(f"create is {create!r:.60}; expected a bool")
+        given_from = check_time("valid_from", valid_from)
+        keep_expiry = isinstance(expires_at, str)
+        if keep_expiry and expires_at != KEEP:
+            raise ConfigError(
+                f"expires_at is {expires_at!r:.60}; expected an aware datetime, None or 'keep'"
+            )
+        new_expiry = None if keep_expiry else check_time("expires_at", expires_at)
+        config = self._actor.config
+        for _ in range(UPDATE_ATTEMPTS):
+            found = await self._actor.fetch([memory_id], space)
+            current = found[0] if found else None
+            if current is None and not create:
+                raise ConfigError(
+                    f"no current memory with id {memory_id!r} in namespace {space!r}; "
+                    "expected an existing id (or create=True)"
+                )
+            when = given_from if given_from is not None else clock_now(self._actor.clock)
+            if current is None:
+                if text is None:
+                    raise ConfigError(
+                        f"text is None and there is no memory {memory_id!r} in namespace "
+                        f"{space!r} to keep it from; expected the text of version 1"
+                    )
+                version = 0
+                document = Document(
+                    text=text,
+                    id=memory_id,
+                    metadata={} if metadata is None else metadata,
+                    occurred_at=when,
+                    expires_at=new_expiry,
+                )
+            else:
+                version = current.version or 1
+                since = current.valid_from or current.occurred_at
+                if since is not None and when <= since:
+                    raise ConfigError(
+                        f"valid_from is {when.isoformat()}, not later than version "
+                        f"{version}'s valid_from {since.isoformat()} of memory "
+                        f"{memory_id!r}; expected a later time"
+                    )
+                document = Document(
+                    text=current.text if text is None else text,
+                    id=memory_id,
+                    metadata=current.metadata if metadata is None else metadata,
+                    source_id=current.source_id,
+                    occurred_at=when,
+                    conversation=current.conversation,
+                    expires_at=current.expires_at if keep_expiry else new_expiry,
+                )
+            request = UpsertDocuments(
+                documents=[document],
+                namespace=space,
+                supersede=Supersede(id=memory_id, version=version, valid_from=when),
+            )
+            batch = check_documents(
+                request, max_entry_bytes=config.max_entry_bytes, max_entries=config.max_entries
+            )
+            try:
+                result = await self._request(PutDocuments(request, batch))
+            except StaleVersion:
+                continue
+            assert isinstance(result, DocumentsUpserted)
+            (written,) = batch.survivors
+            return msgspec.structs.replace(
+                written,
+                metadata=dict(written.metadata),
+                valid_from=when,
+                version=version + 1,
+                supersedes=version or None,
+            )
+        raise ConfigError(
+            f"memory {memory_id!r} in namespace {space!r} was updated concurrently "
+            f"{UPDATE_ATTEMPTS} times while this update tried; nothing was written"
+        )
+
+    async def history(self, id: str, namespace: str | None = None) -> list[Document]:
+        """Every version of memory ``id`` the store still holds, oldest first (version
+        1..n, the last the current one unless it was closed), expired ones left out;
+        ``[]`` for an unknown id. A read: it does not use the inbox and changes
+        nothing (cancellation as :meth:`get_by_ids`).
+
+        Raises:
+            ConfigError: ``id`` is not a non-empty str, or a bad namespace.
+            Poisoned: the actor has crashed.
+        """
+        self._check()
+        memory_id = check_name("id", id)
+        found = await self._actor.history(memory_id, self._namespace(namespace))
+        self._check()
+        return found
+
+    async def forget(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        namespace: str | None = None,
+        filter: Mapping[str, object] | Filter | None = None,
+        before: dt.datetime | None = None,
+    ) -> list[str]:
+        """Forget memories, every version of each, all or nothing, and every trace of
+        their text: no search kind, recall, ``get_by_ids``, ``history``, export, BM25
+        statistic, sparse index, embedding cache entry or later event holds it.
+
+        Either ``ids`` (those memories of ``namespace``; None: the default namespace),
+        or a selection of ``namespace``: the memories whose current version matches
+        ``filter`` (a metadata filter, as for search) and whose ``occurred_at`` is
+        before ``before``. With neither, every memory of the namespace is forgotten.
+        Returns the ids forgotten (for ``ids``, in input order, those not there left
+        out). Blocks, and behaves on cancellation, like :meth:`store_turns`.
+
+        Raises:
+            ConfigError: ``ids`` with a filter or ``before``; bad ids or namespace; a
+                naive ``before``.
+            FilterError: the filter cannot be applied.
+            Poisoned: the actor has crashed.
+        """
+        self._check()
+        space = self._namespace(namespace)
+        wanted = None if ids is None else check_ids(ids)
+        request = check_forget(
+            Forget(
+                ids=wanted,
+                namespace=space,
+                filter=cast(Filter | None, filter),
+                before=before,
+            )
+        )
+        result = await self._request(request)
+        assert isinstance(result, Forgotten)
+        return result.ids
 
     # --- reads: one engine, each backend's actor answers its views --------------------
 
@@ -539,8 +824,16 @@ class StoreHandle(metaclass=NoPublicConstructor):
             )
         return report
 
-    async def get_by_ids(self, ids: Sequence[str], namespace: str | None = None) -> list[Document]:
-        """The live documents with these ids in one namespace (``None``: the default).
+    async def get_by_ids(
+        self,
+        ids: Sequence[str],
+        namespace: str | None = None,
+        *,
+        as_of: dt.datetime | None = None,
+    ) -> list[Document]:
+        """The current, unexpired documents with these ids in one namespace (``None``:
+        the default), with their versions; with ``as_of``, each id's version valid at
+        that instant (``valid_from <= as_of < valid_to``) instead.
 
         Missing ids are left out; the order is not promised. Reads one snapshot (in
         memory the last commit, on pg one statement) without using the inbox, so a
@@ -557,7 +850,9 @@ class StoreHandle(metaclass=NoPublicConstructor):
         """
         self._check()
         wanted = check_ids(ids)
-        found = await self._actor.fetch(wanted, self._namespace(namespace))
+        when = check_time("as_of", as_of)
+        space = self._namespace(namespace)
+        found = await self._actor.fetch(wanted, space, when)
         self._check()  # closed while it read: as every method once the store closes
         return found
 
@@ -618,6 +913,12 @@ class StoreHandle(metaclass=NoPublicConstructor):
             version=self._actor.counters().version,
             poisoned=self._actor.crash is not None,
         )
+
+    @property
+    def clock(self) -> Callable[[], dt.datetime]:
+        """The store's clock (``open_store(clock=)``): a zero-argument callable giving
+        the aware datetime every "now" of the store comes from."""
+        return self._actor.clock
 
     @property
     def profile(self) -> EmbeddingProfile | None:

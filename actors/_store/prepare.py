@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import msgspec
@@ -45,10 +46,12 @@ from protocol.checks import (
     MAX_NAMESPACE_BYTES,
     arguments_surplus,
     check_conversation,
+    check_filter,
     check_int,
     check_json_object,
     check_time,
     document_bytes,
+    filter_option,
     metadata_json,
     name_bytes,
     pack,
@@ -56,14 +59,20 @@ from protocol.checks import (
     unpack_metadata,
     utf8_bytes,
 )
-from protocol.messages import StoreTurns, UpsertDocuments
+from protocol.messages import Dedupe, Forget, StoreTurns, UpsertDocuments
 
 from .._embedding.adapter import as_matrix, normalize_rows
 
 __all__ = [
+    "NEAR_DUPLICATE_COSINE",
+    "Clock",
     "DocumentBatch",
     "TurnBatch",
+    "check_clock",
+    "check_dedupe",
     "check_documents",
+    "check_expiry",
+    "check_forget",
     "check_ids",
     "check_k",
     "check_name",
@@ -73,6 +82,9 @@ __all__ = [
     "check_turns",
     "checked_rows",
     "clamp_k",
+    "clock_now",
+    "default_clock",
+    "expiry_of",
     "metadata_from_json",
     "exact_msgpack",
     "exact_msgpack_many",
@@ -86,6 +98,166 @@ _RAW_LIST_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _METADATA_DECODER = msgspec.msgpack.Decoder(dict[str, Any])
 _JSON_DICT_DECODER = msgspec.json.Decoder(dict[str, Any])
 _EMPTY_DICT: dict[str, Any] = {}
+
+#: The cosine similarity at or above which ``dedupe="near"`` takes a new memory for a
+#: current one (``near_threshold`` overrides it per call). Measured in
+#: ``benches/over_time.py`` (benches/README.md, "Near duplicates").
+NEAR_DUPLICATE_COSINE = 0.95
+
+#: A store's clock: a zero-argument callable returning an aware datetime. Every "now"
+#: of a store (a ``ttl``, ``update``'s default ``valid_from``, expiry on reads and the
+#: reclaim of expired entries) comes from it, so a test advances a fake clock instead
+#: of sleeping.
+Clock = Callable[[], dt.datetime]
+
+#: The fields of a :class:`~protocol.Document` that only the store sets (reads return
+#: them); a write that sets one is refused.
+STORE_SET_FIELDS = ("valid_from", "valid_to", "version", "supersedes")
+
+
+def default_clock() -> dt.datetime:
+    """The default store clock: now, in UTC."""
+    return dt.datetime.now(dt.UTC)
+
+
+def check_clock(clock: object) -> Clock:
+    """``clock`` (None: :func:`default_clock`) as a store's clock.
+
+    Raises:
+        ConfigError: not None and not callable.
+    """
+    if clock is None:
+        return default_clock
+    if not callable(clock):
+        raise ConfigError(
+            f"clock is {clock!r:.60} ({type(clock).__name__}); expected None or a "
+            "zero-argument callable returning an aware datetime"
+        )
+    return cast(Clock, clock)
+
+
+def clock_now(clock: Clock) -> dt.datetime:
+    """The store clock's now, checked, in UTC.
+
+    Raises:
+        ConfigError: the clock returned something other than an aware datetime.
+    """
+    now = clock()
+    checked = check_time("the store clock's time", now)
+    if checked is None:
+        raise ConfigError("the store clock returned None; expected an aware datetime")
+    return checked
+
+
+def check_expiry(
+    expires_at: object, ttl: object, clock: Clock, what: str = "expires_at"
+) -> dt.datetime | None:
+    """A write's expiry: ``expires_at`` (an aware datetime, in UTC) or the store clock's
+    now plus ``ttl`` (seconds > 0, or a positive ``timedelta``), not both; None: never.
+
+    Raises:
+        ConfigError: both given; a naive or non-datetime ``expires_at``; a ``ttl`` that
+            is not a finite number of seconds > 0 or a positive timedelta.
+    """
+    if expires_at is not None and ttl is not None:
+        raise ConfigError(
+            f"{what} is {expires_at!r:.60} and ttl is {ttl!r:.60}; expected at most one of the two"
+        )
+    if ttl is None:
+        return check_time(what, expires_at)
+    return clock_now(clock) + check_ttl(ttl)
+
+
+def check_ttl(ttl: object) -> dt.timedelta:
+    """``ttl`` as a positive timedelta.
+
+    Raises:
+        ConfigError: not a finite number of seconds > 0 or a positive timedelta.
+    """
+    if isinstance(ttl, dt.timedelta):
+        span = ttl
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool) and math.isfinite(ttl):
+        try:
+            span = dt.timedelta(seconds=ttl)
+        except OverflowError:
+            raise ConfigError(
+                f"ttl is {ttl!r}; expected a number of seconds a datetime can add"
+            ) from None
+    else:
+        raise ConfigError(
+            f"ttl is {ttl!r:.60} ({type(ttl).__name__}); expected a number of seconds > 0 "
+            "or a datetime.timedelta"
+        )
+    if span <= dt.timedelta(0):
+        raise ConfigError(f"ttl is {ttl!r}; expected a duration > 0")
+    return span
+
+
+def expiry_of(document: Document, now: dt.datetime, ttl: dt.timedelta | None) -> Document:
+    """``document`` with ``expires_at = now + ttl`` when it has none of its own and a
+    ``ttl`` was given; else ``document`` itself."""
+    if ttl is None or document.expires_at is not None:
+        return document
+    return msgspec.structs.replace(document, expires_at=now + ttl)
+
+
+_DEDUPES = ("exact", "near")
+
+
+def check_dedupe(dedupe: object, near_threshold: object) -> tuple[Dedupe | None, float | None]:
+    """A write's ``dedupe`` (None, ``"exact"`` or ``"near"``) and ``near_threshold`` (a
+    cosine in (0, 1], only with ``"near"``; None: :data:`NEAR_DUPLICATE_COSINE`).
+
+    Raises:
+        ConfigError: another ``dedupe``; a threshold outside (0, 1], or one given without
+            ``dedupe="near"``.
+    """
+    if dedupe is not None and dedupe not in _DEDUPES:
+        raise ConfigError(f"dedupe is {dedupe!r:.60}; expected None, 'exact' or 'near'")
+    mode = cast("Dedupe | None", dedupe)
+    if near_threshold is None:
+        return mode, None
+    if dedupe != "near":
+        raise ConfigError(
+            f"near_threshold is {near_threshold!r:.60} with dedupe={dedupe!r}; a threshold "
+            "applies to dedupe='near' only"
+        )
+    if (
+        isinstance(near_threshold, bool)
+        or not isinstance(near_threshold, int | float)
+        or not 0.0 < float(near_threshold) <= 1.0
+    ):
+        raise ConfigError(
+            f"near_threshold is {near_threshold!r:.60}; expected a cosine similarity in (0, 1]"
+        )
+    return "near", float(near_threshold)
+
+
+def check_forget(request: Forget) -> Forget:
+    """A ``Forget`` as the store runs it: its ids, namespace, filter and ``before``
+    checked, ``ids`` deduplicated in order.
+
+    Raises:
+        ConfigError: ``ids`` beside a filter or ``before`` (ids name the memories
+            themselves); ids that are not non-empty strs; a bad namespace; a naive
+            ``before``.
+        FilterError: the filter cannot be applied.
+    """
+    check_name("namespace", request.namespace)
+    check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
+    before = check_time("before", request.before)
+    selection = filter_option(request.filter)
+    if selection is not None:
+        check_filter(selection)
+    ids = None
+    if request.ids is not None:
+        if selection is not None or before is not None:
+            raise ConfigError(
+                "forget got ids and a filter or before; expected either ids (those "
+                "memories) or a selection (filter and/or before), not both"
+            )
+        ids = list(dict.fromkeys(check_ids(request.ids)))
+    return Forget(ids=ids, namespace=request.namespace, filter=selection, before=before)
 
 
 def exact_msgpack(value: object) -> bytes:
@@ -272,6 +444,9 @@ def turns_request(
     texts: Sequence[str] | None,
     occurred_at: dt.datetime | None = None,
     conversation: str | None = None,
+    expires_at: dt.datetime | None = None,
+    dedupe: Dedupe | None = None,
+    near_threshold: float | None = None,
 ) -> StoreTurns:
     """The ``StoreTurns`` message for a handle's ``store_turns`` arguments, with its
     lists copied; :func:`check_turns` then checks everything in it, once.
@@ -295,6 +470,9 @@ def turns_request(
         texts=None if texts is None else list(texts),
         occurred_at=occurred_at,
         conversation=conversation,
+        expires_at=expires_at,
+        dedupe=dedupe,
+        near_threshold=near_threshold,
     )
 
 
@@ -319,6 +497,10 @@ class TurnBatch:
         occurred_at: the batch's ``occurred_at`` in UTC, or None (the store stamps the
             write time).
         conversation: the batch's conversation, or None.
+        expires_at: when every turn of the batch expires (UTC), or None: never.
+        dedupe, near_threshold: how a turn already there is treated (checked by
+            :func:`check_dedupe`; the threshold None means
+            :data:`NEAR_DUPLICATE_COSINE` for ``"near"``).
     """
 
     survivors: list[UnifiedMessage]
@@ -333,6 +515,9 @@ class TurnBatch:
     occurred_at: dt.datetime | None = None
     conversation: str | None = None
     payloads: list[bytes] | None = None
+    expires_at: dt.datetime | None = None
+    dedupe: Dedupe | None = None
+    near_threshold: float | None = None
 
     @property
     def plain(self) -> bool:
@@ -381,6 +566,8 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     check_name("source", request.source)
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     occurred_at = check_time("occurred_at", request.occurred_at)
+    expires_at = check_time("expires_at", request.expires_at)
+    dedupe, near_threshold = check_dedupe(request.dedupe, request.near_threshold)
     conversation = check_conversation(request.conversation)
     ids = None if request.ids is None else _check_turn_ids(request.ids, count)
     texts = request.texts
@@ -428,6 +615,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
         occurred_at=occurred_at,
         conversation=conversation,
         payloads=None if plain_batch else exact_msgpack_many(survivors),
+        expires_at=expires_at,
+        dedupe=dedupe,
+        near_threshold=near_threshold,
     )
 
 
@@ -536,6 +726,7 @@ class DocumentBatch:
         embeddings: the survivors' rows of the request's ``embeddings`` (float64, a
             copy), or None when it has none.
         sizes: each survivor's :func:`document_bytes`.
+        dedupe, near_threshold: the request's, checked (:func:`check_dedupe`).
     """
 
     unique: list[Document]
@@ -544,6 +735,8 @@ class DocumentBatch:
     metadata_json: list[bytes] = attrs.field(factory=list)
     embeddings: npt.NDArray[np.float64] | None = None
     sizes: list[int] = attrs.field(factory=list)
+    dedupe: Dedupe | None = None
+    near_threshold: float | None = None
 
 
 def check_documents(
@@ -561,6 +754,8 @@ def check_documents(
         EntryTooLarge: a document over the cap; ``.index`` names it.
     """
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
+    dedupe, near_threshold = check_dedupe(request.dedupe, request.near_threshold)
+    _check_supersede(request)
     unique: dict[str, Document] = {}
     metas: dict[str, bytes] = {}
     sizes: dict[str, int] = {}
@@ -585,6 +780,8 @@ def check_documents(
         # Document checks both as it is made; again here for one built around that.
         if document.occurred_at is not None:
             check_time("document occurred_at", document.occurred_at)
+        if document.expires_at is not None:
+            check_time("document expires_at", document.expires_at)
         check_conversation(document.conversation)
         meta = metadata_json(document.metadata, "document metadata")
         size = document_bytes(document, metadata=len(meta))
@@ -618,7 +815,38 @@ def check_documents(
         else np.frombuffer(request.embeddings, dtype=np.float64).reshape(
             len(request.documents), -1
         )[[first[d.id] for d in survivors if d.id is not None]],
+        dedupe=dedupe,
+        near_threshold=near_threshold,
     )
+
+
+def _check_supersede(request: UpsertDocuments) -> None:
+    """An update's ``supersede``: one document, of its id, and no dedupe.
+
+    Raises:
+        ConfigError: a supersede beside more or fewer than one document, another id, a
+            negative version, a naive ``valid_from``, or ``dedupe``.
+    """
+    supersede = request.supersede
+    if supersede is None:
+        return
+    count = len(request.documents)
+    if count != 1:
+        raise ConfigError(f"an update writes one document; got {count}")
+    (document,) = request.documents
+    if not isinstance(document, Document) or document.id != supersede.id:
+        got = document.id if isinstance(document, Document) else type(document).__name__
+        raise ConfigError(
+            f"an update of {supersede.id!r} carries a document {got!r:.60}; expected a "
+            "Document with that id"
+        )
+    check_int("supersede version", supersede.version, minimum=0)
+    if check_time("valid_from", supersede.valid_from) is None:
+        raise ConfigError("an update's valid_from is None; expected an aware datetime")
+    if request.dedupe is not None:
+        raise ConfigError(
+            f"an update takes no dedupe (got {request.dedupe!r}); it writes a new version"
+        )
 
 
 def _check_document_fields(i: int, document: Document) -> None:
@@ -635,6 +863,13 @@ def _check_document_fields(i: int, document: Document) -> None:
             raise ConfigError(
                 f"document {i} of the batch has {field} {value!r:.60} "
                 f"({type(value).__name__}); expected None or a non-empty str"
+            )
+    for field in STORE_SET_FIELDS:
+        value = getattr(document, field)
+        if value is not None:
+            raise ConfigError(
+                f"document {i} of the batch sets {field}={value!r:.60}; the store sets "
+                f"{', '.join(STORE_SET_FIELDS)} itself (use update() for a new version)"
             )
     if document.embedding is not None and not isinstance(document.embedding, list):
         raise EmbeddingError(

@@ -7,6 +7,7 @@ over 900 lines): :class:`ConformanceBase` here, the keyword and hybrid tests in
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -25,6 +26,7 @@ from protocol import (
     SearchRequest,
     VectorStoreConfig,
 )
+from protocol.messages import Dedupe
 
 from .. import HashingEmbedder, Store, StoreStatistics, open_store
 
@@ -47,6 +49,9 @@ class StoreUnderTest(Store, Protocol):
         namespace: str | None = ...,
         *,
         embeddings: object = ...,
+        dedupe: Dedupe | None = ...,
+        near_threshold: float | None = ...,
+        ttl: float | dt.timedelta | None = ...,
     ) -> list[str]: ...
 
     async def retrieve(self, query: str, k: int) -> RetrievalReport: ...
@@ -63,6 +68,9 @@ class StoreUnderTest(Store, Protocol):
         namespace: str | None = ...,
         *,
         embeddings: object = ...,
+        dedupe: Dedupe | None = ...,
+        near_threshold: float | None = ...,
+        ttl: float | dt.timedelta | None = ...,
     ) -> list[str]: ...
 
     def statistics(self) -> StoreStatistics: ...
