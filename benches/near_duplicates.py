@@ -183,12 +183,19 @@ def chart(report: dict[str, Any], path: Path) -> None:
             ax.hist(
                 [r[field] for r in rows if r["kind"] == kind], bins=bins, alpha=0.6, label=kind
             )
-        ax.axvline(report["choice"]["cosine"]["threshold"], color="black", linestyle="--")
+        ax.axvline(
+            report["choice"]["cosine"]["threshold"],
+            color="black",
+            linestyle="--",
+            label="threshold chosen",
+        )
         ax.set_title(f"MiniLM cosine of a pair, {title}")
         ax.set_xlabel("cosine")
     if report.get("locomo"):
         best = report["locomo"]["best_earlier"]
-        axes[0].axvline(best["p90"], color="grey", linewidth=0.8)
+        axes[0].axvline(
+            best["p90"], color="grey", linewidth=0.8, label="LoCoMo: p90 of a turn's best"
+        )
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
