@@ -267,6 +267,11 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             only while the prompt is over it; None runs every strategy every time.
         recall_errors: ``"warn"`` (the default) logs a recall failure during ``turn`` and
             goes on without a recall block; ``"raise"`` raises it.
+        dedupe: how ``remember`` treats a memory already there when it is not told:
+            None (the default) keeps every memory (they accumulate); ``"exact"`` writes
+            nothing for a text equal to a current memory's of the namespace and returns
+            that memory's id; ``"near"`` does the same for a current memory whose
+            cosine similarity is at least the store's near-duplicate threshold.
 
     Raises:
         ConfigError: any field out of range or of the wrong type.
@@ -286,6 +291,7 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
     auto_store_user_input: bool = False
     max_prompt_bytes: int | None = None
     recall_errors: Literal["warn", "raise"] = "warn"
+    dedupe: Literal["exact", "near"] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategies, list):
@@ -353,6 +359,10 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
                     "placement='system_section' (or leave section_priority at None)"
                 )
         check_retriever_name("MemoryConfig.retriever_name", self.retriever_name)
+        if self.dedupe is not None and self.dedupe not in ("exact", "near"):
+            raise ConfigError(
+                f"MemoryConfig.dedupe is {self.dedupe!r:.60}; expected None, 'exact' or 'near'"
+            )
         if self.recall_errors not in ("warn", "raise"):
             raise ConfigError(
                 f"MemoryConfig.recall_errors is {self.recall_errors!r}; expected 'warn' or 'raise'"

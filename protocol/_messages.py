@@ -181,7 +181,8 @@ class Compressed(Msg, frozen=True, kw_only=True, tag="compressed"):
 
 class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     """Rank the ``k`` best entries of ``namespace`` for ``query`` as ``settings`` says,
-    then drop those whose cosine similarity is under ``min_similarity``.
+    then drop those whose cosine similarity is under ``min_similarity``. ``as_of``
+    reads each memory's version valid at that instant instead of the current one.
 
     ``retriever`` and ``run_id`` name the retrieval this read belongs to, for the
     ``vector_store.searched`` event it sends (None: the recall actor's own run)."""
@@ -195,6 +196,7 @@ class Recall(Msg, frozen=True, kw_only=True, tag="recall"):
     until: dt.datetime | None = None
     retriever: str | None = None
     run_id: str | None = None
+    as_of: dt.datetime | None = None
 
 
 class Inject(Msg, frozen=True, kw_only=True, tag="inject"):

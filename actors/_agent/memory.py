@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar, TypedDict, final
+from typing import Any, ClassVar, Literal, TypedDict, final
 
 import attrs
 import msgspec
@@ -23,6 +23,7 @@ import trio
 from protocol import (
     ConfigError,
     DispatchError,
+    Document,
     EmbeddingCall,
     EmbeddingUsageTotals,
     Event,
@@ -57,7 +58,8 @@ from protocol.events import (
     RetrieverStarted,
     fingerprint,
 )
-from protocol.messages import Compress, Compressed, Inject, Recall
+from protocol.filters import Filter
+from protocol.messages import Compress, Compressed, Dedupe, Inject, Recall
 
 from .._embedding.hashing import HashingEmbedder
 from .._embedding.protocols import AnyEmbedder
@@ -230,12 +232,15 @@ class Memory(metaclass=NoPublicConstructor):
         *,
         since: dt.datetime | None = None,
         until: dt.datetime | None = None,
+        as_of: dt.datetime | None = None,
     ) -> RetrievalReport:
         """The best ``k`` entries of ``namespace`` for ``query``, best first.
 
         The engine's recall (``SearchRequest(kind="recall")``, as the config's
         ``recall`` settings say) ranks them; ``since`` and ``until`` (aware datetimes)
-        keep the entries that occurred in ``[since, until)``. Each hit has its cosine
+        keep the entries that occurred in ``[since, until)``; ``as_of`` (an aware
+        datetime) reads each memory as it was then: its version valid at that instant
+        (README, "Memory over time"), instead of the current one. Each hit has its cosine
         as ``score``, its ``rank`` and the ``channels`` that lifted it.
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
@@ -263,6 +268,7 @@ class Memory(metaclass=NoPublicConstructor):
         ):
             raise ConfigError(f"min_similarity is {floor!r}; expected a float in [-1, 1]")
         since, until = check_time("since", since), check_time("until", until)
+        as_of = check_time("as_of", as_of)
         if since is not None and until is not None and since > until:
             raise ConfigError(
                 f"since is {since.isoformat()} and until is {until.isoformat()}; expected "
@@ -279,6 +285,7 @@ class Memory(metaclass=NoPublicConstructor):
             until=until,
             retriever=self._config.retriever_name,
             run_id=run_id,
+            as_of=as_of,
         )
         bound = self._store.profile
         run = _Run(
@@ -472,13 +479,23 @@ class Memory(metaclass=NoPublicConstructor):
         *,
         occurred_at: dt.datetime | None = None,
         conversation: str | None = None,
+        dedupe: Dedupe | None = None,
+        expires_at: dt.datetime | None = None,
+        ttl: float | dt.timedelta | None = None,
     ) -> str:
         """Store one explicit memory in the config's namespace and return its id.
 
         A str becomes a user message. The id is the first 16 hex characters of
         sha256(content ‖ source ‖ timestamp), so remembering the same content twice
-        keeps two entries. Blocks, and behaves on cancellation, like
-        ``StoreHandle.store_turns``.
+        keeps two entries, unless ``dedupe`` (None: the config's ``dedupe``) is
+        ``"exact"`` (a current memory of the namespace with the same text) or
+        ``"near"`` (one at least the store's near-duplicate cosine away): then nothing
+        is written and the existing memory's id is returned. Blocks, and behaves on
+        cancellation, like ``StoreHandle.store_turns``.
+
+        ``expires_at`` (an aware datetime) or ``ttl`` (seconds or a timedelta from the
+        store clock's now), not both, makes the memory expire: from then on no read
+        returns it. None: it never expires.
 
         ``occurred_at`` is when it happened or was said (an aware datetime, kept in
         UTC); None: now, the time of the write. Reads filter on it
@@ -521,6 +538,16 @@ class Memory(metaclass=NoPublicConstructor):
             if isinstance(source, str)
             else None
         )
+        mode = self._config.dedupe if dedupe is None else dedupe
+        # Only what is asked for is passed on, so a store of the user's own written
+        # before memory over time still takes a plain remember.
+        extra: dict[str, Any] = {}
+        if mode is not None:
+            extra["dedupe"] = mode
+        if expires_at is not None:
+            extra["expires_at"] = expires_at
+        if ttl is not None:
+            extra["ttl"] = ttl
         stored = await self._store.store_turns(
             [message],
             namespace=self._config.namespace,
@@ -529,9 +556,68 @@ class Memory(metaclass=NoPublicConstructor):
             ids=ids,
             occurred_at=occurred_at,
             conversation=conversation,
+            **extra,
         )
         self._watch.after_write(stored)
         return stored.ids[0]
+
+    async def update(
+        self,
+        id: str,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        valid_from: dt.datetime | None = None,
+        expires_at: dt.datetime | Literal["keep"] | None = "keep",
+        create: bool = False,
+    ) -> Document:
+        """Write a new version of memory ``id`` in the config's namespace, keeping the
+        old one as history (``StoreHandle.update``): the old version is closed at
+        ``valid_from`` (None: the store clock's now), and reads see the new one.
+        Returns the new current version.
+
+        Raises:
+            ConfigError: no current memory ``id`` (without ``create``), or a
+                ``valid_from`` not later than the current version's.
+            EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
+        """
+        self._check_open()
+        return await self._store.update(
+            id,
+            text,
+            None if metadata is None else dict(metadata),
+            namespace=self._config.namespace,
+            valid_from=valid_from,
+            expires_at=expires_at,
+            create=create,
+        )
+
+    async def history(self, id: str) -> list[Document]:
+        """Every version of memory ``id`` in the config's namespace, oldest first
+        (``StoreHandle.history``); ``[]`` for an unknown id."""
+        self._check_open()
+        return await self._store.history(id, self._config.namespace)
+
+    async def forget(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        filter: Mapping[str, object] | Filter | None = None,
+        before: dt.datetime | None = None,
+    ) -> list[str]:
+        """Forget memories of the config's namespace, every version of each and every
+        trace of their text (``StoreHandle.forget``): ``ids``, or those matching
+        ``filter`` and occurred before ``before`` (neither: the whole namespace).
+        Returns the ids forgotten.
+
+        Raises:
+            ConfigError: ids with a filter or before; bad arguments.
+            FilterError: the filter cannot be applied.
+        """
+        self._check_open()
+        return await self._store.forget(
+            ids, namespace=self._config.namespace, filter=filter, before=before
+        )
 
     def usage(self) -> VectorStoreUsage:
         """The store's fill level, in O(1)."""

@@ -52,6 +52,7 @@ class RecallActor:
                     settings=request.settings,
                     since=request.since,
                     until=request.until,
+                    as_of=request.as_of,
                 )
             )
         except Exception as error:

@@ -24,7 +24,7 @@ from protocol import (
 from protocol.checks import shown
 
 from .._store.mailbox import PROPAGATE
-from .cache import CachedEmbedder
+from .cache import CachedEmbedder, EmbeddingCache
 from .protocols import AnyEmbedder, AsyncEmbedder, Embedder, EmbeddingModel, Matrix
 from .usage import EmbeddingUsageLog
 
@@ -125,6 +125,13 @@ class EmbedderAdapter:
         else:
             self.usage = EmbeddingUsageLog(listener=self._fan_out)
             self._meter = True
+
+    def forget_texts(self, texts: set[str]) -> None:
+        """Drop these texts' vectors from the embedder's cache, if it has one (a
+        ``CachedEmbedder``'s): what a store's forget, delete or clear owes."""
+        cache = getattr(self.embedder, "cache", None)
+        if isinstance(cache, EmbeddingCache):
+            cache.discard(texts)
 
     def identity(self) -> tuple[str, str]:
         """``(provider, model)`` as this adapter's usage records name them."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import final
 
 import attrs
@@ -159,6 +159,19 @@ class EmbeddingCache:
                 _, (_, dropped) = self._data.popitem(last=False)
                 self._bytes -= dropped
                 self._evictions += 1
+
+    def discard(self, texts: Iterable[str]) -> int:
+        """Drop every vector of these texts (any model, input type or width), so no
+        trace of them stays here (a store's forget). Returns how many went."""
+        drop = set(texts)
+        if not drop:
+            return 0
+        with self._lock:
+            keys = [key for key in self._data if key[-1] in drop]
+            for key in keys:
+                _, size = self._data.pop(key)
+                self._bytes -= size
+        return len(keys)
 
     def clear(self) -> None:
         """Drop every entry (the hit and miss counters stay)."""

@@ -57,7 +57,9 @@ from .filtering import MetadataIndex
 
 __all__ = [
     "ENTRY_CONSTANT",
+    "NEVER",
     "NO_TIME",
+    "OPEN",
     "STORE_CONSTANT",
     "Arena",
     "Entries",
@@ -76,6 +78,10 @@ STORE_CONSTANT = 64 * 1024
 
 #: :attr:`Arena.occurred_us` of a free slot (no entry): below every time a datetime holds.
 NO_TIME = int(np.iinfo(np.int64).min)
+#: :attr:`Arena.valid_to_us` of a current version (and of a free slot): past every time.
+OPEN = int(np.iinfo(np.int64).max)
+#: :attr:`Arena.expires_us` of an entry that never expires (and of a free slot).
+NEVER = OPEN
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -176,9 +182,42 @@ class Entries:
     occurred: npt.NDArray[np.int64] | int = 0
     conversations: Sequence[str | None] | None = None
     index_texts: Sequence[str | None] | None = None
+    expires: npt.NDArray[np.int64] | int = NEVER
+    versions: npt.NDArray[np.int32] | int = 1
+    valid_from: npt.NDArray[np.int64] | int | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def subset(self, rows: Sequence[int]) -> Entries:
+        """The entries at ``rows``, in that order (a batch without its duplicates)."""
+        index = np.asarray(rows, dtype=np.intp)
+        picked = list(rows)
+
+        def column(value: npt.NDArray[G2] | int) -> npt.NDArray[G2] | int:
+            return value if isinstance(value, int) else value[index]
+
+        def items(values: Sequence[T2] | None) -> list[T2] | None:
+            return None if values is None else [values[i] for i in picked]
+
+        return attrs.evolve(
+            self,
+            vectors=self.vectors[index],
+            zero=self.zero[index],
+            texts=[self.texts[i] for i in picked],
+            payloads=[self.payloads[i] for i in picked],
+            metadata=[self.metadata[i] for i in picked],
+            ids=items(self.ids),
+            source_ids=[self.source_ids[i] for i in picked],
+            roles=items(self.roles),
+            scale=None if self.scale is None else self.scale[index],
+            occurred=column(self.occurred),
+            conversations=items(self.conversations),
+            index_texts=items(self.index_texts),
+            expires=column(self.expires),
+            versions=column(self.versions),
+            valid_from=None if self.valid_from is None else column(self.valid_from),
+        )
 
     def normalized(self) -> npt.NDArray[np.float32]:
         """The normalized rows, in an array of their own when ``scale`` is set."""
@@ -187,6 +226,9 @@ class Entries:
         rows: npt.NDArray[np.float32] = self.vectors * self.scale
         return rows
 
+
+G2 = TypeVar("G2", bound=np.generic)
+T2 = TypeVar("T2")
 
 _TWO_DIGITS = [f"{i:02d}" for i in range(100)]
 
@@ -260,6 +302,28 @@ class Arena:
     conversations: Conversations = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
     source_ids: list[str | None] = attrs.field(init=False)
+    # Per slot, the version bookkeeping (README, "Memory over time"): when the version
+    # became valid (NO_TIME when free) and stopped being (OPEN: current, or free), when
+    # it expires (NEVER: never, or free), its version number (0: free), and the hash of
+    # its text (``hash(text)``, for exact dedupe; 0 when free).
+    valid_from_us: npt.NDArray[np.int64] = attrs.field(init=False)
+    valid_to_us: npt.NDArray[np.int64] = attrs.field(init=False)
+    expires_us: npt.NDArray[np.int64] = attrs.field(init=False)
+    versions: npt.NDArray[np.int32] = attrs.field(init=False)
+    text_hash: npt.NDArray[np.int64] = attrs.field(init=False)
+    # How many held entries are closed versions, and how many expire: with neither
+    # (and no as_of) a read builds no visibility mask.
+    closed_total: int = 0
+    expiring_total: int = 0
+    # The earliest expiry held (micros), or None when it must be found again.
+    _next_expiry: int | None = NEVER
+    # namespace -> id -> the slots of its closed versions, oldest first.
+    _closed: dict[str, dict[str, list[int]]] = attrs.field(factory=dict)
+    # text hash -> the slot of a current entry with that text (the last written); the
+    # hashes some other current entry shares are in _hash_shared, and looked up in
+    # text_hash when the one slot does not do.
+    _hash_slot: dict[int, int] = attrs.field(factory=dict)
+    _hash_shared: set[int] = attrs.field(factory=set)
     _bm25: Bm25Index = attrs.field(init=False)
     meta: MetadataIndex = attrs.field(init=False)
     # slot -> True to (re)index the slot's current entry, False to unindex; see bm25().
@@ -317,6 +381,11 @@ class Arena:
         self.roles = [None] * n
         self.sources = [None] * n
         self.source_ids = [None] * n
+        self.valid_from_us = np.full(n, NO_TIME, dtype=np.int64)
+        self.valid_to_us = np.full(n, OPEN, dtype=np.int64)
+        self.expires_us = np.full(n, NEVER, dtype=np.int64)
+        self.versions = np.zeros(n, dtype=np.int32)
+        self.text_hash = np.zeros(n, dtype=np.int64)
         self._bm25 = Bm25Index(n)
         self.meta = MetadataIndex(n)
 
@@ -568,6 +637,25 @@ class Arena:
         self.zero_count += int(np.count_nonzero(entries.zero))
         self.auto_id[where] = entries.ids is None
         self.occurred_us[where] = entries.occurred
+        self.valid_from_us[where] = (
+            entries.occurred if entries.valid_from is None else entries.valid_from
+        )
+        self.valid_to_us[where] = OPEN
+        self.expires_us[where] = entries.expires
+        self.versions[where] = entries.versions
+        hashes = list(map(hash, entries.texts))
+        self.text_hash[where] = hashes
+        self._index_hashes(hashes, slots)
+        expires = entries.expires
+        if isinstance(expires, int):
+            if expires != NEVER:
+                self.expiring_total += count
+                self._lower_next_expiry(expires)
+        else:
+            expiring = expires != NEVER
+            if expiring.any():
+                self.expiring_total += int(np.count_nonzero(expiring))
+                self._lower_next_expiry(int(expires.min()))
         self.conversations.place(where, namespace, entries.conversations, slots, first)
         self.meta.set_many(slots, entries.metadata, consecutive=consecutive)
         if consecutive:
@@ -623,8 +711,7 @@ class Arena:
     def _release(self, slot: int) -> None:
         """Drop the live entry in ``slot`` and free the slot."""
         ns_id = int(self.ns_ids[slot])
-        if not self.auto_id[slot]:
-            self._forget_ids(ns_id, [self.ids[slot]])
+        self._unbook(slot, ns_id)
         if self.zero[slot]:
             self.zero_count -= 1
         self._uncount(ns_id, 1)
@@ -634,6 +721,11 @@ class Arena:
         self.meta.remove(slot)
         self.conversations.release(slice(slot, slot + 1))
         self.occurred_us[slot] = NO_TIME
+        self.valid_from_us[slot] = NO_TIME
+        self.valid_to_us[slot] = OPEN
+        self.expires_us[slot] = NEVER
+        self.versions[slot] = 0
+        self.text_hash[slot] = 0
         self.zero[slot] = False
         self.auto_id[slot] = False
         self.seqs[slot] = -1
@@ -661,9 +753,21 @@ class Arena:
         if self._named:
             explicit = ~self.auto_id[index]
             if explicit.any():
-                ids, ns_ids = self.ids, self.ns_ids[index[explicit]].tolist()
+                ns_ids = self.ns_ids[index[explicit]].tolist()
                 for ns_id, slot in zip(ns_ids, index[explicit].tolist(), strict=True):
-                    self._forget_ids(ns_id, [ids[slot]])
+                    self._forget_slot_id(slot, ns_id)
+        # The hash index and the version counts, slot by slot (a Python loop over the
+        # evicted batch: a few dict operations each).
+        hash_slot = self._hash_slot
+        closed = self.valid_to_us
+        for slot, h in zip(index.tolist(), self.text_hash[index].tolist(), strict=True):
+            if closed[slot] == OPEN and hash_slot.get(h) == slot:
+                self._unindex_hash(slot, h)
+        if self.expiring_total:
+            gone = int(np.count_nonzero(self.expires_us[index] != NEVER))
+            if gone:
+                self.expiring_total -= gone
+                self._next_expiry = None
         if len(self._ns_index) == 1:
             (only,) = self._ns_index.values()
             self._uncount(only, len(index))
@@ -675,6 +779,177 @@ class Arena:
             return
         for ns_id in ns.tolist():
             self._uncount(ns_id, 1)
+
+    def _unbook(self, slot: int, ns_id: int) -> None:
+        """Take the entry in ``slot`` out of the id map (or its closed versions), the
+        hash index and the expiry count, before its slot is freed."""
+        if not self.auto_id[slot]:
+            self._forget_slot_id(slot, ns_id)
+        if self.valid_to_us[slot] == OPEN:
+            h = int(self.text_hash[slot])
+            if self._hash_slot.get(h) == slot:
+                self._unindex_hash(slot, h)
+        if self.expires_us[slot] != NEVER:
+            self.expiring_total -= 1
+            self._next_expiry = None
+
+    def _forget_slot_id(self, slot: int, ns_id: int) -> None:
+        """Take the explicit-id entry in ``slot`` out of its namespace's id map, or, for
+        a closed version, out of its memory's closed versions."""
+        if self.valid_to_us[slot] == OPEN:
+            self._forget_ids(ns_id, [self.ids[slot]])
+            return
+        name = self._ns_names[ns_id]
+        entry_id = self.ids[slot]
+        assert name is not None
+        assert entry_id is not None
+        held = self._closed[name]
+        versions = held[entry_id]
+        versions.remove(slot)
+        if not versions:
+            del held[entry_id]
+        self.closed_total -= 1
+        self._named -= 1
+
+    def _index_hashes(self, hashes: list[int], slots: list[int]) -> None:
+        """Index the current entries just written in ``slots`` by their texts' hashes."""
+        hash_slot, shared = self._hash_slot, self._hash_shared
+        for h, slot in zip(hashes, slots, strict=True):
+            if h in hash_slot:
+                shared.add(h)
+            hash_slot[h] = slot
+
+    def _unindex_hash(self, slot: int, h: int) -> None:
+        """``slot`` (indexed under ``h``) leaves the hash index; another current entry
+        with the same hash, if any, takes its place."""
+        if h not in self._hash_shared:
+            del self._hash_slot[h]
+            return
+        others = self.hash_matches(h, leaving_out=slot)
+        if not others:
+            del self._hash_slot[h]
+            self._hash_shared.discard(h)
+        else:
+            self._hash_slot[h] = others[-1]
+            if len(others) == 1:
+                self._hash_shared.discard(h)
+
+    def hash_matches(self, h: int, leaving_out: int = -1) -> list[int]:
+        """The current entries whose text hashes to ``h`` (but ``leaving_out``)."""
+        if h not in self._hash_shared:
+            slot = self._hash_slot.get(h)
+            return [] if slot is None or slot == leaving_out else [slot]
+        end = self.high
+        found = np.flatnonzero(
+            (self.text_hash[:end] == h) & (self.valid_to_us[:end] == OPEN) & (self.seqs[:end] >= 0)
+        ).tolist()
+        return [slot for slot in found if slot != leaving_out]
+
+    def _lower_next_expiry(self, expires: int) -> None:
+        if self._next_expiry is not None and expires < self._next_expiry:
+            self._next_expiry = expires
+
+    def next_expiry(self) -> int:
+        """The earliest expiry held, as micros (:data:`NEVER`: none)."""
+        if not self.expiring_total:
+            self._next_expiry = NEVER
+            return NEVER
+        if self._next_expiry is None:
+            self._next_expiry = int(self.expires_us[: self.high].min())
+        return self._next_expiry
+
+    def expired_slots(self, now_us: int, limit: int) -> list[int]:
+        """At most ``limit`` held entries expired at ``now_us``, oldest expiry first."""
+        if self.next_expiry() > now_us:
+            return []
+        found = np.flatnonzero(self.expires_us[: self.high] <= now_us)
+        if len(found) > limit:
+            found = found[np.argsort(self.expires_us[found], kind="stable")[:limit]]
+        return list(found.tolist())
+
+    def close(self, slot: int, valid_to: int) -> None:
+        """Close the current version in ``slot`` at ``valid_to`` (micros): it stays,
+        as history, out of the id map and the hash index."""
+        ns_id = int(self.ns_ids[slot])
+        name = self._ns_names[ns_id]
+        entry_id = self.ids[slot]
+        assert name is not None
+        assert entry_id is not None
+        h = int(self.text_hash[slot])
+        if self._hash_slot.get(h) == slot:
+            self._unindex_hash(slot, h)
+        if self.auto_id[slot]:
+            self.auto_id[slot] = False
+            self._named += 1
+        else:
+            del self._id_slot[name][entry_id]
+        self.valid_to_us[slot] = valid_to
+        self._closed.setdefault(name, {}).setdefault(entry_id, []).append(slot)
+        self.closed_total += 1
+
+    def closed_of(self, namespace: str, entry_id: str) -> list[int]:
+        """The slots of memory ``entry_id``'s closed versions in ``namespace``, oldest
+        first."""
+        held = self._closed.get(namespace)
+        return [] if held is None else list(held.get(entry_id, ()))
+
+    def versions_of(self, namespace: str, entry_id: str) -> list[int]:
+        """Every held version of memory ``entry_id`` in ``namespace``, oldest first."""
+        slots = self.closed_of(namespace, entry_id)
+        current = self.slot_of(namespace, entry_id)
+        if current is not None:
+            slots.append(current)
+        versions = self.versions
+        return sorted(slots, key=lambda slot: int(versions[slot]))
+
+    def held_ids(self, namespace: str) -> list[str]:
+        """The ids of every memory of ``namespace`` with a closed version."""
+        held = self._closed.get(namespace)
+        return [] if held is None else list(held)
+
+    def visible(
+        self, high: int, now_us: int, as_of_us: int | None = None
+    ) -> npt.NDArray[np.bool_] | None:
+        """A bool per slot of ``[0, high)``: the slot holds an entry a read sees at
+        ``now_us`` (current, or with ``as_of_us`` the version valid then, unexpired),
+        or None when every held entry is (no closed version, none expired, no as_of):
+        then a read needs no mask."""
+        if as_of_us is None and not self.closed_total and self.next_expiry() > now_us:
+            return None
+        if as_of_us is None:
+            mask: npt.NDArray[np.bool_] = self.valid_to_us[:high] == OPEN
+        else:
+            mask = (self.valid_from_us[:high] <= as_of_us) & (self.valid_to_us[:high] > as_of_us)
+        mask &= self.seqs[:high] >= 0
+        if self.expiring_total:
+            mask &= self.expires_us[:high] > now_us
+        return mask
+
+    def reindex(self, slot: int, index_text: str | None) -> None:
+        """Give the entry in ``slot`` a new index text (None: its own text), in the
+        BM25 index at once where it is already indexed (a forget rewrites what quoted
+        a forgotten predecessor)."""
+        self.index_texts[slot] = None if index_text is None else keep_text(index_text)
+        if slot in self._bm25:
+            self._bm25.add(slot, self.index_text_of(slot), group=int(self.ns_ids[slot]))
+            self._bm25_pending.pop(slot, None)
+
+    def conversation_members(self, code: int) -> list[int]:
+        """The held slots of the conversation with ``code``, by position."""
+        end = self.high
+        found = np.flatnonzero(self.conv_codes[:end] == code)
+        order = np.argsort(self.positions[found], kind="stable")
+        return list(found[order].tolist())
+
+    def flush_removals(self) -> None:
+        """Apply the BM25 index's pending removals now (a forget leaves no posting or
+        statistic of what it removed); pending additions wait for the next read."""
+        pending = self._bm25_pending
+        removed = [slot for slot, index in pending.items() if not index]
+        for slot in removed:
+            if slot in self._bm25:
+                self._bm25.remove(slot)
+            del pending[slot]
 
     def _forget_ids(self, ns_id: int, entry_ids: list[str | None]) -> None:
         name = self._ns_names[ns_id]
@@ -694,6 +969,7 @@ class Arena:
             assert name is not None
             del self._ns_index[name]
             del self._id_slot[name]
+            self._closed.pop(name, None)
             self._ns_names[ns_id] = None
             self._ns_free.append(ns_id)
 

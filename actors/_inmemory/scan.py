@@ -128,7 +128,7 @@ class _Request:
     query: npt.NDArray[np.float32] | None
     k: int
     namespace: str | None
-    mask: Mask | Callable[[Snapshot], Mask] | None
+    mask: Mask | Callable[[Snapshot], Mask | None] | None
     build: Callable[[ScanResult], Any]
     done: trio.Event = attrs.field(factory=trio.Event)
     result: object = None
@@ -310,14 +310,15 @@ class ScanEngine:
         query: npt.NDArray[np.float32] | None,
         k: int,
         namespace: str | None = None,
-        mask: Mask | Callable[[Snapshot], Mask] | None = None,
+        mask: Mask | Callable[[Snapshot], Mask | None] | None = None,
         build: Callable[[ScanResult], Any] | None = None,
     ) -> Any:
         """Score ``query`` against every live entry in scope and return ``build``'s reply.
 
         ``query`` is a unit float32 vector, or None for a zero query (every score 0.0).
         ``mask``, when given, is indexed by slot (``True``: in scope), or a function that
-        makes one from the snapshot the scan runs on; it narrows the namespace scope.
+        makes one from the snapshot the scan runs on (None: no mask); it narrows the
+        namespace scope.
         ``build``, when given, replaces the engine's ``build`` for this read; it runs on
         the trio thread while the rows are pinned, so it may read the arena.
 
@@ -348,6 +349,10 @@ class ScanEngine:
             # Inline: nothing else is using the buffers, and no await until we return.
             self.check_usable()
             reply = self.build if build is None else build
+            if callable(mask):
+                # Resolved on this snapshot, with no await until the scan: a function
+                # that finds nothing to mask (None) keeps the unmasked fast path.
+                mask = mask(snap)
             if mask is None:
                 return reply(self._inline(query, k, namespace, snap))
             request = _Request(query=query, k=k, namespace=namespace, mask=mask, build=reply)

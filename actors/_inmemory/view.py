@@ -21,7 +21,7 @@ from protocol import RetrievedTurn, ScoredDocument, SearchRequest, SparseVector
 from .._retrieval.engine import depths, rank
 from .._retrieval.recall import shape
 from .._retrieval.view import Candidate, Pick
-from .arena import Snapshot
+from .arena import Snapshot, micros
 from .filtering import compile_filter
 from .scan import ScanResult
 
@@ -167,25 +167,28 @@ async def run_search(
     first, on the trio thread with no await in between, then embeds, then scans."""
     arena = actor.arena
     compiled = None if request.filter is None else compile_filter(request.filter)
-    scoped = compiled is not None or request.since is not None or request.until is not None
     k, depth = depths(request, actor.config.max_entries)
+    # What this read sees (README, "Memory over time"): the current versions, or those
+    # valid at ``as_of``, unexpired by the store clock's now, taken once per read.
+    now_us = actor.now_us()
+    as_of_us = None if request.as_of is None else micros(request.as_of)
     # The mask of the snapshot the scan runs on, kept for BM25 (same snapshot).
-    masks: list[npt.NDArray[np.bool_]] = []
+    masks: list[npt.NDArray[np.bool_] | None] = []
 
     def mask_now(high: int) -> npt.NDArray[np.bool_] | None:
-        """The filter's mask and the time window's, of the first ``high`` slots."""
-        if not scoped:
-            return None
+        """The filter's mask, the time window's and the versions' visibility, of the
+        first ``high`` slots; None when none narrows anything."""
         mask = None if compiled is None else arena.meta.mask(compiled, high)
         if request.since is not None or request.until is not None:
             window = arena.time_mask(request.since, request.until, high)
             mask = window if mask is None else mask & window
-        assert mask is not None
+        visible = arena.visible(high, now_us, as_of_us)
+        if visible is not None:
+            mask = visible if mask is None else mask & visible
         return mask
 
-    def mask_of(snap: Snapshot) -> npt.NDArray[np.bool_]:
+    def mask_of(snap: Snapshot) -> npt.NDArray[np.bool_] | None:
         mask = mask_now(snap.high)
-        assert mask is not None
         masks.append(mask)
         return mask
 
@@ -225,7 +228,7 @@ async def run_search(
         query,
         depth,
         namespace,
-        mask=mask_of if scoped else None,
+        mask=mask_of,
         build=build,
     )
     return reply

@@ -45,6 +45,8 @@ from protocol.messages import (
     Cleared,
     Delete,
     DocumentsUpserted,
+    Forget,
+    Forgotten,
     StoreReply,
     StoreTurns,
     TurnsStored,
@@ -279,6 +281,14 @@ def write_event(request: Write, result: StoreReply) -> Event | None:
                 count=len(result.deleted),
                 ids=list(result.deleted),
                 missing=len(result.missing),
+            )
+        case Forget(namespace=namespace), Forgotten():
+            return DocumentsDeleted(
+                at=at,
+                namespace=namespace,
+                count=len(result.ids),
+                ids=list(result.ids),
+                missing=0,
             )
         case Clear(namespace=namespace), Cleared():
             return DocumentsDeleted(

@@ -234,7 +234,7 @@ class StoreHandle(metaclass=NoPublicConstructor):
         """
         self._check()
         config = self._actor.config
-        expiry = check_expiry(expires_at, ttl, self._actor.clock)
+        expiry = check_expiry(expires_at, ttl, self._store_clock)
         mode, threshold = check_dedupe(dedupe, near_threshold)
         request = turns_request(
             turns,
@@ -852,7 +852,11 @@ class StoreHandle(metaclass=NoPublicConstructor):
         wanted = check_ids(ids)
         when = check_time("as_of", as_of)
         space = self._namespace(namespace)
-        found = await self._actor.fetch(wanted, space, when)
+        found = await (
+            self._actor.fetch(wanted, space)
+            if when is None
+            else self._actor.fetch(wanted, space, when)
+        )
         self._check()  # closed while it read: as every method once the store closes
         return found
 
@@ -944,6 +948,11 @@ class StoreHandle(metaclass=NoPublicConstructor):
     @property
     def config(self) -> VectorStoreConfig:
         return self._actor.config
+
+    def _store_clock(self) -> dt.datetime:
+        """The store clock's now, unchecked (``check_expiry`` checks it), read only
+        when a write asks for it."""
+        return self._actor.clock()
 
     def _namespace(self, namespace: str | None) -> str:
         return DEFAULT_NAMESPACE if namespace is None else check_name("namespace", namespace)

@@ -170,12 +170,15 @@ async def document_times(
     sizes: Sequence[int],
     max_entry_bytes: int,
     before: Callable[[list[str | None], list[str]], Awaitable[Mapping[str, str]]],
+    now: dt.datetime | None = None,
 ) -> DocumentTimes:
     """The times, conversations and derived index texts of a batch of documents (both
     backends' preparation). ``before(conversations, ids)`` reads the own text of the
     newest live entry of each conversation, the batch's ids left out; it is asked only
-    when some document has a conversation."""
-    now = write_time()
+    when some document has a conversation. ``now`` (None: :func:`write_time`) is the
+    time stamped on a document without an ``occurred_at``: the store clock's."""
+    if now is None:
+        now = write_time()
     occurred = [now if d.occurred_at is None else d.occurred_at for d in documents]
     conversations = [d.conversation for d in documents]
     previous: Mapping[str, str] = {}

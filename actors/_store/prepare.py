@@ -143,10 +143,12 @@ def clock_now(clock: Clock) -> dt.datetime:
         ConfigError: the clock returned something other than an aware datetime.
     """
     now = clock()
-    checked = check_time("the store clock's time", now)
-    if checked is None:
-        raise ConfigError("the store clock returned None; expected an aware datetime")
-    return checked
+    if not isinstance(now, dt.datetime) or now.tzinfo is None or now.tzinfo.utcoffset(now) is None:
+        raise ConfigError(
+            f"the store clock returned {now!r:.60} ({type(now).__name__}); expected an "
+            "aware datetime.datetime"
+        )
+    return now.astimezone(dt.UTC)
 
 
 def check_expiry(
@@ -164,7 +166,7 @@ def check_expiry(
             f"{what} is {expires_at!r:.60} and ttl is {ttl!r:.60}; expected at most one of the two"
         )
     if ttl is None:
-        return check_time(what, expires_at)
+        return None if expires_at is None else check_time(what, expires_at)
     return clock_now(clock) + check_ttl(ttl)
 
 
@@ -566,7 +568,9 @@ def check_turns(request: StoreTurns, *, max_entry_bytes: int, max_entries: int) 
     check_name("source", request.source)
     check_name_size("namespace", request.namespace, MAX_NAMESPACE_BYTES)
     occurred_at = check_time("occurred_at", request.occurred_at)
-    expires_at = check_time("expires_at", request.expires_at)
+    expires_at = (
+        None if request.expires_at is None else check_time("expires_at", request.expires_at)
+    )
     dedupe, near_threshold = check_dedupe(request.dedupe, request.near_threshold)
     conversation = check_conversation(request.conversation)
     ids = None if request.ids is None else _check_turn_ids(request.ids, count)
@@ -776,7 +780,9 @@ def check_documents(
             document = copy.copy(document)
             msgspec.structs.force_setattr(document, "embedding", embedding)
         assert document.id is not None
-        check_not_reserved(document.id, what="document id")
+        if request.supersede is None or document.id != request.supersede.id:
+            # An update of a turn stored without an id keeps its turn-<n> id.
+            check_not_reserved(document.id, what="document id")
         # Document checks both as it is made; again here for one built around that.
         if document.occurred_at is not None:
             check_time("document occurred_at", document.occurred_at)
