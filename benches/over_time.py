@@ -30,6 +30,12 @@ at ``--read-sizes``: each read kind with and without a ``since``/``until`` windo
 (1%, 10%, 50% of the year), as ratios in the same run; ``--history S`` and
 ``--as-of`` as there (closed versions in the store, and ``as_of`` reads).
 
+**History** (``--history-share S``, at ``--read-sizes``): two stores with the same
+entries, one where a share ``S`` of them got a second version (``update``), so it holds
+``S * n`` closed versions besides its ``n`` current ones; each read kind, no window,
+sent to both in a shuffled order. The ratio is what the versions' bookkeeping costs a
+read of current versions (no target in the issue).
+
 Targets (issue #31): ``exact`` dedupe <= 1.1x the write time without it; a read with a
 window <= 1.2x one without; on pg, a 1%-selective window faster than none.
 
@@ -56,7 +62,7 @@ from time_window import load_average, pct
 from vector_store import machine  # this script's folder, as turn.py does
 
 from actors import HashingEmbedder, MiniLMEmbedder, open_pg_store, open_store
-from protocol import Document, UnifiedMessage, VectorStoreConfig
+from protocol import Document, SearchRequest, UnifiedMessage, VectorStoreConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FILL_BATCH = 1000
@@ -210,6 +216,114 @@ async def run_writes(
     return out
 
 
+async def run_history(
+    backend: str, n: int, dsn: str | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Reads on a store where a share of the memories has a closed version against the
+    same store without history, side by side, each query sent to both in a shuffled
+    order: what the versions' bookkeeping costs a read that sees current versions."""
+    texts = make_texts(n, seed=n)
+    vectors = make_vectors(n, seed=n)
+    times = time_window.occurred(n, seed=n + 1)
+    capacity = max(n + int(n * args.history_share) + 1, 1000)
+    out: dict[str, Any] = {"load_before": load_average(), "share": args.history_share}
+    async with AsyncExitStack() as stack:
+        stores = {}
+        for variant in ("plain", "history"):
+            opener = time_window.OPENERS[backend]
+            if backend == "pg":
+                opener = _pg_table(f"bench_history_{n}_{variant}")
+            stores[variant] = await stack.enter_async_context(opener(n, dsn, capacity))
+        for s in range(0, n, FILL_BATCH):
+            e = min(s + FILL_BATCH, n)
+            docs = [
+                Document(
+                    text=texts[i], id=f"d{i}", embedding=vectors[i].tolist(), occurred_at=times[i]
+                )
+                for i in range(s, e)
+            ]
+            for store in stores.values():
+                await store.add_documents(docs)
+        out["history_s"] = await time_window.add_history(
+            stores["history"], times, args.history_share, seed=n + 2
+        )
+        print(
+            f"  {backend} {n}: {int(n * args.history_share)} closed versions in "
+            f"{out['history_s']} s",
+            flush=True,
+        )
+        rng = random.Random(5)
+        qvectors = make_vectors(args.queries, seed=10_000_000 + n)
+        words = [t.split() for t in rng.sample(texts, args.queries)]
+        qtexts = [" ".join(rng.sample(w, min(4, len(w)))) for w in words]
+        kinds: dict[str, Any] = {}
+        for kind in time_window.KINDS:
+            lat: dict[str, list[float]] = {"plain": [], "history": []}
+            for q in range(5 + args.queries):
+                qi = q % args.queries
+                if kind == "similarity":
+                    request = SearchRequest(vector=qvectors[qi].tolist(), k=time_window.K)
+                else:
+                    request = SearchRequest(query=qtexts[qi], kind=kind, k=time_window.K)
+                order = list(lat)
+                rng.shuffle(order)
+                for variant in order:
+                    t0 = time.perf_counter()
+                    await stores[variant].search(request)
+                    if q >= 5:
+                        lat[variant].append(time.perf_counter() - t0)
+            kinds[kind] = {
+                "plain_p50_ms": pct(lat["plain"], 50) * 1e3,
+                "plain_p90_ms": pct(lat["plain"], 90) * 1e3,
+                "history_p50_ms": pct(lat["history"], 50) * 1e3,
+                "history_p90_ms": pct(lat["history"], 90) * 1e3,
+                "ratio_p50": pct(lat["history"], 50) / pct(lat["plain"], 50),
+                "ratio_p90": pct(lat["history"], 90) / pct(lat["plain"], 90),
+            }
+            c = kinds[kind]
+            print(
+                f"  {backend} {n} {kind}: plain {c['plain_p50_ms']:.3g} ms, with history "
+                f"{c['ratio_p50']:.2f}x/{c['ratio_p90']:.2f}x",
+                flush=True,
+            )
+        out["kinds"] = kinds
+    out["load_after"] = load_average()
+    return out
+
+
+def _pg_table(table: str) -> Any:
+    @asynccontextmanager
+    async def opener(n: int, dsn: str | None, capacity: int) -> AsyncIterator[Any]:
+        assert dsn is not None
+        config = VectorStoreConfig(
+            dimensions=DIMS,
+            max_entries=capacity,
+            max_entry_bytes=16384,
+            max_arena_bytes=1 << 40,
+        )
+        async with open_pg_store(dsn, config, HashingEmbedder(DIMS), table=table) as store:
+            await store.clear()
+            yield store
+
+    return opener
+
+
+def history_table(results: dict[str, Any]) -> str:
+    rows = [
+        "| backend | size | kind | no history p50 (p90) | with history p50 (p90) |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for backend, sizes in results.items():
+        for n, run in sizes.items():
+            for kind, c in run["kinds"].items():
+                rows.append(
+                    f"| {backend} | {int(n):,} | {kind} | {c['plain_p50_ms']:.3g} ms "
+                    f"({c['plain_p90_ms']:.3g} ms) | {c['ratio_p50']:.2f}× "
+                    f"({c['ratio_p90']:.2f}×) |"
+                )
+    return "\n".join(rows)
+
+
 def write_table(results: dict[str, Any]) -> str:
     rows = [
         "| backend | size | write | none p50 (p90) | exact p50 (p90) | near p50 (p90) "
@@ -320,6 +434,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
 async def bench(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     writes: dict[str, Any] = {}
     reads: dict[str, Any] = {}
+    history: dict[str, Any] = {}
     if not args.no_writes:
         for backend in args.backends:
             for n in args.sizes:
@@ -336,7 +451,11 @@ async def bench(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
             as_of=args.as_of,
         )
         reads = await time_window.bench(read_args, dsn)
-    return {"writes": writes, "reads": reads}
+    if args.history_share:
+        for backend in args.backends:
+            for n in args.read_sizes:
+                history.setdefault(backend, {})[str(n)] = await run_history(backend, n, dsn, args)
+    return {"writes": writes, "reads": reads, "history": history}
 
 
 def main() -> int:
@@ -362,6 +481,12 @@ def main() -> int:
         "--history", type=float, default=0.0, help="reads: share of entries with 2 versions"
     )
     parser.add_argument("--as-of", action="store_true", help="reads: also time as_of reads")
+    parser.add_argument(
+        "--history-share",
+        type=float,
+        default=0.0,
+        help="also time reads on a store with this share of closed versions against none",
+    )
     parser.add_argument("--dsn", help="an existing server (default: start an embedded one)")
     parser.add_argument("--out", type=Path, default=RESULTS / "over_time.json")
     parser.add_argument("--no-chart", action="store_true")
@@ -391,6 +516,9 @@ def main() -> int:
         print()
     if results["reads"]:
         print(time_window.table(results["reads"]))
+        print()
+    if results["history"]:
+        print(history_table(results["history"]))
         print()
     for line in report["targets"]:
         print(line)

@@ -84,26 +84,26 @@ def load_average() -> list[float]:
 
 
 @asynccontextmanager
-async def memory_store(n: int, _dsn: str | None) -> AsyncIterator[Any]:
+async def memory_store(n: int, _dsn: str | None, capacity: int) -> AsyncIterator[Any]:
     config = VectorStoreConfig(
-        dimensions=DIMS, max_entries=max(n, 1000), max_entry_bytes=16384, max_arena_bytes=1 << 40
+        dimensions=DIMS, max_entries=capacity, max_entry_bytes=16384, max_arena_bytes=1 << 40
     )
     async with open_store(config, HashingEmbedder(DIMS)) as store:
         yield store
 
 
 @asynccontextmanager
-async def pg_store(n: int, dsn: str | None) -> AsyncIterator[Any]:
+async def pg_store(n: int, dsn: str | None, capacity: int) -> AsyncIterator[Any]:
     assert dsn is not None
     config = VectorStoreConfig(
-        dimensions=DIMS, max_entries=max(n, 1000), max_entry_bytes=16384, max_arena_bytes=1 << 40
+        dimensions=DIMS, max_entries=capacity, max_entry_bytes=16384, max_arena_bytes=1 << 40
     )
     table = f"bench_window_{n}"
     async with open_pg_store(dsn, config, HashingEmbedder(DIMS), table=table) as store:
         yield store
 
 
-OPENERS: dict[str, Callable[[int, str | None], AbstractAsyncContextManager[Any]]] = {
+OPENERS: dict[str, Callable[[int, str | None, int], AbstractAsyncContextManager[Any]]] = {
     "memory": memory_store,
     "pg": pg_store,
 }
@@ -116,7 +116,10 @@ async def run_one(
     vectors = make_vectors(n, seed=n)
     times = occurred(n, seed=n + 1)
     out: dict[str, Any] = {"load_before": load_average()}
-    async with OPENERS[backend](n, dsn) as store:
+    history = getattr(args, "history", 0.0)
+    # room for the second versions, which take slots of their own (no eviction)
+    capacity = max(n + int(n * history) + 1, 1000)
+    async with OPENERS[backend](n, dsn, capacity) as store:
         started = time.perf_counter()
         for s in range(0, n, BATCH):
             e = min(s + BATCH, n)
@@ -133,7 +136,6 @@ async def run_one(
             )
         out["ingest_s"] = round(time.perf_counter() - started, 2)
         print(f"  {backend} {n}: ingested in {out['ingest_s']} s", flush=True)
-        history = getattr(args, "history", 0.0)
         if history:
             out["history_s"] = await add_history(store, times, history, seed=n + 2)
             print(
