@@ -1,6 +1,7 @@
-"""Memory over time (issue 31), in memory, through the user's paths (``open_store``,
-``open_memory``): versions and history, ``as_of`` on every read, concurrent updates,
-expiry by the store clock, dedupe, and a forget that leaves no trace anywhere."""
+"""Memory over time (README, "Memory over time"), in memory, through the user's paths
+(``open_store``, ``open_memory``): versions and history, ``as_of`` on every read,
+concurrent updates, expiry by the store clock, dedupe, and a forget that leaves no
+trace anywhere."""
 
 from __future__ import annotations
 

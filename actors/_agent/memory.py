@@ -574,7 +574,8 @@ class Memory(metaclass=NoPublicConstructor):
         """Write a new version of memory ``id`` in the config's namespace, keeping the
         old one as history (``StoreHandle.update``): the old version is closed at
         ``valid_from`` (None: the store clock's now), and reads see the new one.
-        Returns the new current version.
+        Returns the new current version. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: no current memory ``id`` (without ``create``), or a
@@ -594,7 +595,8 @@ class Memory(metaclass=NoPublicConstructor):
 
     async def history(self, id: str) -> list[Document]:
         """Every version of memory ``id`` in the config's namespace, oldest first
-        (``StoreHandle.history``); ``[]`` for an unknown id."""
+        (``StoreHandle.history``); ``[]`` for an unknown id. A read: a cancelled call
+        leaves nothing behind."""
         self._check_open()
         return await self._store.history(id, self._config.namespace)
 
@@ -608,7 +610,8 @@ class Memory(metaclass=NoPublicConstructor):
         """Forget memories of the config's namespace, every version of each and every
         trace of their text (``StoreHandle.forget``): ``ids``, or those matching
         ``filter`` and occurred before ``before`` (neither: the whole namespace).
-        Returns the ids forgotten.
+        Returns the ids forgotten. Blocks, and behaves on cancellation, like
+        ``StoreHandle.store_turns``.
 
         Raises:
             ConfigError: ids with a filter or before; bad arguments.

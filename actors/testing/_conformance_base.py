@@ -89,10 +89,16 @@ def _ids(hits: Sequence[ScoredDocument]) -> list[str | None]:
 
 
 def untimed(documents: Sequence[Document]) -> list[Document]:
-    """``documents`` without their ``occurred_at``: a stored document always comes
-    back with one (the time of the write, when its writer gave none), which a test
-    that wrote it without one cannot know."""
-    return [msgspec.structs.replace(d, occurred_at=None) for d in documents]
+    """``documents`` without their ``occurred_at`` and the version fields the store
+    sets (``valid_from``, ``valid_to``, ``version``, ``supersedes``): a stored document
+    always comes back with them (its time is the write's, when its writer gave none),
+    which a test that wrote it without them cannot know."""
+    return [
+        msgspec.structs.replace(
+            d, occurred_at=None, valid_from=None, valid_to=None, version=None, supersedes=None
+        )
+        for d in documents
+    ]
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -153,6 +153,9 @@ class DocumentWriteCases(WriteSuiteBase):
                     metadata=meta,
                     source_id="f.md",
                     occurred_at=got.occurred_at,
+                    # Version 1, valid from its occurred_at, current (memory over time).
+                    valid_from=got.occurred_at,
+                    version=1,
                 )
                 assert type(got.metadata["big"]) is float
                 assert type(got.metadata["int"]) is int
