@@ -13,6 +13,7 @@ Writes ``benches/results/pg_scale.json`` and ``benches/results/pg_scale.png``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import itertools
 import json
 import os
@@ -796,19 +797,21 @@ async def keyword_reads(
     with a whole row's text as the query."""
     from psycopg import sql as psql
 
-    from actors._pg.filters import translate
+    from actors._pg.filters import Visibility, translate
     from actors._pg.reads import Reads, query_terms
     from actors._pg.schema import Names
     from actors._retrieval.bm25 import K1, B
 
     reads = Reads(Names("bench_store"), hnsw=False)
     where = translate(None, psql.Identifier("metadata"))
-    statement = reads.bm25_statement(where)
+    vis = Visibility(dt.datetime.now(dt.UTC))
+    statement = reads.bm25_statement(where, vis)
 
     def hand(query: str) -> list[Any]:
         terms, qtfs = query_terms(query)
         params = {
             **where.params,
+            **vis.params,
             "terms": terms,
             "qtfs": qtfs,
             "ns": "memory-default",

@@ -4,6 +4,7 @@ through ``open_memory`` on both backends."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -118,9 +119,11 @@ async def term_counts(store: Any, namespace: str, terms: list[str]) -> tuple[int
     """The namespace's BM25 statistics as recall's view of either backend reads them."""
     actor = store._actor
     if store.backend == "pg":
-        reads = actor.reads
+        from actors._pg.filters import Visibility
+
+        reads, vis = actor.reads, Visibility(dt.datetime.now(dt.UTC))
         return await actor.read(  # type: ignore[no-any-return]
-            lambda conn: reads.term_counts(conn, terms, namespace), "search"
+            lambda conn: reads.term_counts(conn, terms, namespace, vis), "search"
         )
     await trio.lowlevel.checkpoint()
     return _MemoryView(actor, namespace, None, None).term_counts(terms)

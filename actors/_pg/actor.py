@@ -8,6 +8,7 @@ worker thread from the pool's read connections.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -36,16 +37,20 @@ from protocol.messages import (
     Cleared,
     Delete,
     DocumentsUpserted,
+    Forget,
+    Forgotten,
     TurnsStored,
 )
 
 from .._embedding.adapter import EmbedderAdapter
+from .._embedding.cache import EmbeddingCache
 from .._embedding.protocols import AnyEmbedder
 from .._store.backend import Counters as StoreCounters
-from .._store.backend import Hits, PutDocuments, PutTurns, Query, Write
+from .._store.backend import Hits, PutDocuments, PutTurns, Query, StaleVersion, Write
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
-from .._store.prepare import clamp_k
+from .._store.prepare import Clock, clamp_k, clock_now, default_clock
 from .._store.queries import checked_query, normalize_query
+from .filters import Visibility
 from .prepare import prepare_documents, prepare_turns
 from .reads import Reads
 from .schema import (
@@ -54,7 +59,7 @@ from .schema import (
     vector_literal,
 )
 from .search import run_search
-from .sql import Counts, PreparedEntries, Statements
+from .sql import Counts, PreparedEntries, Removed, Statements
 
 __all__ = ["_Envelope", "_PgStoreActor", "_representable", "refused", "transient"]
 
@@ -147,8 +152,11 @@ class _PgStoreActor(CrashableActor):
         keyword_index: bool = True,
         profile: EmbeddingProfile | None = None,
         embed_timeout: float | None = None,
+        clock: Clock = default_clock,
     ) -> None:
         self.config = config
+        #: The store's clock: every "now" of the store (``Backend.clock``).
+        self.clock = clock
         self.crash: BaseException | None = None
         # Set by open_pg_store: the sink of the read events (``vector_store.searched``).
         self.on_event: Callable[[Event], None] | None = None
@@ -272,6 +280,11 @@ class _PgStoreActor(CrashableActor):
                 armed, self.armed_crash = self.armed_crash, None
                 raise armed
             result, counts = await self._commit(request, prepared)
+        except StaleVersion as stale:
+            # An update built on a version another write has replaced: rolled back,
+            # nothing changed; the handle reads the memory again and retries.
+            envelope.reply.fail(stale)
+            return
         except VectorStoreError as error:
             # StoreUnavailable, or a ConfigError for a statement PostgreSQL refused:
             # the transaction rolled back, the store is still sound.
@@ -293,6 +306,7 @@ class _PgStoreActor(CrashableActor):
                     self.embedder,
                     keyword_index=self.keyword_index,
                     before=self.newest_texts,
+                    clock=self.clock,
                 )
             case PutDocuments():
                 return await prepare_documents(
@@ -301,8 +315,9 @@ class _PgStoreActor(CrashableActor):
                     self.embedder,
                     keyword_index=self.keyword_index,
                     before=self.newest_texts,
+                    clock=self.clock,
                 )
-            case Delete() | Clear():
+            case Delete() | Clear() | Forget():
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
@@ -314,34 +329,45 @@ class _PgStoreActor(CrashableActor):
         wanted = [c for c in dict.fromkeys(conversations) if c is not None]
         if not wanted:
             return {}
-        reads, leaving_out = self.reads, list(ids)
+        reads, leaving_out, now = self.reads, list(ids), clock_now(self.clock)
         return await self.read(
-            lambda conn: reads.newest_texts(conn, namespace, wanted, leaving_out), "write"
+            lambda conn: reads.newest_texts(conn, namespace, wanted, leaving_out, now), "write"
         )
 
     async def _commit(
         self, request: Write, prepared: PreparedEntries | None
-    ) -> tuple[TurnsStored | DocumentsUpserted | DeleteResult | Cleared, Counts]:
+    ) -> tuple[TurnsStored | DocumentsUpserted | DeleteResult | Cleared | Forgotten, Counts]:
         s = self._statements
         cap = self.config.max_entries
+        # The store clock's now, once per write: its reclaim, its dedupe's and its
+        # update's view of what has expired.
+        now = clock_now(self.clock)
         match request:
             case PutTurns() | PutDocuments():
                 assert prepared is not None
                 p = prepared
                 turns = isinstance(request, PutTurns)
                 done, counts = await self.call(
-                    lambda conn: s.store(conn, p, cap),
+                    lambda conn: s.store(conn, p, cap, now),
                     write=True,
                     what="store_turns" if turns else "upsert",
                 )
                 ids, seqs, evicted = done.ids, done.sequences, done.evicted
                 if turns:
                     reply: TurnsStored | DocumentsUpserted = TurnsStored(
-                        ids=ids, sequences=seqs, evicted=evicted, zero_norm=done.zero_norm
+                        ids=ids,
+                        sequences=seqs,
+                        evicted=evicted,
+                        zero_norm=done.zero_norm,
+                        duplicates=done.duplicates,
                     )
                 else:
                     reply = DocumentsUpserted(
-                        ids=ids, sequences=seqs, evicted=evicted, replaced=done.replaced
+                        ids=ids,
+                        sequences=seqs,
+                        evicted=evicted,
+                        replaced=done.replaced,
+                        duplicates=done.duplicates,
                     )
                 return reply, counts
             case Delete(ids=ids, namespace=namespace):
@@ -350,18 +376,49 @@ class _PgStoreActor(CrashableActor):
                 storable = [i for i in wanted if _representable(i)]
                 if namespace is not None and not _representable(namespace):
                     storable = []
-                return await self.call(
-                    lambda conn: s.delete(conn, wanted, storable, namespace),
+                result, counts, removed = await self.call(
+                    lambda conn: s.delete(conn, wanted, storable, namespace, now),
                     write=True,
                     what="delete",
                 )
+                self._forget_texts(removed)
+                return result, counts
             case Clear(namespace=namespace):
                 if namespace is not None and not _representable(namespace):
                     return Cleared(removed=0), self.counts
-                return await self.call(
-                    lambda conn: s.clear(conn, namespace), write=True, what="clear"
+                cleared, counts, removed = await self.call(
+                    lambda conn: s.clear(conn, namespace, now), write=True, what="clear"
                 )
+                self._forget_texts(removed)
+                return cleared, counts
+            case Forget():
+                forget = request
+                if not _representable(forget.namespace):
+                    return Forgotten(ids=[], versions=0), self.counts
+                if forget.ids is not None:
+                    forget = Forget(
+                        ids=[i for i in forget.ids if _representable(i)],
+                        namespace=forget.namespace,
+                    )
+                forgotten, counts, removed = await self.call(
+                    lambda conn: s.forget(conn, forget, now), write=True, what="forget"
+                )
+                self._forget_texts(removed)
+                return forgotten, counts
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
+
+    def _forget_texts(self, removed: Removed) -> None:
+        """Tell the embedder's cache to drop what it may hold of the removed texts
+        (their texts and index texts), once the removal has committed; a clear of every
+        namespace drops the whole cache."""
+        if removed.texts is None:
+            cache = getattr(self.embedder.embedder, "cache", None)
+            if isinstance(cache, EmbeddingCache):
+                cache.clear()
+            return
+        forget_texts = getattr(self.embedder, "forget_texts", None)
+        if forget_texts is not None and removed.texts:
+            forget_texts(set(removed.texts))
 
     # --- reads -------------------------------------------------------------------------
 
@@ -409,8 +466,9 @@ class _PgStoreActor(CrashableActor):
         # No scope holds more than the cap, and a LIMIT is a bigint: any k fits after this.
         k = clamp_k(k, self.config.max_entries)
         reads, literal = self.reads, vector_literal(self._or_zeros(query))
+        now = clock_now(self.clock)
         report, counts = await self.read(
-            lambda conn: reads.retrieve(conn, literal, k, namespace), "retrieve"
+            lambda conn: reads.retrieve(conn, literal, k, namespace, now), "retrieve"
         )
         self.observe(counts)
         return report
@@ -434,21 +492,35 @@ class _PgStoreActor(CrashableActor):
         def embed(text: str) -> npt.NDArray[np.float32]:
             return self.query_vector(trio.from_thread.run(self.embedder.query, text))
 
-        vector = self._or_zeros(query)
+        vector, now = self._or_zeros(query), clock_now(self.clock)
         return await self.read(
-            lambda conn: run_search(conn, reads, request, namespace, vector, cap, embed, turns),
+            lambda conn: run_search(
+                conn, reads, request, namespace, vector, cap, embed, now, turns
+            ),
             "search",
         )
 
-    async def fetch(self, ids: list[str], namespace: str) -> list[Document]:
+    async def fetch(
+        self, ids: list[str], namespace: str, as_of: dt.datetime | None = None
+    ) -> list[Document]:
+        """The current, unexpired documents with these ids (with ``as_of``, each id's
+        version valid then, still unexpired), in one statement."""
         self.check_usable()
         wanted = [i for i in dict.fromkeys(ids) if _representable(i)]
         if not wanted or not _representable(namespace):
             return []
-        reads = self.reads
+        reads, vis = self.reads, Visibility(clock_now(self.clock), as_of)
         return await self.read(
-            lambda conn: reads.get_by_ids(conn, wanted, namespace), "get_by_ids"
+            lambda conn: reads.get_by_ids(conn, wanted, namespace, vis), "get_by_ids"
         )
+
+    async def history(self, id: str, namespace: str) -> list[Document]:
+        """Every version of memory ``id`` still held and unexpired, oldest first."""
+        self.check_usable()
+        if not _representable(id) or not _representable(namespace):
+            return []
+        reads, now = self.reads, clock_now(self.clock)
+        return await self.read(lambda conn: reads.history(conn, id, namespace, now), "history")
 
     async def refresh(self) -> None:
         """Read the table's counters now (one statement), every process's commits in."""

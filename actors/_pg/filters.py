@@ -26,6 +26,7 @@ compared and ordered exactly as the in-memory store does.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 
 import msgspec
@@ -37,7 +38,7 @@ from protocol.filters import And, Eq, Exists, Gt, Gte, In, Lt, Lte, Ne, Nin, Not
 
 from .schema import jsonb_string
 
-__all__ = ["FilterSql", "and_time_window", "translate"]
+__all__ = ["FilterSql", "Visibility", "and_time_window", "translate", "visible"]
 
 _TRUE = sql.SQL("true")
 _FALSE = sql.SQL("false")
@@ -226,3 +227,59 @@ def and_time_window(
         parts.insert(0, where.where)
     where.where = sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
     return where
+
+
+class Visibility:
+    """Which versions a read sees, as an SQL condition over the entries (schema 7).
+
+    By default (``as_of`` None) the current, unexpired ones: ``valid_to IS NULL AND
+    (expires_at IS NULL OR expires_at > now)``; with ``as_of``, the version valid then,
+    still unexpired now: ``valid_from <= as_of AND (valid_to IS NULL OR valid_to >
+    as_of)`` and the same expiry test (a version migrated from schema 6 has no
+    ``valid_from`` of its own: its ``occurred_at`` is it). ``now`` is the store clock's,
+    read once per read, and both instants are bound parameters, named ``now`` and
+    ``as_of`` (a statement's other parameters never take these names).
+
+    Attributes:
+        now: the store clock's now, aware.
+        as_of: the instant read, or None (current versions).
+    """
+
+    __slots__ = ("as_of", "now")
+
+    def __init__(self, now: dt.datetime, as_of: dt.datetime | None = None) -> None:
+        self.now = now
+        self.as_of = as_of
+
+    @property
+    def current(self) -> bool:
+        """Whether the read sees current versions (no ``as_of``)."""
+        return self.as_of is None
+
+    @property
+    def params(self) -> dict[str, object]:
+        """The condition's parameters, to merge into the statement's named ones."""
+        return {"now": self.now, "as_of": self.as_of}
+
+    def condition(self, table: str | None = None) -> sql.SQL:
+        """The condition over the entries, their columns qualified by ``table`` (an
+        alias of the statement) when given."""
+        return visible(current=self.as_of is None, table=table)
+
+
+_ALIAS = re.compile(r"[a-z]")
+
+
+def visible(*, current: bool, table: str | None = None) -> sql.SQL:
+    """:class:`Visibility`'s condition: over current versions, or (``current`` False)
+    as of ``%(as_of)s``; columns qualified by ``table``, a one-letter alias."""
+    if table is not None and not _ALIAS.fullmatch(table):
+        raise ValueError(f"table alias {table!r}; expected one lowercase letter")
+    p = "" if table is None else table + "."
+    unexpired = f"({p}expires_at IS NULL OR {p}expires_at > %(now)s::timestamptz)"
+    if current:
+        return sql.SQL(f"({p}valid_to IS NULL AND {unexpired})")
+    return sql.SQL(
+        f"(coalesce({p}valid_from, {p}occurred_at) <= %(as_of)s::timestamptz AND "
+        f"({p}valid_to IS NULL OR {p}valid_to > %(as_of)s::timestamptz) AND {unexpired})"
+    )

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
 from protocol import VectorStoreConfig
 from protocol.checks import pack
 
@@ -19,7 +23,7 @@ from .._retrieval.bm25 import term_counts, token_counts
 from .._store.backend import PutDocuments, PutTurns
 from .._store.index_text import document_times, indexed_texts, turn_index_texts, write_time
 from .._store.precomputed import document_vectors
-from .._store.prepare import metadata_from_json
+from .._store.prepare import Clock, clock_now, default_clock, metadata_from_json
 from .schema import (
     check_pg_text,
     exact_text,
@@ -66,13 +70,18 @@ def _plain(strings: list[str]) -> bool:
 
 async def _embed(
     embedder: EmbedderAdapter, texts: list[str], dimensions: int
-) -> tuple[list[bytes], list[bool]]:
+) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
     return _binary(await embedder.documents(texts), len(texts), dimensions)
 
 
-def _binary(raw: object, count: int, dimensions: int) -> tuple[list[bytes], list[bool]]:
+def _binary(
+    raw: object, count: int, dimensions: int
+) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
+    """Each row in pgvector's binary form, which had zero norm, and the normalized rows
+    (what ``dedupe="near"`` compares)."""
     vectors, zero = normalize_rows(as_matrix(raw, count, dimensions))
-    return vector_binary(vectors), [bool(z) for z in zero]
+    rows = np.asarray(vectors, dtype=np.float32)
+    return vector_binary(rows), [bool(z) for z in zero], rows
 
 
 def _texts(
@@ -110,6 +119,7 @@ async def prepare_turns(
     *,
     keyword_index: bool = True,
     before: Before = _no_before,
+    clock: Clock = default_clock,
 ) -> PreparedEntries:
     # The handle has checked the batch (``check_turns``): only what PostgreSQL text
     # cannot hold is checked here, and the metadata is read from the checked JSON.
@@ -125,12 +135,12 @@ async def prepare_turns(
         for entry_id in batch.ids:
             check_pg_text("id", entry_id)
     texts, keep = batch.texts, len(batch.survivors)
-    when = batch.occurred_at or write_time()
+    when = batch.occurred_at or (write_time() if clock is default_clock else clock_now(clock))
     # Only a conversation's predecessor is read (a round trip), and not for given texts.
     previous = {} if batch.given else await before(namespace, [conversation], batch.ids or [])
     index_texts = turn_index_texts(batch, when, previous, config.max_entry_bytes)
     indexed = indexed_texts(texts, index_texts)
-    vectors, zero = await _embed(embedder, indexed, config.dimensions)
+    vectors, zero, matrix = await _embed(embedder, indexed, config.dimensions)
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     payloads: list[bytes | None] = [*batch.messages_msgpack()]  # encoded by the check
     return PreparedEntries(
@@ -151,6 +161,10 @@ async def prepare_turns(
         occurred=[when] * keep,
         conversations=None if conversation is None else [conversation] * keep,
         index_texts=_searchable(index_texts),
+        expires=[] if batch.expires_at is None else [batch.expires_at] * keep,
+        matrix=matrix,
+        dedupe=batch.dedupe,
+        near_threshold=batch.near_threshold,
     )
 
 
@@ -161,6 +175,7 @@ async def prepare_documents(
     *,
     keyword_index: bool = True,
     before: Before = _no_before,
+    clock: Clock = default_clock,
 ) -> PreparedEntries:
     # The handle has checked the batch (``check_documents``); see prepare_turns.
     batch = write.batch
@@ -177,6 +192,14 @@ async def prepare_documents(
             if document.conversation is not None:
                 check_pg_text("document conversation", document.conversation)
     survivors = batch.survivors
+    if clock is not default_clock:
+        # The write time of a document without one is the store clock's now (the
+        # default clock's is the one document_times stamps).
+        now = clock_now(clock)
+        survivors = [
+            d if d.occurred_at is not None else msgspec.structs.replace(d, occurred_at=now)
+            for d in survivors
+        ]
     keep = len(survivors)
     jsonb, meta_raw = _metadata(
         [metadata_from_json(m) for m in batch.metadata_json], batch.metadata_json
@@ -195,7 +218,8 @@ async def prepare_documents(
         embeddings=batch.embeddings,
         texts=indexed_texts(texts, index_texts),
     )
-    vectors, zero = _binary(raw, keep, config.dimensions)
+    vectors, zero, matrix = _binary(raw, keep, config.dimensions)
+    expires = [d.expires_at for d in survivors]
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     return PreparedEntries(
         vectors=vectors,
@@ -215,4 +239,9 @@ async def prepare_documents(
         occurred=times.occurred,
         conversations=times.stored_conversations,
         index_texts=_searchable(index_texts),
+        expires=expires if any(e is not None for e in expires) else [],
+        matrix=matrix,
+        dedupe=batch.dedupe,
+        near_threshold=batch.near_threshold,
+        supersede=write.request.supersede,
     )

@@ -43,7 +43,7 @@ from protocol import (
 from protocol.checks import unpack_message, unpack_metadata
 
 from .._retrieval.bm25 import K1, B, tokenize
-from .filters import FilterSql
+from .filters import FilterSql, Visibility, visible
 from .schema import Names
 from .sql import Counts
 
@@ -51,11 +51,12 @@ __all__ = ["DOC_WIDTH", "DocRow", "Reads", "query_terms"]
 
 _DOC_COLUMNS = (
     "seq, id, namespace, source, source_id, text, exact_text, message, meta_raw, "
-    "occurred_at, conversation, position, index_text"
+    "occurred_at, conversation, position, index_text, "
+    "coalesce(valid_from, occurred_at) AS valid_from, valid_to, version, supersedes, expires_at"
 )
 #: How many columns :class:`DocRow` reads (``_DOC_COLUMNS``): a statement's own columns
 #: after them start at this index.
-DOC_WIDTH = 13
+DOC_WIDTH = 18
 
 
 def query_terms(query: str) -> tuple[list[str], list[int]]:
@@ -78,10 +79,15 @@ class DocRow:
             given twice), or None without one.
         index_text: the searchable copy of the index text the store derived for it
             (its own text, date and predecessor), or None when it has none.
+        valid_from, valid_to, version, supersedes, expires_at: its version (schema 7):
+            aware UTC datetimes (``valid_to`` None for the current version,
+            ``expires_at`` None when it never expires), ``version`` from 1,
+            ``supersedes`` the version it replaced (None for version 1).
     """
 
     __slots__ = (
         "conversation",
+        "expires_at",
         "id",
         "index_text",
         "message",
@@ -92,7 +98,11 @@ class DocRow:
         "seq",
         "source",
         "source_id",
+        "supersedes",
         "text",
+        "valid_from",
+        "valid_to",
+        "version",
     )
 
     def __init__(self, row: TupleRow) -> None:
@@ -110,6 +120,11 @@ class DocRow:
         self.conversation: str | None = row[10]
         self.position: int | None = None if row[11] is None else int(row[11])
         self.index_text: str | None = row[12]
+        self.valid_from = _utc(row[13])
+        self.valid_to = None if row[14] is None else _utc(row[14])
+        self.version = int(row[15])
+        self.supersedes: int | None = None if row[16] is None else int(row[16])
+        self.expires_at = None if row[17] is None else _utc(row[17])
 
     def metadata(self) -> dict[str, object]:
         return {} if self.meta is None else unpack_metadata(self.meta)
@@ -130,6 +145,11 @@ class DocRow:
             source_id=self.source_id,
             occurred_at=self.occurred_at,
             conversation=self.conversation,
+            expires_at=self.expires_at,
+            valid_from=self.valid_from,
+            valid_to=self.valid_to,
+            version=self.version,
+            supersedes=self.supersedes,
         )
 
     def scored(
@@ -174,6 +194,10 @@ class DocRow:
             occurred_at=self.occurred_at,
             conversation=self.conversation,
         )
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC)
 
 
 def parse_vector(text: str) -> npt.NDArray[np.float32]:
@@ -239,87 +263,168 @@ class Reads:
             "table": names.table,
             "meta": names.meta,
             "ns": names.namespaces,
+            "terms": names.terms,
+            "xterms": names.xterms,
             "cols": sql.SQL(_DOC_COLUMNS),
+            "current": visible(current=True),
+            "as_of": visible(current=False),
+            "current_t": visible(current=True, table="t"),
+            "as_of_t": visible(current=False, table="t"),
         }
+        # A namespace's current entries that have expired by now but are not reclaimed
+        # yet: through the partial index on (namespace, expires_at) of current entries
+        # that expire, so an empty probe when none does.
+        expired_in = (
+            "(SELECT count(*) FROM {table} WHERE namespace = %(ns)s AND valid_to IS NULL "
+            "AND expires_at <= %(now)s::timestamptz)"
+        )
+        # The same over every namespace, through the index on expires_at.
+        expired_all = (
+            "(SELECT count(*) FROM {table} WHERE expires_at <= %(now)s::timestamptz "
+            "AND valid_to IS NULL)"
+        )
         # One statement, so the hits, the count in scope and the counters come from one
         # snapshot. The exact order is pgvector's negative inner product, ascending, with
         # ties to the newest sequence; that second key also keeps the planner off an
         # HNSW index. With ``hnsw``, the inner query orders by distance only, so the
         # index serves it, and the outer query breaks the ties.
         order = sql.SQL("dist" if hnsw else "dist, seq DESC")
-        # Unscoped, the count is the meta row's, which every write keeps in its own
-        # transaction: a second pass over the table cost a sixth of a 100k-row read.
-        # Scoped, it is the namespace's T_ns row, kept the same way.
+        # Unscoped, the count is the meta row's current entries (every write keeps its
+        # counters in its own transaction: a second pass over the table cost a sixth of
+        # a 100k-row read); scoped, the namespace's T_ns row, kept the same way; both
+        # less the current entries that have expired since.
         read = (
             "SELECT m.live_entries, m.evicted_entries, m.zero_norm_entries, m.version, {count}, "
             "h.dist, h.seq, h.id, h.namespace, h.source, h.source_id, h.text, h.exact_text, "
-            "h.message, h.meta_raw, h.occurred_at, h.conversation, h.position, h.index_text "
+            "h.message, h.meta_raw, h.occurred_at, h.conversation, h.position, h.index_text, "
+            "h.valid_from, h.valid_to, h.version, h.supersedes, h.expires_at "
             "FROM {meta} m{scope} "
             "LEFT JOIN LATERAL (SELECT {cols}, embedding <#> %(q)s::vector AS dist "
-            "FROM {table}{where} ORDER BY {order} LIMIT %(fetch)s) h ON true "
+            "FROM {table} WHERE {where} ORDER BY {order} LIMIT %(fetch)s) h ON true "
             "ORDER BY h.dist, h.seq DESC LIMIT %(k)s"
         )
         self.read_all = sql.SQL(read).format(
-            count=sql.SQL("m.live_entries"), scope=sql.SQL(""), where=sql.SQL(""), order=order, **f
+            count=sql.SQL("m.live_entries - m.closed_entries - " + expired_all).format(**f),
+            scope=sql.SQL(""),
+            where=f["current"],
+            order=order,
+            **f,
         )
-        where = sql.SQL(" WHERE namespace = %(ns)s")
         self.read_in = sql.SQL(read).format(
             count=sql.SQL("c.n"),
             scope=sql.SQL(
                 " CROSS JOIN (SELECT coalesce((SELECT entries FROM {ns} "
-                "WHERE namespace = %(ns)s), 0) AS n) c"
-            ).format(ns=names.namespaces),
-            where=where,
+                "WHERE namespace = %(ns)s), 0) - " + expired_in + " AS n) c"
+            ).format(**f),
+            where=sql.SQL("namespace = %(ns)s AND {current}").format(**f),
             order=order,
             **f,
         )
-        self._by_ids = sql.SQL(
-            "SELECT {cols} FROM {table} WHERE namespace = %s AND id = ANY(%s)"
+        by_ids = "SELECT {cols} FROM {table} WHERE namespace = %(ns)s AND id = ANY(%(ids)s) AND "
+        self._by_ids = sql.SQL(by_ids + "{current}").format(**f)
+        self._by_ids_as_of = sql.SQL(by_ids + "{as_of}").format(**f)
+        self._history = sql.SQL(
+            "SELECT {cols} FROM {table} WHERE namespace = %(ns)s AND id = %(id)s "
+            "AND (expires_at IS NULL OR expires_at > %(now)s::timestamptz) ORDER BY version, seq"
         ).format(**f)
-        self._term_counts = sql.SQL(
-            "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %s), 0), q.term, "
-            "(SELECT count(*) FROM {terms} p WHERE p.namespace = %s AND p.term = q.term) "
-            "FROM unnest(%s::text[]) AS q(term)"
-        ).format(ns=names.namespaces, terms=names.terms)
-        self._cosines = sql.SQL(
-            "SELECT seq, embedding <#> %s::vector FROM {table} WHERE seq = ANY(%s)"
+        # How many entries a read sees in a namespace (BM25's N, and what a read of
+        # turns reports as scanned): current ones from its T_ns row, less those expired
+        # since; as of an instant, counted (a scan of the namespace).
+        self._count_current = sql.SQL(
+            "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %(ns)s), 0) - "
+            + expired_in
         ).format(**f)
-        self._entries_in = sql.SQL(
-            "SELECT coalesce((SELECT entries FROM {ns} WHERE namespace = %s), 0)"
+        self._count_as_of = sql.SQL(
+            "SELECT count(*) FROM {table} WHERE namespace = %(ns)s AND {as_of}"
         ).format(**f)
+        # A term's df: its postings in T_terms (current, never expiring) and the
+        # visible ones of T_xterms (current, not expired by now); as of an instant,
+        # every posting of the term whose entry was visible then.
+        self._df_current = (
+            "(SELECT count(*) FROM {terms} p WHERE p.namespace = %(ns)s AND p.term = q.term) + "
+            "(SELECT count(*) FROM {xterms} p WHERE p.namespace = %(ns)s AND p.term = q.term "
+            "AND p.valid_to IS NULL AND (p.expires_at IS NULL OR p.expires_at > "
+            "%(now)s::timestamptz))"
+        )
+        self._df_as_of = (
+            "(SELECT count(*) FROM (SELECT seq FROM {terms} WHERE namespace = %(ns)s AND "
+            "term = q.term UNION ALL SELECT seq FROM {xterms} WHERE namespace = %(ns)s AND "
+            "term = q.term) p JOIN {table} t ON t.seq = p.seq WHERE {as_of_t})"
+        )
+        term_counts = "SELECT ({count}), q.term, {df} FROM unnest(%(terms)s::text[]) AS q(term)"
+        self._term_counts = sql.SQL(term_counts).format(
+            count=self._count_current, df=sql.SQL(self._df_current).format(**f)
+        )
+        self._term_counts_as_of = sql.SQL(term_counts).format(
+            count=self._count_as_of, df=sql.SQL(self._df_as_of).format(**f)
+        )
+        cosines = (
+            "SELECT seq, embedding <#> %(q)s::vector FROM {table} WHERE seq = ANY(%(seqs)s) AND "
+        )
+        self._cosines = sql.SQL(cosines + "{current}").format(**f)
+        self._cosines_as_of = sql.SQL(cosines + "{as_of}").format(**f)
         self._keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
-        # The newest live entry of each conversation, through (namespace, conversation,
-        # position), the batch's own ids left out (they are being replaced).
+        # The newest current entry of each conversation, through (namespace,
+        # conversation, position), the batch's own ids left out (they are being
+        # replaced).
         self._newest = sql.SQL(
-            "SELECT c.name, n.text, n.exact_text, n.message FROM unnest(%s::text[]) AS c(name) "
-            "CROSS JOIN LATERAL (SELECT text, exact_text, message FROM {table} "
-            "WHERE namespace = %s AND conversation = c.name AND id <> ALL(%s) "
-            "ORDER BY position DESC LIMIT 1) n"
+            "SELECT c.name, n.text, n.exact_text, n.message FROM unnest(%(names)s::text[]) "
+            "AS c(name) CROSS JOIN LATERAL (SELECT text, exact_text, message FROM {table} "
+            "WHERE namespace = %(ns)s AND conversation = c.name AND id <> ALL(%(ids)s) "
+            "AND {current} ORDER BY position DESC LIMIT 1) n"
         ).format(**f)
-        self._by_seqs = sql.SQL("SELECT {cols} FROM {table} WHERE seq = ANY(%s)").format(**f)
+        by_seqs = "SELECT {cols} FROM {table} WHERE seq = ANY(%(seqs)s) AND "
+        self._by_seqs = sql.SQL(by_seqs + "{current}").format(**f)
+        self._by_seqs_as_of = sql.SQL(by_seqs + "{as_of}").format(**f)
         self._dense = (
             "SELECT {cols}, embedding <#> %(q)s::vector AS dist{vectors} FROM {table} "
-            "WHERE namespace = %(ns)s AND {filter} ORDER BY {order} LIMIT %(depth)s"
+            "WHERE namespace = %(ns)s AND {visible} AND {filter} ORDER BY {order} "
+            "LIMIT %(depth)s"
         )
-        # {join} is empty unless the search has a filter, which reads the entries'
-        # metadata: then ``JOIN T t ON t.seq = p.seq`` (see bm25).
+        # BM25 over ``p``, the postings a read sees: current reads take T_terms whole
+        # (no entry there is closed or expires) and the visible rows of T_xterms, each
+        # through its (namespace, term) index alone, and N and the total length from
+        # T_ns less the expired entries (see ``expired_in``). A read as of an instant
+        # takes every posting and joins the entries for their validity, and counts N
+        # and the length there. {join} is empty unless the search has a filter (a
+        # metadata filter or a time window, over the entries) or reads as of an
+        # instant: then ``JOIN T t ON t.seq = p.seq`` (see bm25).
+        self._bm25_stats_current = sql.SQL(
+            "SELECT (s.entries - x.n)::float8 AS n, (s.total_len - x.len)::float8 AS total "
+            "FROM {ns} s CROSS JOIN (SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len "
+            "FROM {table} WHERE namespace = %(ns)s AND valid_to IS NULL "
+            "AND expires_at <= %(now)s::timestamptz) x WHERE s.namespace = %(ns)s"
+        ).format(**f)
+        self._bm25_stats_as_of = sql.SQL(
+            "SELECT count(*)::float8 AS n, coalesce(sum(t.doc_len), 0)::float8 AS total "
+            "FROM {table} t WHERE t.namespace = %(ns)s AND {as_of_t}"
+        ).format(**f)
+        postings = (
+            "SELECT seq, term, tf, doc_len FROM {terms} WHERE namespace = %(ns)s UNION ALL "
+            "SELECT seq, term, tf, doc_len FROM {xterms} WHERE namespace = %(ns)s"
+        )
+        self._bm25_postings_current = sql.SQL(
+            postings + " AND valid_to IS NULL AND (expires_at IS NULL OR "
+            "expires_at > %(now)s::timestamptz)"
+        ).format(**f)
+        self._bm25_postings_as_of = sql.SQL(postings).format(**f)
         self._bm25 = (
             "WITH q AS (SELECT term, qtf, ord FROM unnest(%(terms)s::text[], "
             "%(qtfs)s::integer[]) WITH ORDINALITY AS q(term, qtf, ord)), "
-            "st AS (SELECT entries::float8 AS n, total_len::float8 AS total "
-            "FROM {ns} WHERE namespace = %(ns)s), "
+            "st AS ({stats}), "
+            "p AS NOT MATERIALIZED ({postings}), "
             "w AS MATERIALIZED (SELECT q.term, q.ord, st.total / st.n AS avgdl, "
             "q.qtf * ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             "AS weight FROM q CROSS JOIN st CROSS JOIN LATERAL "
-            "(SELECT count(*)::float8 AS df FROM {terms} p "
-            "WHERE p.namespace = %(ns)s AND p.term = q.term) d "
+            "(SELECT ({df})::float8 AS df) d "
             "WHERE st.n > 0 AND d.df > 0) "
             "SELECT p.seq, sum(w.weight * (p.tf * %(k1p1)s::float8) / (p.tf + %(k1)s::float8 "
             "* (1.0::float8 - %(b)s::float8 + %(b)s::float8 * p.doc_len / w.avgdl)) "
             "ORDER BY w.ord) AS score "
-            "FROM w JOIN {terms} p ON p.namespace = %(ns)s AND p.term = w.term{join} "
+            "FROM w JOIN p ON p.term = w.term{join} "
             "WHERE {filter} GROUP BY p.seq ORDER BY score DESC, p.seq DESC LIMIT %(depth)s"
         )
+        self.f = f
 
     def fetch(self, k: int) -> int:
         """How many rows a read of ``k`` asks the index for: ``k``, or through HNSW on a
@@ -350,10 +455,17 @@ class Reads:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
 
     def retrieve(
-        self, conn: psycopg.Connection[TupleRow], query: str, k: int, namespace: str | None
+        self,
+        conn: psycopg.Connection[TupleRow],
+        query: str,
+        k: int,
+        namespace: str | None,
+        now: dt.datetime,
     ) -> tuple[RetrievalReport, Counts]:
+        """The dense top ``k`` of the current, unexpired entries in scope (``now`` the
+        store clock's), with the count in scope and the counters."""
         self._approximate(conn, k)
-        params: dict[str, object] = {"q": query, "k": k, "fetch": self.fetch(k)}
+        params: dict[str, object] = {"q": query, "k": k, "fetch": self.fetch(k), "now": now}
         if namespace is None:
             rows = conn.execute(self.read_all, params).fetchall()
         else:
@@ -367,35 +479,60 @@ class Reads:
         return report, counts
 
     def get_by_ids(
-        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str
+        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str, vis: Visibility
     ) -> list[Document]:
-        return [row.document() for row in self.rows_by_ids(conn, ids, namespace)]
+        return [row.document() for row in self.rows_by_ids(conn, ids, namespace, vis)]
 
     def rows_by_ids(
-        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str
+        self, conn: psycopg.Connection[TupleRow], ids: list[str], namespace: str, vis: Visibility
     ) -> list[DocRow]:
-        rows = conn.execute(self._by_ids, (namespace, ids)).fetchall()
+        """The rows ``vis`` sees of these ids in ``namespace``: each id's current
+        version, or its version as of ``vis.as_of``."""
+        statement = self._by_ids if vis.current else self._by_ids_as_of
+        rows = conn.execute(statement, {**vis.params, "ns": namespace, "ids": ids}).fetchall()
         return [DocRow(row) for row in rows]
 
+    def history(
+        self, conn: psycopg.Connection[TupleRow], id: str, namespace: str, now: dt.datetime
+    ) -> list[Document]:
+        """Every version of memory ``id`` in ``namespace`` that has not expired by
+        ``now``, oldest first, through the ``(namespace, id, version)`` index."""
+        rows = conn.execute(self._history, {"ns": namespace, "id": id, "now": now}).fetchall()
+        return [DocRow(row).document() for row in rows]
+
     def cosines(
-        self, conn: psycopg.Connection[TupleRow], query: str, seqs: list[int]
+        self, conn: psycopg.Connection[TupleRow], query: str, seqs: list[int], vis: Visibility
     ) -> dict[int, float]:
-        """The cosine of each live entry of ``seqs`` with a normalized query; - turns
-        pgvector's negative inner product into the similarity, as in :meth:`retrieve`."""
-        rows = conn.execute(self._cosines, (query, seqs)).fetchall()
+        """The cosine of each entry of ``seqs`` that ``vis`` sees with a normalized
+        query; - turns pgvector's negative inner product into the similarity, as in
+        :meth:`retrieve`."""
+        statement = self._cosines if vis.current else self._cosines_as_of
+        rows = conn.execute(statement, {**vis.params, "q": query, "seqs": seqs}).fetchall()
         return {int(seq): -float(dist) for seq, dist in rows}
 
-    def entries_in(self, conn: psycopg.Connection[TupleRow], namespace: str) -> int:
-        """How many live entries ``namespace`` holds (its ``T_ns`` row)."""
-        row = conn.execute(self._entries_in, (namespace,)).fetchone()
+    def entries_in(
+        self, conn: psycopg.Connection[TupleRow], namespace: str, vis: Visibility
+    ) -> int:
+        """How many entries of ``namespace`` ``vis`` sees (current ones: its ``T_ns``
+        row less those expired since; as of an instant: counted)."""
+        statement = self._count_current if vis.current else self._count_as_of
+        row = conn.execute(statement, {**vis.params, "ns": namespace}).fetchone()
         return 0 if row is None else int(row[0])
 
     def term_counts(
-        self, conn: psycopg.Connection[TupleRow], terms: list[str], namespace: str
+        self,
+        conn: psycopg.Connection[TupleRow],
+        terms: list[str],
+        namespace: str,
+        vis: Visibility,
     ) -> tuple[int, dict[str, int]]:
-        """How many entries ``namespace`` holds, and how many hold each of ``terms``
-        (BM25's N and df), in one statement."""
-        rows = conn.execute(self._term_counts, (namespace, namespace, terms)).fetchall()
+        """How many entries of ``namespace`` ``vis`` sees, and how many of them hold
+        each of ``terms`` (BM25's N and df), in one statement."""
+        statement = self._term_counts if vis.current else self._term_counts_as_of
+        params = {**vis.params, "ns": namespace, "terms": terms}
+        rows = conn.execute(statement, params).fetchall()
+        if not rows:
+            return self.entries_in(conn, namespace, vis), {}
         return int(rows[0][0]), {term: int(df) for _, term, df in rows}
 
     def dense(
@@ -405,20 +542,29 @@ class Reads:
         depth: int,
         namespace: str,
         where: FilterSql,
+        vis: Visibility,
         *,
         vectors: bool = False,
     ) -> list[tuple[DocRow, float, npt.NDArray[np.float32] | None]]:
-        """The exact top ``depth`` in ``namespace`` that pass the filter: each hit's row,
-        its cosine similarity and, with ``vectors``, its stored vector."""
+        """The exact top ``depth`` in ``namespace`` that ``vis`` sees and pass the
+        filter: each hit's row, its cosine similarity and, with ``vectors``, its stored
+        vector."""
         self._approximate(conn, depth, filtered=not where.unfiltered)
         statement = sql.SQL(self._dense).format(
             cols=sql.SQL(_DOC_COLUMNS),
             table=self.names.table,
             vectors=sql.SQL(", embedding::text" if vectors else ""),
+            visible=vis.condition(),
             filter=where.where,
             order=sql.SQL("dist" if self.hnsw else "dist, seq DESC"),
         )
-        params = {**where.params, "q": query, "ns": namespace, "depth": self.fetch(depth)}
+        params = {
+            **where.params,
+            **vis.params,
+            "q": query,
+            "ns": namespace,
+            "depth": self.fetch(depth),
+        }
         rows = conn.execute(statement, params).fetchall()
         dist = DOC_WIDTH
         if self.hnsw:
@@ -436,16 +582,19 @@ class Reads:
         depth: int,
         namespace: str,
         where: FilterSql,
+        vis: Visibility,
     ) -> list[tuple[int, float]]:
-        """BM25's top ``depth`` (sequence, score) in ``namespace`` among the entries that
-        pass the filter, best first, ties to the newest sequence."""
+        """BM25's top ``depth`` (sequence, score) in ``namespace`` among the entries
+        that ``vis`` sees and pass the filter, best first, ties to the newest sequence;
+        N, the average length and df are of what ``vis`` sees in the namespace."""
         self.check_keyword_index(conn)
         terms, qtfs = query_terms(query)
         if not terms:
             return []
-        statement = self.bm25_statement(where)
+        statement = self.bm25_statement(where, vis)
         params = {
             **where.params,
+            **vis.params,
             "terms": terms,
             "qtfs": qtfs,
             "ns": namespace,
@@ -457,15 +606,27 @@ class Reads:
         rows = conn.execute(statement, params).fetchall()
         return [(int(row[0]), float(row[1])) for row in rows]
 
-    def bm25_statement(self, where: FilterSql) -> sql.Composed:
-        """:meth:`bm25`'s statement for the filter ``where``."""
-        join = (
-            sql.SQL("")
-            if where.unfiltered
-            else sql.SQL(" JOIN {table} t ON t.seq = p.seq").format(table=self.names.table)
-        )
+    def bm25_statement(self, where: FilterSql, vis: Visibility) -> sql.Composed:
+        """:meth:`bm25`'s statement for the filter ``where`` and the versions ``vis``
+        sees. Current reads without a filter read the postings alone."""
+        join = sql.SQL(" JOIN {table} t ON t.seq = p.seq").format(table=self.names.table)
+        if vis.current:
+            return sql.SQL(self._bm25).format(
+                stats=self._bm25_stats_current,
+                postings=self._bm25_postings_current,
+                df=sql.SQL(self._df_current).format(**self.f),
+                join=sql.SQL("") if where.unfiltered else join,
+                filter=where.where,
+            )
+        condition: sql.Composable = self.f["as_of_t"]
+        if not where.unfiltered:
+            condition = sql.SQL("{} AND {}").format(where.where, condition)
         return sql.SQL(self._bm25).format(
-            ns=self.names.namespaces, terms=self.names.terms, join=join, filter=where.where
+            stats=self._bm25_stats_as_of,
+            postings=self._bm25_postings_as_of,
+            df=sql.SQL(self._df_as_of).format(**self.f),
+            join=join,
+            filter=condition,
         )
 
     def check_keyword_index(self, conn: psycopg.Connection[TupleRow]) -> None:
@@ -486,13 +647,19 @@ class Reads:
         namespace: str,
         conversations: Sequence[str],
         leaving_out: Sequence[str],
+        now: dt.datetime,
     ) -> dict[str, str]:
-        """The own text (a turn's projection, a document's text) of the newest live
-        entry of each of ``conversations`` in ``namespace``, the entries ``leaving_out``
-        (ids) left out: the predecessor of a write's first entry there."""
-        rows = conn.execute(
-            self._newest, (list(conversations), namespace, list(leaving_out))
-        ).fetchall()
+        """The own text (a turn's projection, a document's text) of the newest current,
+        unexpired entry of each of ``conversations`` in ``namespace``, the entries
+        ``leaving_out`` (ids) left out: the predecessor of a write's first entry there."""
+        params = {
+            "names": list(conversations),
+            "ns": namespace,
+            "ids": list(leaving_out),
+            "now": now,
+            "as_of": None,
+        }
+        rows = conn.execute(self._newest, params).fetchall()
         out: dict[str, str] = {}
         for name, text, exact, message in rows:
             if message is not None:
@@ -503,6 +670,10 @@ class Reads:
                 )
         return out
 
-    def by_seqs(self, conn: psycopg.Connection[TupleRow], seqs: list[int]) -> dict[int, DocRow]:
-        rows = conn.execute(self._by_seqs, (seqs,)).fetchall()
+    def by_seqs(
+        self, conn: psycopg.Connection[TupleRow], seqs: list[int], vis: Visibility
+    ) -> dict[int, DocRow]:
+        """The rows of ``seqs`` that ``vis`` sees."""
+        statement = self._by_seqs if vis.current else self._by_seqs_as_of
+        rows = conn.execute(statement, {**vis.params, "seqs": seqs}).fetchall()
         return {int(row[0]): DocRow(row) for row in rows}

@@ -94,13 +94,14 @@ __all__ = [
     "vector_literal",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Older versions migrated in place when opened, each to the next (see _migrate):
 # version 2 (before keyword_index) gains that column and the entries' row options;
 # version 3 (before T_ns and the postings' doc_len) gains both; version 4 (before
 # long terms were digests and metadata strings escaped) is rewritten where it differs;
-# version 5 (before time and conversations) gains their columns, indexes and T_conv.
-_MIGRATES_FROM = (2, 3, 4, 5)
+# version 5 (before time and conversations) gains their columns, indexes and T_conv;
+# version 6 (before versions and expiry) gains their columns, indexes and T_xterms.
+_MIGRATES_FROM = (2, 3, 4, 5, 6)
 # A row stays whole in its page up to 8,160 bytes (PostgreSQL's limit for this option)
 # instead of 2,032: with the default, a 384-float row with a text of about 165 bytes or
 # more (a turn's text is there twice: the text and the message) has its vector moved
@@ -138,7 +139,16 @@ class Names:
         self.conversation_index = sql.Identifier(f"{table}_ns_cp_idx")
         self.terms_name = f"{table}_terms"
         self.seq_name = f"{table}_seq"
+        # Version 6's UNIQUE (namespace, id), which version 7 drops (see _migrate_6_to_7).
         self.unique = sql.Identifier(f"{table}_ns_id_key")
+        self.current_index = sql.Identifier(f"{table}_ns_id_cur")
+        self.history_index = sql.Identifier(f"{table}_ns_idv_idx")
+        self.expiry_index = sql.Identifier(f"{table}_exp_idx")
+        self.expiring_index = sql.Identifier(f"{table}_ns_exp_idx")
+        self.text_index = sql.Identifier(f"{table}_ns_md5_idx")
+        self.xterms_name = f"{table}_xterms"
+        self.xterms = sql.Identifier(self.xterms_name)
+        self.xterms_index = sql.Identifier(f"{table}_xterms_idx")
         self.hnsw = sql.Identifier(f"{table}_hnsw_idx")
         # nextval() takes a regclass: the quoted name travels as a bound text parameter.
         self.seq_regclass = f'"{table}_seq"'
@@ -183,6 +193,8 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " evicted_entries bigint NOT NULL DEFAULT 0,"
             " zero_norm_entries bigint NOT NULL DEFAULT 0,"
             " version bigint NOT NULL DEFAULT 0,"
+            # Of live_entries, the closed versions (schema 7).
+            " closed_entries bigint NOT NULL DEFAULT 0,"
             " created_at timestamptz NOT NULL DEFAULT now(),"
             # Whether writes fill the BM25 postings (``T_terms``); see ensure_schema.
             " keyword_index boolean NOT NULL DEFAULT true)"
@@ -202,10 +214,9 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
             " meta_raw bytea,"
             " doc_len integer NOT NULL DEFAULT 0,"
             " embedding vector({dimensions}) NOT NULL,"
-            " zero_norm boolean NOT NULL," + _ENTRY_COLUMNS_6 + ","
-            " CONSTRAINT {unique} UNIQUE (namespace, id)) "
+            " zero_norm boolean NOT NULL," + _ENTRY_COLUMNS_6 + "," + _ENTRY_COLUMNS_7 + ") "
             "WITH (" + _ROW_OPTIONS + ")"
-        ).format(table=names.table, unique=names.unique, dimensions=sql.Literal(dimensions)),
+        ).format(table=names.table, dimensions=sql.Literal(dimensions)),
         sql.SQL("CREATE INDEX {index} ON {table} (namespace, seq) INCLUDE (doc_len)").format(
             index=names.index, table=names.table
         ),
@@ -220,6 +231,7 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
         *_postings_keys(names),
         _namespaces_ddl(names),
         *_time_ddl(names),
+        *_versions_ddl(names),
     ]
 
 
@@ -227,6 +239,51 @@ def _ddl(names: Names, dimensions: int) -> list[sql.Composed]:
 _ENTRY_COLUMNS_6 = (
     " occurred_at timestamptz NOT NULL, conversation text, position bigint, index_text text"
 )
+
+
+# The entries' columns that version 7 added, in the order a new table has them.
+_ENTRY_COLUMNS_7 = (
+    " valid_from timestamptz, valid_to timestamptz, version integer NOT NULL DEFAULT 1,"
+    " supersedes integer, expires_at timestamptz"
+)
+
+
+def _versions_ddl(names: Names) -> list[sql.Composed]:
+    """Version 7's indexes and ``T_xterms`` (see the module docstring)."""
+    f = {"table": names.table}
+    return [
+        sql.SQL(
+            "CREATE UNIQUE INDEX {index} ON {table} (namespace, id) WHERE valid_to IS NULL"
+        ).format(index=names.current_index, **f),
+        sql.SQL("CREATE INDEX {index} ON {table} (namespace, id, version)").format(
+            index=names.history_index, **f
+        ),
+        sql.SQL(
+            "CREATE INDEX {index} ON {table} (expires_at) WHERE expires_at IS NOT NULL"
+        ).format(index=names.expiry_index, **f),
+        sql.SQL(
+            "CREATE INDEX {index} ON {table} (namespace, expires_at) INCLUDE (doc_len) "
+            "WHERE valid_to IS NULL AND expires_at IS NOT NULL"
+        ).format(index=names.expiring_index, **f),
+        sql.SQL(
+            "CREATE INDEX {index} ON {table} (namespace, md5(text)) WHERE valid_to IS NULL"
+        ).format(index=names.text_index, **f),
+        sql.SQL(
+            "CREATE TABLE {xterms} ("
+            " seq bigint NOT NULL,"
+            " term text NOT NULL,"
+            " namespace text NOT NULL,"
+            " tf integer NOT NULL,"
+            " doc_len integer NOT NULL,"
+            " valid_to timestamptz,"
+            " expires_at timestamptz,"
+            " PRIMARY KEY (seq, term))"
+        ).format(xterms=names.xterms),
+        sql.SQL(
+            "CREATE INDEX {index} ON {xterms} (namespace, term) "
+            "INCLUDE (seq, tf, doc_len, valid_to, expires_at)"
+        ).format(index=names.xterms_index, xterms=names.xterms),
+    ]
 
 
 def _time_ddl(names: Names) -> list[sql.Composed]:
@@ -307,7 +364,8 @@ def ensure_schema(
     for a write in flight, and every later write, from any process, follows it.
 
     Older tables are migrated in place, in this same transaction (:func:`_migrate`):
-    version 2 (made before ``keyword_index``) to 3, then 3 to 4, 4 to 5 and 5 to 6.
+    version 2 (made before ``keyword_index``) to 3, then 3 to 4, 4 to 5, 5 to 6 and 6
+    to 7.
 
     Raises:
         ConfigError: pgvector is missing and cannot be created; the table exists but is
@@ -405,7 +463,8 @@ def _migrate(conn: psycopg.Connection[TupleRow], names: Names) -> bool:
       than write without keeping ``T_ns`` (this version's writers check the schema
       version under the write lock instead, so later migrations need no such rename);
     - 4 to 5: see :func:`_migrate_4_to_5`;
-    - 5 to 6: see :func:`_migrate_5_to_6`.
+    - 5 to 6: see :func:`_migrate_5_to_6`;
+    - 6 to 7: see :func:`_migrate_6_to_7`.
 
     Returns whether it filled the postings.
     """
@@ -421,7 +480,9 @@ def _migrate(conn: psycopg.Connection[TupleRow], names: Names) -> bool:
     built = version < 4 and _migrate_to_4(conn, names, version)
     if version < 5:
         _migrate_4_to_5(conn, names)
-    _migrate_5_to_6(conn, names)
+    if version < 6:
+        _migrate_5_to_6(conn, names)
+    _migrate_6_to_7(conn, names)
     conn.execute(
         sql.SQL("UPDATE {meta} SET schema_version = %s").format(meta=names.meta),
         (SCHEMA_VERSION,),
@@ -542,6 +603,44 @@ def _migrate_5_to_6(conn: psycopg.Connection[TupleRow], names: Names) -> None:
         conn.execute(statement)
 
 
+def _migrate_6_to_7(conn: psycopg.Connection[TupleRow], names: Names) -> None:
+    """Version 6 to 7, under the meta row's lock: the entries gain ``valid_from``,
+    ``valid_to``, ``version``, ``supersedes`` and ``expires_at``, ``UNIQUE (namespace,
+    id)`` becomes a unique index over current rows, with the versions' other indexes,
+    and ``T_xterms`` is made (empty).
+
+    No row is rewritten: every entry already there is the current version 1 of its
+    memory, which is what the new columns' defaults say (``valid_from`` NULL: its
+    ``occurred_at``; ``version`` 1, stored once as the column's default; the others
+    NULL). Its postings stay in ``T_terms`` (it never expires). Rewriting the rows
+    (say, to copy ``occurred_at`` into ``valid_from``) would write every row again,
+    vectors and TOAST included, and every index entry with it, an HNSW index's too.
+    The new indexes are built from one read of the table each; ``T_ns`` counts stand
+    (every entry is current).
+    """
+    _refuse_taken_names(conn, names, [names.xterms_name])
+    conn.execute(
+        sql.SQL("ALTER TABLE {meta} ADD COLUMN closed_entries bigint NOT NULL DEFAULT 0").format(
+            meta=names.meta
+        )
+    )
+    conn.execute(
+        sql.SQL(
+            "ALTER TABLE {table} ADD COLUMN valid_from timestamptz, "
+            "ADD COLUMN valid_to timestamptz, ADD COLUMN version integer NOT NULL DEFAULT 1, "
+            "ADD COLUMN supersedes integer, ADD COLUMN expires_at timestamptz"
+        ).format(table=names.table)
+    )
+    # Version 6's unique constraint: a memory's closed versions share its id.
+    conn.execute(
+        sql.SQL("ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {unique}").format(
+            table=names.table, unique=names.unique
+        )
+    )
+    for statement in _versions_ddl(names):
+        conn.execute(statement)
+
+
 # Entries read per round trip while the postings of a table are built.
 _BACKFILL_ROWS = 5000
 
@@ -552,7 +651,9 @@ def _switch_keyword_index(conn: psycopg.Connection[TupleRow], names: Names, on: 
     conn.execute(sql.SQL("SELECT 1 FROM {meta} FOR UPDATE").format(meta=names.meta))
     # Building the postings of a big table may take longer than one statement may.
     conn.execute("SET LOCAL statement_timeout = 0")
-    conn.execute(sql.SQL("TRUNCATE {terms}").format(terms=names.terms))
+    conn.execute(
+        sql.SQL("TRUNCATE {terms}, {xterms}").format(terms=names.terms, xterms=names.xterms)
+    )
     if on:
         _build_postings(conn, names)
     conn.execute(sql.SQL("UPDATE {meta} SET keyword_index = %s").format(meta=names.meta), (on,))
@@ -561,11 +662,13 @@ def _switch_keyword_index(conn: psycopg.Connection[TupleRow], names: Names, on: 
 def _build_postings(conn: psycopg.Connection[TupleRow], names: Names) -> None:
     """Fill the (empty) postings from every entry's text, with their key and index
     dropped while they fill and built once at the end: several times faster than
-    keeping them up to date posting by posting."""
+    keeping them up to date posting by posting. The entries that are closed or expire
+    (few) go to ``T_xterms``, with its index in place."""
     _drop_postings_keys(conn, names)
-    _fill_postings(conn, names)
+    _fill_postings(conn, names, where=_PLAIN)
     for statement in _postings_keys(names):
         conn.execute(statement)
+    _fill_postings(conn, names, where=f"NOT ({_PLAIN})", xterms=True)
 
 
 def _drop_postings_keys(conn: psycopg.Connection[TupleRow], names: Names) -> None:
@@ -582,30 +685,48 @@ def _drop_postings_keys(conn: psycopg.Connection[TupleRow], names: Names) -> Non
     conn.execute(sql.SQL("DROP INDEX IF EXISTS {index}").format(index=names.terms_index))
 
 
+# The entries whose postings are in ``T_terms``: current, and never expiring.
+_PLAIN = "valid_to IS NULL AND expires_at IS NULL"
+
+
 def _fill_postings(
     conn: psycopg.Connection[TupleRow],
     names: Names,
     *,
     indexed: str = "coalesce(index_text, text)",
+    where: str = "true",
+    xterms: bool = False,
 ) -> None:
-    """COPY every entry's postings, of what it is indexed by (``indexed``, an SQL
-    expression: its index text, or else its text), into the empty postings table."""
-    copy_postings = sql.SQL(
-        "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
-    ).format(terms=names.terms)
+    """COPY the postings of the entries that pass ``where`` (an SQL condition), of what
+    each is indexed by (``indexed``, an SQL expression: its index text, or else its
+    text), into the empty ``T_terms``, or with ``xterms`` into ``T_xterms`` (with the
+    entry's ``valid_to`` and ``expires_at``)."""
+    if xterms:
+        copy_postings = sql.SQL(
+            "COPY {terms} (seq, term, namespace, tf, doc_len, valid_to, expires_at) "
+            "FROM STDIN (FORMAT binary)"
+        ).format(terms=names.xterms)
+        columns, types = ", valid_to, expires_at", [20, 25, 25, 23, 23, 1184, 1184]
+    else:
+        copy_postings = sql.SQL(
+            "COPY {terms} (seq, term, namespace, tf, doc_len) FROM STDIN (FORMAT binary)"
+        ).format(terms=names.terms)
+        columns, types = "", [20, 25, 25, 23, 23]
     with conn.cursor(name="trio_recall_backfill") as rows, conn.cursor() as cur:
         rows.execute(
-            sql.SQL("SELECT seq, namespace, " + indexed + ", doc_len FROM {table}").format(
-                table=names.table
-            )
+            sql.SQL(
+                "SELECT seq, namespace, " + indexed + ", doc_len" + columns + " FROM {table} "
+                "WHERE " + where
+            ).format(table=names.table)
         )
         while chunk := rows.fetchmany(_BACKFILL_ROWS):
             _, counts = term_counts([str(r[2]) for r in chunk])
             with cur.copy(copy_postings) as copy:
-                copy.set_types([20, 25, 25, 23, 23])
-                for (seq, namespace, _text, doc_len), terms in zip(chunk, counts, strict=True):
+                copy.set_types(types)
+                for row, terms in zip(chunk, counts, strict=True):
+                    seq, namespace, _text, doc_len, *validity = row
                     for term, tf in terms.items():
-                        copy.write_row((seq, term, namespace, tf, doc_len))
+                        copy.write_row((seq, term, namespace, tf, doc_len, *validity))
 
 
 def _ensure_pgvector(conn: psycopg.Connection[TupleRow]) -> None:
@@ -649,7 +770,13 @@ def _create_if_missing(
         _refuse_taken_names(
             conn,
             names,
-            [names.terms_name, names.namespaces_name, names.seq_name, names.conversations_name],
+            [
+                names.terms_name,
+                names.namespaces_name,
+                names.seq_name,
+                names.conversations_name,
+                names.xterms_name,
+            ],
         )
         for statement in _ddl(names, dimensions):
             conn.execute(statement)

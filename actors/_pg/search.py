@@ -30,7 +30,7 @@ from .._inmemory.conversations import CONVERSATION_SHIFT
 from .._retrieval.engine import depths, rank
 from .._retrieval.recall import shape
 from .._retrieval.view import Candidate, Pick
-from .filters import FilterSql, and_time_window, translate
+from .filters import FilterSql, Visibility, and_time_window, translate
 from .reads import DocRow, Reads
 from .schema import vector_literal
 
@@ -48,6 +48,7 @@ class _PgView:
     query: str
     namespace: str
     where: FilterSql
+    vis: Visibility
     rows: dict[int, DocRow] = attrs.field(factory=dict)
     vecs: dict[int, npt.NDArray[np.float32]] = attrs.field(factory=dict)
     scanned: int = 0
@@ -61,7 +62,7 @@ class _PgView:
 
     def dense(self, depth: int, *, vectors: bool = False) -> list[Candidate]:
         hits = self.reads.dense(
-            self.conn, self.query, depth, self.namespace, self.where, vectors=vectors
+            self.conn, self.query, depth, self.namespace, self.where, self.vis, vectors=vectors
         )
         out = []
         for row, score, vec in hits:
@@ -73,16 +74,18 @@ class _PgView:
         return out
 
     def cosines(self, keys: Sequence[int]) -> dict[int, float]:
-        return self.reads.cosines(self.conn, self.query, list(keys)) if keys else {}
+        if not keys:
+            return {}
+        return self.reads.cosines(self.conn, self.query, list(keys), self.vis)
 
     def bm25(self, text: str, depth: int) -> list[Candidate]:
-        sparse = self.reads.bm25(self.conn, text, depth, self.namespace, self.where)
+        sparse = self.reads.bm25(self.conn, text, depth, self.namespace, self.where, self.vis)
         return [Candidate(seq, score, score) for seq, score in sparse]
 
     def _rows(self, keys: Sequence[int]) -> dict[int, DocRow]:
         missing = [key for key in dict.fromkeys(keys) if key not in self.rows]
         if missing:
-            self.rows.update(self.reads.by_seqs(self.conn, missing))
+            self.rows.update(self.reads.by_seqs(self.conn, missing, self.vis))
         return self.rows
 
     def texts(self, keys: Sequence[int], *, projections: bool) -> dict[int, str]:
@@ -114,7 +117,7 @@ class _PgView:
         return out
 
     def term_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        return self.reads.term_counts(self.conn, list(terms), self.namespace)
+        return self.reads.term_counts(self.conn, list(terms), self.namespace, self.vis)
 
     def vectors(self, keys: Sequence[int]) -> npt.NDArray[np.float32]:
         return np.stack([self.vecs[key] for key in keys])
@@ -139,12 +142,16 @@ def run_search(
     vector: npt.NDArray[np.float32],
     max_entries: int,
     embed: Callable[[str], npt.NDArray[np.float32]],
+    now: dt.datetime,
     turns: bool = False,
 ) -> tuple[list[ScoredDocument] | list[RetrievedTurn], int]:
     """Run ``request`` in ``namespace``: the hits (documents, or with ``turns`` turns)
     and how many entries the namespace holds. ``vector`` is the normalized query
     (zeros for a zero query, or for a recall, which embeds its shaped query with
-    ``embed``)."""
+    ``embed``). Every statement sees the versions :class:`Visibility` says: current
+    and unexpired at ``now`` (the store clock's), or those valid at
+    ``request.as_of``."""
+    vis = Visibility(now, request.as_of)
     where = and_time_window(translate(request.filter, _METADATA), request.since, request.until)
     k, depth = depths(request, max_entries)
     keyword = request.kind in ("hybrid", "bm25") or (
@@ -154,13 +161,13 @@ def run_search(
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
     if keyword:
         reads.check_keyword_index(conn)  # before the dense list, which a hybrid reads first
-    view = _PgView(conn, reads, vector_literal(vector), namespace, where)
+    view = _PgView(conn, reads, vector_literal(vector), namespace, where, vis)
     shaped = None
     if request.kind == "recall":
         shaped = shape(request, view, depth)
         vector = embed(shaped.embedded)
         view.query = vector_literal(vector)
     if turns:
-        view.scanned = reads.entries_in(conn, namespace)
+        view.scanned = reads.entries_in(conn, namespace, vis)
     picks = rank(request, view, k, depth, vector, shaped=shaped)
     return (view.turns(picks) if turns else view.hits(picks)), view.scanned

@@ -58,6 +58,7 @@ read, or after :meth:`PgStoreHandle.refresh`.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, final
@@ -79,7 +80,7 @@ from .._embedding.adapter import EmbedderAdapter, check_timeout
 from .._embedding.protocols import AnyEmbedder
 from .._store.handle import StoreHandle
 from .._store.lifecycle import run_store
-from .._store.prepare import check_store_config
+from .._store.prepare import check_clock, check_store_config
 from .actor import _PgStoreActor, refused
 from .reads import DEFAULT_EF_SEARCH, hnsw_settings
 from .schema import (
@@ -156,6 +157,7 @@ async def open_pg_store(
     embed_timeout: float | None = None,
     on_event: Callable[[Event], None] | None = None,
     sparse: None = None,
+    clock: Callable[[], dt.datetime] | None = None,
 ) -> AsyncIterator[PgStoreHandle]:
     """Open a PostgreSQL + pgvector store and run its actor for the duration of the block.
 
@@ -210,6 +212,11 @@ async def open_pg_store(
             read; writes emit no events on this backend yet.
         sparse: must be None: the pg backend has no sparse index (hybrid search ranks
             its keyword list by BM25); a sparse model raises ConfigError.
+        clock: the store's clock, as :func:`~actors.open_store`'s (None:
+            ``datetime.now(UTC)``): every "now" of the store comes from it, and every
+            read binds it as a parameter (which versions have expired), so a test
+            advances a fake clock instead of sleeping. The server's own clock is never
+            read.
 
     The lifecycle (leaving the block, crashes, faults in the embedder) is the in-memory
     store's: ``actors._store.lifecycle``. Cancellation: a cancelled open closes the pool and
@@ -240,6 +247,7 @@ async def open_pg_store(
         )
     where = _where(dsn)
     config = check_store_config(config, embedder)
+    checked_clock = check_clock(clock)
     if config.dimensions > MAX_DIMENSIONS:
         raise ConfigError(
             f"dimensions is {config.dimensions}; pgvector's vector type holds at most "
@@ -292,6 +300,7 @@ async def open_pg_store(
             keyword_index=opened.keyword_index,
             profile=profile if isinstance(profile, EmbeddingProfile) else bound_profile(binding),
             embed_timeout=embed_timeout,
+            clock=checked_clock,
         )
         actor.on_event = on_event
         # Leaving: a batch still being embedded, or queued, is not applied; a commit

@@ -1,6 +1,6 @@
-"""Tables as older (or newer) trio-recall versions left them: a version 6 table turned
-back into version 5, 4, 3 or 2 (or stamped 7), for the migration tests
-(``test_pg_keyword_index.py``, ``test_pg_time.py``)."""
+"""Tables as older (or newer) trio-recall versions left them: a version 7 table turned
+back into version 6, 5, 4, 3 or 2 (or stamped 8), for the migration tests
+(``test_pg_keyword_index.py``, ``test_pg_time.py``, ``test_pg_versions.py``)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,44 @@ def _version_4_postings_and_metadata(conn: psycopg.Connection[Any], table: str) 
         )
 
 
+def _version_6(conn: psycopg.Connection[Any], table: str) -> None:
+    """What version 6 had: no version columns (dropping one drops its indexes), no
+    T_xterms, no closed_entries, and ``UNIQUE (namespace, id)``. The table must hold
+    current versions that never expire only (version 6 had nothing else)."""
+    t = sql.Identifier(table)
+    closed = conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM {} WHERE valid_to IS NOT NULL OR expires_at IS NOT NULL"
+        ).format(t)
+    ).fetchone()
+    assert closed == (0,), "a version 6 table holds no closed or expiring entry"
+    conn.execute(
+        sql.SQL(
+            "ALTER TABLE {} DROP COLUMN valid_from, DROP COLUMN valid_to, DROP COLUMN version, "
+            "DROP COLUMN supersedes, DROP COLUMN expires_at"
+        ).format(t)
+    )
+    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(f"{table}_ns_md5_idx")))
+    conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(f"{table}_xterms")))
+    conn.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN closed_entries").format(
+            sql.Identifier(f"{table}_meta")
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} UNIQUE (namespace, id)").format(
+            t, sql.Identifier(f"{table}_ns_id_key")
+        )
+    )
+
+
 def make_version(dsn: str, table: str, version: int) -> None:
-    """Turn a version 6 table into what an older (or newer) trio-recall left."""
+    """Turn a version 7 table into what an older (or newer) trio-recall left."""
     meta = sql.Identifier(f"{table}_meta")
     terms = sql.Identifier(f"{table}_terms")
     with psycopg.connect(dsn) as conn:
+        if version <= 6:
+            _version_6(conn, table)
         if version <= 5:
             # Version 5 had no time, conversation, position nor index text (dropping a
             # column drops its indexes), and no T_conv.

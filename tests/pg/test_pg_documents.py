@@ -347,8 +347,12 @@ async def test_hostile_documents_and_filters_through_the_store(opener: Any) -> N
             ]
             await store.upsert(documents, namespace="'; --")
             got = await store.get_by_ids(hostile, namespace="'; --")
-            # Each comes back with the time of the write, which the store stamped.
-            untimed = [msgspec.structs.replace(d, occurred_at=None) for d in got]
+            # Each comes back with the time of the write, which the store stamped, as
+            # version 1, valid from then.
+            untimed = [
+                msgspec.structs.replace(d, occurred_at=None, valid_from=None, version=None)
+                for d in got
+            ]
             assert sorted(untimed, key=lambda d: d.metadata["i"]) == documents
             for i, h in enumerate(hostile):
                 if h.startswith("$"):
@@ -502,11 +506,13 @@ async def test_sql_bm25_scores_match_the_in_memory_index(texts: list[str], query
         ) as store:
             await store.upsert([Document(id=str(i), text=t) for i, t in enumerate(texts)])
             reads = store._actor.reads
+            from actors._pg.filters import Visibility as _Visibility
             from actors._pg.filters import translate as _translate
 
             where = _translate(None, sql.Identifier("metadata"))
+            vis = _Visibility(dt.datetime.now(dt.UTC))
             found = await store._actor.read(
-                lambda conn: reads.bm25(conn, query, 100, "memory-default", where), "bm25"
+                lambda conn: reads.bm25(conn, query, 100, "memory-default", where, vis), "bm25"
             )
     # Sequences are 0..n-1 in upsert order, which is the slot order above.
     got = dict(found)

@@ -1,5 +1,5 @@
 """The pg store's per-table keyword index (``open_pg_store(..., keyword_index=)``) and the
-in-place migration of version 2, 3, 4 and 5 tables, through ``open_pg_store`` against a
+in-place migration of version 2, 3, 4, 5 and 6 tables, through ``open_pg_store`` against a
 real server.
 
 - ``keyword_index=False`` writes no BM25 posting, refuses a ``bm25`` or ``hybrid`` search
@@ -15,7 +15,8 @@ real server.
   namespaces' counts made; a version 4 table gets its long terms' digests and its
   escaped metadata strings, with the same BM25 hits and exact filters after; a version
   5 table gains its entries' times (the migration's), conversations and positions
-  (``test_pg_time.py``); a version 1 or a newer version is refused with the table,
+  (``test_pg_time.py``); a version 6 table its versions (``test_pg_versions.py``); a
+  version 1 or a newer version is refused with the table,
   the version found and the one expected.
 """
 
@@ -281,7 +282,7 @@ def lengths_agree(dsn: str, table: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("version", [2, 3, 4, 5])
+@pytest.mark.parametrize("version", [2, 3, 4, 5, 6])
 async def test_an_older_table_is_migrated_in_place(
     pg_dsn: str,
     pg_table: str,
@@ -298,12 +299,12 @@ async def test_an_older_table_is_migrated_in_place(
         kept = postings(pg_dsn, pg_table)
         assert (row_options(pg_dsn, pg_table) is None) == (version == 2)
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 6
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 7
             assert row_options(pg_dsn, pg_table) == ["toast_tuple_target=8160"]
             assert flag(pg_dsn, pg_table)
             assert postings(pg_dsn, pg_table) == kept
             assert lengths_agree(pg_dsn, pg_table)
-            assert vacuumed(pg_dsn, pg_table) == (version < 4)  # 4 and 5 rebuild none
+            assert vacuumed(pg_dsn, pg_table) == (version < 4)  # 4, 5 and 6 rebuild none
             assert namespace_counts(pg_dsn, pg_table) == counts
             for query, hits in before.items():
                 assert await bm25_hits(store, query) == hits
@@ -322,7 +323,7 @@ async def test_an_older_table_is_migrated_in_place(
 
 @pytest.mark.parametrize(
     ("version", "says"),
-    [(1, "migrates versions 2, 3, 4 and 5 in place"), (7, "made by a newer trio-recall")],
+    [(1, "migrates versions 2, 3, 4, 5 and 6 in place"), (8, "made by a newer trio-recall")],
 )
 async def test_other_versions_are_refused_and_left_alone(
     pg_dsn: str,
@@ -340,7 +341,7 @@ async def test_other_versions_are_refused_and_left_alone(
                 pass  # pragma: no cover
         message = str(caught.value)
         assert repr(pg_table) in message and f"schema version {version}" in message
-        assert "reads version 6" in message and says in message
+        assert "reads version 7" in message and says in message
         assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == version
         assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 5
 
@@ -378,7 +379,7 @@ async def test_a_version_4_table_gets_digests_and_exact_filters(
         longest = "SELECT max(octet_length(term)) FROM {terms}"
         assert _query(pg_dsn, longest, pg_table) > MAX_TERM_BYTES
         async with open_pg_store(pg_dsn, cfg(8192), embedder, table=pg_table) as store:
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 6
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 7
             assert postings(pg_dsn, pg_table) == kept
             assert _query(pg_dsn, longest, pg_table) <= MAX_TERM_BYTES
             for query, hits in before.items():
@@ -466,7 +467,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
     with trio.fail_after(TIMEOUT):
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             await store.add_documents(docs(0, 3))
-            make_version(pg_dsn, pg_table, 7)
+            make_version(pg_dsn, pg_table, 8)
             for write in (
                 store.add_documents(docs(3, 2)),
                 store.store_turns([UnifiedMessage.user("owl")]),
@@ -476,7 +477,7 @@ async def test_a_store_open_when_a_newer_version_migrates_its_table_writes_nothi
                 with pytest.raises(ConfigError) as caught:
                     await write
                 message = str(caught.value)
-                assert repr(pg_table) in message and "schema version 7" in message
+                assert repr(pg_table) in message and "schema version 8" in message
             assert _query(pg_dsn, "SELECT count(*) FROM {t}", pg_table) == 3
 
 
@@ -544,7 +545,7 @@ async def test_a_memory_over_an_older_table_recalls_after_the_migration(
             open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store,
             open_memory(store=store, memory=config) as memory,
         ):
-            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 6
+            assert _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table) == 7
             after = [[t.id for t in (await memory.retrieve(q)).turns] for q in queries]
             assert after == before and all(after)
             await memory.remember("an owl again")

@@ -26,7 +26,7 @@ from old_schemas import make_version
 from psycopg import sql
 
 from actors import HashingEmbedder, open_store
-from actors._pg.filters import and_time_window, translate
+from actors._pg.filters import Visibility, and_time_window, translate
 from actors._pg.schema import SCHEMA_VERSION
 from actors._pg.store import open_pg_store
 from protocol import ConfigError, Document, SearchRequest, UnifiedMessage, VectorStoreConfig
@@ -70,7 +70,7 @@ async def test_a_version_5_table_is_migrated_in_place(pg_dsn: str, pg_table: str
         async with open_pg_store(pg_dsn, cfg(), embedder, table=pg_table) as store:
             migrated = dt.datetime.now(dt.UTC)
             version = _query(pg_dsn, "SELECT schema_version FROM {meta}", pg_table)
-            assert version == [(SCHEMA_VERSION,)] == [(6,)]
+            assert version == [(SCHEMA_VERSION,)] == [(7,)]
             assert await _bm25(store, "owl") == before
             old = await store.get_by_ids([d.id for d in docs if d.id])
             # Every entry already there: the migration's time, and no conversation.
@@ -146,6 +146,8 @@ async def test_the_time_window_narrows_dense_and_bm25_statements(
             reads = store._actor.reads
             query = store._actor.query_literal(embedder.embed("owl"))
 
+            vis = Visibility(dt.datetime.now(dt.UTC))
+
             def run(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 def window(node: Any, low: Any, high: Any) -> Any:
                     return and_time_window(translate(node, sql.Identifier("metadata")), low, high)
@@ -157,11 +159,13 @@ async def test_the_time_window_narrows_dense_and_bm25_statements(
                     ("none", window(None, None, None)),
                     ("filtered", window(Eq(key="odd", value=True), since, until)),
                 ):
-                    dense = reads.dense(conn, query, 10, NS, where)
+                    dense = reads.dense(conn, query, 10, NS, where, vis)
                     out[name] = sorted(row.id for row, _, _ in dense)
-                    seqs = [seq for seq, _ in reads.bm25(conn, "owl", 10, NS, where)]
-                    out[name + " bm25"] = sorted(reads.by_seqs(conn, seqs)[s].id for s in seqs)
-                (row,) = reads.rows_by_ids(conn, ["d2"], NS)
+                    seqs = [seq for seq, _ in reads.bm25(conn, "owl", 10, NS, where, vis)]
+                    out[name + " bm25"] = sorted(
+                        reads.by_seqs(conn, seqs, vis)[s].id for s in seqs
+                    )
+                (row,) = reads.rows_by_ids(conn, ["d2"], NS, vis)
                 out["row"] = (row.occurred_at, row.conversation, row.position)
                 return out
 
