@@ -21,7 +21,10 @@ p50 (p90) over ``dedupe=None``'s in the same run. The rows:
 - ``exact, all duplicates``: the ``"exact"`` store given texts it already holds (under
   new ids): the check finds each one and nothing is written (for scale, no target).
 
-Every new text is unique (``pg_scale.py``'s texts end in their row number), so the
+On pg, ``VACUUM ANALYZE`` runs after the fill (and after the history's updates), as
+autovacuum would some time after a bulk load (``--no-analyze``: without it, the plans
+are those of an empty table's statistics, as right after the load). Every new text is
+unique (``pg_scale.py``'s texts end in their row number), so the
 ``exact`` and ``near`` rows pay the check in full and still write everything: the
 target's worst case. The stores grow by what the rounds write (``n`` + a few thousand).
 
@@ -146,6 +149,9 @@ async def run_writes(
                 await store.add_documents(docs)
         out["fill_s"] = round(time.perf_counter() - started, 2)
         print(f"  {backend} {n}: filled {len(stores)} stores in {out['fill_s']} s", flush=True)
+        if backend == "pg" and args.analyze:
+            assert dsn is not None
+            out["analyze_s"] = await trio.to_thread.run_sync(time_window.vacuum_analyze, dsn)
 
         rng = random.Random(11)
         cursor = n  # the next unused text
@@ -252,6 +258,9 @@ async def run_history(
             f"{out['history_s']} s",
             flush=True,
         )
+        if backend == "pg" and args.analyze:
+            assert dsn is not None
+            out["analyze_s"] = await trio.to_thread.run_sync(time_window.vacuum_analyze, dsn)
         rng = random.Random(5)
         qvectors = make_vectors(args.queries, seed=10_000_000 + n)
         words = [t.split() for t in rng.sample(texts, args.queries)]
@@ -453,6 +462,7 @@ async def bench(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
             pg_max=args.pg_max,
             history=args.history,
             as_of=args.as_of,
+            analyze=args.analyze,
         )
         reads = await time_window.bench(read_args, dsn)
     if args.history_share:
@@ -487,6 +497,12 @@ def main() -> int:
         type=lambda s: s.split(","),
         default=list(VARIANTS),
         help="none,exact,near (none alone runs on a checkout from before dedupe)",
+    )
+    parser.add_argument(
+        "--no-analyze",
+        dest="analyze",
+        action="store_false",
+        help="pg: no VACUUM ANALYZE after the load (the statistics of an empty table)",
     )
     parser.add_argument("--no-writes", action="store_true", help="only --reads")
     parser.add_argument("--reads", action="store_true", help="also run time_window.py's bench")
