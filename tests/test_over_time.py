@@ -594,3 +594,26 @@ async def test_a_forgotten_memory_leaves_no_trace_on_any_path() -> None:
             assert forgotten.ids == ["s"]
             for event in events[after - 1 :]:
                 assert "zanzibar" not in repr(event)
+
+
+async def test_a_read_builds_no_visibility_mask_where_nothing_is_hidden() -> None:
+    clock = FakeClock()
+    with trio.fail_after(TIMEOUT):
+        async with store_with(clock) as store:
+            await store.add_documents([Document(id="a", text="plain")], namespace="quiet")
+            await store.add_documents([Document(id="b", text="one")], namespace="busy")
+            arena = store._actor.arena
+            now = store._actor.now_us()
+            assert arena.visible(arena.high, now, None, "quiet") is None
+            clock.advance(1)
+            await store.update("b", "two", namespace="busy")
+            now = store._actor.now_us()
+            # Only the namespace with a closed version (or an as_of read) pays for it.
+            assert arena.visible(arena.high, now, None, "quiet") is None
+            busy = arena.visible(arena.high, now, None, "busy")
+            assert busy is not None
+            assert int(busy.sum()) == 2  # "a" and the current "b"
+            assert arena.visible(arena.high, now, now, "quiet") is not None
+            await store.add_documents([Document(id="c", text="brief")], namespace="quiet", ttl=1)
+            clock.advance(1)
+            assert arena.visible(arena.high, store._actor.now_us(), None, "quiet") is not None

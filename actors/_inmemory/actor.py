@@ -249,7 +249,12 @@ class _StoreActor(CrashableActor):
                 self._expiry_changed = trio.Event()
                 await self._expiry_changed.wait()
                 continue
-            wait = (following - self.now_us()) / 1e6
+            try:
+                now_us = self.now_us()
+            except VectorStoreError as error:
+                self._poison(error)  # a store clock that gives no aware datetime
+                return
+            wait = (following - now_us) / 1e6
             if wait > 0:
                 with trio.move_on_after(min(wait, _EXPIRY_NAP)):
                     self._expiry_changed = trio.Event()
@@ -258,12 +263,18 @@ class _StoreActor(CrashableActor):
             if self.scans.pinned:
                 await self.scans.wait_unpinned()
             try:
-                if self._reclaim(self.now_us()):
+                reclaimed = self._reclaim(now_us)
+                if reclaimed:
                     self._publish()
             except Exception as crash:
                 self._poison(crash)
                 return
-            await trio.lowlevel.checkpoint()
+            if reclaimed:
+                await trio.lowlevel.checkpoint()
+            else:
+                # Nothing had expired after all (the clock went back): look again
+                # after a nap rather than spin.
+                await trio.sleep(1.0)
 
     @property
     def on_event(self) -> Callable[[Event], None] | None:

@@ -27,8 +27,14 @@ value of that key.
   entry is the only one of its namespace, the namespace's bookkeeping (about 440 bytes
   with an id map and BM25 group statistics), and when it is the only live entry of its
   conversation, the conversation's bookkeeping (its name, which ``max_entry_bytes``
-  counts, and a few list slots). Measured with tracemalloc on hostile shapes
-  (``tests/test_memory_bound.py``): at most 580 bytes; the constant leaves room.
+  counts, and a few list slots). Memory over time added, per slot, the version
+  columns in numpy (valid_from, valid_to, expires, version, text hash: 36 bytes) and,
+  for a current entry, its place in the text-hash index of exact dedupe (a dict entry
+  and its int key: about 100 bytes), and, for a memory with closed versions, its list
+  of them (about 150 bytes, which a closed version's own slot more than pays for).
+  Measured with tracemalloc on hostile shapes (``tests/test_memory_bound.py``): at
+  most 580 bytes before memory over time, 125 to 250 bytes more since; the constant
+  leaves room.
 
 Time and conversations. Every slot keeps its entry's ``occurred_at`` as int64
 microseconds since the epoch (:attr:`Arena.occurred_us`, exact, as PostgreSQL's
@@ -71,7 +77,7 @@ __all__ = [
 ]
 
 #: The per-entry constant of the memory bound (see the module docstring), in bytes.
-ENTRY_CONSTANT = 768
+ENTRY_CONSTANT = 1024
 #: The per-store constant of the memory bound (see the module docstring), in bytes.
 STORE_CONSTANT = 64 * 1024
 
@@ -359,6 +365,9 @@ class Arena:
     _ns_index: dict[str, int] = attrs.field(factory=dict)
     _ns_names: list[str | None] = attrs.field(factory=list)
     _ns_counts: list[int] = attrs.field(factory=list)
+    # Closed versions per namespace id: a read of a namespace without any (and with
+    # nothing expired, and no as_of) builds no visibility mask.
+    _ns_closed: list[int] = attrs.field(factory=list)
     _ns_free: list[int] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
@@ -809,6 +818,7 @@ class Arena:
         if not versions:
             del held[entry_id]
         self.closed_total -= 1
+        self._ns_closed[ns_id] -= 1
         self._named -= 1
 
     def _index_hashes(self, hashes: list[int], slots: list[int]) -> None:
@@ -886,6 +896,7 @@ class Arena:
         self.valid_to_us[slot] = valid_to
         self._closed.setdefault(name, {}).setdefault(entry_id, []).append(slot)
         self.closed_total += 1
+        self._ns_closed[ns_id] += 1
 
     def closed_of(self, namespace: str, entry_id: str) -> list[int]:
         """The slots of memory ``entry_id``'s closed versions in ``namespace``, oldest
@@ -908,14 +919,24 @@ class Arena:
         return [] if held is None else list(held)
 
     def visible(
-        self, high: int, now_us: int, as_of_us: int | None = None
+        self,
+        high: int,
+        now_us: int,
+        as_of_us: int | None = None,
+        namespace: str | None = None,
     ) -> npt.NDArray[np.bool_] | None:
         """A bool per slot of ``[0, high)``: the slot holds an entry a read sees at
         ``now_us`` (current, or with ``as_of_us`` the version valid then, unexpired),
-        or None when every held entry is (no closed version, none expired, no as_of):
-        then a read needs no mask."""
-        if as_of_us is None and not self.closed_total and self.next_expiry() > now_us:
-            return None
+        or None when every held entry of ``namespace`` (None: of every namespace) is
+        (no closed version there, none expired, no as_of): then a read needs no mask."""
+        if as_of_us is None and self.next_expiry() > now_us:
+            if namespace is None:
+                closed = self.closed_total
+            else:
+                ns_id = self._ns_index.get(namespace)
+                closed = 0 if ns_id is None else self._ns_closed[ns_id]
+            if not closed:
+                return None
         if as_of_us is None:
             mask: npt.NDArray[np.bool_] = self.valid_to_us[:high] == OPEN
         else:
@@ -980,10 +1001,12 @@ class Arena:
                 ns_id = self._ns_free.pop()
                 self._ns_names[ns_id] = namespace
                 self._ns_counts[ns_id] = 0
+                self._ns_closed[ns_id] = 0
             else:
                 ns_id = len(self._ns_names)
                 self._ns_names.append(namespace)
                 self._ns_counts.append(0)
+                self._ns_closed.append(0)
             self._ns_index[namespace] = ns_id
         self._ns_counts[ns_id] += count
         return ns_id

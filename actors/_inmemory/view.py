@@ -182,7 +182,7 @@ async def run_search(
         if request.since is not None or request.until is not None:
             window = arena.time_mask(request.since, request.until, high)
             mask = window if mask is None else mask & window
-        visible = arena.visible(high, now_us, as_of_us)
+        visible = arena.visible(high, now_us, as_of_us, namespace)
         if visible is not None:
             mask = visible if mask is None else mask & visible
         return mask
