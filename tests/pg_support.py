@@ -151,7 +151,14 @@ def drop_table(dsn: str, table: str) -> None:
     from psycopg import sql
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in (f"{table}_terms", f"{table}_ns", f"{table}_conv", table, f"{table}_meta"):
+        for name in (
+            f"{table}_terms",
+            f"{table}_xterms",
+            f"{table}_ns",
+            f"{table}_conv",
+            table,
+            f"{table}_meta",
+        ):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(f"{table}_seq")))
 

@@ -45,21 +45,24 @@ from protocol.messages import (
 from .._embedding.adapter import EmbedderAdapter
 from .._embedding.cache import EmbeddingCache
 from .._embedding.protocols import AnyEmbedder
+from .._retrieval.bm25 import term_counts
+from .._retrieval.links import body_terms
 from .._store.backend import Counters as StoreCounters
 from .._store.backend import Hits, PutDocuments, PutTurns, Query, StaleVersion, Write
 from .._store.mailbox import REPLIED, CrashableActor, Envelope
 from .._store.prepare import Clock, clamp_k, clock_now, default_clock
 from .._store.queries import checked_query, normalize_query
 from .filters import Visibility
-from .prepare import prepare_documents, prepare_turns
-from .reads import Reads
+from .prepare import embedded_rows, prepare_documents, prepare_turns
+from .reads import DocRow, Reads
 from .schema import (
     Names,
     check_pg_text,
+    search_text,
     vector_literal,
 )
 from .search import run_search
-from .sql import Counts, PreparedEntries, Removed, Statements
+from .sql import Counts, PreparedEntries, Removed, Rewrite, Statements
 
 __all__ = ["_Envelope", "_PgStoreActor", "_representable", "refused", "transient"]
 
@@ -274,7 +277,7 @@ class _PgStoreActor(CrashableActor):
         prepared = await self._prepared_or_replied(envelope)
         if prepared is REPLIED:
             return
-        assert prepared is None or isinstance(prepared, PreparedEntries)
+        assert prepared is None or isinstance(prepared, PreparedEntries | list)
         try:
             if self.armed_crash is not None:
                 armed, self.armed_crash = self.armed_crash, None
@@ -297,7 +300,48 @@ class _PgStoreActor(CrashableActor):
         self.observe(counts)
         envelope.reply.succeed(result)
 
-    async def _prepare(self, request: Write) -> PreparedEntries | None:
+    async def _rewrites(
+        self, namespace: str, ids: list[str] | None, selection: Forget | None
+    ) -> list[Rewrite]:
+        """What a delete or forget (of ``ids``, or of what ``selection`` selects)
+        rewrites: the entries whose derived index text quoted one of the memories'
+        versions as its predecessor, each with its new index text embedded here, so no
+        vector, posting or cache entry keeps a trace of the removed text (as the
+        in-memory store does). Read before the write's transaction, as a write's
+        predecessors are (``newest_texts``); the commit rewrites those still there."""
+        if not _representable(namespace):
+            return []
+        reads, statements, now = self.reads, self._statements, clock_now(self.clock)
+
+        def read(conn: psycopg.Connection[Any]) -> list[tuple[DocRow, str | None]]:
+            wanted = [i for i in ids or [] if _representable(i)]
+            if selection is not None:
+                statement, params = statements.selection(selection, now)
+                wanted = [str(r[0]) for r in conn.execute(statement, params).fetchall()]
+            return reads.quoting(conn, namespace, wanted) if wanted else []
+
+        found = await self.read(read, "forget")
+        if not found:
+            return []
+        texts = [row.text if index is None else index for row, index in found]
+        _, zero, matrix = embedded_rows(
+            await self.embedder.documents(texts), len(texts), self.config.dimensions
+        )
+        lengths, terms = term_counts(texts)
+        return [
+            Rewrite(
+                seq=row.seq,
+                index_text=None if index is None else search_text(index),
+                vector=vector_literal(matrix[i]),
+                zero=zero[i],
+                doc_len=lengths[i],
+                terms=terms[i],
+                stale=row.indexed(),
+            )
+            for i, (row, index) in enumerate(found)
+        ]
+
+    async def _prepare(self, request: Write) -> PreparedEntries | list[Rewrite] | None:
         match request:
             case PutTurns():
                 return await prepare_turns(
@@ -317,7 +361,14 @@ class _PgStoreActor(CrashableActor):
                     before=self.newest_texts,
                     clock=self.clock,
                 )
+            case Delete(ids=ids, namespace=namespace) if namespace is not None:
+                return await self._rewrites(namespace, list(ids), None)
+            case Forget() if request.ids is not None:
+                return await self._rewrites(request.namespace, request.ids, None)
+            case Forget() if request.filter is not None or request.before is not None:
+                return await self._rewrites(request.namespace, None, request)
             case Delete() | Clear() | Forget():
+                # (a whole namespace, or every one: nothing is left to quote it)
                 return None
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
@@ -335,16 +386,17 @@ class _PgStoreActor(CrashableActor):
         )
 
     async def _commit(
-        self, request: Write, prepared: PreparedEntries | None
+        self, request: Write, prepared: PreparedEntries | list[Rewrite] | None
     ) -> tuple[TurnsStored | DocumentsUpserted | DeleteResult | Cleared | Forgotten, Counts]:
         s = self._statements
+        rewrites = prepared if isinstance(prepared, list) else []
         cap = self.config.max_entries
         # The store clock's now, once per write: its reclaim, its dedupe's and its
         # update's view of what has expired.
         now = clock_now(self.clock)
         match request:
             case PutTurns() | PutDocuments():
-                assert prepared is not None
+                assert isinstance(prepared, PreparedEntries)
                 p = prepared
                 turns = isinstance(request, PutTurns)
                 done, counts = await self.call(
@@ -377,7 +429,7 @@ class _PgStoreActor(CrashableActor):
                 if namespace is not None and not _representable(namespace):
                     storable = []
                 result, counts, removed = await self.call(
-                    lambda conn: s.delete(conn, wanted, storable, namespace, now),
+                    lambda conn: s.delete(conn, wanted, storable, namespace, now, rewrites),
                     write=True,
                     what="delete",
                 )
@@ -401,7 +453,9 @@ class _PgStoreActor(CrashableActor):
                         namespace=forget.namespace,
                     )
                 forgotten, counts, removed = await self.call(
-                    lambda conn: s.forget(conn, forget, now), write=True, what="forget"
+                    lambda conn: s.forget(conn, forget, now, rewrites),
+                    write=True,
+                    what="forget",
                 )
                 self._forget_texts(removed)
                 return forgotten, counts
@@ -409,16 +463,18 @@ class _PgStoreActor(CrashableActor):
 
     def _forget_texts(self, removed: Removed) -> None:
         """Tell the embedder's cache to drop what it may hold of the removed texts
-        (their texts and index texts), once the removal has committed; a clear of every
-        namespace drops the whole cache."""
+        (their texts and index texts), once the removal has committed (a clear of every
+        namespace drops the whole cache), and clear the links term cache, as the
+        in-memory store does."""
+        if removed.rows or removed.texts:
+            body_terms.cache_clear()
         if removed.texts is None:
             cache = getattr(self.embedder.embedder, "cache", None)
             if isinstance(cache, EmbeddingCache):
                 cache.clear()
             return
-        forget_texts = getattr(self.embedder, "forget_texts", None)
-        if forget_texts is not None and removed.texts:
-            forget_texts(set(removed.texts))
+        if removed.texts:
+            self.embedder.forget_texts(set(removed.texts))
 
     # --- reads -------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -33,7 +32,7 @@ from .schema import (
 )
 from .sql import PreparedEntries
 
-__all__ = ["Before", "prepare_documents", "prepare_turns"]
+__all__ = ["Before", "embedded_rows", "prepare_documents", "prepare_turns"]
 
 #: How a write's preparation reads the predecessors of its first entries in their
 #: conversations: ``before(namespace, conversations, ids)`` is the own text of the
@@ -71,10 +70,10 @@ def _plain(strings: list[str]) -> bool:
 async def _embed(
     embedder: EmbedderAdapter, texts: list[str], dimensions: int
 ) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
-    return _binary(await embedder.documents(texts), len(texts), dimensions)
+    return embedded_rows(await embedder.documents(texts), len(texts), dimensions)
 
 
-def _binary(
+def embedded_rows(
     raw: object, count: int, dimensions: int
 ) -> tuple[list[bytes], list[bool], npt.NDArray[np.float32]]:
     """Each row in pgvector's binary form, which had zero norm, and the normalized rows
@@ -192,14 +191,6 @@ async def prepare_documents(
             if document.conversation is not None:
                 check_pg_text("document conversation", document.conversation)
     survivors = batch.survivors
-    if clock is not default_clock:
-        # The write time of a document without one is the store clock's now (the
-        # default clock's is the one document_times stamps).
-        now = clock_now(clock)
-        survivors = [
-            d if d.occurred_at is not None else msgspec.structs.replace(d, occurred_at=now)
-            for d in survivors
-        ]
     keep = len(survivors)
     jsonb, meta_raw = _metadata(
         [metadata_from_json(m) for m in batch.metadata_json], batch.metadata_json
@@ -209,7 +200,9 @@ async def prepare_documents(
     async def read_before(conversations: list[str | None], ids: list[str]) -> dict[str, str]:
         return await before(namespace, conversations, ids)
 
-    times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before)
+    # The write time of a document without one is the store clock's now.
+    now = None if clock is default_clock else clock_now(clock)
+    times = await document_times(survivors, batch.sizes, config.max_entry_bytes, read_before, now)
     index_texts = times.index_texts
     raw = await document_vectors(
         embedder,
@@ -218,7 +211,7 @@ async def prepare_documents(
         embeddings=batch.embeddings,
         texts=indexed_texts(texts, index_texts),
     )
-    vectors, zero, matrix = _binary(raw, keep, config.dimensions)
+    vectors, zero, matrix = embedded_rows(raw, keep, config.dimensions)
     expires = [d.expires_at for d in survivors]
     searchable, exact, lengths, terms = _texts(texts, keyword_index, index_texts)
     return PreparedEntries(

@@ -5,10 +5,32 @@ The statements live where they run: writes in ``sql.py``, reads in ``reads.py``,
 in ``search.py``, filters in ``filters.py``, and the connection set-up in ``store.py``;
 the forms values take in SQL are in ``values.py`` (re-exported here).
 
-Each store is six objects named after its table ``T``:
+Each store is seven objects named after its table ``T``:
 
-- ``T``: one row per live entry, turn or document. ``(namespace, id)`` is unique: an id
-  is unique within its namespace. ``text`` is the searchable copy of the entry's text
+- ``T``: one row per stored version of an entry, turn or document (schema 7: README,
+  "Memory over time"). A memory is ``(namespace, id)``; its versions 1, 2, 3... share
+  the id, and exactly one is *current* (``valid_to`` NULL): the unique index
+  ``T_ns_id_cur`` on ``(namespace, id) WHERE valid_to IS NULL`` holds an id once among
+  current rows, and every replace-by-id statement touches current rows only. Closed
+  versions stay (history) until forgotten, deleted, evicted or expired.
+  ``valid_from`` is when the version became valid (NULL: its ``occurred_at``, which it
+  is for every row a version 6 table had, so the migration rewrites no row; every
+  version 7 write sets it), ``valid_to`` when it stopped (NULL: current), ``version``
+  its number from 1, ``supersedes`` the number it replaced (NULL for version 1), and
+  ``expires_at`` when it stops being visible (NULL: never). A read sees what
+  ``filters.Visibility`` says: ``valid_to IS NULL AND (expires_at IS NULL OR
+  expires_at > now)`` by default, ``coalesce(valid_from, occurred_at) <= as_of <
+  coalesce(valid_to, infinity)`` and unexpired with ``as_of``; ``now`` is the store
+  clock's, a bound parameter (the server's clock is never read). The indexes of
+  version 7: ``(namespace, id, version)`` (``history``, ``as_of`` by id, forget and
+  delete by id, every version), ``(expires_at) WHERE expires_at IS NOT NULL`` (each
+  write's reclaim of at most 256 expired rows, and the unscoped count of expired
+  current rows), ``(namespace, expires_at) INCLUDE (doc_len) WHERE valid_to IS NULL
+  AND expires_at IS NOT NULL`` (a namespace's expired current rows, which BM25's N and
+  length leave out), and ``(namespace, md5(text)) WHERE valid_to IS NULL``
+  (``dedupe="exact"``: the candidates with the same text, compared exactly after).
+  The two on ``expires_at`` are empty, and cost a write nothing, while nothing expires.
+  ``text`` is the searchable copy of the entry's text
   (NUL and lone surrogates replaced); ``exact_text`` keeps the exact text, only where it
   differs. ``metadata`` is the jsonb that filters read, with top-level floats written as
   their exact decimal value (so that numbers compare exactly, as in Python) and each
@@ -26,17 +48,35 @@ Each store is six objects named after its table ``T``:
   ``conversation`` and ``position`` (NULL for an entry without a conversation) are its
   conversation and its place there, 1, 2, 3... in commit order, indexed on
   ``(namespace, conversation, position)``;
-- ``T_terms``: the BM25 postings, one row per (entry, distinct term), with the term
-  frequency and the entry's ``doc_len`` (so that BM25 reads the postings' index alone,
-  never the entries); every statement that deletes entries deletes their postings too
-  (no foreign key: its per-row check cost half of a bulk write; tables made before this
-  keep theirs, ``ON DELETE CASCADE``, which is then a no-op);
-- ``T_ns``: one row per namespace that holds entries, with how many and their total
-  ``doc_len``: BM25's N and average length, and a scoped read's count, without counting
-  the namespace's entries (130 ms a read at 1M entries). Every statement that inserts
-  or deletes entries keeps it in the same statement, and a namespace's row goes with
-  its last entry;
-- ``T_meta``: one row, the table's version record and its counters. Its row lock is what
+- ``T_terms``: the BM25 postings of the current entries that never expire, one row per
+  (entry, distinct term), with the term frequency and the entry's ``doc_len`` (so that
+  BM25 reads the postings' index alone, never the entries); every statement that
+  deletes entries deletes their postings too (no foreign key: its per-row check cost
+  half of a bulk write; tables made before this keep theirs, ``ON DELETE CASCADE``,
+  which is then a no-op);
+- ``T_xterms`` (schema 7): the same for every other entry, closed or expiring, with
+  its entry's ``valid_to`` and ``expires_at``, indexed on ``(namespace, term) INCLUDE
+  (seq, tf, doc_len, valid_to, expires_at)``. A write puts an expiring entry's
+  postings here; an update moves the closed version's here (or sets their
+  ``valid_to``). So a current read takes ``T_terms`` whole and the visible rows of
+  ``T_xterms``, each through its index alone: while nothing in a namespace is closed or
+  expires, BM25 reads what it read before version 7 plus one empty index probe per
+  term, and never the entries. (Chosen over copying the two columns onto every
+  posting, which would make each posting's index tuple 8 bytes wider, or a count of
+  hidden rows per namespace, which would send a namespace to the slow path, a join
+  with the entries, for good after its first update; and it needs no rebuild of the
+  postings' index on migration.) A read ``as_of`` an instant takes both tables whole
+  and joins the entries for their validity;
+- ``T_ns``: one row per namespace that holds current entries, with how many and their
+  total ``doc_len``: BM25's N and average length, and a scoped read's count, without
+  counting the namespace's entries (130 ms a read at 1M entries), less its current
+  entries that have expired but are not reclaimed yet (an index probe, empty while
+  none has). Every statement that inserts, closes or deletes entries keeps it in the
+  same transaction, and a namespace's row goes with its last current entry;
+- ``T_meta``: one row, the table's version record and its counters (``live_entries``
+  counts every row, closed versions too, as ``usage().entries`` does;
+  ``closed_entries`` those closed, so that an unscoped read's count is the current
+  ones). Its row lock is what
   serializes writers across processes, and it keeps the usage counters, so that they are
   in the database and every process sees one cap. ``keyword_index`` says whether writes
   fill ``T_terms`` (see :func:`ensure_schema`): each write reads it under that lock, so a

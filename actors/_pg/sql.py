@@ -37,7 +37,15 @@ from .._store.prepare import NEAR_DUPLICATE_COSINE
 from .filters import translate, visible
 from .schema import SCHEMA_VERSION, Names, vector_literal
 
-__all__ = ["RECLAIM_ROWS", "Committed", "Counts", "PreparedEntries", "Removed", "Statements"]
+__all__ = [
+    "RECLAIM_ROWS",
+    "Committed",
+    "Counts",
+    "PreparedEntries",
+    "Removed",
+    "Rewrite",
+    "Statements",
+]
 
 _T = TypeVar("_T")
 
@@ -171,6 +179,23 @@ class Removed:
     ids: list[str]
     rows: int
     texts: list[str] | None
+
+
+@attrs.frozen
+class Rewrite:
+    """An entry whose derived index text quoted a memory being deleted or forgotten
+    (its conversation predecessor): its row (``seq``) gets ``index_text`` (the
+    searchable copy, or None: indexed by its own text) and the vector, zero-norm flag,
+    BM25 length and terms of what it is now indexed by. ``stale`` is the index text it
+    had, which the embedding cache may hold."""
+
+    seq: int
+    index_text: str | None
+    vector: str
+    zero: bool
+    doc_len: int
+    terms: dict[str, int]
+    stale: str
 
 
 # COPY's column types, by oid, for psycopg's binary dumpers: int8, text x4, bytea x2,
@@ -405,6 +430,86 @@ class Statements:
             "SELECT id FROM {table} WHERE namespace = %(ns)s AND {current} AND {filter} "
             "GROUP BY id ORDER BY min(seq)"
         )
+        # A rewrite's row as it is now, then the row with its new index text.
+        self.rewritten = sql.SQL(
+            "SELECT namespace, doc_len, zero_norm, valid_to IS NULL, valid_to, expires_at "
+            "FROM {table} WHERE seq = %s"
+        ).format(**f)
+        self.rewrite = sql.SQL(
+            "UPDATE {table} SET index_text = %s, embedding = %s::vector, zero_norm = %s, "
+            "doc_len = %s WHERE seq = %s"
+        ).format(**f)
+        self.rewrite_length = sql.SQL(
+            "UPDATE {ns} SET total_len = total_len + %s WHERE namespace = %s"
+        ).format(**f)
+        self.drop_postings = sql.SQL(
+            "WITH a AS (DELETE FROM {terms} WHERE seq = %(seq)s) "
+            "DELETE FROM {xterms} WHERE seq = %(seq)s"
+        ).format(**f)
+        self.insert_terms = sql.SQL(
+            "INSERT INTO {terms} (seq, term, namespace, tf, doc_len) VALUES (%s, %s, %s, %s, %s)"
+        ).format(**f)
+        self.insert_xterms = sql.SQL(
+            "INSERT INTO {xterms} (seq, term, namespace, tf, doc_len, valid_to, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        ).format(**f)
+        self.keyword_index = sql.SQL("SELECT keyword_index FROM {meta}").format(**f)
+
+    def selection(
+        self, request: Forget, now: dt.datetime
+    ) -> tuple[sql.Composed, dict[str, object]]:
+        """The statement (and its parameters) of the ids a forget by filter and
+        ``before`` selects: those whose current, unexpired version matches, oldest
+        first."""
+        where = translate(request.filter, sql.Identifier("metadata"))
+        condition = where.where
+        if request.before is not None:
+            condition = sql.SQL("{} AND occurred_at < {}::timestamptz").format(
+                condition, where.bind(request.before)
+            )
+        statement = sql.SQL(self._select).format(
+            table=self.names.table, current=visible(current=True), filter=condition
+        )
+        return statement, {**where.params, "ns": request.namespace, "now": now, "as_of": None}
+
+    def _rewrite(
+        self, conn: psycopg.Connection[TupleRow], rewrites: Sequence[Rewrite], delta: _Delta
+    ) -> list[str]:
+        """Give each entry of ``rewrites`` that is still there (by its sequence) its
+        new index text, vector and postings, in the caller's transaction; the stale
+        index texts."""
+        stale: list[str] = []
+        keyword_index: bool | None = None
+        for r in rewrites:
+            row = conn.execute(self.rewritten, (r.seq,)).fetchone()
+            if row is None:
+                continue  # gone since (evicted, reclaimed, removed itself)
+            namespace, old_len, old_zero, current, valid_to, expires_at = row
+            conn.execute(self.rewrite, (r.index_text, r.vector, r.zero, r.doc_len, r.seq))
+            delta.zero += int(r.zero) - int(bool(old_zero))
+            if current and r.doc_len != old_len:
+                conn.execute(self.rewrite_length, (r.doc_len - int(old_len), namespace))
+            if keyword_index is None:
+                flag = conn.execute(self.keyword_index).fetchone()
+                keyword_index = bool(flag is not None and flag[0])
+            if keyword_index:
+                conn.execute(self.drop_postings, {"seq": r.seq})
+                with conn.cursor() as cur:
+                    if valid_to is None and expires_at is None:
+                        cur.executemany(
+                            self.insert_terms,
+                            [(r.seq, t, namespace, tf, r.doc_len) for t, tf in r.terms.items()],
+                        )
+                    else:
+                        cur.executemany(
+                            self.insert_xterms,
+                            [
+                                (r.seq, t, namespace, tf, r.doc_len, valid_to, expires_at)
+                                for t, tf in r.terms.items()
+                            ],
+                        )
+            stale.append(r.stale)
+        return stale
 
     def _lock(self, conn: psycopg.Connection[TupleRow]) -> None:
         locked = conn.execute(self.lock_meta).fetchone()
@@ -709,15 +814,17 @@ class Statements:
         storable: list[str],
         namespace: str | None,
         now: dt.datetime,
+        rewrites: Sequence[Rewrite] = (),
     ) -> tuple[DeleteResult, Counts, Removed]:
-        """Forget by ids (every version of each), as a :class:`DeleteResult`."""
+        """Forget by ids (every version of each), as a :class:`DeleteResult`; the
+        entries that quoted them get their new index texts (``rewrites``)."""
         self._lock(conn)
         delta = _Delta()
         self._reclaim(conn, now, delta)
         rows: list[TupleRow] = []
         if storable and namespace is not None:
             rows = conn.execute(self.delete_in, (storable, namespace)).fetchall()
-        removed = _count_removed(rows, delta)
+        removed = _count_removed(rows, delta, self._rewrite(conn, rewrites, delta))
         counts = self._finish(conn, delta)
         gone = set(removed.ids)
         result = DeleteResult(
@@ -727,39 +834,32 @@ class Statements:
         return result, counts, removed
 
     def forget(
-        self, conn: psycopg.Connection[TupleRow], request: Forget, now: dt.datetime
+        self,
+        conn: psycopg.Connection[TupleRow],
+        request: Forget,
+        now: dt.datetime,
+        rewrites: Sequence[Rewrite] = (),
     ) -> tuple[Forgotten, Counts, Removed]:
         """Every version of the memories ``request`` selects: by ids; or those whose
         current, unexpired version matches its filter and happened before its
         ``before``; or (neither) every memory of the namespace, whatever is left of
-        it."""
+        it. The entries that quoted them get their new index texts (``rewrites``)."""
         self._lock(conn)
         delta = _Delta()
         self._reclaim(conn, now, delta)
         namespace = request.namespace
         if request.ids is not None:
             rows = conn.execute(self.delete_in, (request.ids, namespace)).fetchall()
-            removed = _count_removed(rows, delta)
             order = {i: n for n, i in enumerate(request.ids)}
-            ids = sorted(removed.ids, key=lambda i: order.get(i, len(order)))
+            ids = sorted(_ids_of(rows), key=lambda i: order.get(i, len(order)))
         elif request.filter is None and request.before is None:
             rows = conn.execute(self.delete_namespace, (namespace,)).fetchall()
-            removed = _count_removed(rows, delta)
-            ids = removed.ids
+            ids = _ids_of(rows)
         else:
-            where = translate(request.filter, sql.Identifier("metadata"))
-            condition = where.where
-            if request.before is not None:
-                condition = sql.SQL("{} AND occurred_at < {}::timestamptz").format(
-                    condition, where.bind(request.before)
-                )
-            statement = sql.SQL(self._select).format(
-                table=self.names.table, current=visible(current=True), filter=condition
-            )
-            params = {**where.params, "ns": namespace, "now": now, "as_of": None}
+            statement, params = self.selection(request, now)
             ids = [str(r[0]) for r in conn.execute(statement, params).fetchall()]
             rows = conn.execute(self.delete_in, (ids, namespace)).fetchall() if ids else []
-            removed = _count_removed(rows, delta)
+        removed = _count_removed(rows, delta, self._rewrite(conn, rewrites, delta))
         counts = self._finish(conn, delta)
         return Forgotten(ids=ids, versions=removed.rows), counts, removed
 
@@ -783,11 +883,17 @@ class Statements:
         return Counts(*(int(v) for v in row))
 
 
-def _count_removed(rows: list[TupleRow], delta: _Delta) -> Removed:
+def _ids_of(rows: list[TupleRow]) -> list[str]:
+    """The ids of a ``delete_in``/``delete_namespace`` statement's rows, each once."""
+    return list(dict.fromkeys(str(row[0]) for row in rows))
+
+
+def _count_removed(rows: list[TupleRow], delta: _Delta, stale: Sequence[str] = ()) -> Removed:
     """Count what a ``delete_in``/``delete_namespace`` statement removed (its rows:
-    ``(id, zero_norm, cur, text, exact_text, index_text)``, oldest first)."""
+    ``(id, zero_norm, cur, text, exact_text, index_text)``, oldest first); ``stale``
+    are the index texts of the entries rewritten, which the cache may hold too."""
     ids: dict[str, None] = {}
-    texts: dict[str, None] = {}
+    texts: dict[str, None] = dict.fromkeys(stale)
     for entry_id, zero, cur, text, exact, index_text in rows:
         ids[str(entry_id)] = None
         delta.entries -= 1

@@ -28,15 +28,31 @@ are not bit-identical to the in-memory store's.
 
 **Documents and search** (design §9's API, with the in-memory store's semantics, which the
 tests compare operation by operation). Turns and documents share one id space, and
-``(namespace, id)`` is unique in the schema. An upsert deletes the live rows of its ids,
-inserts the new ones with new sequence numbers and evicts past the cap, all in its one
-transaction. Metadata filters become SQL over jsonb (``filters.py``) inside each
-statement's WHERE clause, so they apply before top-k. MMR reads the exact top
-``fetch_k`` and their vectors back and runs ``actors._retrieval.fusion.mmr``. Hybrid search fuses
-the dense list with BM25 by ``actors._retrieval.fusion.rrf``; BM25 is computed in SQL from
+``(namespace, id)`` is unique among current versions in the schema. An upsert deletes the
+current rows of its ids, inserts the new ones (each keeping the version it replaces) with
+new sequence numbers and evicts past the cap, all in its one transaction. Metadata
+filters become SQL over jsonb (``filters.py``) inside each statement's WHERE clause, so
+they apply before top-k. MMR reads the exact top ``fetch_k`` and their vectors back and
+runs ``actors._retrieval.fusion.mmr``. Hybrid search fuses the dense list with BM25 by
+``actors._retrieval.fusion.rrf``; BM25 is computed in SQL from
 postings that each write stores (``reads.py``), so a query reads the postings of its
 own terms through an index rather than loading the namespace's texts: its cost grows
 with those postings, not with the table.
+
+**Memory over time** (README, "Memory over time"; the schema in ``schema.py``). Every
+read binds the store clock's now (and ``as_of``) and sees current, unexpired versions (or
+those valid then) in every statement: dense reads and export, BM25 and its statistics,
+term counts, the rows of hits, ``get_by_ids``. An update runs in the write's transaction,
+under the meta row's lock: it checks that the memory's current version is still the one
+it was built on (else ``StaleVersion``, rolled back, and the handle retries), closes it
+and writes the next. ``dedupe`` is checked there too, against the ``(namespace,
+md5(text))`` index of current rows (``"exact"``) or an exact nearest-neighbour scan of
+the namespace (``"near"``). A delete, a clear or a forget takes every version, their
+postings and their statistics, gives the entries that quoted a removed text (as their
+conversation predecessor) a new index text, vector and postings, and then tells the
+embedder's cache to drop the removed texts. Each write first deletes at most 256 rows
+expired by the store clock (:data:`actors._pg.sql.RECLAIM_ROWS`); between writes, expired
+rows stay in the table, invisible. Closed versions count in ``usage().entries``.
 
 **Differences from the in-memory store.**
 
@@ -47,6 +63,8 @@ with those postings, not with the table.
   text may hold them (its exact copy is kept as bytes); reads and filters never fail on
   them (an id that cannot be stored is simply missing).
 - ``index="hnsw"`` makes reads approximate (``RetrievalReport.exact`` is False).
+- Expired entries are reclaimed by writes only (the in-memory actor also wakes at the
+  earliest expiry); reads never see them either way.
 - Reads in one call see one snapshot, but two calls may see other processes' commits in
   between; there is no cross-call snapshot.
 
