@@ -17,6 +17,15 @@ topic-shaped unit vectors), so the bench times the store's read and not an embed
 backend runs on an embedded PostgreSQL 18 + pgvector that ``pg_scale.py`` starts
 (``--dsn`` for an existing server); its table is exact (no HNSW), as the store makes it.
 
+Memory over time (issue #31): ``--history S`` gives a share ``S`` of the entries a
+second version after the load (``update(id, metadata=..., valid_from=...)``, at a
+random instant after the first version's), so that every read skips closed versions;
+``--as-of`` adds a fifth variant per round, ``SearchRequest(as_of=T)`` at a random
+instant of the year (the versions current at ``T``), reported as a ratio to no window
+like the windows. ``--analyze``: on pg, ``VACUUM ANALYZE`` after the load, as
+autovacuum would run some time later (without it the reads run on the statistics of
+an empty table, as right after a bulk load).
+
 Writes ``benches/results/time_window.json`` and ``benches/results/time_window.png``.
 """
 
@@ -68,6 +77,17 @@ def window(share: float | None, rng: random.Random) -> tuple[dt.datetime | None,
     return (since, since + width)
 
 
+def vacuum_analyze(dsn: str) -> float:
+    """``VACUUM ANALYZE`` of the whole database (the store's tables and their postings),
+    as autovacuum would do some time after a bulk load; returns the seconds it took."""
+    import psycopg
+
+    started = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return round(time.perf_counter() - started, 2)
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
@@ -77,26 +97,26 @@ def load_average() -> list[float]:
 
 
 @asynccontextmanager
-async def memory_store(n: int, _dsn: str | None) -> AsyncIterator[Any]:
+async def memory_store(n: int, _dsn: str | None, capacity: int) -> AsyncIterator[Any]:
     config = VectorStoreConfig(
-        dimensions=DIMS, max_entries=max(n, 1000), max_entry_bytes=16384, max_arena_bytes=1 << 40
+        dimensions=DIMS, max_entries=capacity, max_entry_bytes=16384, max_arena_bytes=1 << 40
     )
     async with open_store(config, HashingEmbedder(DIMS)) as store:
         yield store
 
 
 @asynccontextmanager
-async def pg_store(n: int, dsn: str | None) -> AsyncIterator[Any]:
+async def pg_store(n: int, dsn: str | None, capacity: int) -> AsyncIterator[Any]:
     assert dsn is not None
     config = VectorStoreConfig(
-        dimensions=DIMS, max_entries=max(n, 1000), max_entry_bytes=16384, max_arena_bytes=1 << 40
+        dimensions=DIMS, max_entries=capacity, max_entry_bytes=16384, max_arena_bytes=1 << 40
     )
     table = f"bench_window_{n}"
     async with open_pg_store(dsn, config, HashingEmbedder(DIMS), table=table) as store:
         yield store
 
 
-OPENERS: dict[str, Callable[[int, str | None], AbstractAsyncContextManager[Any]]] = {
+OPENERS: dict[str, Callable[[int, str | None, int], AbstractAsyncContextManager[Any]]] = {
     "memory": memory_store,
     "pg": pg_store,
 }
@@ -109,7 +129,10 @@ async def run_one(
     vectors = make_vectors(n, seed=n)
     times = occurred(n, seed=n + 1)
     out: dict[str, Any] = {"load_before": load_average()}
-    async with OPENERS[backend](n, dsn) as store:
+    history = getattr(args, "history", 0.0)
+    # room for the second versions, which take slots of their own (no eviction)
+    capacity = max(n + int(n * history) + 1, 1000)
+    async with OPENERS[backend](n, dsn, capacity) as store:
         started = time.perf_counter()
         for s in range(0, n, BATCH):
             e = min(s + BATCH, n)
@@ -126,7 +149,16 @@ async def run_one(
             )
         out["ingest_s"] = round(time.perf_counter() - started, 2)
         print(f"  {backend} {n}: ingested in {out['ingest_s']} s", flush=True)
+        if history:
+            out["history_s"] = await add_history(store, times, history, seed=n + 2)
+            print(
+                f"  {backend} {n}: {int(n * history)} second versions in {out['history_s']} s",
+                flush=True,
+            )
 
+        if backend == "pg" and getattr(args, "analyze", False):
+            assert dsn is not None
+            out["analyze_s"] = await trio.to_thread.run_sync(vacuum_analyze, dsn)
         rng = random.Random(7)
         qvectors = make_vectors(args.queries, seed=10_000_000 + n)
         words = [t.split() for t in rng.sample(texts, args.queries)]
@@ -153,6 +185,18 @@ async def run_one(
     return out
 
 
+async def add_history(store: Any, times: list[dt.datetime], share: float, seed: int) -> float:
+    """A second version for ``share`` of the entries, each at a random instant between
+    its first version's and the year's end; returns the seconds it took."""
+    rng = random.Random(seed)
+    end = YEAR_START + YEAR
+    started = time.perf_counter()
+    for i in rng.sample(range(len(times)), int(len(times) * share)):
+        later = times[i] + (end - times[i]) * rng.random() + dt.timedelta(microseconds=1)
+        await store.update(f"d{i}", metadata={"version": 2}, valid_from=later)
+    return round(time.perf_counter() - started, 2)
+
+
 async def measure(
     store: Any,
     kind: str,
@@ -162,20 +206,28 @@ async def measure(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """One kind's rounds: each window once per round, in a shuffled order."""
-    lat: dict[str, list[float]] = {name: [] for name in WINDOWS}
-    hits: dict[str, list[int]] = {name: [] for name in WINDOWS}
+    variants = list(WINDOWS) + (["as_of"] if getattr(args, "as_of", False) else [])
+    lat: dict[str, list[float]] = {name: [] for name in variants}
+    hits: dict[str, list[int]] = {name: [] for name in variants}
     for q in range(args.warmup + args.queries):
         qi = q % args.queries
-        names = list(WINDOWS)
+        names = list(variants)
         rng.shuffle(names)  # no window always first or last in a round
         for name in names:
-            since, until = window(WINDOWS[name], rng)
+            if name == "as_of":
+                since, until = None, None
+                as_of = YEAR_START + YEAR * rng.random()
+            else:
+                since, until = window(WINDOWS[name], rng)
+                as_of = None
             if kind == "similarity":
                 request = SearchRequest(
-                    vector=qvectors[qi].tolist(), k=K, since=since, until=until
+                    vector=qvectors[qi].tolist(), k=K, since=since, until=until, as_of=as_of
                 )
             else:
-                request = SearchRequest(query=qtexts[qi], kind=kind, k=K, since=since, until=until)
+                request = SearchRequest(
+                    query=qtexts[qi], kind=kind, k=K, since=since, until=until, as_of=as_of
+                )
             t0 = time.perf_counter()
             found = await store.search(request)
             elapsed = time.perf_counter() - t0
@@ -196,9 +248,16 @@ async def measure(
 
 
 def table(results: dict[str, Any]) -> str:
+    as_of = any(
+        "as_of" in cells
+        for sizes in results.values()
+        for run in sizes.values()
+        for cells in run["kinds"].values()
+    )
     rows = [
-        "| backend | size | kind | no window p50 | 1% p50 (p90) | 10% p50 (p90) | 50% p50 (p90) |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| backend | size | kind | no window p50 | 1% p50 (p90) | 10% p50 (p90) | 50% p50 (p90) |"
+        + (" as_of p50 (p90) |" if as_of else ""),
+        "|---|---:|---|---:|---:|---:|---:|" + ("---:|" if as_of else ""),
     ]
     for backend, sizes in results.items():
         for n, run in sizes.items():
@@ -208,7 +267,8 @@ def table(results: dict[str, Any]) -> str:
                     continue
                 ratios = [
                     f"{cells[w]['ratio_p50']:.2f}× ({cells[w]['ratio_p90']:.2f}×)"
-                    for w in ("1%", "10%", "50%")
+                    for w in ("1%", "10%", "50%", "as_of")
+                    if w in cells
                 ]
                 rows.append(
                     f"| {backend} | {int(n):,} | {kind} | 1× ({cells['none']['p50_ms']:.2g} ms) | "
@@ -293,10 +353,19 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=60, help="measured rounds per kind")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--pg-max", type=int, default=100_000, help="largest pg size run")
+    parser.add_argument(
+        "--history", type=float, default=0.0, help="share of entries given a second version"
+    )
+    parser.add_argument("--as-of", action="store_true", help="also time as_of reads")
+    parser.add_argument(
+        "--analyze", action="store_true", help="pg: VACUUM ANALYZE after the load (steady state)"
+    )
     parser.add_argument("--dsn", help="an existing server (default: start an embedded one)")
     parser.add_argument("--out", type=Path, default=RESULTS / "time_window.json")
     parser.add_argument("--no-chart", action="store_true")
     args = parser.parse_args()
+    if not 0.0 <= args.history <= 1.0:
+        parser.error(f"--history is {args.history}; expected a share from 0 to 1")
     for backend in args.backends:
         if backend not in OPENERS:
             parser.error(f"backend is {backend!r}; expected one of {sorted(OPENERS)}")
