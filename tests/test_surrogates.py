@@ -129,9 +129,15 @@ async def test_documents_round_trip_exactly(opener: Opener) -> None:
             (doc_id,) = await store.add_documents([Document(text=text, metadata=metadata)])
             assert doc_id == document_id(text, metadata)
             (got,) = await store.get_by_ids([doc_id])
-            # occurred_at: the time of the write, which the store stamped.
+            # occurred_at: the time of the write, which the store stamped; version 1 is
+            # valid from then.
             assert got == Document(
-                text=text, id=doc_id, metadata=metadata, occurred_at=got.occurred_at
+                text=text,
+                id=doc_id,
+                metadata=metadata,
+                occurred_at=got.occurred_at,
+                valid_from=got.occurred_at,
+                version=1,
             )
             # A filter on a plain key of such metadata still matches.
             (hit,) = await store.search(
