@@ -56,7 +56,7 @@ def hit(id: str, text: str, score: float) -> ScoredDocument:
 
 
 NEIGHBOURS = [
-    hit("a", "I live in Paris.", 0.97),
+    hit("a", "I live in Paris.", 0.995),
     hit("b", "My cat is called Miso.", 0.41),
     hit("c", "I live in Paris", 0.93),
 ]
@@ -93,7 +93,7 @@ async def test_near_rule_takes_the_nearest_over_the_threshold() -> None:
     near = RuleConsolidator(dedupe="near")
     assert await near.consolidate("I moved to Berlin.", NEIGHBOURS) == Duplicate("a")
     assert await near.consolidate("x", NEIGHBOURS[1:]) == Add()
-    strict = RuleConsolidator(dedupe="near", near_threshold=0.99)
+    strict = RuleConsolidator(dedupe="near", near_threshold=0.999)
     assert await strict.consolidate("I live in Paris.", NEIGHBOURS) == Add()
     loose = RuleConsolidator("near", 0.4)
     assert loose.decide("x", NEIGHBOURS[1:]) == Duplicate("b")
