@@ -412,11 +412,17 @@ class Statements:
             "FROM closed c WHERE s.namespace = c.namespace"
         ).format(**f)
         # ``dedupe="exact"``: the current, unexpired entries of the namespace whose
-        # text has one of these digests, through the (namespace, md5(text)) index of
-        # current rows; the texts themselves are compared after.
+        # text has one of these digests, one probe of the (namespace, md5(text)) index
+        # of current rows per digest (with ``= ANY`` and ``ORDER BY seq`` the planner
+        # walked the primary key, or filtered every row on a fresh table: 1.7x the
+        # write of 100 documents; OFFSET 0 keeps the lateral subquery from being
+        # flattened into a hash join over the whole namespace, which a stale row
+        # estimate chose); the texts themselves are compared, and the rows ordered,
+        # after.
         self.same_texts = sql.SQL(
-            "SELECT id, seq, text, exact_text FROM {table} WHERE namespace = %(ns)s "
-            "AND md5(text) = ANY(%(digests)s::text[]) AND {current} ORDER BY seq"
+            "SELECT e.id, e.seq, e.text, e.exact_text FROM unnest(%(digests)s::text[]) "
+            "AS d(h) CROSS JOIN LATERAL (SELECT id, seq, text, exact_text FROM {table} "
+            "WHERE namespace = %(ns)s AND md5(text) = d.h AND {current} OFFSET 0) e"
         ).format(**f)
         # ``dedupe="near"``: each vector's nearest current, unexpired entry of the
         # namespace, exactly (the second key keeps the planner off an HNSW index).
@@ -645,7 +651,8 @@ class Statements:
         digests = sorted({_md5(t) for t in p.texts})
         params = {"ns": p.namespace, "digests": digests, "now": now, "as_of": None}
         stored: dict[str, tuple[str, int]] = {}
-        for entry_id, seq, text, exact in conn.execute(self.same_texts, params).fetchall():
+        rows = sorted(conn.execute(self.same_texts, params).fetchall(), key=lambda r: int(r[1]))
+        for entry_id, seq, text, exact in rows:
             stored.setdefault(_decoded(str(text), exact), (str(entry_id), int(seq)))
         first: dict[str, int] = {}
         out: list[int | tuple[str, int] | None] = []
