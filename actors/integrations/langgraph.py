@@ -487,9 +487,9 @@ class _Core:
     async def _update(self, document: Document, before: Document) -> None:
         """Put ``document`` over the item's current version ``before``: a new version,
         which keeps the item's ``created_at``. It holds from the value's
-        ``occurred_at`` when that is later than ``before``'s start, else from now (or
-        just after ``before``'s start, when that is later than now: a future-dated
-        item)."""
+        ``occurred_at`` when that is later than ``before``'s start, else from the
+        store's now (or just after ``before``'s start, when that is later than now: a
+        future-dated item)."""
         assert document.id is not None
         metadata = {
             **document.metadata,
@@ -498,8 +498,9 @@ class _Core:
         start = before.valid_from or before.occurred_at
         when = document.occurred_at
         if start is not None and (when is None or when <= start):
-            now = _now(self.store)
-            when = now if now > start else start + _TICK
+            # None: the store's now (a version given no time is not dated in its index
+            # text, so a re-put of the same value still scores as its own text does).
+            when = None if _now(self.store) > start else start + _TICK
         await self.store.update(
             document.id,
             document.text,
