@@ -39,10 +39,10 @@ from protocol import VectorStoreConfig
 class OwnedMemoryStoreMachine(VectorStoreMachine):
     """The store a memory opens and owns: ``open_memory(store=config, embedder=e)``,
     then ``memory.store``. A memory opens its store on the real clock, so the rules of
-    memory over time that need the store clock do not run."""
+    memory over time that need the store clock do not run (the machine sees that its
+    clock is not the store's)."""
 
     memory_kwargs: ClassVar[dict[str, Any]] = {}
-    supports_time = False
 
     def open_store_under_test(
         self, config: VectorStoreConfig, embedder: object

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from actors import open_store
 from actors.testing import VectorStoreMachine
@@ -42,6 +42,21 @@ def test_run_state_machine_as_test_works_as_is() -> None:
     # The second entry point users have: the machine class itself, with the profile's
     # settings, and a budget of a few examples since TestStore above does the bulk.
     run_state_machine_as_test(VectorStoreMachine, settings=settings(max_examples=5, database=None))
+
+
+class ClockedStoreMachine(VectorStoreMachine):
+    """The default machine, which must run the rules of memory over time on the store
+    (they turn themselves off for a store that does not run on the machine's clock)."""
+
+    @invariant()
+    def runs_on_the_machine_clock(self) -> None:
+        assert self.store is None or self.timed, "the store is not on store_clock"
+
+
+def test_the_time_rules_run_on_the_store() -> None:
+    run_state_machine_as_test(
+        ClockedStoreMachine, settings=settings(max_examples=5, database=None)
+    )
 
 
 def test_nightly_until_budget() -> None:

@@ -875,10 +875,12 @@ class Statements:
     ) -> tuple[Cleared, Counts, Removed]:
         self._lock(conn)
         delta = _Delta()
+        # Every write reclaims first (as in memory), so an expired entry is never
+        # counted as cleared, whatever the scope.
+        self._reclaim(conn, now, delta)
         if namespace is None:
             removed = Removed([], delta.gone(conn.execute(self.clear_all).fetchone()), None)
         else:
-            self._reclaim(conn, now, delta)
             rows = conn.execute(self.delete_namespace, (namespace,)).fetchall()
             removed = _count_removed(rows, delta)
         counts = self._finish(conn, delta)

@@ -175,9 +175,11 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
 
     Attributes:
         supports_crash: whether the crash rule runs.
-        supports_time: whether the store under test runs on :attr:`store_clock` (the rules
-            that need it, ``ttl``, ``update``, ``advance_clock``, ``as_of`` and
-            ``forget(before=...)``, run only then).
+        supports_time: whether the rules that need the store clock (``ttl``,
+            ``update``, ``advance_clock``, ``as_of`` and ``forget(before=...)``) may run.
+            They run only when the store opened on :attr:`store_clock` too (its
+            ``clock`` is that object), so a store opened without it, as before memory
+            over time, still passes the rest.
         max_pending: how many operations may be pending at once.
         store_clock: the store's clock; pass it as ``clock=`` when you open the store.
     """
@@ -198,6 +200,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         self.poisoned = False
         self._numbers = 0
         self.store_clock = ManualClock()
+        self.timed = False  # the store runs on store_clock (set once it is open)
 
     # --- overridable -------------------------------------------------------------------
 
@@ -244,6 +247,8 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         self.store = await self.enter_async_context(
             self._tolerate_poison(self.open_store_under_test(self.config, self.embedder))
         )
+        clock = getattr(self.store, "clock", None)
+        self.timed = self.supports_time and clock is self.store_clock
         await self.check_usage()
 
     @asynccontextmanager
@@ -420,7 +425,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         park: bool,
         ttl: int | None,
     ) -> None:
-        ttl = ttl if self.supports_time else None
+        ttl = ttl if self.timed else None
         write = _TurnsWrite(turns, namespace, source, metadata, fault, ttl)
         await self._write_turns(write, park)
 
@@ -742,7 +747,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     # --- memory over time --------------------------------------------------------------
 
     def _time_ok(self) -> bool:
-        return self.supports_time and not self.pending and not self.poisoned
+        return self.timed and not self.pending and not self.poisoned
 
     @precondition(lambda self: self._time_ok())
     @rule(seconds=st.sampled_from([1, 10, 40]))
@@ -764,7 +769,10 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         assert store is not None
         self.store_clock.advance(1)
         now = self.now
-        old = self._current_memories()[pick % len(self._current_memories())]
+        current = self._current_memories()
+        if not current:
+            return  # the second on expired the last of them
+        old = current[pick % len(current)]
         assert old.entry_id is not None
         meta = old.metadata if metadata is None else metadata
         state = self.state.reclaimed(now)
@@ -867,7 +875,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         whole namespace; the store must then hold no trace of them."""
         store = self.store
         assert store is not None
-        if mode == "before" and not self.supports_time:
+        if mode == "before" and not self.timed:
             mode = "filter"
         now = self.now
         known = [e for e in self.state.entries if e.entry_id]
@@ -934,7 +942,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
         BM25 search whose scores the model recomputes from the entries it holds."""
         store = self.store
         assert store is not None
-        if kind == "as_of" and not self.supports_time:
+        if kind == "as_of" and not self.timed:
             kind = "bm25"
         if kind == "bm25" and not query:
             query = WORDS[0]

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 import trio
 import trio.testing
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import invariant, run_state_machine_as_test
 from pg_support import drop_table, fresh_pg_store, new_table_name, session_dsn
 from psycopg import sql
 
@@ -475,6 +475,11 @@ class PgStoreMachine(VectorStoreMachine):
 
     def open_store_under_test(self, config: VectorStoreConfig, embedder: object) -> Any:
         return fresh_pg_store(self.dsn, config, embedder, clock=self.store_clock)
+
+    @invariant()
+    def runs_on_the_machine_clock(self) -> None:
+        # The rules of memory over time run against pg too.
+        assert self.store is None or self.timed, "the store is not on store_clock"
 
 
 def test_pg_store_passes_the_state_machine(pg_dsn: str) -> None:
