@@ -116,6 +116,9 @@ class _Removal:
     slots: list[int]
     seqs: list[int]
     rewrites: list[tuple[int, int, str | None]]
+    #: The memory each of ``slots`` is a version of, and every id asked for, in order.
+    owners: list[str] = attrs.field(factory=list)
+    asked: list[str] = attrs.field(factory=list)
     vectors: npt.NDArray[np.float32] | None = None
     zero: npt.NDArray[np.bool_] | None = None
     sparse: list[SparsePair] | None = None
@@ -398,14 +401,14 @@ class _StoreActor(CrashableActor):
                 )
             case Delete():
                 assert isinstance(prepared, _Removal)
-                self._commit_removal(prepared, reclaimed)
-                return DeleteResult(deleted=prepared.ids, missing=prepared.missing)
+                deleted, missing, _ = self._commit_removal(prepared, reclaimed)
+                return DeleteResult(deleted=deleted, missing=missing)
             case Clear(namespace=namespace):
                 return self._commit_clear(namespace, reclaimed)
             case Forget():
                 assert isinstance(prepared, _Removal)
-                versions = self._commit_removal(prepared, reclaimed)
-                return Forgotten(ids=prepared.ids, versions=versions)
+                forgotten, _, versions = self._commit_removal(prepared, reclaimed)
+                return Forgotten(ids=forgotten, versions=versions)
         raise TypeError(f"unknown store request {type(request).__name__}")  # pragma: no cover
 
     def now_us(self) -> int:
@@ -818,11 +821,13 @@ class _StoreActor(CrashableActor):
         ids: list[str] = []
         missing: list[str] = []
         slots: list[int] = []
+        owners: list[str] = []
         for entry_id in chosen:
             versions = arena.versions_of(namespace, entry_id)
             if versions:
                 ids.append(entry_id)
                 slots.extend(versions)
+                owners.extend([entry_id] * len(versions))
             else:
                 missing.append(entry_id)
         rewrites = self._successor_texts(slots)
@@ -832,6 +837,8 @@ class _StoreActor(CrashableActor):
             slots=slots,
             seqs=[int(arena.seqs[slot]) for slot in slots],
             rewrites=rewrites,
+            owners=owners,
+            asked=chosen,
         )
         if not rewrites:
             return removal
@@ -877,13 +884,25 @@ class _StoreActor(CrashableActor):
                 previous = slot
         return out
 
-    def _commit_removal(self, removal: _Removal, reclaimed: bool) -> int:
-        """Remove what ``removal`` names (still held: the reclaimer may have taken an
-        expired one since), rewrite the entries that quoted it, and publish; the
+    def _commit_removal(
+        self, removal: _Removal, reclaimed: bool
+    ) -> tuple[list[str], list[str], int]:
+        """Remove what ``removal`` names (still held: this commit's reclaim, or the
+        reclaimer since, may have taken an expired one), rewrite the entries that quoted
+        it, and publish; the ids removed and those not there (in the order asked, a
+        memory whose every version was reclaimed first counting as not there), and the
         number of versions removed."""
         arena = self.arena
         seqs = arena.seqs
-        slots = [s for s, q in zip(removal.slots, removal.seqs, strict=True) if seqs[s] == q]
+        held = [
+            (s, owner)
+            for s, q, owner in zip(removal.slots, removal.seqs, removal.owners, strict=True)
+            if seqs[s] == q
+        ]
+        slots = [s for s, _ in held]
+        present = {owner for _, owner in held}
+        ids = [i for i in removal.asked if i in present]
+        missing = [i for i in removal.asked if i not in present]
         stale: set[str] = set()
         for row, (slot, seq, index) in enumerate(removal.rewrites):
             if seqs[slot] != seq:
@@ -903,7 +922,7 @@ class _StoreActor(CrashableActor):
         self._remove_all(slots)
         if slots or stale or reclaimed:
             self._publish()
-        return len(slots)
+        return ids, missing, len(slots)
 
     def _publish(self) -> None:
         self.snapshot = self.arena.snapshot(self.snapshot.version + 1)
