@@ -1,7 +1,7 @@
 """The cosine threshold of ``dedupe="near"`` (issue #31), measured with MiniLM.
 
     uv run --extra bench --extra embed python benches/near_duplicates.py
-        [--locomo /work/shared/data/locomo] [--no-chart]
+        [--locomo ../shared/data/locomo] [--no-chart]
 
 Two sources:
 
@@ -203,7 +203,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--locomo", type=Path, default=Path("/work/shared/data/locomo"))
+    parser.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo"))
     parser.add_argument("--out", type=Path, default=RESULTS / "near_duplicates.json")
     parser.add_argument("--no-chart", action="store_true")
     args = parser.parse_args()
