@@ -425,20 +425,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=7)
     if read_panels:
         for ax, (backend, n, run) in zip(axes[1], read_panels, strict=False):
-            kinds = [k for k, cells in run["kinds"].items() if "error" not in cells]
-            width = 0.8 / 3
-            for j, w in enumerate(("1%", "10%", "50%")):
-                ax.bar(
-                    [i + j * width for i in range(len(kinds))],
-                    [run["kinds"][k][w]["ratio_p50"] for k in kinds],
-                    width,
-                    label=f"{w} window",
-                )
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.axhline(1.2, color="red", linewidth=0.8, linestyle="--")
-            ax.set_xticks([i + width for i in range(len(kinds))], kinds)
-            ax.set_title(f"reads: {backend}, {int(n):,} entries")
-            ax.set_ylabel("p50 / p50 without a window")
+            time_window.window_panel(ax, run, f"reads: {backend}, {int(n):,} entries")
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
