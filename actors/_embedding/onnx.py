@@ -19,6 +19,7 @@ work, spinning threads take time from the one doing the work.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,13 +37,8 @@ __all__ = ["OnnxEncoder", "onnx_available"]
 
 
 def onnx_available() -> bool:
-    """Whether ``onnx`` and ``onnxruntime`` both import."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ``onnx`` and ``onnxruntime`` are both installed (found, not imported)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
 
 
 def _graph(w: _Weights) -> ModelProto:
