@@ -597,3 +597,63 @@ async def test_migrating_a_pg_table_to_int8_reembeds_into_a_new_table(
         with contextlib.suppress(Exception):
             drop_table(pg_dsn, new_table)
     assert report.turns[0].message == UnifiedMessage.user(MIGRATED[0])
+
+
+def test_runtimes_without_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import actors._embedding.minilm
+
+    monkeypatch.setattr(actors._embedding.minilm, "onnx_available", lambda: False)
+    assert MiniLMEmbedder().runtime == "numpy"
+    with pytest.raises(ImportError, match="needs onnx and onnxruntime"):
+        MiniLMEmbedder(runtime="onnxruntime")
+    with pytest.raises(ImportError, match="precision='int8'\\) needs onnx and onnxruntime"):
+        MiniLMEmbedder(precision="int8")
+
+
+async def test_from_trio_the_model_loads_in_the_worker_thread(
+    reference: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    loads: list[threading.Thread] = []
+    real = model._loaded_tokenizer
+
+    def spy() -> Any:
+        if not model.loaded:
+            loads.append(threading.current_thread())
+        return real()
+
+    monkeypatch.setattr(model, "_loaded_tokenizer", spy)
+    assert not model.loaded
+    with trio.fail_after(60):
+        query = await model.embed_query(str(reference["sentences"][0]))
+    assert model.loaded
+    assert loads and all(t is not threading.main_thread() for t in loads)
+    assert np.abs(query - reference["vectors"][0]).max() < TOLERANCE
+
+
+def test_any_batch_equals_one_at_a_time(embedder: MiniLMEmbedder) -> None:
+    # Bucketing (buckets.plan_passes) pads each pass to its own longest text: no vector
+    # may depend on which pass, or how much padding, it ran with.
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "we",
+        "talk",
+        "about",
+        "dinner",
+    ]
+    texts = [" ".join(words[: 1 + (i * 7) % len(words)]) * (1 + i % 4) for i in range(40)]
+    single = np.stack([embedder.embed(t) for t in texts])
+    for size in (1, 3, 8, 40):
+        batch = np.concatenate(
+            [embedder.embed_batch(texts[i : i + size]) for i in range(0, 40, size)]
+        )
+        assert np.abs(batch - single).max() < TOLERANCE, size

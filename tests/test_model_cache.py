@@ -331,9 +331,15 @@ def test_a_cache_hit_imports_no_onnx_and_reads_no_weights(tmp_path: Path) -> Non
     script = textwrap.dedent(
         f"""
         import sys
+        import gc
         from actors import MiniLMEmbedder
+        from actors._embedding.minilm import _WEIGHTS, _Weights
         model = MiniLMEmbedder(cache_dir={str(tmp_path)!r})
         model.embed("warm the cache")
+        gc.collect()
+        # No numpy copy of the weights outlives the graph build.
+        alive = sum(isinstance(o, _Weights) for o in gc.get_objects())
+        assert (alive, len(_WEIGHTS), model._numpy_weights) == (0, 0, None)
         print(sorted(m for m in ("onnx", "safetensors") if m in sys.modules))
         """
     )
