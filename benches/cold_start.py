@@ -42,6 +42,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -69,6 +70,31 @@ TARGETS: dict[str, tuple[float, str]] = {
     "trio-recall search, server not running": (2.5, "s"),
     "MCP launch -> first recall answered": (2.0, "s"),
 }
+
+#: Every row, in the order printed (the targets' rows first).
+ROWS = (
+    "MiniLMEmbedder() + load(), warm cache",
+    "RSS with the model, after one embed",
+    "peak RSS (VmHWM), same process",
+    "trio-recall stats, server running",
+    "trio-recall stats, server not running",
+    "trio-recall search, server not running",
+    "search, hashing, server not running",
+    "search --in-memory, MiniLM",
+    "search --in-memory, hashing",
+    "MCP launch -> first recall answered",
+    "MCP launch -> initialize done",
+    "MCP server CPU, launch to exit",
+    "MCP launch -> first recall answered, hashing",
+    "MCP launch -> initialize done, hashing",
+    "MCP server CPU, launch to exit, hashing",
+    "MCP launch -> first recall answered, --in-memory hashing",
+    "MCP launch -> initialize done, --in-memory hashing",
+    "MCP server CPU, launch to exit, --in-memory hashing",
+    "reference: python -c pass",
+    "reference: python -c 'import actors'",
+    "reference: import the MCP SDK",
+)
 
 _EMBEDDER_CODE = """
 import json, time
@@ -142,12 +168,14 @@ def _import_profile(args: list[str], env: dict[str, str], top: int = 12) -> list
     ]
 
 
-async def _mcp_run(data: Path, env: dict[str, str], errlog: TextIO) -> dict[str, float]:
-    """Launch ``trio-recall mcp --data DATA`` as a host does; seconds from the launch to
-    ``initialize`` done and to the first ``recall`` result."""
+async def _mcp_run(args: list[str], env: dict[str, str], errlog: TextIO) -> dict[str, float]:
+    """Launch ``trio-recall mcp ARGS`` as a host does; seconds from the launch to
+    ``initialize`` done and to the first ``recall`` result, and the server process's CPU
+    seconds (user + system, launch to exit; the embedded PostgreSQL is not its child)."""
     params = StdioServerParameters(
-        command=CLI[0], args=[*CLI[1:], "mcp", "--data", str(data)], env=env, cwd=ROOT
+        command=CLI[0], args=[*CLI[1:], "mcp", *args], env=env, cwd=ROOT
     )
+    cpu = _children_cpu()
     with trio.fail_after(300):
         start = time.perf_counter()
         async with (
@@ -159,7 +187,18 @@ async def _mcp_run(data: Path, env: dict[str, str], errlog: TextIO) -> dict[str,
             result = await session.call_tool("recall", {"query": QUERY, "k": 3})
             answered = time.perf_counter()
             assert not result.is_error, result
-    return {"initialize": initialized - start, "first_recall": answered - start}
+    # The server has exited and been reaped: its whole CPU time is in the children's.
+    return {
+        "initialize": initialized - start,
+        "first_recall": answered - start,
+        "cpu": _children_cpu() - cpu,
+    }
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every child process reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def _held(data: Path, env: dict[str, str], errlog: TextIO, body: Callable[[], T]) -> T:
@@ -247,7 +286,7 @@ def main() -> int:
     errlog = (root / "mcp-stderr.log").open("w")
     try:
         env = _env(root / "model-cache")
-        data = root / "data"
+        data, hashing = root / "data", root / "hashing"
         memories = root / "memories.jsonl"
         memories.write_text(
             "".join(
@@ -256,67 +295,73 @@ def main() -> int:
                 for i in range(options.memories)
             )
         )
-        # Set-up: the model cache filled, the data directory made, every module compiled.
+        # Set-up: the model cache filled, the data directories made, modules compiled.
         _embedder_run(env)
-        subprocess.run(
-            [*CLI, "import", str(memories), "--data", str(data)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            env=env,
-        )
+        for directory, name in ((data, "minilm"), (hashing, "hashing")):
+            subprocess.run(
+                [*CLI, "import", str(memories), "--data", str(directory), "--embedder", name],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
         subprocess.run(
             [*CLI, "stats", "--data", str(data)], check=True, stdout=subprocess.DEVNULL, env=env
         )
 
-        samples: dict[str, list[float]] = {
-            name: []
-            for name in (
-                "MiniLMEmbedder() + load(), warm cache",
-                "RSS with the model, after one embed",
-                "peak RSS (VmHWM), same process",
-                "trio-recall stats, server running",
-                "trio-recall stats, server not running",
-                "trio-recall search, server not running",
-                "MCP launch -> initialize done",
-                "MCP launch -> first recall answered",
-                "reference: python -c pass",
-                "reference: python -c 'import actors'",
-                "reference: import the MCP SDK",
-            )
-        }
+        samples: dict[str, list[float]] = {name: [] for name in ROWS}
+
+        def add(name: str, value: float) -> None:
+            samples[name].append(value)
 
         def embedder() -> None:
             run = _embedder_run(env)
-            samples["MiniLMEmbedder() + load(), warm cache"].append(run["construct_load"])
-            samples["RSS with the model, after one embed"].append(run["rss_mb"])
-            samples["peak RSS (VmHWM), same process"].append(run["peak_rss_mb"])
+            add("MiniLMEmbedder() + load(), warm cache", run["construct_load"])
+            add("RSS with the model, after one embed", run["rss_mb"])
+            add("peak RSS (VmHWM), same process", run["peak_rss_mb"])
 
         def stats_held() -> None:
             def body() -> float:
                 return _timed([*CLI, "stats", "--data", str(data)], env)
 
-            samples["trio-recall stats, server running"].append(
-                trio.run(_held, data, env, errlog, body)
-            )
+            add("trio-recall stats, server running", trio.run(_held, data, env, errlog, body))
 
-        def mcp() -> None:
-            run = trio.run(_mcp_run, data, env, errlog)
-            samples["MCP launch -> initialize done"].append(run["initialize"])
-            samples["MCP launch -> first recall answered"].append(run["first_recall"])
+        def command(name: str, *args: str) -> Callable[[], None]:
+            return lambda: add(name, _timed([*CLI, *args], env))
+
+        def mcp(name: str, *args: str) -> Callable[[], None]:
+            def run() -> None:
+                result = trio.run(_mcp_run, list(args), env, errlog)
+                add(f"MCP launch -> first recall answered{name}", result["first_recall"])
+                add(f"MCP launch -> initialize done{name}", result["initialize"])
+                add(f"MCP server CPU, launch to exit{name}", result["cpu"])
+
+            return run
 
         def reference(name: str, code: str) -> Callable[[], None]:
-            return lambda: samples[name].append(_timed([sys.executable, "-c", code], env))
+            return lambda: add(name, _timed([sys.executable, "-c", code], env))
 
         variants: list[Callable[[], None]] = [
             embedder,
             stats_held,
-            lambda: samples["trio-recall stats, server not running"].append(
-                _timed([*CLI, "stats", "--data", str(data)], env)
+            command("trio-recall stats, server not running", "stats", "--data", str(data)),
+            command(
+                "trio-recall search, server not running", "search", QUERY, "--data", str(data)
             ),
-            lambda: samples["trio-recall search, server not running"].append(
-                _timed([*CLI, "search", QUERY, "--data", str(data)], env)
+            command(
+                "search, hashing, server not running", "search", QUERY, "--data", str(hashing)
             ),
-            mcp,
+            command("search --in-memory, MiniLM", "search", QUERY, "--in-memory"),
+            command(
+                "search --in-memory, hashing",
+                "search",
+                QUERY,
+                "--in-memory",
+                "--embedder",
+                "hashing",
+            ),
+            mcp("", "--data", str(data)),
+            mcp(", hashing", "--data", str(hashing)),
+            mcp(", --in-memory hashing", "--in-memory", "--embedder", "hashing"),
             reference("reference: python -c pass", "pass"),
             reference("reference: python -c 'import actors'", "import actors"),
             reference("reference: import the MCP SDK", "import mcp.server.lowlevel"),
@@ -345,7 +390,7 @@ def main() -> int:
 
     rows: dict[str, Any] = {}
     print(f"{options.runs} runs each; load average {load_before} -> {load_after}")
-    print(f"{'row':<42} {'median':>10} {'p90':>10} {'target':>8}  met")
+    print(f"{'row':<56} {'median':>10} {'p90':>10} {'target':>8}  met")
     for name, values in samples.items():
         target, unit = TARGETS.get(name, (None, "MB" if "RSS" in name else "s"))
         row = _summary(values)
@@ -356,9 +401,21 @@ def main() -> int:
         met = "-" if target is None else "met" if row["met"] else "NOT met"
         target_text = "" if target is None else f"{target:g} {unit}"
         print(
-            f"{name:<42} {row['median']:>7.2f} {unit:<3}{row['p90']:>7.2f} {unit:<3}"
+            f"{name:<56} {row['median']:>7.2f} {unit:<3}{row['p90']:>7.2f} {unit:<3}"
             f"{target_text:>8}  {met}"
         )
+    derived = {
+        "the database's share (search, hashing: data dir minus --in-memory)": rows[
+            "search, hashing, server not running"
+        ]["median"]
+        - rows["search --in-memory, hashing"]["median"],
+        "the model's share (search --in-memory: MiniLM minus hashing)": rows[
+            "search --in-memory, MiniLM"
+        ]["median"]
+        - rows["search --in-memory, hashing"]["median"],
+    }
+    for what, seconds in derived.items():
+        print(f"{what}: {seconds:.2f} s (medians)")
     for what, profile in profiles.items():
         print(f"\nimports of {what} (cumulative s, -X importtime, one run):")
         for name, seconds in profile:
@@ -374,6 +431,7 @@ def main() -> int:
         "runs": options.runs,
         "memories": options.memories,
         "rows": rows,
+        "derived": derived,
         "import_profiles": profiles,
     }
     options.out.parent.mkdir(parents=True, exist_ok=True)
