@@ -39,7 +39,8 @@ from threadpoolctl import threadpool_limits
 from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import replace_surrogates, shown
 
-from .onnx import OnnxEncoder, onnx_available, onnx_encoder
+from .buckets import FP32_COST, INT8_COST, plan_passes
+from .onnx import PRECISIONS, OnnxEncoder, onnx_available, onnx_encoder
 from .protocols import EmbeddingResult, ReportingModel, check_texts
 
 if TYPE_CHECKING:
@@ -234,70 +235,75 @@ _WEIGHTS: dict[Path, _Weights] = {}
 
 
 def _load_weights(model_dir: Path) -> _Weights:
-    """Load (once per process and folder) and pre-arrange the weights."""
+    """Load (once per process and folder) and pre-arrange the weights: the numpy runtime's
+    model, shared by its instances."""
     with _WEIGHTS_LOCK:
         cached = _WEIGHTS.get(model_dir)
-        if cached is not None:
-            return cached
-        try:
-            from safetensors.numpy import load_file
-        except ImportError as error:
-            raise ImportError(_INSTALL_HINT) from error
-        config = _read_config(model_dir)
-        raw = load_file(str(model_dir / "model.safetensors"))
-        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
+        if cached is None:
+            cached = _WEIGHTS[model_dir] = _read_weights(model_dir)
+        return cached
 
-        def get(name: str) -> Array:
-            return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
 
-        layers = []
-        for i in range(config.layers):
-            p = f"encoder.layer.{i}."
-            qkv_w = np.concatenate(
-                [
-                    get(p + "attention.self.query.weight"),
-                    get(p + "attention.self.key.weight"),
-                    get(p + "attention.self.value.weight"),
-                ],
-                axis=0,
-            )
-            qkv_b = np.concatenate(
-                [
-                    get(p + "attention.self.query.bias"),
-                    get(p + "attention.self.key.bias"),
-                    get(p + "attention.self.value.bias"),
-                ]
-            )
-            layers.append(
-                _Layer(
-                    qkv_w=qkv_w,
-                    qkv_b=qkv_b,
-                    out_w=get(p + "attention.output.dense.weight"),
-                    out_b=get(p + "attention.output.dense.bias"),
-                    ln1_w=get(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=get(p + "attention.output.LayerNorm.bias"),
-                    inter_w=get(p + "intermediate.dense.weight"),
-                    inter_b=get(p + "intermediate.dense.bias"),
-                    ffn_out_w=get(p + "output.dense.weight"),
-                    ffn_out_b=get(p + "output.dense.bias"),
-                    ln2_w=get(p + "output.LayerNorm.weight"),
-                    ln2_b=get(p + "output.LayerNorm.bias"),
-                )
-            )
-        weights = _Weights(
-            word=get("embeddings.word_embeddings.weight"),
-            position=get("embeddings.position_embeddings.weight"),
-            token_type=get("embeddings.token_type_embeddings.weight"),
-            ln_w=get("embeddings.LayerNorm.weight"),
-            ln_b=get("embeddings.LayerNorm.bias"),
-            layers=tuple(layers),
-            heads=config.heads,
-            eps=config.eps,
+def _read_weights(model_dir: Path) -> _Weights:
+    """Read and pre-arrange the weights (not kept: the ONNX graph build drops them)."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as error:
+        raise ImportError(_INSTALL_HINT) from error
+    config = _read_config(model_dir)
+    raw = load_file(str(model_dir / "model.safetensors"))
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
+
+    def get(name: str) -> Array:
+        return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
+
+    layers = []
+    for i in range(config.layers):
+        p = f"encoder.layer.{i}."
+        qkv_w = np.concatenate(
+            [
+                get(p + "attention.self.query.weight"),
+                get(p + "attention.self.key.weight"),
+                get(p + "attention.self.value.weight"),
+            ],
+            axis=0,
         )
-        for arr in (weights.word, weights.position, weights.token_type):
-            arr.flags.writeable = False
-        _WEIGHTS[model_dir] = weights
-        return weights
+        qkv_b = np.concatenate(
+            [
+                get(p + "attention.self.query.bias"),
+                get(p + "attention.self.key.bias"),
+                get(p + "attention.self.value.bias"),
+            ]
+        )
+        layers.append(
+            _Layer(
+                qkv_w=qkv_w,
+                qkv_b=qkv_b,
+                out_w=get(p + "attention.output.dense.weight"),
+                out_b=get(p + "attention.output.dense.bias"),
+                ln1_w=get(p + "attention.output.LayerNorm.weight"),
+                ln1_b=get(p + "attention.output.LayerNorm.bias"),
+                inter_w=get(p + "intermediate.dense.weight"),
+                inter_b=get(p + "intermediate.dense.bias"),
+                ffn_out_w=get(p + "output.dense.weight"),
+                ffn_out_b=get(p + "output.dense.bias"),
+                ln2_w=get(p + "output.LayerNorm.weight"),
+                ln2_b=get(p + "output.LayerNorm.bias"),
+            )
+        )
+    weights = _Weights(
+        word=get("embeddings.word_embeddings.weight"),
+        position=get("embeddings.position_embeddings.weight"),
+        token_type=get("embeddings.token_type_embeddings.weight"),
+        ln_w=get("embeddings.LayerNorm.weight"),
+        ln_b=get("embeddings.LayerNorm.bias"),
+        layers=tuple(layers),
+        heads=config.heads,
+        eps=config.eps,
+    )
+    for arr in (weights.word, weights.position, weights.token_type):
+        arr.flags.writeable = False
+    return weights
 
 
 def _forward(w: _Weights, ids: npt.NDArray[np.int64], mask: Array) -> Array:
@@ -400,6 +406,32 @@ class MiniLMEmbedder(ReportingModel):
     dropped. :meth:`embed` and :meth:`embed_batch` are the sync equivalents (the
     ``Embedder`` protocol).
 
+    Start-up: the ONNX graph is built from the weights once and cached on disk
+    (:mod:`actors._embedding.model_cache`: in ``cache_dir``, by default the user's cache
+    folder + ``trio-recall/onnx``, keyed by the weights' SHA-256, the onnx and ONNX
+    Runtime versions and the precision; written atomically, verified, rebuilt when
+    corrupt). Later processes open the file: no ``onnx`` import and no numpy copy of the
+    weights, which live only in the session.
+
+    Precision: ``"fp32"`` (the default) or ``"int8"``, ONNX Runtime's dynamic
+    quantization of the same weights (:mod:`actors._embedding.quantize`; nothing is
+    downloaded), which needs the onnxruntime runtime. int8 quantizes each pass's
+    activations with one scale for the whole pass, so it runs one text per pass: a
+    text's vector never depends on the texts embedded with it. int8 vectors differ
+    from fp32's (cosine about 0.99), so the profile says so: int8's ``options`` hold
+    ``"precision": "int8"`` (fp32's stay ``{"max_seq_length": N}``, as before), and a
+    store or table bound to one precision refuses the other's vectors, and (pg) refuses
+    to open with the other embedder.
+
+    Changing precision means re-embedding into a new store (or a new pg table) opened
+    with the new embedder: list the old store's documents (``retrieve_embedding`` of a
+    zero vector with ``k`` = its capacity gives every id, oldest first by ``sequence``;
+    ``get_by_ids`` gives the documents), clear their version fields
+    (``valid_from``, ``valid_to``, ``version``, ``supersedes``) and ``add_documents``
+    them to the new one, which embeds their texts anew (``tests/test_minilm.py`` runs
+    this in memory and on pg). The command line's ``export`` and ``import`` do the same
+    between two places, but it runs fp32 only for now.
+
     Nothing process-wide changes by default. The onnxruntime session has its own pool of
     ``threads`` threads (the caller's thread plus ``threads - 1`` workers); the numpy
     runtime uses numpy's BLAS as the process configured it.
@@ -425,12 +457,19 @@ class MiniLMEmbedder(ReportingModel):
             None (the default) leaves BLAS alone. With the onnxruntime runtime, which
             calls no BLAS, it changes nothing process-wide and only stands for
             ``threads`` when that is not given.
+        precision: ``"fp32"`` or ``"int8"`` (onnxruntime only); see above.
+        cache_dir: the folder of cached graphs; None gives
+            :func:`~actors._embedding.model_cache.cache_dir` (``$TRIO_RECALL_CACHE_DIR``,
+            else the user's cache folder). An unwritable folder is logged once and the
+            graph is built in memory.
 
     Raises:
         ImportError: the ``embed`` extra is not installed (``tokenizers`` not found), or
-            ``runtime="onnxruntime"`` without ``onnx`` and ``onnxruntime``.
-        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``
-            or ``blas_threads``, or a folder whose ``config.json`` is not a BERT model's.
+            ``runtime="onnxruntime"`` or ``precision="int8"`` without ``onnx`` and
+            ``onnxruntime``.
+        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``,
+            ``blas_threads``, ``precision`` (or int8 with the numpy runtime) or
+            ``cache_dir``, or a folder whose ``config.json`` is not a BERT model's.
     """
 
     def __init__(
@@ -442,6 +481,8 @@ class MiniLMEmbedder(ReportingModel):
         runtime: str = "auto",
         threads: int | None = None,
         blas_threads: int | None = None,
+        precision: str = "fp32",
+        cache_dir: str | Path | None = None,
     ) -> None:
         for name, value, top in (
             ("max_seq_length", max_seq_length, 512),
@@ -458,13 +499,27 @@ class MiniLMEmbedder(ReportingModel):
             raise ConfigError(
                 f"runtime is {shown(runtime)}; expected one of {', '.join(map(repr, _RUNTIMES))}"
             )
-        if runtime == "auto":
-            runtime = "onnxruntime" if onnx_available() else "numpy"
-        elif runtime == "onnxruntime" and not onnx_available():
-            raise ImportError(
-                "MiniLMEmbedder(runtime='onnxruntime') needs onnx and onnxruntime: "
-                "`uv sync --extra embed`, or `pip install onnx onnxruntime`"
+        if precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision is {shown(precision)}; expected one of "
+                f"{', '.join(map(repr, PRECISIONS))}"
             )
+        if precision == "int8" and runtime == "numpy":
+            raise ConfigError(
+                "precision is 'int8' with the numpy runtime; expected runtime 'auto' or "
+                "'onnxruntime' (int8 runs only in ONNX Runtime)"
+            )
+        if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+            raise ConfigError(f"cache_dir is {shown(cache_dir)}; expected None, a str or a Path")
+        if runtime == "auto" and precision == "fp32":
+            runtime = "onnxruntime" if onnx_available() else "numpy"
+        elif runtime != "numpy" and not onnx_available():
+            raise ImportError(
+                f"MiniLMEmbedder(runtime={runtime!r}, precision={precision!r}) needs onnx "
+                "and onnxruntime: `uv sync --extra embed`, or `pip install onnx onnxruntime`"
+            )
+        else:
+            runtime = "onnxruntime" if runtime == "auto" else runtime
         if runtime == "numpy" and threads is not None:
             raise ConfigError(
                 f"threads is {threads} with the numpy runtime, whose BLAS threads are "
@@ -489,6 +544,8 @@ class MiniLMEmbedder(ReportingModel):
         self.batch_size = batch_size
         self.blas_threads = blas_threads
         self.runtime = runtime
+        self.precision = precision
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
         if runtime == "onnxruntime" and threads is None:
             threads = blas_threads if blas_threads is not None else _usable_cores()
         self.threads = threads
@@ -500,7 +557,10 @@ class MiniLMEmbedder(ReportingModel):
             max_batch_size=batch_size,
             max_input_tokens=max_seq_length,
             normalized=True,
-            options={"max_seq_length": max_seq_length},
+            # fp32 keeps the options it always had, so tables written before open as is.
+            options={"max_seq_length": max_seq_length}
+            if precision == "fp32"
+            else {"max_seq_length": max_seq_length, "precision": precision},
         )
         # Loaded by load() or the first encode, under _load_lock.
         self._tokenizer: Tokenizer | None = None
@@ -551,7 +611,13 @@ class MiniLMEmbedder(ReportingModel):
                 self._tokenizer = tokenizer
             if self.runtime == "onnxruntime":
                 if self._onnx is None:
-                    self._onnx = onnx_encoder(folder, _load_weights(folder), self.threads or 1)
+                    self._onnx = onnx_encoder(
+                        folder,
+                        self.precision,
+                        self.threads or 1,
+                        self.cache_dir,
+                        lambda: _read_weights(folder),
+                    )
             elif self._numpy_weights is None:
                 self._numpy_weights = _load_weights(folder)
             self._ready = True
@@ -594,15 +660,18 @@ class MiniLMEmbedder(ReportingModel):
         encodings = tokenizer.encode_batch(wire, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.intp, count=len(texts))
         truncated = sum(1 for e in encodings if e.overflowing)
-        # Longest first, stable, so equal lengths keep their input order.
-        order = np.argsort(-lengths, kind="stable")
-        passes = 0
-        pos = 0
-        while pos < len(order):
-            length = int(lengths[order[pos]])
-            # Bound the [batch, heads, L, L] attention scores (about 48 MB by default).
-            fit = max(1, min(self.batch_size, _ATTENTION_BUDGET // (length * length)))
-            chunk = order[pos : pos + fit]
+        # int8 quantizes each pass's activations with one scale for the whole pass, so
+        # a text's vector would depend on its pass-mates: int8 runs one text per pass.
+        per_text = self.precision == "int8"
+        plan = plan_passes(
+            lengths,
+            batch_size=self.batch_size,
+            attention_budget=_ATTENTION_BUDGET,
+            per_text=per_text,
+            cost=INT8_COST if per_text else FP32_COST,
+        )
+        for chunk in plan:
+            length = int(lengths[chunk].max())
             ids = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=_F32)
             for row, index in enumerate(chunk):
@@ -617,8 +686,7 @@ class MiniLMEmbedder(ReportingModel):
             else:
                 with threadpool_limits(self.blas_threads, user_api="blas"):
                     out[chunk] = _forward(self._weights, ids, mask)
-            passes += 1
-            pos += fit
+        passes = len(plan)
         tokens = int(lengths.sum())
         seconds = time.perf_counter() - start
         with self._lock:
@@ -657,5 +725,6 @@ class MiniLMEmbedder(ReportingModel):
     def __repr__(self) -> str:
         return (
             f"MiniLMEmbedder(max_seq_length={self.max_seq_length}, "
-            f"batch_size={self.batch_size}, runtime={self.runtime!r})"
+            f"batch_size={self.batch_size}, runtime={self.runtime!r}, "
+            f"precision={self.precision!r})"
         )
