@@ -1,5 +1,5 @@
 """Where users wait at start-up: the embedder, the command line and the MCP server, each
-from a fresh process, with the targets of issue 32.
+from a fresh process, with the start-up targets.
 
     uv run --extra embed --extra pg --extra mcp --extra bench python benches/cold_start.py \
         [--runs 5] [--out benches/results/cold_start.json]
