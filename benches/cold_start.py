@@ -14,13 +14,16 @@ from other processes hits them alike):
   PostgreSQL is held up by a ``trio-recall mcp`` session on the same directory (as an
   agent host keeps one open), and ``stats`` attaches to it;
 - ``trio-recall stats`` and ``search`` with the server not running (each starts it and
-  stops it again);
-- MCP launch to the first answered ``recall``: ``trio-recall mcp --data DIR`` launched
-  through the SDK's ``stdio_client``, as a host does; ``initialize`` and the first
-  ``recall`` result, from the launch;
+  stops it again); ``search`` on a hashing data directory and ``--in-memory`` with each
+  embedder, which give the database's share (hashing, ``--data`` minus
+  ``--in-memory``) and the model's (``--in-memory``, MiniLM minus hashing);
+- MCP launch to the first answered ``recall``: ``trio-recall mcp`` launched through the
+  SDK's ``stdio_client``, as a host does, on the MiniLM data directory, on the hashing
+  one and ``--in-memory`` with hashing; ``initialize`` and the first ``recall`` result,
+  from the launch, and the server process's CPU time;
 - references: ``python -c pass``, ``import actors`` and the MCP SDK's import.
 
-The data directory holds 1,000 memories made with MiniLM (the default embedder). The
+The data directories hold 1,000 memories, made with MiniLM (the default) and hashing. The
 model cache is a directory of the bench's own (``TRIO_RECALL_CACHE_DIR``), filled by a
 first ``MiniLMEmbedder`` run before the rounds: "warm" is a user's second start. The
 commands run with Python's bytecode caches (``PYTHONDONTWRITEBYTECODE``, which some
