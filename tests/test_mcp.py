@@ -235,6 +235,53 @@ async def test_every_tool_over_stdio() -> None:
             await round_trip(session)
 
 
+def _imported(report: str) -> set[str]:
+    """The modules that Python's ``-X importtime`` report (``PYTHONPROFILEIMPORTTIME``)
+    names: every import of the process so far, from any thread."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in report.splitlines()
+        if line.startswith("import time:") and "cumulative" not in line
+    }
+
+
+async def test_the_handshake_and_the_tools_that_embed_nothing_load_no_model() -> None:
+    """With MiniLM (the default), the handshake, ``memory_stats``, ``get_memories``,
+    ``memory_history`` and ``forget`` import neither its tokenizer nor a runtime; the
+    first ``recall`` does, seen through the same report of the same process."""
+    require_extra("embed")
+    model = {"tokenizers", "onnxruntime", "onnx", "safetensors"}
+    command = server_command("--in-memory", "--embedder", "minilm")
+    params = StdioServerParameters(
+        command=command[0],
+        args=command[1:],
+        env={**_env(), "PYTHONPROFILEIMPORTTIME": "1"},
+        cwd=ROOT,
+    )
+    with trio.fail_after(120), tempfile.TemporaryFile("w+") as errlog:
+
+        def report() -> set[str]:
+            errlog.seek(0)
+            return _imported(errlog.read())
+
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert len((await session.list_tools()).tools) == len(TOOLS)
+            assert (await call(session, "memory_stats"))["embedder"] == "minilm"
+            assert (await call(session, "get_memories", ids=["nope"]))["missing"] == ["nope"]
+            assert (await call(session, "memory_history", id="nope"))["versions"] == []
+            assert (await call(session, "forget", ids=["nope"]))["missing"] == ["nope"]
+            before = report()
+            assert "actors.cli._mcp" in before  # the report is there at all
+            assert not before & model, sorted(before & model)
+            assert (await call(session, "recall", query="where is the boat"))["hits"] == []
+            after = report()
+    assert "tokenizers" in after and after & {"onnxruntime", "safetensors"}
+
+
 async def test_memories_keep_their_time_and_conversation() -> None:
     with trio.fail_after(120):
         async with stdio_session(*IN_MEMORY) as session:

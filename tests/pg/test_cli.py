@@ -183,6 +183,48 @@ def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) 
     assert wrong.stderr.count("\n") == 1 and "made with the minilm embedder" in wrong.stderr
 
 
+# The modules that loading MiniLM imports: its tokenizer, and ONNX Runtime (or, without
+# it, the numpy runtime's safetensors; onnx itself when the graph is built).
+MODEL_MODULES = {"tokenizers", "onnxruntime", "onnx", "safetensors"}
+
+
+def _imported(*args: str, status: int = 0) -> set[str]:
+    """Every module ``trio-recall ARGS`` imported (Python's ``-X importtime``, which
+    ``PYTHONPROFILEIMPORTTIME`` turns on for the console script, reports each import on
+    stderr, from any thread); the command must exit with ``status``."""
+    result = cli(*args, PYTHONPROFILEIMPORTTIME="1")
+    assert result.returncode == status, (args, result.returncode, result.stderr[-2000:])
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and "cumulative" not in line
+    }
+    assert "actors.cli" in modules, result.stderr[-2000:]  # the report is there at all
+    return modules
+
+
+def test_only_the_commands_that_embed_load_the_model(tmp_path: Path) -> None:
+    """On a MiniLM data directory, ``stats``, ``history``, ``export`` and ``forget``
+    embed nothing and load no model (its tokenizer and runtime are never imported);
+    ``search``, which embeds its query, does, seen through the same report."""
+    data = tmp_path / "memory"
+    where = ["--data", str(data)]
+    cat = ok("add", "The cat sleeps on the windowsill", *where).stdout.strip()
+    exported = tmp_path / "out.jsonl"
+    for args, status in (
+        (["stats"], 0),
+        (["history", cat], 0),
+        (["export", str(exported)], 0),
+        (["forget", "no-such-memory"], 1),  # missing: exit status 1, nothing forgotten
+    ):
+        modules = _imported(*args, *where, status=status)
+        assert not modules & MODEL_MODULES, (args, sorted(modules & MODEL_MODULES))
+    assert [json.loads(line)["id"] for line in exported.read_text().splitlines()] == [cat]
+    assert js("stats", *where)["embedder"] == "minilm"
+    searched = _imported("search", "a kitten napping", *where)
+    assert "tokenizers" in searched and searched & {"onnxruntime", "safetensors"}
+
+
 def _memories() -> list[dict[str, Any]]:
     return [
         {"text": "Miso is a cat", "namespace": "alice", "source": "notes.md",
