@@ -219,10 +219,11 @@ PLAIN = EntryStyle("plain")
 class CachedEmbedder:
     """MiniLM behind a text → vector cache; :meth:`warm` embeds the misses in batches."""
 
-    def __init__(self, cache: Path | None, blas_threads: int) -> None:
+    def __init__(self, cache: Path | None, blas_threads: int, precision: str = "fp32") -> None:
         self.dimensions = DIMENSIONS
         self.path = cache
         self.blas_threads = blas_threads
+        self.precision = precision
         self.vectors: dict[str, Vector] = {}
         self.embedded = 0
         self.seconds = 0.0
@@ -231,6 +232,12 @@ class CachedEmbedder:
         self._dirty = False
         if cache is not None and cache.exists():
             z = np.load(cache)
+            held = str(z["precision"]) if "precision" in z else "fp32"
+            if held != precision:
+                raise SystemExit(
+                    f"--cache {cache} holds {held} vectors; --precision is {precision}: "
+                    "use another cache file per precision"
+                )
             self.vectors = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
 
     def warm(self, texts: Iterable[str]) -> None:
@@ -256,7 +263,7 @@ class CachedEmbedder:
         if self._model is None:
             from actors import MiniLMEmbedder
 
-            self._model = MiniLMEmbedder(blas_threads=self.blas_threads)
+            self._model = MiniLMEmbedder(blas_threads=self.blas_threads, precision=self.precision)
         return self._model
 
     def save(self) -> None:
@@ -265,7 +272,12 @@ class CachedEmbedder:
             self._dirty = False
             keys = list(self.vectors)
             tmp = self.path.with_name(self.path.name + ".tmp.npz")
-            np.savez(tmp, texts=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
+            np.savez(
+                tmp,
+                texts=np.array(keys),
+                vectors=np.stack([self.vectors[k] for k in keys]),
+                precision=np.array(self.precision),
+            )
             os.replace(tmp, self.path)
 
     def embed(self, text: str) -> Vector:
@@ -1298,7 +1310,9 @@ def print_latency(result: dict[str, Any]) -> None:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     convs = load(Path(args.data))
     if args.latency:
-        minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
+        minilm = CachedEmbedder(
+            Path(args.cache) if args.cache else None, args.blas_threads, args.precision
+        )
         only = set(args.only.split(",")) if args.only else None
         loads = [os.getloadavg()[0]]
         results = []
@@ -1314,7 +1328,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         # The doors are compared with the default configuration: it always runs with them.
         wanted = set(args.only.split(",")) | ({"default"} if args.doors else set())
         configs = [c for c in configs if c.name in wanted]
-    minilm = CachedEmbedder(Path(args.cache) if args.cache else None, args.blas_threads)
+    minilm = CachedEmbedder(
+        Path(args.cache) if args.cache else None, args.blas_threads, args.precision
+    )
     started = time.perf_counter()
     minilm.warm(all_texts(convs, configs))
     tallies: dict[str, Any] = {c.name: {} for c in configs}
@@ -1355,6 +1371,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", help="an .npz that keeps the embeddings between runs")
     parser.add_argument("--only", help="comma-separated configuration names")
     parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "int8"),
+        default="fp32",
+        help="MiniLMEmbedder(precision=): the model's weights in float32 or int8",
+    )
     parser.add_argument(
         "--latency",
         type=lambda text: [int(n) for n in text.split(",")],

@@ -1,4 +1,4 @@
-"""The on-disk cache of built ONNX graphs (issue 32: start-up).
+"""The on-disk cache of built ONNX graphs.
 
 Building MiniLM's graph from ``model.safetensors`` costs about a second and a second copy
 of the weights; ONNX Runtime opens a graph *file* in a tenth of that, reading the weights
