@@ -846,10 +846,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = locomo_turns(args.data)[: args.pool]
     vectors = embedded(texts, args.cache)
-    model = MiniLMEmbedder()
+    # --precision is this tree's only (the baseline worker builds its tree's default).
+    model = (
+        MiniLMEmbedder() if args.precision is None else MiniLMEmbedder(precision=args.precision)
+    )
     clock = EmbedClock()
     clock_model(model, clock)
-    results: dict[str, Any] = {"machine": machine(), "k": K, "pause": args.pause, "sizes": []}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "k": K,
+        "pause": args.pause,
+        "embedder": repr(model),
+        "sizes": [],
+    }
     turns = 6 if args.quick else args.turns
     async with contextlib.AsyncExitStack() as stack:
         baseline = None
@@ -908,6 +917,11 @@ def main(argv: list[str] | None = None) -> None:
         const=BASELINE,
         metavar="REV",
         help=f"run REV's Memory.turn side by side in a worker (default REV: {BASELINE})",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "int8"],
+        help="MiniLMEmbedder(precision=...) for this tree's turns (default: its default)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
