@@ -544,12 +544,15 @@ def baseline_tree(rev: str, folder: Path) -> tuple[str, str]:
     import tarfile
 
     root = Path(__file__).resolve().parent.parent
-    commit = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+    found = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout.strip()
+        check=False,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--baseline is {rev!r}; expected a commit of the repository at {root}")
+    commit = found.stdout.strip()
     archive = subprocess.run(
         ["git", "-C", str(root), "archive", "--format=tar", commit],
         capture_output=True,
@@ -592,7 +595,10 @@ async def baseline_worker(rev: str, folder: Path) -> AsyncIterator[tuple[Lines, 
         yield lines, commit
         await lines.ask({"op": "exit"})
     finally:
+        # EOF on its stdin ends the worker's loop (and closes its memory) if it is
+        # still waiting for a request, e.g. after an error here.
         with trio.move_on_after(30):
+            await process.stdin.aclose()
             await process.wait()
         if process.returncode is None:
             process.kill()
