@@ -39,6 +39,7 @@ to back, a turn right after a two-thread BLAS call shares a core with OpenBLAS's
 while it spin-waits (up to about 0.1 s), which slowed our embedder's calls up to 1.6×
 at 100k entries; after a pause of 0.2 s every contender's embedder calls ran about 1.8×
 slower, at every size.
+
 ``--baseline [REV]`` (default ``7c38333``, the code path before issue 32) runs another
 revision's ``Memory.turn`` side by side with this tree's: ``git archive REV`` is
 unpacked in a temporary folder and a worker subprocess (this script with ``--worker``,
