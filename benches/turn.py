@@ -39,18 +39,35 @@ to back, a turn right after a two-thread BLAS call shares a core with OpenBLAS's
 while it spin-waits (up to about 0.1 s), which slowed our embedder's calls up to 1.6×
 at 100k entries; after a pause of 0.2 s every contender's embedder calls ran about 1.8×
 slower, at every size.
+
+``--baseline [REV]`` (default ``7c38333``, the code path before issue 32) runs another
+revision's ``Memory.turn`` side by side with this tree's: ``git archive REV`` is
+unpacked in a temporary folder and a worker subprocess (this script with ``--worker``,
+that folder first on ``PYTHONPATH``, so ``actors`` and ``protocol`` are the old tree's)
+opens a memory of the same size filled with the same vectors and runs the same turns.
+The worker is a contender of the schedule like the others: one turn per round, the
+parent waiting on its pipe while it runs, so one process's turn never overlaps the
+other's. The report gives both p50/p90 and the ratio current / baseline. For the
+ratio alone, ``--skip langchain --skip langgraph --skip raw`` keeps the parent's other
+contenders (whose two-thread BLAS calls slow whichever turn comes next, in either
+process) out of the rounds. ``--baseline HEAD`` is an A/A check of the harness: 100
+turns at 10k entries, load average 3.4 on 2 cores, gave 1.02 (p50) and 0.91 (p90).
+
 Writes ``benches/results/turn.json`` and ``benches/results/turn.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,10 +88,14 @@ from protocol import (
 from protocol.compaction import Offload
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SCRIPT = str(Path(__file__).resolve())
 SIZES = (1_000, 10_000, 100_000)
 K = 5  # MemoryConfig().top_k
 NOISE = 0.02
 MARKER = "[recalled memory]"
+#: The revision ``--baseline`` compares with by default: main before issue 32.
+BASELINE = "7c38333"
+OURS = "trio-recall Memory.turn"
 
 Vectors = npt.NDArray[np.float32]
 
@@ -245,28 +266,23 @@ def same_work(
     return turn
 
 
-async def bench_size(
-    n: int,
+@contextlib.asynccontextmanager
+async def our_memory(
     model: MiniLMEmbedder,
-    clock: EmbedClock,
     texts: list[str],
-    vectors: Vectors,
-    turns: int,
-    slow_turns: int,
-    args: argparse.Namespace,
-) -> dict[str, Any]:
-    from langchain_core.vectorstores import InMemoryVectorStore
-    from langgraph.store.base import PutOp
-    from langgraph.store.memory import InMemoryStore
+    labels: list[str],
+    table: Vectors,
+    capacity: int,
+) -> AsyncIterator[tuple[Turn, float]]:
+    """A memory of ``labels`` (vectors ``table``) and its turn function; the fill's seconds.
 
-    labels, table = fill(texts, vectors, n, seed=n)
+    The same code runs in this process and in the ``--baseline`` worker (on the other
+    tree's ``actors``), so both sides open, fill and turn alike."""
     conversation = texts  # the turns of each request, in order
     system = UnifiedMessage.system("You are a helpful assistant with a long memory.")
-    dims = table.shape[1]
-    capacity = n + 2 * (turns + slow_turns + 8 + args.profile) + 64
+    n, dims = table.shape
     config = VectorStoreConfig(max_entries=capacity, dimensions=dims, max_entry_bytes=8192)
     memory_config = MemoryConfig(strategies=[Offload(turns=2)])
-    out: dict[str, Any] = {"entries": n}
     async with open_memory(
         store=config, memory=memory_config, embedder=model, dispatcher=EchoDispatcher()
     ) as memory:
@@ -280,15 +296,10 @@ async def bench_size(
                 ],
                 namespace=namespace,
             )
-        out["fill_seconds_ours"] = time.perf_counter() - started
-        clock.take()
-
-        def request_at(t: int) -> tuple[str, str, str]:
-            at = (2 * t) % (len(conversation) - 2)
-            return conversation[at], conversation[at + 1], conversation[at + 2]
+        filled = time.perf_counter() - started
 
         async def ours(t: int) -> dict[str, float]:
-            before, answer, now = request_at(t)
+            before, answer, now = request_at(conversation, t)
             request = UnifiedRequest(
                 model="echo",
                 messages=[
@@ -306,7 +317,53 @@ async def bench_size(
             sample["turn"] = total
             return sample
 
-        contenders: dict[str, tuple[Turn, int]] = {"trio-recall Memory.turn": (ours, turns)}
+        yield ours, filled
+
+
+def request_at(conversation: list[str], t: int) -> tuple[str, str, str]:
+    """Turn ``t``'s previous user message, previous answer and new user message."""
+    at = (2 * t) % (len(conversation) - 2)
+    return conversation[at], conversation[at + 1], conversation[at + 2]
+
+
+def capacity_for(n: int, turns: int, slow_turns: int, profile: int) -> int:
+    """Room for the fill and every turn's writes (warm-up and profile included)."""
+    return n + 2 * (turns + slow_turns + 8 + profile) + 64
+
+
+async def bench_size(
+    n: int,
+    model: MiniLMEmbedder,
+    clock: EmbedClock,
+    texts: list[str],
+    vectors: Vectors,
+    turns: int,
+    slow_turns: int,
+    args: argparse.Namespace,
+    baseline: tuple[Lines, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+
+    labels, table = fill(texts, vectors, n, seed=n)
+    dims = table.shape[1]
+    capacity = capacity_for(n, turns, slow_turns, args.profile)
+    out: dict[str, Any] = {"entries": n}
+    async with contextlib.AsyncExitStack() as stack:
+        ours, out["fill_seconds_ours"] = await stack.enter_async_context(
+            our_memory(model, texts, labels, table, capacity)
+        )
+        clock.take()
+
+        def request_of(t: int) -> tuple[str, str, str]:
+            return request_at(texts, t)
+
+        contenders: dict[str, tuple[Turn, int]] = {OURS: (ours, turns)}
+        if baseline is not None:
+            lines, data = baseline
+            base, out["fill_seconds_baseline"] = await baseline_size(lines, n, capacity, data)
+            contenders[BASE] = (base, turns)
 
         lc_emb = lc_embeddings(model, clock)
         if "langchain" not in args.skip:
@@ -328,7 +385,7 @@ async def bench_size(
                 hits = lc.similarity_search_with_score(now, k=K)
                 return [(d.page_content, s) for d, s in hits]
 
-            langchain = same_work(request_at, lc_store, lc_search)
+            langchain = same_work(request_of, lc_store, lc_search)
 
             contenders["langchain InMemoryVectorStore"] = (langchain, slow_turns)
 
@@ -365,7 +422,7 @@ async def bench_size(
                     (h.value["text"], h.score or 0.0) for h in lg.search(ns, query=now, limit=K)
                 ]
 
-            langgraph = same_work(request_at, lg_store, lg_search)
+            langgraph = same_work(request_of, lg_store, lg_search)
 
             contenders["langgraph InMemoryStore"] = (langgraph, slow_turns)
 
@@ -393,8 +450,9 @@ async def bench_size(
             top[np.argsort(-scores[top])]
             return {"turn": time.perf_counter() - start}
 
-        contenders["raw numpy scan"] = (raw_scan, turns)
-        contenders["raw numpy scan, one core"] = (raw_scan_one_core, turns)
+        if "raw" not in args.skip:
+            contenders["raw numpy scan"] = (raw_scan, turns)
+            contenders["raw numpy scan, one core"] = (raw_scan_one_core, turns)
 
         # Warm-up: BM25's first index build, LangGraph's first search, caches.
         for call, _ in contenders.values():
@@ -430,6 +488,14 @@ async def interleave(
         clock.take()
         sample = await contenders[name][0](t)
         spent = clock.take()
+        # The baseline worker times its own embedder: its sample says what it spent.
+        spent.update(
+            {
+                k.removeprefix("embedder: "): sample.pop(k)
+                for k in list(sample)
+                if k.startswith("embedder: ")
+            }
+        )
         embedder = sum(spent.values())
         sample["embedder"] = embedder
         for kind, seconds in spent.items():
@@ -444,6 +510,169 @@ async def interleave(
         for key, value in sample.items():
             samples[name].setdefault(key, []).append(value)
     return samples
+
+
+# --- the baseline: another revision's turn, in a worker subprocess -------------------------
+
+
+BASE = "baseline Memory.turn"
+
+
+class Lines:
+    """JSON lines over a pair of byte streams (the worker's pipes)."""
+
+    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        self._send, self._receive, self._buffer = send, receive, b""
+
+    async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        await self._send.send_all(json.dumps(message).encode() + b"\n")
+        while b"\n" not in self._buffer:
+            chunk = await self._receive.receive_some()
+            if not chunk:
+                raise RuntimeError(f"the baseline worker exited; it was asked {message!r}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"the baseline worker failed on {message!r}: {answer['error']}")
+        return answer
+
+
+def baseline_tree(rev: str, folder: Path) -> tuple[str, str]:
+    """Unpack ``rev``'s tree (``git archive``) into ``folder``; its full commit id and
+    the folder's real path."""
+    import io
+    import tarfile
+
+    root = Path(__file__).resolve().parent.parent
+    found = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--baseline is {rev!r}; expected a commit of the repository at {root}")
+    commit = found.stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", "--format=tar", commit],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return commit, os.path.realpath(folder)
+
+
+def imported_from(module_file: str, folder: str) -> bool:
+    """Whether ``module_file`` lies inside ``folder`` (a real path)."""
+    return os.path.realpath(module_file).startswith(folder + os.sep)
+
+
+@contextlib.asynccontextmanager
+async def baseline_worker(rev: str, folder: Path) -> AsyncIterator[tuple[Lines, str]]:
+    """A worker running this script on ``rev``'s ``actors`` and ``protocol`` (unpacked in
+    ``folder``); its commit."""
+    tree = folder / "tree"
+    commit, inside = baseline_tree(rev, tree)
+    script = SCRIPT
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+    process = await trio.lowlevel.open_process(
+        [sys.executable, script, "--worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    lines = Lines(process.stdin, process.stdout)
+    try:
+        hello = await lines.ask({"op": "hello"})
+        if not imported_from(hello["actors"], inside):
+            raise RuntimeError(
+                f"the baseline worker imported actors from {hello['actors']}, not {inside}"
+            )
+        yield lines, commit
+        await lines.ask({"op": "exit"})
+    finally:
+        # EOF on its stdin ends the worker's loop (and closes its memory) if it is
+        # still waiting for a request, e.g. after an error here.
+        with trio.move_on_after(30):
+            await process.stdin.aclose()
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def baseline_size(
+    lines: Lines, n: int, capacity: int, texts_args: dict[str, Any]
+) -> tuple[Turn, float]:
+    """Open the worker's memory of ``n`` entries; its turn function and fill seconds."""
+    opened = await lines.ask({"op": "open", "n": n, "capacity": capacity, **texts_args})
+
+    async def turn(t: int) -> dict[str, float]:
+        sample: dict[str, float] = await lines.ask({"op": "turn", "t": t})
+        return sample
+
+    return turn, float(opened["fill_seconds"])
+
+
+async def worker() -> None:
+    """The ``--worker`` side: JSON lines on stdin, answers on stdout (print goes to stderr)."""
+    out, sys.stdout = sys.stdout, sys.stderr
+    import actors
+
+    model: MiniLMEmbedder | None = None
+    clock = EmbedClock()
+    stack = contextlib.AsyncExitStack()
+    ours: Turn | None = None
+    while True:
+        line = await trio.to_thread.run_sync(sys.stdin.readline)
+        if not line:
+            break
+        message = json.loads(line)
+        answer: dict[str, Any] = {}
+        try:
+            if message["op"] == "hello":
+                answer = {"actors": actors.__file__}
+            elif message["op"] == "open":
+                await stack.aclose()
+                gc.unfreeze()
+                if model is None:
+                    model = MiniLMEmbedder()
+                    clock_model(model, clock)
+                texts = locomo_turns(Path(message["data"]))[: message["pool"]]
+                vectors = np.load(message["vectors"]).astype(np.float32)
+                n = message["n"]
+                labels, table = fill(texts, vectors, n, seed=n)
+                opened, filled = await stack.enter_async_context(
+                    our_memory(model, texts, labels, table, message["capacity"])
+                )
+                for t in range(3):  # the same warm-up as the parent's
+                    await opened(10_000 + t)
+                ours = opened
+                del labels, table
+                gc.collect()
+                gc.freeze()
+                answer = {"fill_seconds": filled}
+            elif message["op"] == "turn":
+                if ours is None:
+                    raise RuntimeError("a turn before open")
+                clock.take()
+                answer = await ours(message["t"])
+                answer.update({f"embedder: {k}": v for k, v in clock.take().items()})
+            elif message["op"] == "exit":
+                await stack.aclose()
+                out.write("{}\n")
+                out.flush()
+                break
+        except Exception as error:  # reported to the parent, which raises it
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+    await stack.aclose()
 
 
 # Where a turn's time goes on the trio thread: (label, file, function). The embedder's
@@ -498,9 +727,6 @@ async def profiled(ours: Turn, start: int, count: int) -> dict[str, float]:
 # --- report -----------------------------------------------------------------------------
 
 
-OURS = "trio-recall Memory.turn"
-
-
 def best_scan(stages: dict[str, Any]) -> float:
     """The faster (by p50) raw scan: BLAS as configured, or on one core."""
     return float(
@@ -548,7 +774,7 @@ def report(results: dict[str, Any]) -> list[str]:
             )
         )
     sizes = sorted(n for n in by_n if OURS in by_n[n])
-    if len(sizes) >= 2:
+    if len(sizes) >= 2 and all("raw numpy scan" in by_n[n] for n in sizes):
         lo, hi = sizes[0], sizes[-1]
         rest = by_n[hi][OURS]["rest"]["p50"] - by_n[lo][OURS]["rest"]["p50"]
         scan = best_scan(by_n[hi]) - best_scan(by_n[lo])
@@ -561,6 +787,20 @@ def report(results: dict[str, Any]) -> list[str]:
                 growth <= 1.3,
             )
         )
+    for n in sizes:
+        if BASE not in by_n[n]:
+            continue
+        for q in ("p50", "p90"):
+            ratio = by_n[n][OURS]["turn"][q] / by_n[n][BASE]["turn"][q]
+            wanted = "<= 0.6" if q == "p50" and n == 10_000 else "info"
+            targets.append(
+                (
+                    f"turn / baseline's ({results['baseline']['rev']}), {n} entries ({q})",
+                    ratio,
+                    wanted,
+                    ratio <= 0.6,
+                )
+            )
     for n in sizes:
         for other in ("langchain InMemoryVectorStore", "langgraph InMemoryStore"):
             if other in by_n[n]:
@@ -580,7 +820,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [OURS, "langgraph InMemoryStore", "langchain InMemoryVectorStore"]
+    names = [OURS, BASE, "langgraph InMemoryStore", "langchain InMemoryVectorStore"]
+    names = [n for n in names if any(n in s["stages"] for s in results["sizes"])]
     fig, ax = plt.subplots(figsize=(10, 5))
     width = 0.8 / len(names)
     sizes = results["sizes"]
@@ -612,17 +853,40 @@ def plot(results: dict[str, Any], path: Path) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = locomo_turns(args.data)[: args.pool]
     vectors = embedded(texts, args.cache)
-    model = MiniLMEmbedder()
+    # --precision is this tree's only (the baseline worker builds its tree's default).
+    model = (
+        MiniLMEmbedder() if args.precision is None else MiniLMEmbedder(precision=args.precision)
+    )
     clock = EmbedClock()
     clock_model(model, clock)
-    results: dict[str, Any] = {"machine": machine(), "k": K, "pause": args.pause, "sizes": []}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "k": K,
+        "pause": args.pause,
+        "embedder": repr(model),
+        "sizes": [],
+    }
     turns = 6 if args.quick else args.turns
-    for n in args.sizes:
-        slow = max(2, turns // 4) if n >= 100_000 else max(3, turns // 2)
-        print(f"... {n} entries", file=sys.stderr, flush=True)
-        results["sizes"].append(
-            await bench_size(n, model, clock, texts, vectors, turns, slow, args)
-        )
+    async with contextlib.AsyncExitStack() as stack:
+        baseline = None
+        if args.baseline is not None:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="turn-")))
+            np.save(folder / "vectors.npy", vectors)
+            print(f"... the baseline worker on {args.baseline}", file=sys.stderr, flush=True)
+            lines, commit = await stack.enter_async_context(baseline_worker(args.baseline, folder))
+            results["baseline"] = {"rev": args.baseline, "commit": commit}
+            data = {
+                "data": str(args.data),
+                "pool": args.pool,
+                "vectors": str(folder / "vectors.npy"),
+            }
+            baseline = (lines, data)
+        for n in args.sizes:
+            slow = max(2, turns // 4) if n >= 100_000 else max(3, turns // 2)
+            print(f"... {n} entries", file=sys.stderr, flush=True)
+            results["sizes"].append(
+                await bench_size(n, model, clock, texts, vectors, turns, slow, args, baseline)
+            )
     results["load_average_end"] = os.getloadavg()
     return results
 
@@ -641,7 +905,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="comma-separated entry counts"
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["langchain", "langgraph"])
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["langchain", "langgraph", "raw"]
+    )
     parser.add_argument(
         "--pause", type=float, default=0.0, help="seconds between turns (the model's latency)"
     )
@@ -652,7 +918,23 @@ def main(argv: list[str] | None = None) -> None:
         metavar="TURNS",
         help="after the timed rounds, profile this many more turns of ours (cProfile)",
     )
+    parser.add_argument(
+        "--baseline",
+        nargs="?",
+        const=BASELINE,
+        metavar="REV",
+        help=f"run REV's Memory.turn side by side in a worker (default REV: {BASELINE})",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "int8"],
+        help="MiniLMEmbedder(precision=...) for this tree's turns (default: its default)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    if argv is None and sys.argv[1:] == ["--worker"]:
+        trio.run(worker)
+        return
     args = parser.parse_args(argv)
     args.sizes = [int(x) for x in args.sizes.split(",")]
     started = time.perf_counter()
