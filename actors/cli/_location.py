@@ -247,11 +247,16 @@ class ProfiledHashingEmbedder:
         return HASHING_PROFILE
 
 
-def _make_embedder(name: str) -> AnyEmbedder:
+def _make_embedder(name: str, bound: EmbeddingProfile | None = None) -> AnyEmbedder:
+    """The embedder ``name``; MiniLM in the precision the table was written with (its
+    profile's ``precision`` option, fp32 when absent), else the library's default, so
+    a memory made before the default changed keeps working as it was made."""
     if name == "hashing":
         return ProfiledHashingEmbedder()
     from .. import MiniLMEmbedder
 
+    if bound is not None and _embedder_of(bound) == "minilm":
+        return MiniLMEmbedder(precision=str(bound.options.get("precision", "fp32")))
     return MiniLMEmbedder()
 
 
@@ -518,5 +523,6 @@ async def _open_pg(
         dimensions=DIMENSIONS if meta is None else meta.dimensions,
         max_entry_bytes=MAX_ENTRY_BYTES,
     )
-    async with open_pg_store(dsn, config, _make_embedder(name), table=where.table) as store:
+    embedding = _make_embedder(name, None if meta is None else meta.profile)
+    async with open_pg_store(dsn, config, embedding, table=where.table) as store:
         yield MemoryService(store=store, embedder_name=name, backend=backend)

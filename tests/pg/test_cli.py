@@ -183,6 +183,33 @@ def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) 
     assert wrong.stderr.count("\n") == 1 and "made with the minilm embedder" in wrong.stderr
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_table_keeps_the_minilm_precision_it_was_written_with(
+    pg_dsn: str, pg_table: str, precision: str
+) -> None:
+    """A table written in either precision is read in that one by the command line, so
+    changing the library's default precision never strands a memory made before."""
+    import trio
+
+    from actors import MiniLMEmbedder, open_pg_store
+    from protocol import VectorStoreConfig
+
+    async def write() -> None:
+        config = VectorStoreConfig(max_entries=100, dimensions=384, max_entry_bytes=4096)
+        with trio.fail_after(TIMEOUT):
+            embedder = MiniLMEmbedder(precision=precision)
+            async with open_pg_store(pg_dsn, config, embedder, table=pg_table) as store:
+                await store.add_texts(["The cat sleeps on the windowsill", "Revenue grew"])
+
+    trio.run(write)
+    where = ["--dsn", pg_dsn, "--table", pg_table]
+    hits = js("search", "a kitten napping", "-k", "1", *where)
+    assert hits[0]["text"] == "The cat sleeps on the windowsill"
+    added = js("add", "Miso is a tabby cat", *where)
+    assert added["duplicate"] is False
+    assert js("stats", *where)["embedder"] == "minilm"
+
+
 # The modules that loading MiniLM imports: its tokenizer, and ONNX Runtime (or, without
 # it, the numpy runtime's safetensors; onnx itself when the graph is built).
 MODEL_MODULES = {"tokenizers", "onnxruntime", "onnx", "safetensors"}
