@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ import trio
 from extras import needs_extra
 
 from actors._embedding.minilm import gelu
-from protocol import ConfigError, VectorStoreConfig
+from protocol import ConfigError, UnifiedMessage, VectorStoreConfig
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 # The numpy pass and torch round differently; a check outside the project measured
@@ -130,12 +131,30 @@ def test_long_batches_split_to_bound_memory(
 
 
 def test_batch_size_bounds_each_pass(
-    embedder: MiniLMEmbedder, reference: dict[str, np.ndarray]
+    embedder: MiniLMEmbedder,
+    reference: dict[str, np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import actors._embedding.minilm
+
+    # The passes come from buckets.plan_passes (length buckets chosen by a cost model),
+    # so their number is no longer ceil(8 / 3); what batch_size promises is that no pass
+    # holds more than 3 texts, and that every text runs in exactly one pass.
+    plans: list[list[np.ndarray]] = []
+    real = actors._embedding.minilm.plan_passes
+
+    def spy(*args: Any, **kwargs: Any) -> list[np.ndarray]:
+        plans.append(real(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(actors._embedding.minilm, "plan_passes", spy)
     small = MiniLMEmbedder(batch_size=3, blas_threads=1, runtime=embedder.runtime)
     sentences = [str(s) for s in reference["sentences"]]
     result = small.encode(sentences)
-    assert result.batches == 3
+    (plan,) = plans
+    assert result.batches == len(plan) >= 3
+    assert max(len(p) for p in plan) <= 3
+    assert sorted(int(i) for p in plan for i in p) == list(range(len(sentences)))
     assert np.abs(result.vectors - reference["vectors"]).max() < TOLERANCE
 
 
@@ -147,6 +166,8 @@ def test_empty_batch_and_profile(embedder: MiniLMEmbedder) -> None:
     assert (profile.provider, profile.dimensions, profile.max_input_tokens) == ("local", 384, 256)
     assert profile.model == "sentence-transformers/all-MiniLM-L6-v2"
     assert profile.normalized
+    # fp32 keeps the options tables were bound to before precision existed.
+    assert profile.options == {"max_seq_length": 256}
 
 
 @pytest.mark.parametrize("bad", ["one text", b"bytes", [1, 2], None])
@@ -342,3 +363,297 @@ def test_sentence_transformer_adapter_without_the_package() -> None:
 
     with pytest.raises(ImportError, match="needs sentence-transformers"):
         SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+
+
+def test_construction_loads_nothing() -> None:
+    # In a fresh interpreter: making the embedder reads config.json only; the first embed
+    # loads the tokenizer and the model (and does import them, so this cannot pass
+    # vacuously).
+    import subprocess
+    import sys
+
+    heavy = ("onnxruntime", "onnx", "tokenizers", "safetensors")
+    script = (
+        "import sys\n"
+        "from actors import MiniLMEmbedder\n"
+        "model = MiniLMEmbedder()\n"
+        f"heavy = {heavy!r}\n"
+        "print(sorted(m for m in heavy if m in sys.modules), model.loaded, model.dimensions)\n"
+        "model.embed('hello')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), model.loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    before, after = done.stdout.splitlines()
+    assert before == "[] False 384"
+    assert "'tokenizers'" in after
+    assert after.endswith("True")
+    if onnx_available():
+        assert "'onnxruntime'" in after
+
+
+def test_load_is_explicit_idempotent_and_thread_safe(reference: dict[str, np.ndarray]) -> None:
+    model = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    assert not model.loaded
+    model.load()
+    assert model.loaded
+    model.load()
+    assert model.loaded
+    lazy = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    sentences = [str(s) for s in reference["sentences"]]
+    results: list[np.ndarray] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(lazy.embed_batch(sentences)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert lazy.loaded
+    assert len(results) == 3
+    for vectors in results:
+        assert np.abs(vectors - reference["vectors"]).max() < TOLERANCE
+
+
+def test_a_bad_config_is_refused_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "hidden_act": "gelu"}')
+    with pytest.raises(ConfigError, match="'gpt2' model with activation 'gelu'"):
+        MiniLMEmbedder(tmp_path)
+
+
+# --- precision ----------------------------------------------------------------------------
+
+needs_onnx = pytest.mark.skipif(not onnx_available(), reason="needs onnx and onnxruntime")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"precision": "fp16"}, "precision is 'fp16'; expected one of 'fp32', 'int8'"),
+        ({"precision": None}, "precision is None"),
+        ({"precision": "int8", "runtime": "numpy"}, "precision is 'int8' with the numpy"),
+        ({"cache_dir": 3}, "cache_dir is 3; expected None, a str or a Path"),
+    ],
+)
+def test_bad_precision_settings_are_rejected(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        MiniLMEmbedder(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def int8() -> MiniLMEmbedder:
+    if not onnx_available():
+        pytest.skip("needs onnx and onnxruntime")
+    return MiniLMEmbedder(precision="int8", threads=1)
+
+
+@pytest.fixture(scope="module")
+def fp32() -> MiniLMEmbedder:
+    return MiniLMEmbedder(threads=1 if onnx_available() else None)
+
+
+def test_int8_is_its_own_profile(int8: MiniLMEmbedder, fp32: MiniLMEmbedder) -> None:
+    assert (int8.runtime, int8.precision) == ("onnxruntime", "int8")
+    assert int8.profile.options == {"max_seq_length": 256, "precision": "int8"}
+    assert fp32.profile.options == {"max_seq_length": 256}
+    assert (int8.profile.provider, int8.profile.model, int8.profile.dimensions) == (
+        fp32.profile.provider,
+        fp32.profile.model,
+        fp32.profile.dimensions,
+    )
+    assert "precision='int8'" in repr(int8)
+
+
+def test_int8_vectors_are_near_fp32(
+    int8: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    sentences = [str(s) for s in reference["sentences"]]
+    vectors = int8.embed_batch(sentences)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    cosines = np.sum(vectors * reference["vectors"], axis=1)
+    # Per-channel int8 weights: about 0.99 on LoCoMo turns (quantize.py); far from 1e-6.
+    assert cosines.min() > 0.95, cosines
+    assert np.abs(vectors - reference["vectors"]).max() > 1e-4
+
+
+def test_int8_batch_equals_one_at_a_time(
+    int8: MiniLMEmbedder, reference: dict[str, np.ndarray]
+) -> None:
+    # int8 quantizes a pass's activations with one scale for the whole pass; the
+    # embedder runs one text per pass, so that no text's vector depends on the others.
+    sentences = [str(s) for s in reference["sentences"]]
+    mixed = [*sentences, "ok", sentences[3] * 3, "a much longer turn " * 20]
+    batch = int8.encode(mixed)
+    assert batch.batches == len(mixed)
+    single = np.stack([int8.embed(s) for s in mixed])
+    assert np.abs(batch.vectors - single).max() < TOLERANCE
+    reordered = int8.embed_batch(mixed[::-1])[::-1]
+    assert np.abs(reordered - single).max() < TOLERANCE
+
+
+async def test_a_store_refuses_the_other_precisions_vectors(
+    int8: MiniLMEmbedder, fp32: MiniLMEmbedder
+) -> None:
+    from actors import open_memory
+    from protocol import EmbeddingError
+
+    config = VectorStoreConfig(max_entries=16, dimensions=384, max_entry_bytes=4096)
+    with trio.fail_after(120):
+        for bound, other in ((int8, fp32), (fp32, int8)):
+            vector = other.embed("a vector from the other precision")
+            async with open_store(config, bound) as store:
+                await store.add_texts(["I adopted a puppy named Oscar."])
+                with pytest.raises(EmbeddingError, match="query embedded with options"):
+                    await store.retrieve_embedding(vector, 1, profile=other.profile)
+                hit = await store.retrieve_embedding(vector, 1, profile=bound.profile)
+                assert len(hit.turns) == 1
+            async with open_memory(store=config, embedder=bound) as memory:
+                await memory.remember("We went hiking in the Alps in July.")
+                with pytest.raises(EmbeddingError, match='"precision":"int8"'):
+                    await memory.store.retrieve_embedding(vector, 1, profile=other.profile)
+
+
+async def test_a_pg_table_refuses_the_other_precision(
+    int8: MiniLMEmbedder, fp32: MiniLMEmbedder, pg_open: Any
+) -> None:
+    from protocol import EmbeddingError
+
+    config = VectorStoreConfig(max_entries=16, dimensions=384, max_entry_bytes=4096)
+    with trio.fail_after(120):
+        async with pg_open(config, fp32) as store:
+            await store.add_texts(["I adopted a puppy named Oscar."])
+            with pytest.raises(EmbeddingError, match="query embedded with options"):
+                await store.retrieve_embedding(int8.embed("the dog"), 1, profile=int8.profile)
+        with pytest.raises(ConfigError, match="is bound to the embedding profile") as info:
+            async with pg_open(config, int8):
+                pass
+        assert '"precision":"int8"' in str(info.value)
+        # The table still opens with the precision it was written with.
+        async with pg_open(config, fp32) as store:
+            report = await store.retrieve("what is my dog called?", 1)
+            assert report.turns[0].message == UnifiedMessage.user("I adopted a puppy named Oscar.")
+
+
+async def _reembed(source: Any, target: Any) -> int:
+    """The documented migration (MiniLMEmbedder's docstring): list every document of
+    ``source``, and write them to ``target``, whose embedder embeds them anew."""
+    import msgspec
+
+    zero = np.zeros(source.config.dimensions, dtype=np.float32)
+    report = await source.retrieve_embedding(zero, max(source.capacity, 1))
+    ids = [turn.id for turn in sorted(report.turns, key=lambda turn: turn.sequence)]
+    docs = await source.get_by_ids(ids)
+    order = {id_: i for i, id_ in enumerate(ids)}
+    fresh = [
+        msgspec.structs.replace(d, valid_from=None, valid_to=None, version=None, supersedes=None)
+        for d in sorted(docs, key=lambda d: order[d.id])
+    ]
+    await target.add_documents(fresh)
+    return len(fresh)
+
+
+MIGRATED = [
+    "I adopted a puppy named Oscar last week.",
+    "The quarterly revenue grew by twelve percent.",
+    "We went hiking in the Alps in July.",
+]
+
+
+async def test_migrating_to_int8_reembeds_into_a_new_store(
+    int8: MiniLMEmbedder, fp32: MiniLMEmbedder
+) -> None:
+    config = VectorStoreConfig(max_entries=16, dimensions=384, max_entry_bytes=4096)
+    with trio.fail_after(120):
+        async with open_store(config, fp32) as old, open_store(config, int8) as new:
+            await old.add_texts(MIGRATED, metadatas=[{"n": i} for i in range(3)])
+            assert await _reembed(old, new) == 3
+            report = await new.retrieve("what is my dog called?", 1)
+            got = await new.get_by_ids([t.id for t in (await old.retrieve("x", 3)).turns])
+    assert report.turns[0].message == UnifiedMessage.user(MIGRATED[0])
+    assert sorted(d.text for d in got) == sorted(MIGRATED)
+    assert sorted(d.metadata["n"] for d in got) == [0, 1, 2]
+
+
+async def test_migrating_a_pg_table_to_int8_reembeds_into_a_new_table(
+    int8: MiniLMEmbedder, fp32: MiniLMEmbedder, pg_open: Any, pg_dsn: str, pg_table: str
+) -> None:
+    import contextlib
+
+    from pg_support import drop_table
+
+    config = VectorStoreConfig(max_entries=16, dimensions=384, max_entry_bytes=4096)
+    new_table = pg_table + "_int8"
+    try:
+        with trio.fail_after(120):
+            async with pg_open(config, fp32) as old:
+                await old.add_texts(MIGRATED)
+                async with pg_open(config, int8, table=new_table) as new:
+                    assert await _reembed(old, new) == 3
+                    report = await new.retrieve("what is my dog called?", 1)
+    finally:
+        with contextlib.suppress(Exception):
+            drop_table(pg_dsn, new_table)
+    assert report.turns[0].message == UnifiedMessage.user(MIGRATED[0])
+
+
+def test_runtimes_without_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import actors._embedding.minilm
+
+    monkeypatch.setattr(actors._embedding.minilm, "onnx_available", lambda: False)
+    assert MiniLMEmbedder().runtime == "numpy"
+    with pytest.raises(ImportError, match="needs onnx and onnxruntime"):
+        MiniLMEmbedder(runtime="onnxruntime")
+    with pytest.raises(ImportError, match="precision='int8'\\) needs onnx and onnxruntime"):
+        MiniLMEmbedder(precision="int8")
+
+
+async def test_from_trio_the_model_loads_in_the_worker_thread(
+    reference: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = MiniLMEmbedder(blas_threads=1, runtime="numpy")
+    loads: list[threading.Thread] = []
+    real = model._loaded_tokenizer
+
+    def spy() -> Any:
+        if not model.loaded:
+            loads.append(threading.current_thread())
+        return real()
+
+    monkeypatch.setattr(model, "_loaded_tokenizer", spy)
+    assert not model.loaded
+    with trio.fail_after(60):
+        query = await model.embed_query(str(reference["sentences"][0]))
+    assert model.loaded
+    assert loads and all(t is not threading.main_thread() for t in loads)
+    assert np.abs(query - reference["vectors"][0]).max() < TOLERANCE
+
+
+def test_any_batch_equals_one_at_a_time(embedder: MiniLMEmbedder) -> None:
+    # Bucketing (buckets.plan_passes) pads each pass to its own longest text: no vector
+    # may depend on which pass, or how much padding, it ran with.
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "we",
+        "talk",
+        "about",
+        "dinner",
+    ]
+    texts = [" ".join(words[: 1 + (i * 7) % len(words)]) * (1 + i % 4) for i in range(40)]
+    single = np.stack([embedder.embed(t) for t in texts])
+    for size in (1, 3, 8, 40):
+        batch = np.concatenate(
+            [embedder.embed_batch(texts[i : i + size]) for i in range(0, 40, size)]
+        )
+        assert np.abs(batch - single).max() < TOLERANCE, size

