@@ -210,6 +210,48 @@ def test_a_crash_leaves_the_previous_file_in_use(tmp_path: Path) -> None:
     assert path.read_bytes() == PAYLOAD
 
 
+_RACE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import actors._embedding.model_cache as model_cache
+
+    folder, tag = Path(sys.argv[1]), sys.argv[2]
+
+    def build(target):
+        with target.open("wb") as file:
+            for _ in range(20):
+                file.write(b"same graph " * 100)
+                file.flush()
+                time.sleep(0.01)
+
+    result = model_cache.cached_file(folder, "g.onnx", build)
+    print("path" if isinstance(result, Path) else "bytes")
+    """
+)
+
+
+def test_processes_writing_at_once_leave_one_good_file(tmp_path: Path) -> None:
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACE, str(tmp_path), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    assert [r.returncode for r in racers] == [0, 0, 0], outputs
+    assert all(out.strip() == "path" for out, _ in outputs), outputs
+    assert _temps(tmp_path) == []
+    path = tmp_path / "g.onnx"
+    assert path.read_bytes() == b"same graph " * 100 * 20
+    build = Builder()
+    assert cached_file(tmp_path, "g.onnx", build) == path
+    assert build.calls == 0
+
+
 def test_stale_temporary_files_are_removed_and_young_ones_kept(tmp_path: Path) -> None:
     stale = tmp_path / "g.onnx.old.tmp"
     young = tmp_path / "g.onnx.young.tmp"
