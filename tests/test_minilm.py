@@ -64,7 +64,8 @@ def embedder(request: pytest.FixtureRequest) -> MiniLMEmbedder:
     # One thread: the suite runs beside other busy tests, where spinning BLAS threads are
     # several times slower. The vectors are the same. (For onnxruntime, blas_threads only
     # sizes the session's own pool; the test below checks that nothing process-wide moves.)
-    return MiniLMEmbedder(blas_threads=1, runtime=request.param)
+    # fp32: the precision whose vectors match sentence-transformers' (int8 is tested below).
+    return MiniLMEmbedder(blas_threads=1, runtime=request.param, precision="fp32")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,9 @@ def test_batch_size_bounds_each_pass(
         return plans[-1]
 
     monkeypatch.setattr(actors._embedding.minilm, "plan_passes", spy)
-    small = MiniLMEmbedder(batch_size=3, blas_threads=1, runtime=embedder.runtime)
+    small = MiniLMEmbedder(
+        batch_size=3, blas_threads=1, runtime=embedder.runtime, precision="fp32"
+    )
     sentences = [str(s) for s in reference["sentences"]]
     result = small.encode(sentences)
     (plan,) = plans
@@ -213,6 +216,9 @@ def test_bad_runtime_settings_are_rejected(kwargs: dict[str, object], match: str
 def test_auto_prefers_onnxruntime_and_sizes_its_pool() -> None:
     model = MiniLMEmbedder()
     assert model.runtime == ("onnxruntime" if onnx_available() else "numpy")
+    # The default precision: int8 where ONNX Runtime runs, fp32 in numpy (no int8 there).
+    assert model.precision == ("int8" if onnx_available() else "fp32")
+    assert MiniLMEmbedder(runtime="numpy").precision == "fp32"
     if model.runtime == "onnxruntime":
         assert model.threads == len(os.sched_getaffinity(0))
         assert MiniLMEmbedder(threads=1).threads == 1
@@ -280,7 +286,9 @@ def test_the_runtimes_agree(reference: dict[str, np.ndarray]) -> None:
     if not onnx_available():
         pytest.skip("needs onnx and onnxruntime")
     sentences = [str(s) for s in reference["sentences"]]
-    onnx = MiniLMEmbedder(runtime="onnxruntime", threads=1).embed_batch(sentences)
+    onnx = MiniLMEmbedder(runtime="onnxruntime", threads=1, precision="fp32").embed_batch(
+        sentences
+    )
     numpy_ = MiniLMEmbedder(runtime="numpy", blas_threads=1).embed_batch(sentences)
     assert np.abs(onnx - numpy_).max() < TOLERANCE
 
@@ -291,7 +299,9 @@ def test_a_folder_without_weights_is_rejected(tmp_path: Path) -> None:
 
 
 def test_shorter_max_seq_length_truncates_more(embedder: MiniLMEmbedder) -> None:
-    short = MiniLMEmbedder(max_seq_length=8, blas_threads=1, runtime=embedder.runtime)
+    short = MiniLMEmbedder(
+        max_seq_length=8, blas_threads=1, runtime=embedder.runtime, precision="fp32"
+    )
     text = "one two three four five six seven eight nine ten"
     result = short.encode([text])
     assert result.truncated == 1
@@ -433,7 +443,7 @@ needs_onnx = pytest.mark.skipif(not onnx_available(), reason="needs onnx and onn
     ("kwargs", "match"),
     [
         ({"precision": "fp16"}, "precision is 'fp16'; expected one of 'fp32', 'int8'"),
-        ({"precision": None}, "precision is None"),
+        ({"precision": 8}, "precision is 8"),
         ({"precision": "int8", "runtime": "numpy"}, "precision is 'int8' with the numpy"),
         ({"cache_dir": 3}, "cache_dir is 3; expected None, a str or a Path"),
     ],
@@ -452,7 +462,7 @@ def int8() -> MiniLMEmbedder:
 
 @pytest.fixture(scope="module")
 def fp32() -> MiniLMEmbedder:
-    return MiniLMEmbedder(threads=1 if onnx_available() else None)
+    return MiniLMEmbedder(threads=1 if onnx_available() else None, precision="fp32")
 
 
 def test_int8_is_its_own_profile(int8: MiniLMEmbedder, fp32: MiniLMEmbedder) -> None:
@@ -479,12 +489,17 @@ def test_int8_vectors_are_near_fp32(
     assert np.abs(vectors - reference["vectors"]).max() > 1e-4
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 def test_int8_batch_equals_one_at_a_time(
-    int8: MiniLMEmbedder, reference: dict[str, np.ndarray]
+    int8: MiniLMEmbedder, reference: dict[str, np.ndarray], threads: int
 ) -> None:
     # int8 quantizes a pass's activations with one scale for the whole pass; the
-    # embedder runs one text per pass, so that no text's vector depends on the others.
+    # embedder runs one text per pass, so that no text's vector depends on the others,
+    # and with threads=2 two passes at once (on a one-thread session), which must not
+    # change a vector either.
     sentences = [str(s) for s in reference["sentences"]]
+    if threads != int8.threads:
+        int8 = MiniLMEmbedder(precision="int8", threads=threads)
     mixed = [*sentences, "ok", sentences[3] * 3, "a much longer turn " * 20]
     batch = int8.encode(mixed)
     assert batch.batches == len(mixed)
@@ -506,8 +521,10 @@ async def test_a_store_refuses_the_other_precisions_vectors(
             vector = other.embed("a vector from the other precision")
             async with open_store(config, bound) as store:
                 await store.add_texts(["I adopted a puppy named Oscar."])
-                with pytest.raises(EmbeddingError, match="query embedded with options"):
+                with pytest.raises(EmbeddingError, match="query embedded with options") as info:
                     await store.retrieve_embedding(vector, 1, profile=other.profile)
+                # The message says it is a precision, and which one reads this store.
+                assert f"MiniLMEmbedder(precision={bound.precision!r})" in str(info.value)
                 hit = await store.retrieve_embedding(vector, 1, profile=bound.profile)
                 assert len(hit.turns) == 1
             async with open_memory(store=config, embedder=bound) as memory:
@@ -531,6 +548,7 @@ async def test_a_pg_table_refuses_the_other_precision(
             async with pg_open(config, int8):
                 pass
         assert '"precision":"int8"' in str(info.value)
+        assert "pass MiniLMEmbedder(precision='fp32') to use this store" in str(info.value)
         # The table still opens with the precision it was written with.
         async with pg_open(config, fp32) as store:
             report = await store.retrieve("what is my dog called?", 1)
@@ -604,6 +622,7 @@ def test_runtimes_without_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(actors._embedding.minilm, "onnx_available", lambda: False)
     assert MiniLMEmbedder().runtime == "numpy"
+    assert MiniLMEmbedder().precision == "fp32"
     with pytest.raises(ImportError, match="needs onnx and onnxruntime"):
         MiniLMEmbedder(runtime="onnxruntime")
     with pytest.raises(ImportError, match="precision='int8'\\) needs onnx and onnxruntime"):

@@ -350,7 +350,7 @@ def test_the_embedder_writes_reads_and_rebuilds_its_graph(
         sentences = [str(s) for s in data["sentences"]]
         want = data["vectors"]
     monkeypatch.setattr(onnx_module, "_SESSIONS", {})
-    model = MiniLMEmbedder(cache_dir=tmp_path, threads=1)
+    model = MiniLMEmbedder(cache_dir=tmp_path, threads=1, precision="fp32")
     assert np.abs(model.embed_batch(sentences) - want).max() < 1e-6
     (graph,) = _graphs(tmp_path, "fp32")
     record = json.loads(Path(f"{graph}.json").read_text())
@@ -361,7 +361,7 @@ def test_the_embedder_writes_reads_and_rebuilds_its_graph(
         file.seek(size // 2)
         file.write(b"\xff" * 4096)
     monkeypatch.setattr(onnx_module, "_SESSIONS", {})
-    again = MiniLMEmbedder(cache_dir=tmp_path, threads=1)
+    again = MiniLMEmbedder(cache_dir=tmp_path, threads=1, precision="fp32")
     assert np.abs(again.embed_batch(sentences) - want).max() < 1e-6
     assert _graphs(tmp_path, "fp32") == [graph]
     assert json.loads(Path(f"{graph}.json").read_text())["sha256"] == file_sha256(graph)
@@ -408,7 +408,7 @@ def test_an_unwritable_cache_still_embeds(
     with np.load(REFERENCE) as data:
         sentences = [str(s) for s in data["sentences"]]
         want = data["vectors"]
-    model = MiniLMEmbedder(cache_dir=blocker / "cache", threads=1)
+    model = MiniLMEmbedder(cache_dir=blocker / "cache", threads=1, precision="fp32")
     with caplog.at_level(logging.WARNING, logger="trio_recall.model_cache"):
         got = model.embed_batch(sentences)
     assert np.abs(got - want).max() < 1e-6

@@ -26,7 +26,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, final
 
@@ -358,6 +358,52 @@ def _mean_pool(tokens: npt.NDArray[np.float32], mask: Array) -> Array:
     return vectors
 
 
+def _spread(
+    passes: Sequence[npt.NDArray[np.intp]],
+    run: Callable[[npt.NDArray[np.intp]], object],
+    workers: int,
+) -> None:
+    """``run`` every pass, ``workers`` at a time: the calling thread and ``workers - 1``
+    threads started for this call and joined before it returns, each taking the next
+    pass until none is left. ONNX Runtime releases the GIL for a pass and its session
+    is safe to call from several threads. The first error stops the others from taking
+    more passes and is raised here once they have finished."""
+    if workers <= 1:
+        for chunk in passes:
+            run(chunk)
+        return
+    lock = threading.Lock()
+    queue = iter(passes)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                chunk = None if errors else next(queue, None)
+            if chunk is None:
+                return
+            try:
+                run(chunk)
+            except BaseException as error:  # raised again below, in the caller
+                with lock:
+                    errors.append(error)
+                return
+
+    helpers = [
+        threading.Thread(target=work, name=f"minilm-pass-{i}", daemon=True)
+        for i in range(1, workers)
+    ]
+    for helper in helpers:
+        helper.start()
+    try:
+        work()
+    finally:
+        for helper in helpers:
+            helper.join()
+    if errors:
+        raise errors[0]
+
+
 @final
 @attrs.frozen
 class MiniLMStatistics:
@@ -413,27 +459,33 @@ class MiniLMEmbedder(ReportingModel):
     corrupt). Later processes open the file: no ``onnx`` import and no numpy copy of the
     weights, which live only in the session.
 
-    Precision: ``"fp32"`` (the default) or ``"int8"``, ONNX Runtime's dynamic
-    quantization of the same weights (:mod:`actors._embedding.quantize`; nothing is
-    downloaded), which needs the onnxruntime runtime. int8 quantizes each pass's
-    activations with one scale for the whole pass, so it runs one text per pass: a
-    text's vector never depends on the texts embedded with it. int8 vectors differ
-    from fp32's (cosine about 0.99), so the profile says so: int8's ``options`` hold
-    ``"precision": "int8"`` (fp32's stay ``{"max_seq_length": N}``, as before), and a
-    store or table bound to one precision refuses the other's vectors, and (pg) refuses
-    to open with the other embedder.
+    Precision: ``"int8"`` (the default where ONNX Runtime runs) or ``"fp32"``. int8 is
+    ONNX Runtime's dynamic quantization of the same weights
+    (:mod:`actors._embedding.quantize`; nothing is downloaded): 2.3x fp32's texts/s here
+    with the same dev R@10 (0.805; ``benches/README.md``, "Embedding"). It quantizes
+    each pass's activations with one scale for the whole pass, so it runs one text per
+    pass, ``threads`` passes at a time on a one-thread session: a text's vector never
+    depends on the texts embedded with it. int8 vectors differ from fp32's (cosine about
+    0.99), so the profile says so: int8's ``options`` hold ``"precision": "int8"``
+    (fp32's stay ``{"max_seq_length": N}``, as before int8 existed), and a store or
+    table bound to one precision refuses the other's vectors (pg refuses to open with
+    the other embedder), naming the options of each.
 
-    Changing precision means re-embedding into a new store (or a new pg table) opened
-    with the new embedder: list the old store's documents (``retrieve_embedding`` of a
-    zero vector with ``k`` = its capacity gives every id, oldest first by ``sequence``;
-    ``get_by_ids`` gives the documents), clear their version fields
-    (``valid_from``, ``valid_to``, ``version``, ``supersedes``) and ``add_documents``
-    them to the new one, which embeds their texts anew (``tests/test_minilm.py`` runs
-    this in memory and on pg). The command line's ``export`` and ``import`` do the same
-    between two places, but it runs fp32 only for now.
+    Migrating a memory made in fp32 (every memory made before int8 was the default):
+    either keep it in fp32 (``MiniLMEmbedder(precision="fp32")``; the command line and
+    the MCP server do so by themselves, reading the table's profile), or re-embed it
+    into a new store or pg table opened with the new embedder. With the command line:
+    ``trio-recall export FILE`` from the old place, ``trio-recall import FILE`` into a
+    new one, which is made in the default precision. In a program: list the old
+    store's documents (``get_by_ids``), clear their version fields (``valid_from``,
+    ``valid_to``, ``version``, ``supersedes``) and ``add_documents`` them to the new
+    store, which embeds their texts anew (``tests/test_minilm.py`` runs this in memory
+    and on pg; ``tests/pg/test_cli.py`` the command line's).
 
     Nothing process-wide changes by default. The onnxruntime session has its own pool of
-    ``threads`` threads (the caller's thread plus ``threads - 1`` workers); the numpy
+    ``threads`` threads (the caller's thread plus ``threads - 1`` workers; for int8, the
+    caller and ``threads - 1`` threads started for the call run one-text passes at
+    once on a one-thread session); the numpy
     runtime uses numpy's BLAS as the process configured it.
 
     Args:
@@ -457,7 +509,8 @@ class MiniLMEmbedder(ReportingModel):
             None (the default) leaves BLAS alone. With the onnxruntime runtime, which
             calls no BLAS, it changes nothing process-wide and only stands for
             ``threads`` when that is not given.
-        precision: ``"fp32"`` or ``"int8"`` (onnxruntime only); see above.
+        precision: ``"int8"`` (onnxruntime only) or ``"fp32"``; None (the default)
+            gives int8 with the onnxruntime runtime and fp32 with numpy. See above.
         cache_dir: the folder of cached graphs; None gives
             :func:`~actors._embedding.model_cache.cache_dir` (``$TRIO_RECALL_CACHE_DIR``,
             else the user's cache folder). An unwritable folder is logged once and the
@@ -481,7 +534,7 @@ class MiniLMEmbedder(ReportingModel):
         runtime: str = "auto",
         threads: int | None = None,
         blas_threads: int | None = None,
-        precision: str = "fp32",
+        precision: str | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
         for name, value, top in (
@@ -499,7 +552,7 @@ class MiniLMEmbedder(ReportingModel):
             raise ConfigError(
                 f"runtime is {shown(runtime)}; expected one of {', '.join(map(repr, _RUNTIMES))}"
             )
-        if precision not in PRECISIONS:
+        if precision is not None and precision not in PRECISIONS:
             raise ConfigError(
                 f"precision is {shown(precision)}; expected one of "
                 f"{', '.join(map(repr, PRECISIONS))}"
@@ -511,6 +564,12 @@ class MiniLMEmbedder(ReportingModel):
             )
         if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
             raise ConfigError(f"cache_dir is {shown(cache_dir)}; expected None, a str or a Path")
+        if precision is None:
+            # The default: int8 where ONNX Runtime runs (2.3x fp32's texts/s, the same
+            # dev R@10), else fp32 (the numpy runtime has no int8).
+            if runtime == "auto":
+                runtime = "onnxruntime" if onnx_available() else "numpy"
+            precision = "int8" if runtime != "numpy" else "fp32"
         if runtime == "auto" and precision == "fp32":
             runtime = "onnxruntime" if onnx_available() else "numpy"
         elif runtime != "numpy" and not onnx_available():
@@ -614,7 +673,7 @@ class MiniLMEmbedder(ReportingModel):
                     self._onnx = onnx_encoder(
                         folder,
                         self.precision,
-                        self.threads or 1,
+                        self._session_threads(),
                         self.cache_dir,
                         lambda: _read_weights(folder),
                     )
@@ -622,6 +681,13 @@ class MiniLMEmbedder(ReportingModel):
                 self._numpy_weights = _load_weights(folder)
             self._ready = True
             return tokenizer
+
+    def _session_threads(self) -> int:
+        """The session's intra-op threads: ``threads`` for fp32; one for int8, whose
+        one-text passes run ``threads`` at a time from as many callers instead (one text
+        is too small a product to split over threads: 581 texts/s on 2 cores against
+        301 with every pass split over a 2-thread pool, ``benches/README.md``)."""
+        return 1 if self.precision == "int8" else self.threads or 1
 
     @property
     def _weights(self) -> _Weights:
@@ -670,7 +736,8 @@ class MiniLMEmbedder(ReportingModel):
             per_text=per_text,
             cost=INT8_COST if per_text else FP32_COST,
         )
-        for chunk in plan:
+
+        def run(chunk: npt.NDArray[np.intp]) -> None:
             length = int(lengths[chunk].max())
             ids = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=_F32)
@@ -686,6 +753,13 @@ class MiniLMEmbedder(ReportingModel):
             else:
                 with threadpool_limits(self.blas_threads, user_api="blas"):
                     out[chunk] = _forward(self._weights, ids, mask)
+
+        if per_text and self._onnx is not None:
+            # One-thread session, ``threads`` passes at once (see _session_threads).
+            _spread(plan, run, min(self.threads or 1, len(plan)))
+        else:
+            for chunk in plan:
+                run(chunk)
         passes = len(plan)
         tokens = int(lengths.sum())
         seconds = time.perf_counter() - start

@@ -76,7 +76,7 @@ def cache_dir() -> Path:
 
 
 def graph_key(
-    weights_sha256: str, *, onnx: str, onnxruntime: str, precision: str, graph: int
+    weights_sha256: str, *, onnx: str, onnxruntime: str, precision: str, graph: int | str
 ) -> str:
     """The hex SHA-256 that names a graph built from these weights by these versions."""
     text = json.dumps(

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .model_cache import cache_dir, cached_file, file_sha256, graph_key, memoized_sha256
-from .quantize import quantize_int8
+from .quantize import QUANTIZE_VERSION, quantize_int8
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -207,7 +207,8 @@ def graph_source(
         onnx=importlib.metadata.version("onnx"),
         onnxruntime=onnxruntime.__version__,
         precision=precision,
-        graph=GRAPH_VERSION,
+        # An int8 graph is also named by how it was quantized.
+        graph=GRAPH_VERSION if precision == "fp32" else f"{GRAPH_VERSION}.{QUANTIZE_VERSION}",
     )
     name = f"all-minilm-l6-v2-{precision}-{key[:32]}.onnx"
 

@@ -7,7 +7,7 @@ texts it is given and the profile a vector was made under."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
@@ -169,5 +169,19 @@ def check_profile(bound: EmbeddingProfile, used: EmbeddingProfile) -> None:
     if bound.options_key() != used.options_key():
         raise EmbeddingError(
             f"query embedded with options {used.options_key()}; this store is bound to "
-            f"{bound.options_key()}"
+            f"{bound.options_key()}{precision_hint(bound.options, used.options)}"
         )
+
+
+def precision_hint(bound: Mapping[str, object], used: Mapping[str, object]) -> str:
+    """A sentence for a profile mismatch that is only MiniLM's precision (fp32 when the
+    option is absent), else an empty string."""
+    rest = {key: value for key, value in bound.items() if key != "precision"}
+    if rest != {key: value for key, value in used.items() if key != "precision"}:
+        return ""
+    held = bound.get("precision", "fp32")
+    return (
+        f": the same model in another precision; pass MiniLMEmbedder(precision={held!r}) "
+        "to use this store, or re-embed it into a new one (see MiniLMEmbedder, "
+        "'Migrating')"
+    )

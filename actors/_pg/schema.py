@@ -106,6 +106,7 @@ from psycopg.rows import TupleRow
 from protocol import ConfigError, EmbeddingProfile, StoreUnavailable
 from protocol.checks import unpack_metadata
 
+from .._embedding.protocols import precision_hint
 from .._retrieval.bm25 import MAX_TERM_BYTES, term_counts
 from .values import check_pg_text as check_pg_text
 from .values import exact_text as exact_text
@@ -925,10 +926,18 @@ def _check_meta(
             f"has {max_entries}: every process that shares a table shares one cap"
         )
     if bound is not None and profile is not None and bound != profile:
+        held, used = (
+            msgspec.json.decode(text, type=dict[str, object]) for text in (bound, profile)
+        )
+        hint = ""
+        if held.get("model") == used.get("model"):
+            old, new = (p.get("options") for p in (held, used))
+            if isinstance(old, dict) and isinstance(new, dict):
+                hint = precision_hint(old, new)
         raise ConfigError(
             f"table {names.table_name!r} is bound to the embedding profile {bound}; this "
             f"embedder's profile is {profile}. Vectors from another model do not compare: "
-            "open another table, or use the same model"
+            f"open another table, or use the same model{hint}"
         )
 
 
