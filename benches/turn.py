@@ -40,18 +40,19 @@ while it spin-waits (up to about 0.1 s), which slowed our embedder's calls up to
 at 100k entries; after a pause of 0.2 s every contender's embedder calls ran about 1.8×
 slower, at every size.
 
-``--baseline [REV]`` (default ``7c38333``, the code path before issue 32) runs another
-revision's ``Memory.turn`` side by side with this tree's: ``git archive REV`` is
-unpacked in a temporary folder and a worker subprocess (this script with ``--worker``,
-that folder first on ``PYTHONPATH``, so ``actors`` and ``protocol`` are the old tree's)
-opens a memory of the same size filled with the same vectors and runs the same turns.
-The worker is a contender of the schedule like the others: one turn per round, the
-parent waiting on its pipe while it runs, so one process's turn never overlaps the
-other's. The report gives both p50/p90 and the ratio current / baseline. For the
-ratio alone, ``--skip langchain --skip langgraph --skip raw`` keeps the parent's other
-contenders (whose two-thread BLAS calls slow whichever turn comes next, in either
-process) out of the rounds. ``--baseline HEAD`` is an A/A check of the harness: 100
-turns at 10k entries, load average 3.4 on 2 cores, gave 1.02 (p50) and 0.91 (p90).
+``--baseline [REV]`` (default ``7c38333``, the code path before the start-up, int8 and
+bucketing work) runs another revision's ``Memory.turn`` side by side with this tree's:
+``git archive REV`` is unpacked in a temporary folder and a worker subprocess (this
+script with ``--worker``, that folder first on ``PYTHONPATH``, so ``actors`` and
+``protocol`` are the old tree's) opens a memory of the same size filled with the same
+vectors and runs the same turns. The worker is a contender of the schedule like the
+others: one turn per round, the parent waiting on its pipe while it runs, so one
+process's turn never overlaps the other's. The report gives both p50/p90 and the ratio
+current / baseline. For the ratio alone, ``--skip langchain --skip langgraph --skip
+raw`` keeps the parent's other contenders (whose two-thread BLAS calls slow whichever
+turn comes next, in either process) out of the rounds. ``--baseline HEAD`` is an A/A
+check of the harness: 100 turns at 10k entries, load average 3.4 on 2 cores, gave 1.02
+(p50) and 0.91 (p90).
 
 Writes ``benches/results/turn.json`` and ``benches/results/turn.png``.
 """
@@ -93,7 +94,8 @@ SIZES = (1_000, 10_000, 100_000)
 K = 5  # MemoryConfig().top_k
 NOISE = 0.02
 MARKER = "[recalled memory]"
-#: The revision ``--baseline`` compares with by default: main before issue 32.
+#: The revision ``--baseline`` compares with by default: main before the start-up, int8
+#: and bucketing work.
 BASELINE = "7c38333"
 OURS = "trio-recall Memory.turn"
 
