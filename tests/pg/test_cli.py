@@ -210,6 +210,47 @@ def test_a_table_keeps_the_minilm_precision_it_was_written_with(
     assert js("stats", *where)["embedder"] == "minilm"
 
 
+def test_export_then_import_moves_a_memory_to_the_default_precision(
+    pg_dsn: str, pg_table: str, tmp_path: Path
+) -> None:
+    """The migration path ``MiniLMEmbedder``'s docstring gives the command line: export
+    a table written in fp32 (as every memory before int8 was the default), import it into
+    a new place, which is made in the default precision and embeds the texts anew."""
+    import trio
+    from pg_support import drop_table, new_table_name
+
+    from actors import MiniLMEmbedder, open_pg_store, read_pg_table
+    from protocol import VectorStoreConfig
+
+    texts = ["The cat sleeps on the windowsill", "Quarterly revenue grew by ten percent"]
+
+    async def write() -> None:
+        config = VectorStoreConfig(max_entries=100, dimensions=384, max_entry_bytes=4096)
+        with trio.fail_after(TIMEOUT):
+            embedder = MiniLMEmbedder(precision="fp32")
+            async with open_pg_store(pg_dsn, config, embedder, table=pg_table) as store:
+                await store.add_texts(texts)
+
+    trio.run(write)
+    dump = tmp_path / "memories.jsonl"
+    ok("export", str(dump), "--dsn", pg_dsn, "--table", pg_table)
+    target = new_table_name()
+    try:
+        where = ["--dsn", pg_dsn, "--table", target]
+        ok("import", str(dump), *where)
+        hits = js("search", "a kitten napping", "-k", "1", *where)
+        assert hits[0]["text"] == texts[0]
+        old, new = (
+            trio.run(lambda t=t: read_pg_table(pg_dsn, table=t)) for t in (pg_table, target)
+        )
+        assert old is not None and new is not None
+        assert old.profile is not None and new.profile is not None
+        assert "precision" not in old.profile.options  # fp32, as tables always were
+        assert new.profile.options.get("precision") == MiniLMEmbedder().precision == "int8"
+    finally:
+        drop_table(pg_dsn, target)
+
+
 # The modules that loading MiniLM imports: its tokenizer, and ONNX Runtime (or, without
 # it, the numpy runtime's safetensors; onnx itself when the graph is built).
 MODEL_MODULES = {"tokenizers", "onnxruntime", "onnx", "safetensors"}
