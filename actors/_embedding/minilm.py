@@ -495,10 +495,12 @@ class MiniLMEmbedder(ReportingModel):
         batch_size: the most texts per forward pass.
         runtime: ``"auto"``, ``"onnxruntime"`` or ``"numpy"``; the one chosen is
             :attr:`runtime`.
-        threads: the onnxruntime session's intra-op threads; None gives one per core
-            this process may run on (``os.sched_getaffinity``). Only that session's
-            pool. The numpy runtime refuses it: its BLAS threads are process-wide, see
-            ``blas_threads``.
+        threads: for fp32, the onnxruntime session's intra-op threads; for int8, how
+            many one-text passes run at once, each on a one-thread session. None gives
+            one per core this process may run on (``os.sched_getaffinity``). Only that
+            session's threads, and threads started for a call and joined before it
+            returns. The numpy runtime refuses it: its BLAS threads are process-wide,
+            see ``blas_threads``.
         blas_threads: an opt-in that changes process-wide state, numpy runtime only:
             for the length of each forward pass, every BLAS library loaded in the
             process (OpenBLAS in numpy's wheels; ``threadpoolctl``, ``user_api="blas"``)
