@@ -446,8 +446,8 @@ class MiniLMEmbedder(ReportingModel):
     forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
     ``onnxruntime`` are installed (the ``embed`` extra installs them), else numpy.
 
-    From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward pass runs
-    in a worker thread, one pass at a time per embedder (each pass already uses every
+    From trio, use :meth:`embed_documents` and :meth:`embed_query`: the forward passes run
+    in a worker thread, one call at a time per embedder (each call already uses every
     core). If the caller is cancelled, the thread finishes its pass and the result is
     dropped. :meth:`embed` and :meth:`embed_batch` are the sync equivalents (the
     ``Embedder`` protocol).
