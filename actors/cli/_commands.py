@@ -379,7 +379,7 @@ async def _stats(args: argparse.Namespace) -> int:
     where = _where(args)
 
     async def body(service: MemoryService) -> int:
-        stats = dict(await service.memory_stats())
+        stats = dict(await service.memory_stats(args.namespace))
         stats["location"] = where.describe()
         if args.json:
             _print_json(stats)

@@ -137,7 +137,7 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         metavar="NS",
         default=default(None),
         help="the namespace (default: memory-default); import: put every line there; "
-        "export: only this namespace",
+        "export and stats: only this namespace (default: every one)",
     )
     switch(options.add_argument, "--json", "machine-readable output: one JSON document on stdout")
     switch(options.add_argument, "--debug", "on an error, print the traceback; show library logs")
@@ -335,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stats",
         "how much memory is used, and by what",
         "Print the number of memories, the capacity and fill, the evictions, the "
-        "embedder and where memory lives (every namespace together).",
+        "embedder and where memory lives. The entries are every namespace's together, or "
+        "--namespace's only; capacity, fill and evictions are the whole store's.",
     )
 
     imports = command(

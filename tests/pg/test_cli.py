@@ -376,6 +376,35 @@ def test_import_is_incremental_and_export_round_trips(
     assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
 
 
+def test_stats_namespace_counts_one_namespace(
+    tmp_path: Path,
+    pg_dsn: str,
+    pg_table: str,
+) -> None:
+    """``stats --namespace NS`` counts NS's memories only (and says which); without it,
+    every namespace's; capacity is the whole store's either way."""
+    source = tmp_path / "in.jsonl"
+    lines = [
+        {"text": "Miso is a cat", "namespace": "alice"},
+        {"text": "Rex is a dog", "namespace": "alice"},
+        {"text": "the kiln is fixed", "namespace": "bob"},
+        {"text": "deploys go out on Tuesdays"},
+    ]
+    source.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    ok("import", str(source), *on_pg)
+    every = js("stats", *on_pg)
+    assert every["entries"] == 4 and "namespace" not in every
+    alice = js("stats", "--namespace", "alice", *on_pg)
+    assert (alice["entries"], alice["namespace"]) == (2, "alice")
+    assert alice["capacity"] == every["capacity"]
+    assert js("stats", "--namespace", "bob", *on_pg)["entries"] == 1
+    assert js("stats", "--namespace", "memory-default", *on_pg)["entries"] == 1
+    assert js("stats", "--namespace", "nobody", *on_pg)["entries"] == 0
+    text = ok("stats", "--namespace", "alice", *on_pg).stdout
+    assert "entries    2\n" in text and "namespace  alice\n" in text
+
+
 def test_import_takes_a_line_holding_one_long_token(
     tmp_path: Path,
     pg_dsn: str,
