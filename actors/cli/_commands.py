@@ -407,7 +407,7 @@ async def _import(args: argparse.Namespace) -> int:
         else:
             print(
                 f"imported {args.file}: {result['added']} added, {result['updated']} "
-                f"updated, {result['skipped']} unchanged"
+                f"updated, {result['skipped']} skipped (unchanged)"
             )
         return 0
 

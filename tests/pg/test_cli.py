@@ -333,7 +333,9 @@ def test_import_is_incremental_and_export_round_trips(
     before = _meta_version(pg_dsn, pg_table)
     # Again: a line without a time matches the memory whatever time the store gave it.
     again = ok("import", str(source), *on_pg)  # piped: no progress bar
-    assert again.stdout == f"imported {source}: 0 added, 0 updated, 5 unchanged\n"
+    assert again.stdout == f"imported {source}: 0 added, 0 updated, 5 skipped (unchanged)\n"
+    # The text names the counts with the JSON's keys: "skipped" in both.
+    assert js("import", str(source), *on_pg) == {"added": 0, "updated": 0, "skipped": 5}
     assert again.stderr == ""
     assert _meta_version(pg_dsn, pg_table) == before  # nothing was written
     # One changed line is one update.
