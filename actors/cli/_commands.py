@@ -3,11 +3,11 @@ operation of the shared ``MemoryService`` (or import/export), and prints the res
 
 Output: plain text for people by default, one JSON document on stdout with ``--json``.
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
-input: a usage error, a bad argument, a text argument that is not UTF-8, a bad import
-file); ``--debug`` adds the traceback. A reader of stdout that leaves (``| head``) ends
-the command quietly with 141 (128 + SIGPIPE). SIGTERM and SIGHUP cancel the command, so
-the embedded server is still stopped on the way out (exit status 128 + the signal's
-number).
+input: a usage error, a bad argument, a text argument that is not UTF-8, a bad or
+unreadable import file); ``--debug`` adds the traceback. A reader of stdout that leaves
+(``| head``) ends the command quietly with 141 (128 + SIGPIPE). SIGTERM and SIGHUP
+cancel the command, so the embedded server is still stopped on the way out (exit
+status 128 + the signal's number).
 """
 
 from __future__ import annotations

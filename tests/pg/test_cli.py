@@ -543,7 +543,9 @@ BAD = [
     (["add", "x", "--at", "May 8", "--in-memory"], 2, "occurred_at is 'May 8'; expected ISO"),
     (["add", "x", "--conversation", "a\tb", "--in-memory"], 2, "conversation is"),
     (["import", "{bad_time}", "--in-memory"], 2, "line 1 occurred_at is 'never'"),
-    (["import", "{missing}", "--in-memory"], 1, "No such file or directory"),
+    # A file that cannot be read is bad input (2, as the README's table says), named.
+    (["import", "{missing}", "--in-memory"], 2, "cannot read the import file {missing}: no such"),
+    (["import", "{a_dir}", "--in-memory"], 2, "cannot read the import file {a_dir}: is a dir"),
     (["import", "{bad_json}", "--data", "{data}"], 2, "line 2 is not JSON"),
     (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
     (["import", "{two_ids}", "--in-memory"], 2, "line 2 has the id 'x', which line 1"),
@@ -587,6 +589,8 @@ def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str)
         return f"exit status {result.returncode}, expected {status}: {result.stderr!r}"
     if result.stderr.count("\n") != 1 or "Traceback" in result.stderr:
         return f"stderr is not one line: {result.stderr!r}"
+    for name, value in values.items():  # the file names the message gives
+        phrase = phrase.replace(f"{{{name}}}", value)
     if phrase not in result.stderr:
         return f"stderr lacks {phrase!r}: {result.stderr!r}"
     if result.stdout:
@@ -607,6 +611,7 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:
         "deep": tmp_path / "deep.jsonl",
         "bad_time": tmp_path / "time.jsonl",
         "a_file": tmp_path / "a_file",
+        "a_dir": tmp_path,
     }
     files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
     files["bad_key"].write_text('{"text": "x", "meta": {}}\n')
