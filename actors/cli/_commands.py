@@ -4,10 +4,11 @@ operation of the shared ``MemoryService`` (or import/export), and prints the res
 Output: plain text for people by default, one JSON document on stdout with ``--json``.
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
 input: a usage error, a bad argument, a text argument that is not UTF-8, a bad or
-unreadable import file); ``--debug`` adds the traceback. A reader of stdout that leaves
-(``| head``) ends the command quietly with 141 (128 + SIGPIPE). SIGTERM and SIGHUP
-cancel the command, so the embedded server is still stopped on the way out (exit
-status 128 + the signal's number).
+unreadable import file); ``--debug`` adds the traceback. Under ``--json`` the line is
+a JSON object, ``{"error": {"kind": ..., "message": ...}}`` (``_parser.report_error``).
+A reader of stdout that leaves (``| head``) ends the command quietly with 141 (128 +
+SIGPIPE). SIGTERM and SIGHUP cancel the command, so the embedded server is still
+stopped on the way out (exit status 128 + the signal's number).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from ._parser import USAGE_ERROR, UsageError
+from ._parser import USAGE_ERROR, UsageError, report_error
 
 if TYPE_CHECKING:  # imported when a command runs: the command line starts fast
     from protocol.checks import JsonValue
@@ -76,16 +77,16 @@ def run(args: argparse.Namespace) -> int:
         _check_utf8(args)
         trio.run(_main, args, status)
     except KeyboardInterrupt:
-        sys.stderr.write("trio-recall: interrupted\n")
+        report_error("interrupted", "interrupted", as_json=args.json)
         return INTERRUPTED
     except BaseException as error:  # every error becomes one line
         leaf = _leaf(error)
         if isinstance(leaf, KeyboardInterrupt):
-            sys.stderr.write("trio-recall: interrupted\n")
+            report_error("interrupted", "interrupted", as_json=args.json)
             return INTERRUPTED
         if isinstance(leaf, SystemExit):
             raise leaf from None
-        return _report(leaf, debug=args.debug, error=error)
+        return _report(leaf, debug=args.debug, error=error, as_json=args.json)
     return status[0] if status else 0
 
 
@@ -123,7 +124,7 @@ def _usage_error(error: BaseException) -> bool:
     return isinstance(error, UsageError | ToolInputError | FilterError | JsonError)
 
 
-def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
+def _report(leaf: BaseException, *, debug: bool, error: BaseException, as_json: bool) -> int:
     if debug:
         traceback.print_exception(error)
     from protocol import VectorStoreError
@@ -136,16 +137,17 @@ def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
         return BROKEN_PIPE
     message = " ".join(str(leaf).split()) or type(leaf).__name__
     if _usage_error(leaf):
-        sys.stderr.write(f"trio-recall: error: {message}\n")
+        report_error("usage", message, as_json=as_json)
         return USAGE_ERROR
     from ._service import MissingMemory
 
     if isinstance(leaf, VectorStoreError | OSError | MissingMemory):
-        sys.stderr.write(f"trio-recall: error: {message}\n")
+        report_error("failed", message, as_json=as_json)
     else:
-        sys.stderr.write(
-            f"trio-recall: error: {type(leaf).__name__}: {message} (a bug? --debug prints "
-            "the traceback)\n"
+        report_error(
+            "bug",
+            f"{type(leaf).__name__}: {message} (a bug? --debug prints the traceback)",
+            as_json=as_json,
         )
     return FAILED
 

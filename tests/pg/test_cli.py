@@ -582,16 +582,32 @@ BAD = [
 ]
 
 
-def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str) -> str | None:
-    """What is wrong with one bad-input run, or None."""
-    result = cli(*(values.get(a[1:-1], a) if a.startswith("{") else a for a in args))
+def _bad_case(
+    values: dict[str, str], args: list[str], status: int, phrase: str, *, as_json: bool = False
+) -> str | None:
+    """What is wrong with one bad-input run, or None; ``as_json``: run it with
+    ``--json``, whose error is one JSON object on stderr, with the same exit status."""
+    given = [values.get(a[1:-1], a) if a.startswith("{") else a for a in args]
+    result = cli(*given, *(["--json"] if as_json else []))
     if result.returncode != status:
         return f"exit status {result.returncode}, expected {status}: {result.stderr!r}"
     if result.stderr.count("\n") != 1 or "Traceback" in result.stderr:
         return f"stderr is not one line: {result.stderr!r}"
     for name, value in values.items():  # the file names the message gives
         phrase = phrase.replace(f"{{{name}}}", value)
-    if phrase not in result.stderr:
+    message = result.stderr
+    if as_json:
+        try:
+            error = json.loads(result.stderr)
+        except json.JSONDecodeError:
+            return f"stderr is not JSON: {result.stderr!r}"
+        kind = {2: "usage", 1: "failed"}[status]
+        if set(error) != {"error"} or set(error["error"]) != {"kind", "message"}:
+            return f"stderr is not {{'error': {{'kind', 'message'}}}}: {error!r}"
+        if error["error"]["kind"] != kind:
+            return f"kind is {error['error']['kind']!r}, expected {kind!r}"
+        message = error["error"]["message"]
+    if phrase not in message:
         return f"stderr lacks {phrase!r}: {result.stderr!r}"
     if result.stdout:
         return f"stdout is not empty: {result.stdout!r}"
@@ -633,6 +649,20 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:
     assert not failed, "\n".join(failed)
     # A bad import file is refused before anything is written, or started.
     assert not (tmp_path / "memory").exists()
+
+    # Under --json, each error is one JSON object on stderr, with the same exit status:
+    # every failure (1), and the usage errors of the parser, the service and the files.
+    as_json = [case for case in BAD if case[1] == 1] + [
+        case for case in BAD if case[0][:1] in ([], ["frobnicate"], ["import"])
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = list(pool.map(lambda case: _bad_case(values, *case, as_json=True), as_json))
+    failed = [
+        f"--json {' '.join(case[0])[:60]}: {problem}"
+        for case, problem in zip(as_json, problems, strict=True)
+        if problem
+    ]
+    assert not failed, "\n".join(failed)
 
 
 def test_debug_prints_the_traceback() -> None:
