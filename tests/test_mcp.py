@@ -726,6 +726,8 @@ async def test_a_running_server_starts_its_killed_postgres_again(data_dir: Path)
         errlog.seek(0)
         said = errlog.read()
     assert "had stopped; starting it again" in said and "runs again" in said, said
+    # --data named a directory that was not there: mcp made it, and said so once.
+    assert said.count(f"trio-recall: created a new memory in {data_dir}\n") == 1, said
     assert not running(data_dir)
 
 

@@ -22,6 +22,7 @@ import signal
 import sys
 import traceback
 from collections.abc import AsyncIterable, Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import trio
@@ -46,6 +47,9 @@ BROKEN_PIPE = 141
 #: The retriever name of ``search``'s reads in their ``vector_store.searched`` events
 #: (``actors.doors.named_run``).
 CLI_RETRIEVER = "cli"
+#: The commands that only read: on a ``--data`` directory that is not there they refuse
+#: (unless ``--create``) rather than make a new, empty memory.
+_READ_ONLY = frozenset({"search", "stats", "history", "export", "forget"})
 #: The arguments that are text (paths are not: a file name may hold any bytes).
 _TEXT_ARGUMENTS = {
     "text": "TEXT",
@@ -242,6 +246,29 @@ def _where(args: argparse.Namespace) -> Where:
     return where
 
 
+def _new_data_dir(args: argparse.Namespace) -> Path | None:
+    """``--data DIR`` when DIR does not exist yet, else None (an existing DIR, the
+    default data directory, which is made silently, or no data directory at all).
+
+    Raises:
+        UsageError: DIR is not there and the command only reads (``--create`` not
+            given): a typo in ``--data`` must not read an empty new memory.
+    """
+    data: Path | None = args.data
+    if data is None:
+        return None
+    data = data.expanduser().absolute()
+    if data.exists() or data.is_symlink():
+        return None
+    if args.command in _READ_ONLY and not args.create:
+        raise UsageError(
+            f"--data {data}: no memory is there (the directory does not exist); expected "
+            "the data directory of an existing memory (a typo?), or pass --create to make "
+            "a new memory there"
+        )
+    return data
+
+
 async def _with_service(
     args: argparse.Namespace,
     body: Callable[[MemoryService], Awaitable[int]],
@@ -250,7 +277,11 @@ async def _with_service(
 ) -> int:
     from ._location import open_location
 
-    async with open_location(_where(args), embedder=args.embedder, watch=watch) as service:
+    where = _where(args)
+    new = _new_data_dir(args)
+    async with open_location(where, embedder=args.embedder, watch=watch) as service:
+        if new is not None:
+            sys.stderr.write(f"trio-recall: created a new memory in {new}\n")
         return await body(service)
 
 

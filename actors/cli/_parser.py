@@ -151,7 +151,9 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         type=Path,
         default=default(None),
         help="a data directory with an embedded PostgreSQL, started on demand and "
-        "stopped on exit (default: $TRIO_RECALL_DATA, else the user data directory)",
+        "stopped on exit (default: $TRIO_RECALL_DATA, else the user data directory); "
+        "one that does not exist is made by the commands that write (they say so), "
+        "and refused by the ones that only read unless --create is given",
     )
     exclusive.add_argument(
         "--dsn",
@@ -163,6 +165,13 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         exclusive.add_argument,
         "--in-memory",
         "keep memory in this process only (nothing persists)",
+    )
+    switch(
+        place.add_argument,
+        "--create",
+        "with --data: make a new memory in DIR when it does not exist (the commands that "
+        "only read refuse a DIR that is not there, a typo most likely; the ones that "
+        "write make it, and say so on stderr)",
     )
     place.add_argument(
         "--table",

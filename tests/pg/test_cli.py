@@ -171,6 +171,45 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     assert not any(word in exported for word in ("Lisbon", "Porto", "Ana", "quokka"))
 
 
+def test_a_data_dir_that_is_not_there(tmp_path: Path) -> None:
+    """``--data`` naming a directory that does not exist (a typo, most likely): the
+    commands that only read refuse (exit status 2, saying to pass --create) and make
+    nothing; the ones that write make a new memory there and say so once on stderr;
+    the default data directory is made silently."""
+    typo = tmp_path / "memroy"
+    where = ["--data", str(typo), "--embedder", "hashing"]
+    for args in (
+        ["search", "cat"],
+        ["stats"],
+        ["history", "x"],
+        ["export", str(tmp_path / "out.jsonl")],
+        ["forget", "x"],
+    ):
+        refused = cli(*args, *where)
+        assert refused.returncode == 2, (args, refused.returncode, refused.stderr)
+        assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"--data {typo}: no memory is there" in refused.stderr, refused.stderr
+        assert "pass --create" in refused.stderr
+    refused = cli("stats", *where, "--json")
+    assert refused.returncode == 2
+    assert json.loads(refused.stderr)["error"]["kind"] == "usage"
+    assert not typo.exists() and not (tmp_path / "out.jsonl").exists()
+    # A command that writes makes it, and says so the first time only.
+    made = ok("add", "my cat is called Miso", *where)
+    assert made.stderr == f"trio-recall: created a new memory in {typo}\n"
+    assert ok("add", "Rex is a dog", *where).stderr == ""
+    assert js("stats", *where)["entries"] == 2
+    # --create lets a command that reads make one.
+    fresh = tmp_path / "fresh"
+    counted = ok("stats", "--data", str(fresh), "--create", "--embedder", "hashing", "--json")
+    assert json.loads(counted.stdout)["entries"] == 0
+    assert counted.stderr == f"trio-recall: created a new memory in {fresh}\n"
+    # The default data directory (no --data) is made silently, by any command.
+    home = tmp_path / "xdg"
+    quiet = ok("stats", "--embedder", "hashing", XDG_DATA_HOME=str(home))
+    assert quiet.stderr == "" and (home / "trio-recall" / "pg").is_dir()
+
+
 def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) -> None:
     data = tmp_path / "memory"
     ok("add", "The cat sleeps on the windowsill", "--data", str(data))
