@@ -214,6 +214,12 @@ async def round_trip(session: ClientSession) -> None:
     assert stats["entries"] == 2 and stats["evictions"] == 0
     assert stats["fill"] == pytest.approx(2 / stats["capacity"])
     assert stats["embedder"] == "hashing" and stats["backend"]
+    assert "namespace" not in stats
+    # With a namespace, entries counts that namespace's memories only.
+    assert (await call(session, "memory_stats", namespace="memory-default"))["entries"] == 2
+    other = await call(session, "memory_stats", namespace="elsewhere")
+    assert (other["entries"], other["namespace"]) == (0, "elsewhere")
+    assert other["capacity"] == stats["capacity"]
 
     gone = await call(session, "forget", ids=[cat["id"], "nope", cat["id"]])
     assert gone == {"ids": [cat["id"]], "missing": ["nope"]}
@@ -395,6 +401,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("get_memories", {"ids": None}, ["ids is None", "expected a list"]),
     ("get_memories", {"ids": ["a"], "namespace": ["x"]}, ["namespace is ['x'] (list)"]),
     ("memory_stats", {"verbose": True}, ["memory_stats takes no argument 'verbose'"]),
+    ("memory_stats", {"namespace": ""}, ["namespace is ''"]),
     ("remember", {"text": "hi", "dedupe": "fuzzy"}, ["dedupe is 'fuzzy'", "exact, near, none"]),
     ("remember", {"text": "hi", "dedupe": None}, ["dedupe is None", "exact, near, none"]),
     ("remember", {"text": "hi", "expires_at": "later"}, ["expires_at is 'later'", "ISO 8601"]),
@@ -719,6 +726,8 @@ async def test_a_running_server_starts_its_killed_postgres_again(data_dir: Path)
         errlog.seek(0)
         said = errlog.read()
     assert "had stopped; starting it again" in said and "runs again" in said, said
+    # --data named a directory that was not there: mcp made it, and said so once.
+    assert said.count(f"trio-recall: created a new memory in {data_dir}\n") == 1, said
     assert not running(data_dir)
 
 

@@ -3,11 +3,12 @@ operation of the shared ``MemoryService`` (or import/export), and prints the res
 
 Output: plain text for people by default, one JSON document on stdout with ``--json``.
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
-input: a usage error, a bad argument, a text argument that is not UTF-8, a bad import
-file); ``--debug`` adds the traceback. A reader of stdout that leaves (``| head``) ends
-the command quietly with 141 (128 + SIGPIPE). SIGTERM and SIGHUP cancel the command, so
-the embedded server is still stopped on the way out (exit status 128 + the signal's
-number).
+input: a usage error, a bad argument, a text argument that is not UTF-8, a bad or
+unreadable import file); ``--debug`` adds the traceback. Under ``--json`` the line is
+a JSON object, ``{"error": {"kind": ..., "message": ...}}`` (``_parser.report_error``).
+A reader of stdout that leaves (``| head``) ends the command quietly with 141 (128 +
+SIGPIPE). SIGTERM and SIGHUP cancel the command, so the embedded server is still
+stopped on the way out (exit status 128 + the signal's number).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import signal
 import sys
 import traceback
 from collections.abc import AsyncIterable, Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from ._parser import USAGE_ERROR, UsageError
+from ._parser import USAGE_ERROR, UsageError, report_error
 
 if TYPE_CHECKING:  # imported when a command runs: the command line starts fast
     from protocol.checks import JsonValue
@@ -45,6 +47,9 @@ BROKEN_PIPE = 141
 #: The retriever name of ``search``'s reads in their ``vector_store.searched`` events
 #: (``actors.doors.named_run``).
 CLI_RETRIEVER = "cli"
+#: The commands that only read: on a ``--data`` directory that is not there they refuse
+#: (unless ``--create``) rather than make a new, empty memory.
+_READ_ONLY = frozenset({"search", "stats", "history", "export", "forget"})
 #: The arguments that are text (paths are not: a file name may hold any bytes).
 _TEXT_ARGUMENTS = {
     "text": "TEXT",
@@ -76,16 +81,16 @@ def run(args: argparse.Namespace) -> int:
         _check_utf8(args)
         trio.run(_main, args, status)
     except KeyboardInterrupt:
-        sys.stderr.write("trio-recall: interrupted\n")
+        report_error("interrupted", "interrupted", as_json=args.json)
         return INTERRUPTED
     except BaseException as error:  # every error becomes one line
         leaf = _leaf(error)
         if isinstance(leaf, KeyboardInterrupt):
-            sys.stderr.write("trio-recall: interrupted\n")
+            report_error("interrupted", "interrupted", as_json=args.json)
             return INTERRUPTED
         if isinstance(leaf, SystemExit):
             raise leaf from None
-        return _report(leaf, debug=args.debug, error=error)
+        return _report(leaf, debug=args.debug, error=error, as_json=args.json)
     return status[0] if status else 0
 
 
@@ -123,7 +128,7 @@ def _usage_error(error: BaseException) -> bool:
     return isinstance(error, UsageError | ToolInputError | FilterError | JsonError)
 
 
-def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
+def _report(leaf: BaseException, *, debug: bool, error: BaseException, as_json: bool) -> int:
     if debug:
         traceback.print_exception(error)
     from protocol import VectorStoreError
@@ -136,16 +141,17 @@ def _report(leaf: BaseException, *, debug: bool, error: BaseException) -> int:
         return BROKEN_PIPE
     message = " ".join(str(leaf).split()) or type(leaf).__name__
     if _usage_error(leaf):
-        sys.stderr.write(f"trio-recall: error: {message}\n")
+        report_error("usage", message, as_json=as_json)
         return USAGE_ERROR
     from ._service import MissingMemory
 
     if isinstance(leaf, VectorStoreError | OSError | MissingMemory):
-        sys.stderr.write(f"trio-recall: error: {message}\n")
+        report_error("failed", message, as_json=as_json)
     else:
-        sys.stderr.write(
-            f"trio-recall: error: {type(leaf).__name__}: {message} (a bug? --debug prints "
-            "the traceback)\n"
+        report_error(
+            "bug",
+            f"{type(leaf).__name__}: {message} (a bug? --debug prints the traceback)",
+            as_json=as_json,
         )
     return FAILED
 
@@ -240,6 +246,29 @@ def _where(args: argparse.Namespace) -> Where:
     return where
 
 
+def _new_data_dir(args: argparse.Namespace) -> Path | None:
+    """``--data DIR`` when DIR does not exist yet, else None (an existing DIR, the
+    default data directory, which is made silently, or no data directory at all).
+
+    Raises:
+        UsageError: DIR is not there and the command only reads (``--create`` not
+            given): a typo in ``--data`` must not read an empty new memory.
+    """
+    data: Path | None = args.data
+    if data is None:
+        return None
+    data = data.expanduser().absolute()
+    if data.exists() or data.is_symlink():
+        return None
+    if args.command in _READ_ONLY and not args.create:
+        raise UsageError(
+            f"--data {data}: no memory is there (the directory does not exist); expected "
+            "the data directory of an existing memory (a typo?), or pass --create to make "
+            "a new memory there"
+        )
+    return data
+
+
 async def _with_service(
     args: argparse.Namespace,
     body: Callable[[MemoryService], Awaitable[int]],
@@ -248,7 +277,11 @@ async def _with_service(
 ) -> int:
     from ._location import open_location
 
-    async with open_location(_where(args), embedder=args.embedder, watch=watch) as service:
+    where = _where(args)
+    new = _new_data_dir(args)
+    async with open_location(where, embedder=args.embedder, watch=watch) as service:
+        if new is not None:
+            sys.stderr.write(f"trio-recall: created a new memory in {new}\n")
         return await body(service)
 
 
@@ -379,7 +412,7 @@ async def _stats(args: argparse.Namespace) -> int:
     where = _where(args)
 
     async def body(service: MemoryService) -> int:
-        stats = dict(await service.memory_stats())
+        stats = dict(await service.memory_stats(args.namespace))
         stats["location"] = where.describe()
         if args.json:
             _print_json(stats)
@@ -407,7 +440,7 @@ async def _import(args: argparse.Namespace) -> int:
         else:
             print(
                 f"imported {args.file}: {result['added']} added, {result['updated']} "
-                f"updated, {result['skipped']} unchanged"
+                f"updated, {result['skipped']} skipped (unchanged)"
             )
         return 0
 

@@ -149,10 +149,22 @@ def read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
         ToolInputError: a line that is not a memory (its number says which): not UTF-8,
             not JSON, nested too deep, or refused by the rules of ``add``; or the same
             id twice in one namespace with other content.
-        OSError: the file cannot be read.
+            A file that cannot be opened or read (missing, a directory, no
+            permission) is bad input too: one line naming the file and why.
     """
     if namespace is not None:
         _name("--namespace", namespace)
+    try:
+        return _read_jsonl(path, namespace=namespace, cap=cap)
+    except OSError as error:
+        what = "stdin" if path == "-" else f"the import file {path}"
+        why = (error.strerror or str(error)).lower()
+        raise ToolInputError(
+            f"cannot read {what}: {why}; expected a readable JSON Lines file (- reads stdin)"
+        ) from error
+
+
+def _read_jsonl(path: str, *, namespace: str | None, cap: int) -> list[Line]:
     where = "stdin" if path == "-" else path
     stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     lines: list[Line] = []

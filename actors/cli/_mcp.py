@@ -417,8 +417,20 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "memory_stats",
         "How full the memory is: entries, capacity, fill fraction, evictions so far, the "
-        "embedder and the backend.",
-        _object({}, []),
+        "embedder and the backend. With a namespace, entries counts only that namespace's "
+        "memories (capacity, fill and evictions are the whole store's).",
+        _object(
+            {
+                "namespace": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_NAME_BYTES,
+                    "description": "Count only this namespace's memories; omit for every "
+                    "namespace (or the server's --namespace, when it was given one).",
+                }
+            },
+            [],
+        ),
         _object(
             {
                 "entries": {"type": "integer"},
@@ -427,6 +439,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "evictions": {"type": "integer"},
                 "embedder": {"type": "string"},
                 "backend": {"type": "string"},
+                "namespace": {"type": "string"},
             },
             ["entries", "capacity", "fill", "evictions", "embedder", "backend"],
         ),
@@ -491,7 +504,7 @@ async def call_tool(
             missing = [i for i in dict.fromkeys(ids) if i not in found]
             return {"memories": memories, "missing": missing}
         case "memory_stats":
-            return await service.memory_stats()
+            return await service.memory_stats(**args)
         case _:  # a tool declared above and not dispatched here
             raise AssertionError(f"tool {name!r} has no implementation")
 

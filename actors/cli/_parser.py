@@ -3,12 +3,14 @@
 The flags that say where memory lives (``--data``, ``--dsn``, ``--in-memory``,
 ``--table``), ``--embedder``, ``--namespace``, ``--json`` and ``--debug`` are accepted
 before or after the command's name (``trio-recall --json stats`` and ``trio-recall stats
---json`` are the same). A usage error is one line on stderr and exit status 2.
+--json`` are the same). A usage error is one line on stderr and exit status 2: under
+``--json``, that line is a JSON object (:func:`report_error`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,14 @@ from protocol.checks import DEFAULT_MIN_SIMILARITY
 from ..doors import DEFAULT_MODE, SEARCH_MODES
 from ._service import DEDUPE_MODES, DEFAULT_DEDUPE
 
-__all__ = ["USAGE_ERROR", "UsageError", "build_parser", "parse_http"]
+__all__ = [
+    "USAGE_ERROR",
+    "UsageError",
+    "build_parser",
+    "json_errors_asked",
+    "parse_http",
+    "report_error",
+]
 
 #: The exit status of a command line that is wrong (argparse's own).
 USAGE_ERROR = 2
@@ -34,18 +43,55 @@ _EPILOG = """\
 exit status: 0 done; 1 failed (including forget of an id that is not there, and
 update of one that is not there);
 2 bad usage or input; 130 interrupted; 141 the reader of stdout left. Errors are one
-line on stderr (--debug prints the traceback)."""
+line on stderr (--debug prints the traceback); with --json, that line is one JSON
+object: {"error": {"kind": "usage" | "failed" | "bug" | "interrupted", "message": ...}}."""
 
 
 class UsageError(Exception):
     """A command line that is wrong: printed as one line, exit status 2."""
 
 
+def report_error(kind: str, message: str, *, as_json: bool) -> None:
+    """Write one error line on stderr: ``trio-recall: error: MESSAGE`` (``trio-recall:
+    interrupted`` for an interruption), or, ``as_json``, one JSON object, ``{"error":
+    {"kind": KIND, "message": MESSAGE}}`` (ASCII, so any file name in it is valid JSON).
+
+    ``kind`` says which exit status goes with it: ``"usage"`` (2: bad usage or input),
+    ``"failed"`` (1: the command failed: a memory or a database not there, a file not
+    written), ``"bug"`` (1: an error nobody foresaw; ``--debug`` prints its traceback)
+    or ``"interrupted"`` (130).
+    """
+    if as_json:
+        line = json.dumps({"error": {"kind": kind, "message": message}})
+    elif kind == "interrupted":
+        line = "trio-recall: interrupted"
+    else:
+        line = f"trio-recall: error: {message}"
+    sys.stderr.write(line + "\n")
+
+
+def json_errors_asked(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before a ``--``), so that even a
+    usage error the parser finds is reported as JSON."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line (and no usage block) on stderr."""
+    """argparse, with a usage error on one line (and no usage block) on stderr; a JSON
+    object when ``json_errors`` (the command line has ``--json``)."""
+
+    json_errors = False
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        if self.json_errors:
+            report_error("usage", f"{message} (see {self.prog} --help)", as_json=True)
+        else:
+            sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(USAGE_ERROR)
 
 
@@ -105,7 +151,9 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         type=Path,
         default=default(None),
         help="a data directory with an embedded PostgreSQL, started on demand and "
-        "stopped on exit (default: $TRIO_RECALL_DATA, else the user data directory)",
+        "stopped on exit (default: $TRIO_RECALL_DATA, else the user data directory); "
+        "one that does not exist is made by the commands that write (they say so), "
+        "and refused by the ones that only read unless --create is given",
     )
     exclusive.add_argument(
         "--dsn",
@@ -117,6 +165,13 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         exclusive.add_argument,
         "--in-memory",
         "keep memory in this process only (nothing persists)",
+    )
+    switch(
+        place.add_argument,
+        "--create",
+        "with --data: make a new memory in DIR when it does not exist (the commands that "
+        "only read refuse a DIR that is not there, a typo most likely; the ones that "
+        "write make it, and say so on stderr)",
     )
     place.add_argument(
         "--table",
@@ -137,20 +192,22 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         metavar="NS",
         default=default(None),
         help="the namespace (default: memory-default); import: put every line there; "
-        "export: only this namespace",
+        "export and stats: only this namespace (default: every one)",
     )
     switch(options.add_argument, "--json", "machine-readable output: one JSON document on stdout")
     switch(options.add_argument, "--debug", "on an error, print the traceback; show library logs")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``trio-recall`` and its commands."""
+def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """The parser of ``trio-recall`` and its commands; ``json_errors``: a usage error is
+    reported as a JSON object (:func:`report_error`)."""
     parser = _Parser(
         prog="trio-recall",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.json_errors = json_errors
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -163,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         assert isinstance(sub, _Parser)
+        sub.json_errors = json_errors
         _common(sub, top=False)
         return sub
 
@@ -335,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stats",
         "how much memory is used, and by what",
         "Print the number of memories, the capacity and fill, the evictions, the "
-        "embedder and where memory lives (every namespace together).",
+        "embedder and where memory lives. The entries are every namespace's together, or "
+        "--namespace's only; capacity, fill and evictions are the whole store's.",
     )
 
     imports = command(

@@ -461,11 +461,23 @@ class MemoryService:
         found = {d.id: d for d in await self.store.get_by_ids(wanted, namespace=space, as_of=then)}
         return [_memory(found[i]) for i in dict.fromkeys(wanted) if i in found]
 
-    async def memory_stats(self) -> dict[str, JsonValue]:
-        """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``: the
-        whole store's counts (every namespace), fresh from the database on pg."""
+    async def memory_stats(self, namespace: object = None) -> dict[str, JsonValue]:
+        """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``, fresh
+        from the database on pg.
+
+        Args:
+            namespace: count only this namespace's current memories in ``entries`` (and
+                say which in ``"namespace"``); ``None``: every namespace. ``capacity``,
+                ``fill`` and ``evictions`` are the whole store's either way (the
+                namespaces share it).
+
+        Raises:
+            ToolInputError: a namespace that is not a non-empty str of at most
+                :data:`MAX_NAME_BYTES` UTF-8 bytes.
+        """
+        space = None if namespace is None else _name("namespace", namespace)
         usage = await self.store.refresh()
-        return {
+        stats: dict[str, JsonValue] = {
             "entries": usage.entries,
             "capacity": usage.capacity,
             "fill": usage.fraction,
@@ -473,6 +485,19 @@ class MemoryService:
             "embedder": self.embedder_name,
             "backend": self.backend,
         }
+        if space is not None:
+            stats["entries"] = await self._count(space)
+            stats["namespace"] = space
+        return stats
+
+    async def _count(self, namespace: str) -> int:
+        """The memories of one namespace (a scan with a zero vector, which scores 0.0
+        against each, as export lists them)."""
+        import numpy as np
+
+        zero = np.zeros(self.store.config.dimensions, dtype=np.float32)
+        report = await self.store.retrieve_embedding(zero, max(self.store.capacity, 1), namespace)
+        return len(report.turns)
 
 
 def _memory(document: Document) -> dict[str, JsonValue]:

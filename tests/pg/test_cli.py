@@ -171,6 +171,45 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     assert not any(word in exported for word in ("Lisbon", "Porto", "Ana", "quokka"))
 
 
+def test_a_data_dir_that_is_not_there(tmp_path: Path) -> None:
+    """``--data`` naming a directory that does not exist (a typo, most likely): the
+    commands that only read refuse (exit status 2, saying to pass --create) and make
+    nothing; the ones that write make a new memory there and say so once on stderr;
+    the default data directory is made silently."""
+    typo = tmp_path / "memroy"
+    where = ["--data", str(typo), "--embedder", "hashing"]
+    for args in (
+        ["search", "cat"],
+        ["stats"],
+        ["history", "x"],
+        ["export", str(tmp_path / "out.jsonl")],
+        ["forget", "x"],
+    ):
+        refused = cli(*args, *where)
+        assert refused.returncode == 2, (args, refused.returncode, refused.stderr)
+        assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"--data {typo}: no memory is there" in refused.stderr, refused.stderr
+        assert "pass --create" in refused.stderr
+    refused = cli("stats", *where, "--json")
+    assert refused.returncode == 2
+    assert json.loads(refused.stderr)["error"]["kind"] == "usage"
+    assert not typo.exists() and not (tmp_path / "out.jsonl").exists()
+    # A command that writes makes it, and says so the first time only.
+    made = ok("add", "my cat is called Miso", *where)
+    assert made.stderr == f"trio-recall: created a new memory in {typo}\n"
+    assert ok("add", "Rex is a dog", *where).stderr == ""
+    assert js("stats", *where)["entries"] == 2
+    # --create lets a command that reads make one.
+    fresh = tmp_path / "fresh"
+    counted = ok("stats", "--data", str(fresh), "--create", "--embedder", "hashing", "--json")
+    assert json.loads(counted.stdout)["entries"] == 0
+    assert counted.stderr == f"trio-recall: created a new memory in {fresh}\n"
+    # The default data directory (no --data) is made silently, by any command.
+    home = tmp_path / "xdg"
+    quiet = ok("stats", "--embedder", "hashing", XDG_DATA_HOME=str(home))
+    assert quiet.stderr == "" and (home / "trio-recall" / "pg").is_dir()
+
+
 def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) -> None:
     data = tmp_path / "memory"
     ok("add", "The cat sleeps on the windowsill", "--data", str(data))
@@ -333,7 +372,9 @@ def test_import_is_incremental_and_export_round_trips(
     before = _meta_version(pg_dsn, pg_table)
     # Again: a line without a time matches the memory whatever time the store gave it.
     again = ok("import", str(source), *on_pg)  # piped: no progress bar
-    assert again.stdout == f"imported {source}: 0 added, 0 updated, 5 unchanged\n"
+    assert again.stdout == f"imported {source}: 0 added, 0 updated, 5 skipped (unchanged)\n"
+    # The text names the counts with the JSON's keys: "skipped" in both.
+    assert js("import", str(source), *on_pg) == {"added": 0, "updated": 0, "skipped": 5}
     assert again.stderr == ""
     assert _meta_version(pg_dsn, pg_table) == before  # nothing was written
     # One changed line is one update.
@@ -374,6 +415,35 @@ def test_import_is_incremental_and_export_round_trips(
     # export - writes stdout; --namespace exports one namespace.
     bob = ok("export", "-", "--namespace", "bob", "--data", str(data)).stdout.splitlines()
     assert [json.loads(line)["metadata"] for line in bob] == [{}, {"seen": True}]
+
+
+def test_stats_namespace_counts_one_namespace(
+    tmp_path: Path,
+    pg_dsn: str,
+    pg_table: str,
+) -> None:
+    """``stats --namespace NS`` counts NS's memories only (and says which); without it,
+    every namespace's; capacity is the whole store's either way."""
+    source = tmp_path / "in.jsonl"
+    lines = [
+        {"text": "Miso is a cat", "namespace": "alice"},
+        {"text": "Rex is a dog", "namespace": "alice"},
+        {"text": "the kiln is fixed", "namespace": "bob"},
+        {"text": "deploys go out on Tuesdays"},
+    ]
+    source.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    ok("import", str(source), *on_pg)
+    every = js("stats", *on_pg)
+    assert every["entries"] == 4 and "namespace" not in every
+    alice = js("stats", "--namespace", "alice", *on_pg)
+    assert (alice["entries"], alice["namespace"]) == (2, "alice")
+    assert alice["capacity"] == every["capacity"]
+    assert js("stats", "--namespace", "bob", *on_pg)["entries"] == 1
+    assert js("stats", "--namespace", "memory-default", *on_pg)["entries"] == 1
+    assert js("stats", "--namespace", "nobody", *on_pg)["entries"] == 0
+    text = ok("stats", "--namespace", "alice", *on_pg).stdout
+    assert "entries    2\n" in text and "namespace  alice\n" in text
 
 
 def test_import_takes_a_line_holding_one_long_token(
@@ -512,7 +582,9 @@ BAD = [
     (["add", "x", "--at", "May 8", "--in-memory"], 2, "occurred_at is 'May 8'; expected ISO"),
     (["add", "x", "--conversation", "a\tb", "--in-memory"], 2, "conversation is"),
     (["import", "{bad_time}", "--in-memory"], 2, "line 1 occurred_at is 'never'"),
-    (["import", "{missing}", "--in-memory"], 1, "No such file or directory"),
+    # A file that cannot be read is bad input (2, as the README's table says), named.
+    (["import", "{missing}", "--in-memory"], 2, "cannot read the import file {missing}: no such"),
+    (["import", "{a_dir}", "--in-memory"], 2, "cannot read the import file {a_dir}: is a dir"),
     (["import", "{bad_json}", "--data", "{data}"], 2, "line 2 is not JSON"),
     (["import", "{bad_key}", "--in-memory"], 2, "line 1 has the key 'meta'"),
     (["import", "{two_ids}", "--in-memory"], 2, "line 2 has the id 'x', which line 1"),
@@ -549,14 +621,32 @@ BAD = [
 ]
 
 
-def _bad_case(values: dict[str, str], args: list[str], status: int, phrase: str) -> str | None:
-    """What is wrong with one bad-input run, or None."""
-    result = cli(*(values.get(a[1:-1], a) if a.startswith("{") else a for a in args))
+def _bad_case(
+    values: dict[str, str], args: list[str], status: int, phrase: str, *, as_json: bool = False
+) -> str | None:
+    """What is wrong with one bad-input run, or None; ``as_json``: run it with
+    ``--json``, whose error is one JSON object on stderr, with the same exit status."""
+    given = [values.get(a[1:-1], a) if a.startswith("{") else a for a in args]
+    result = cli(*given, *(["--json"] if as_json else []))
     if result.returncode != status:
         return f"exit status {result.returncode}, expected {status}: {result.stderr!r}"
     if result.stderr.count("\n") != 1 or "Traceback" in result.stderr:
         return f"stderr is not one line: {result.stderr!r}"
-    if phrase not in result.stderr:
+    for name, value in values.items():  # the file names the message gives
+        phrase = phrase.replace(f"{{{name}}}", value)
+    message = result.stderr
+    if as_json:
+        try:
+            error = json.loads(result.stderr)
+        except json.JSONDecodeError:
+            return f"stderr is not JSON: {result.stderr!r}"
+        kind = {2: "usage", 1: "failed"}[status]
+        if set(error) != {"error"} or set(error["error"]) != {"kind", "message"}:
+            return f"stderr is not {{'error': {{'kind', 'message'}}}}: {error!r}"
+        if error["error"]["kind"] != kind:
+            return f"kind is {error['error']['kind']!r}, expected {kind!r}"
+        message = error["error"]["message"]
+    if phrase not in message:
         return f"stderr lacks {phrase!r}: {result.stderr!r}"
     if result.stdout:
         return f"stdout is not empty: {result.stdout!r}"
@@ -576,6 +666,7 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:
         "deep": tmp_path / "deep.jsonl",
         "bad_time": tmp_path / "time.jsonl",
         "a_file": tmp_path / "a_file",
+        "a_dir": tmp_path,
     }
     files["bad_json"].write_text('{"text": "fine"}\n{"text": nope}\n')
     files["bad_key"].write_text('{"text": "x", "meta": {}}\n')
@@ -597,6 +688,20 @@ def test_bad_input_is_one_line(tmp_path: Path, pg_dsn: str) -> None:
     assert not failed, "\n".join(failed)
     # A bad import file is refused before anything is written, or started.
     assert not (tmp_path / "memory").exists()
+
+    # Under --json, each error is one JSON object on stderr, with the same exit status:
+    # every failure (1), and the usage errors of the parser, the service and the files.
+    as_json = [case for case in BAD if case[1] == 1] + [
+        case for case in BAD if case[0][:1] in ([], ["frobnicate"], ["import"])
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = list(pool.map(lambda case: _bad_case(values, *case, as_json=True), as_json))
+    failed = [
+        f"--json {' '.join(case[0])[:60]}: {problem}"
+        for case, problem in zip(as_json, problems, strict=True)
+        if problem
+    ]
+    assert not failed, "\n".join(failed)
 
 
 def test_debug_prints_the_traceback() -> None:
