@@ -465,6 +465,8 @@ async def _export(args: argparse.Namespace) -> int:
 
 
 async def _mcp(args: argparse.Namespace) -> int:
+    if args.print_config is not None:
+        return _print_config(args)
     try:
         from ._mcp import serve
     except ImportError as error:
@@ -482,6 +484,19 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     # A server runs for hours: it keeps its embedded PostgreSQL up.
     return await _with_service(args, body, watch=True)
+
+
+def _print_config(args: argparse.Namespace) -> int:
+    """``mcp --print-config HOST``: print HOST's configuration; nothing starts."""
+    from ._host_config import host_config, launch_command
+
+    if args.http is not None or args.token_file is not None:
+        raise UsageError(
+            "--print-config is given with --http or --token-file; expected it alone (a "
+            "host launches the server over stdio: run an HTTP server yourself)"
+        )
+    print(host_config(args.print_config, launch_command(args)))
+    return 0
 
 
 def _http_token(args: argparse.Namespace) -> str | None:
