@@ -274,12 +274,15 @@ async def _with_service(
     body: Callable[[MemoryService], Awaitable[int]],
     *,
     watch: bool = False,
+    warm: bool = False,
 ) -> int:
+    """Run ``body`` on the memory the arguments name; ``warm``: the command embeds text,
+    so on a terminal the model loads first, behind a notice (:func:`open_location`)."""
     from ._location import open_location
 
     where = _where(args)
     new = _new_data_dir(args)
-    async with open_location(where, embedder=args.embedder, watch=watch) as service:
+    async with open_location(where, embedder=args.embedder, watch=watch, warm=warm) as service:
         if new is not None:
             sys.stderr.write(f"trio-recall: created a new memory in {new}\n")
         return await body(service)
@@ -317,7 +320,7 @@ async def _add(args: argparse.Namespace) -> int:
                 )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _search(args: argparse.Namespace) -> int:
@@ -346,7 +349,7 @@ async def _search(args: argparse.Namespace) -> int:
             print(_hit_line(hit))
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _forget(args: argparse.Namespace) -> int:
@@ -389,7 +392,7 @@ async def _update(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=args.text is not None)
 
 
 async def _history(args: argparse.Namespace) -> int:
@@ -444,7 +447,7 @@ async def _import(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _export(args: argparse.Namespace) -> int:

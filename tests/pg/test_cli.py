@@ -27,6 +27,7 @@ from cli_support import TIMEOUT, _script, cli, js, ok
 from extras import needs_extra
 
 from actors.cli._embedded import running
+from actors.cli._location import _imports_minilm
 
 
 def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
@@ -933,3 +934,32 @@ def test_a_missing_extra_says_how_to_add_it_from_this_clone(tmp_path: Path) -> N
     assert result.returncode == 1, result.stderr
     assert "needs the pg extra" in result.stderr and "uv run --extra pg" in result.stderr
     assert "pip install" not in result.stderr, result.stderr
+
+
+def test_a_terminal_sees_what_the_command_waits_for_and_a_pipe_does_not(
+    tmp_path: Path,
+) -> None:
+    """Starting the embedded server takes seconds: on a terminal a spinner says so, and
+    its line is erased once the server is up; a pipe gets no such line."""
+    data = tmp_path / "memory"
+    where = ["--data", str(data), "--embedder", "hashing"]
+    added, shown = cli_on_terminal("add", "a note", *where)
+    assert added.returncode == 0 and len(added.stdout.strip()) == 32, shown
+    assert "starting the database..." in shown, shown
+    last = shown.rindex("starting the database...")
+    assert "\r\x1b[K" in shown[last:], shown  # erased when done
+    assert "\x1b[K" not in added.stdout
+    piped = ok("search", "note", *where)
+    assert "starting the database" not in piped.stderr and "\x1b" not in piped.stderr
+    assert "a note" in piped.stdout
+
+
+@pytest.mark.skipif(not _imports_minilm(), reason=needs_extra("embed", "MiniLM is not installed"))
+def test_a_terminal_sees_the_model_load_and_a_pipe_does_not() -> None:
+    added, shown = cli_on_terminal("add", "a note", "--in-memory", "--embedder", "minilm")
+    assert added.returncode == 0 and len(added.stdout.strip()) == 32, shown
+    assert "loading the embedding model..." in shown, shown
+    last = shown.rindex("loading the embedding model...")
+    assert "\r\x1b[K" in shown[last:], shown  # erased when done
+    piped = ok("search", "note", "--in-memory", "--embedder", "minilm")
+    assert "loading the embedding model" not in piped.stderr and "\x1b" not in piped.stderr
