@@ -83,7 +83,11 @@ async def test_the_cli_search_command_names_its_reads_cli(
 
     @asynccontextmanager
     async def open_location(
-        where: _location.Where, *, embedder: str | None = None, watch: bool = False
+        where: _location.Where,
+        *,
+        embedder: str | None = None,
+        watch: bool = False,
+        warm: bool = False,
     ) -> AsyncIterator[MemoryService]:
         assert where.in_memory  # the place the command line asked for
         async with observed_service(got) as service:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from cli_support import TIMEOUT, cli, ok
 from extras import needs_extra, require_extra
 
 pytest.importorskip("mcp", reason=needs_extra("mcp", "mcp is not installed"))
@@ -1026,3 +1028,75 @@ def test_which_hosts_are_loopback(host: str, loopback: bool) -> None:
     from actors.cli._http_auth import is_loopback
 
     assert is_loopback(host) is loopback
+
+
+# --- mcp --print-config: a host's configuration for this machine ----------------------
+
+
+def _printed_command(host: str, printed: str) -> list[str]:
+    """The command line a host would run, read out of ``--print-config HOST``'s output
+    as the host reads it."""
+    if host == "claude-code":
+        words = shlex.split(printed)
+        cut = words.index("--")
+        assert words[:cut] == [
+            "claude", "mcp", "add", "--transport", "stdio", "--scope", "user", "trio-recall",
+        ]  # fmt: skip
+        return words[cut + 1 :]
+    config = json.loads(printed)
+    assert list(config) == ["mcpServers"] and list(config["mcpServers"]) == ["trio-recall"]
+    server = config["mcpServers"]["trio-recall"]
+    assert set(server) == {"command", "args"} and isinstance(server["args"], list)
+    return [server["command"], *server["args"]]
+
+
+@pytest.mark.parametrize("host", ["claude-desktop", "claude-code", "cursor"])
+def test_print_config_gives_an_absolute_command_that_runs(host: str, tmp_path: Path) -> None:
+    data = tmp_path / "memory"
+    relative = os.path.relpath(data)  # the host has another working directory
+    printed = ok(
+        "mcp", "--print-config", host, "--data", relative, "--namespace", "alice",
+        "--embedder", "hashing", "--table", "notes",
+    ).stdout  # fmt: skip
+    command = _printed_command(host, printed)
+    program = Path(command[0])
+    assert program.is_absolute() and program.is_file() and os.access(program, os.X_OK)
+    assert command[command.index("mcp") + 1 :] == [
+        "--data", str(data), "--table", "notes", "--embedder", "hashing",
+        "--namespace", "alice",
+    ]  # fmt: skip
+    assert not data.exists()  # it printed; nothing started, nothing was made
+    # The very command line the host runs (its PATH aside) answers.
+    shown = subprocess.run(
+        [*command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--print-config" in shown.stdout
+
+
+def test_print_config_without_a_place_names_none_and_refuses_http() -> None:
+    command = _printed_command("cursor", ok("mcp", "--print-config", "cursor").stdout)
+    assert command[-1] == "mcp" and Path(command[0]).is_absolute()
+    refused = cli("mcp", "--print-config", "cursor", "--http", "8000")
+    assert refused.returncode == 2 and "--print-config" in refused.stderr, refused.stderr
+    unknown = cli("mcp", "--print-config", "vscode")
+    assert unknown.returncode == 2 and "claude-desktop" in unknown.stderr, unknown.stderr
+
+
+def test_print_config_turns_the_data_variable_into_an_absolute_data_flag() -> None:
+    from actors.cli._host_config import launch_command
+    from actors.cli._parser import build_parser
+
+    args = build_parser().parse_args(["mcp", "--print-config", "cursor"])
+    line = launch_command(args, {"TRIO_RECALL_DATA": "rel/mem"})
+    assert line[line.index("mcp") + 1 :] == ["--data", os.path.abspath("rel/mem")]
+    dsn = build_parser().parse_args(
+        ["mcp", "--dsn", "postgresql:///x", "--print-config", "cursor"]
+    )
+    line = launch_command(dsn, {"TRIO_RECALL_DATA": "ignored"})
+    assert line[line.index("mcp") + 1 :] == ["--dsn", "postgresql:///x"]

@@ -274,12 +274,15 @@ async def _with_service(
     body: Callable[[MemoryService], Awaitable[int]],
     *,
     watch: bool = False,
+    warm: bool = False,
 ) -> int:
+    """Run ``body`` on the memory the arguments name; ``warm``: the command embeds text,
+    so on a terminal the model loads first, behind a notice (:func:`open_location`)."""
     from ._location import open_location
 
     where = _where(args)
     new = _new_data_dir(args)
-    async with open_location(where, embedder=args.embedder, watch=watch) as service:
+    async with open_location(where, embedder=args.embedder, watch=watch, warm=warm) as service:
         if new is not None:
             sys.stderr.write(f"trio-recall: created a new memory in {new}\n")
         return await body(service)
@@ -317,7 +320,7 @@ async def _add(args: argparse.Namespace) -> int:
                 )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _search(args: argparse.Namespace) -> int:
@@ -346,7 +349,7 @@ async def _search(args: argparse.Namespace) -> int:
             print(_hit_line(hit))
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _forget(args: argparse.Namespace) -> int:
@@ -389,7 +392,7 @@ async def _update(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=args.text is not None)
 
 
 async def _history(args: argparse.Namespace) -> int:
@@ -444,7 +447,7 @@ async def _import(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return await _with_service(args, body)
+    return await _with_service(args, body, warm=True)
 
 
 async def _export(args: argparse.Namespace) -> int:
@@ -465,13 +468,17 @@ async def _export(args: argparse.Namespace) -> int:
 
 
 async def _mcp(args: argparse.Namespace) -> int:
+    if args.print_config is not None:
+        return _print_config(args)
     try:
         from ._mcp import serve
     except ImportError as error:
         from protocol import ConfigError
 
+        from ._install import install_hint
+
         raise ConfigError(
-            f"trio-recall mcp needs the mcp extra (pip install 'trio-recall[mcp]'): {error}"
+            f"trio-recall mcp needs the mcp extra ({install_hint('mcp')}): {error}"
         ) from error
 
     token = _http_token(args)
@@ -482,6 +489,19 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     # A server runs for hours: it keeps its embedded PostgreSQL up.
     return await _with_service(args, body, watch=True)
+
+
+def _print_config(args: argparse.Namespace) -> int:
+    """``mcp --print-config HOST``: print HOST's configuration; nothing starts."""
+    from ._host_config import host_config, launch_command
+
+    if args.http is not None or args.token_file is not None:
+        raise UsageError(
+            "--print-config is given with --http or --token-file; expected it alone (a "
+            "host launches the server over stdio: run an HTTP server yourself)"
+        )
+    print(host_config(args.print_config, launch_command(args)))
+    return 0
 
 
 def _http_token(args: argparse.Namespace) -> str | None:

