@@ -49,3 +49,19 @@ def ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[Any]:
 
 def js(*args: str, **kw: Any) -> Any:
     return json.loads(ok(*args, "--json", **kw).stdout)
+
+
+def search_hits(*args: str, **kw: Any) -> list[Any]:
+    """``trio-recall search ARGS --json``: its hits (the object is ``{"hits": [...]}``,
+    the MCP ``recall`` tool's result)."""
+    result = js("search", *args, **kw)
+    assert isinstance(result, dict) and set(result) == {"hits"}, result
+    return list(result["hits"])
+
+
+def history_versions(*args: str, **kw: Any) -> list[Any]:
+    """``trio-recall history ARGS --json``: its versions (the object is ``{"versions":
+    [...]}``, the MCP ``memory_history`` tool's result)."""
+    result = js("history", *args, **kw)
+    assert isinstance(result, dict) and set(result) == {"versions"}, result
+    return list(result["versions"])

@@ -217,6 +217,8 @@ async def round_trip(session: ClientSession) -> None:
     assert stats["fill"] == pytest.approx(2 / stats["capacity"])
     assert stats["embedder"] == "hashing" and stats["backend"]
     assert "namespace" not in stats
+    # Where memory lives, as `trio-recall stats` says it.
+    assert stats["location"] == "this process (--in-memory)"
     # With a namespace, entries counts that namespace's memories only.
     assert (await call(session, "memory_stats", namespace="memory-default"))["entries"] == 2
     other = await call(session, "memory_stats", namespace="elsewhere")
@@ -790,6 +792,91 @@ async def test_forgotten_over_mcp_is_not_exported_on_pg(
     lines = [json.loads(line) for line in exported.stdout.decode().splitlines()]
     assert [(m["id"], m["text"]) for m in lines] == [(keep["id"], "the safe is in the attic")]
     assert "5150" not in exported.stdout.decode() and "5151" not in exported.stdout.decode()
+
+
+async def test_each_command_json_is_the_mcp_tools_structured_result(
+    pg_dsn: str, pg_table: str
+) -> None:
+    """For the same data, each command's ``--json`` output (the console script) equals
+    the structured result of the MCP tool of the same kind (the SDK's stdio client):
+    search and recall (``{"hits"}``, every mode), history and memory_history
+    (``{"versions"}``), stats and memory_stats, add and remember, update and
+    update_memory, forget and forget (``{"ids", "missing"}``). The writes are compared
+    in two namespaces, one written by each door, with the same arguments."""
+    where = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+
+    async def cli_json(*args: str, status: int = 0) -> Any:
+        done = await trio.run_process(
+            trio_recall(*args, *where, "--json"),
+            env={**os.environ, **_env()},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert done.returncode == status, (args, done.returncode, done.stderr.decode())
+        return json.loads(done.stdout)
+
+    with trio.fail_after(300):
+        shared = ["--namespace", "shared"]
+        kiln = await cli_json(
+            "add", "Ana: the kiln is fixed", "--at", "2023-05-08T20:30+02:00",
+            "--conversation", "pottery", "--metadata", '{"topic": "craft"}', *shared,
+        )  # fmt: skip
+        await cli_json("add", "Ben: the kiln broke again", "--at", "2023-06-01",
+                       "--conversation", "pottery", *shared)  # fmt: skip
+        cat = await cli_json("add", "my cat is called Miso", "--source", "chat",
+                             "--metadata", '{"kind": "pet"}', *shared)  # fmt: skip
+        await cli_json("update", cat["id"], "--text", "my cat Miso likes the kiln", *shared)
+        async with stdio_session(*where) as session:
+            # Reads of the same data.
+            for mode in ("recall", "similarity", "bm25", "hybrid", "mmr"):
+                by_cli = await cli_json("search", "kiln", "--mode", mode, "-k", "5", *shared)
+                by_mcp = await call(session, "recall", query="kiln", mode=mode, k=5,
+                                    namespace="shared")  # fmt: skip
+                assert by_cli == by_mcp, mode
+                assert set(by_cli) == {"hits"} and by_cli["hits"], mode
+            narrowed = ["--filter", '{"topic": "craft"}', "--since", "2023-05-01"]
+            assert await cli_json("search", "kiln", *narrowed, *shared) == await call(
+                session, "recall", query="kiln", filter={"topic": "craft"},
+                since="2023-05-01", namespace="shared",
+            )  # fmt: skip
+            assert kiln["id"] in {h["id"] for h in by_cli["hits"]}
+            then = await call(session, "memory_history", id=cat["id"], namespace="shared")
+            assert [v["version"] for v in then["versions"]] == [1, 2]
+            assert await cli_json("history", cat["id"], *shared) == then
+            old = ["--as-of", then["versions"][0]["valid_from"], "--mode", "similarity"]
+            assert await cli_json("search", "cat", *old, *shared) == await call(
+                session, "recall", query="cat", mode="similarity", namespace="shared",
+                as_of=then["versions"][0]["valid_from"],
+            )  # fmt: skip
+            # A memory that is not there: exit status 1, and the same empty object.
+            assert await cli_json("history", "nope", *shared, status=1) == await call(
+                session, "memory_history", id="nope", namespace="shared"
+            )
+            stats = await call(session, "memory_stats", namespace="shared")
+            assert await cli_json("stats", *shared) == stats
+            assert stats["entries"] == 3 and stats["location"]
+            assert await cli_json("stats") == await call(session, "memory_stats")
+            # Writes: the same call through each door, in a namespace of its own.
+            note = ("a fact to keep", "--at", "2024-02-02")
+            added = await cli_json("add", *note, "--namespace", "by-cli")
+            remembered = await call(session, "remember", text="a fact to keep",
+                                    occurred_at="2024-02-02", namespace="by-mcp")  # fmt: skip
+            assert added == remembered and added["duplicate"] is False
+            assert await cli_json("add", *note, "--namespace", "by-cli") == await call(
+                session, "remember", text="a fact to keep", occurred_at="2024-02-02",
+                namespace="by-mcp",
+            )  # fmt: skip
+            changed = ("--text", "a fact, changed", "--valid-from", "2024-03-03")
+            assert await cli_json("update", added["id"], *changed, "--namespace", "by-cli") == (
+                await call(session, "update_memory", id=added["id"], text="a fact, changed",
+                           valid_from="2024-03-03", namespace="by-mcp")
+            )  # fmt: skip
+            gone = await cli_json("forget", added["id"], "nope", "--namespace", "by-cli",
+                                  status=1)  # fmt: skip
+            forgotten = await call(session, "forget", ids=[added["id"], "nope"],
+                                   namespace="by-mcp")  # fmt: skip
+            assert gone == forgotten == {"ids": [added["id"]], "missing": ["nope"]}
 
 
 @asynccontextmanager

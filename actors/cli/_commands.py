@@ -330,7 +330,7 @@ async def _search(args: argparse.Namespace) -> int:
 
     async def body(service: MemoryService) -> int:
         with named_run(CLI_RETRIEVER):
-            hits = await service.recall(
+            result = await service.recall(
                 args.query,
                 k=args.k,
                 namespace=args.namespace,
@@ -342,17 +342,28 @@ async def _search(args: argparse.Namespace) -> int:
                 as_of=args.as_of,
             )
         if args.json:
-            _print_json(hits)
-        elif not hits:
+            _print_json(result)
+            return 0
+        hits = result["hits"]
+        assert isinstance(hits, list)  # MemoryService.recall: a list of hits
+        if not hits:
             sys.stderr.write("no memories found\n")
-        for hit in [] if args.json else hits:
-            print(_hit_line(hit))
+        for found in hits:
+            assert isinstance(found, dict)
+            print(_hit_line(found))
         return 0
 
     return await _with_service(args, body, warm=True)
 
 
 async def _forget(args: argparse.Namespace) -> int:
+    if args.all:
+        return await _forget_all(args)
+    if args.yes:
+        raise UsageError(
+            "--yes is given without --all; expected it with --all (forget by ids, --filter "
+            "or --before asks nothing: --yes would confirm nothing)"
+        )
     filter_ = _json_arg("--filter", args.filter)
 
     async def body(service: MemoryService) -> int:
@@ -371,6 +382,72 @@ async def _forget(args: argparse.Namespace) -> int:
         return FAILED if result["missing"] else 0
 
     return await _with_service(args, body)
+
+
+async def _forget_all(args: argparse.Namespace) -> int:
+    """``forget --namespace NS --all``: every memory of NS, after a confirmation on a
+    terminal (``--yes`` skips it; without a terminal it is required). Never another
+    namespace, never every namespace: NS must be named."""
+    given = [
+        flag
+        for flag, on in (("ID", args.ids), ("--filter", args.filter), ("--before", args.before))
+        if on
+    ]
+    if given:
+        raise UsageError(
+            f"--all is given with {' and '.join(given)}; expected --all alone (it forgets "
+            "every memory of --namespace) or a selection without it"
+        )
+    namespace: str | None = args.namespace
+    if namespace is None:
+        raise UsageError(
+            "--all is given without --namespace; expected the namespace to empty, named "
+            "(--namespace alice; the default one is memory-default): forget --all empties "
+            "one namespace and never every one"
+        )
+    if not args.yes and not _stdin_is_terminal():
+        raise UsageError(
+            f"forget --all would forget every memory of namespace {namespace!r}, and stdin "
+            "is not a terminal to confirm it on; expected --yes to confirm it without asking"
+        )
+
+    async def body(service: MemoryService) -> int:
+        if not args.yes and not await _confirmed(service, namespace):
+            sys.stderr.write("not confirmed: nothing was forgotten\n")
+            return FAILED
+        result = await service.forget_namespace(namespace)
+        count = len(result["ids"])
+        if args.json:
+            _print_json(result)
+        elif count:
+            print(f"deleted {count} memories of namespace {namespace}")
+        else:
+            sys.stderr.write(f"namespace {namespace} holds no memories: nothing was forgotten\n")
+        return 0
+
+    return await _with_service(args, body)
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except ValueError:  # stdin closed
+        return False
+
+
+async def _confirmed(service: MemoryService, namespace: str) -> bool:
+    """Ask on the terminal (stderr, read from stdin) before ``forget --all``; whether
+    the answer was yes. A namespace with nothing in it asks nothing."""
+    entries = (await service.memory_stats(namespace))["entries"]
+    if entries == 0:
+        return True
+    sys.stderr.write(
+        f"forget all {entries} memories of namespace {namespace}, every version, for good? "
+        "This cannot be undone. [y/N] "
+    )
+    sys.stderr.flush()
+    answer = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    return answer.strip().lower() in ("y", "yes")
 
 
 async def _update(args: argparse.Namespace) -> int:
@@ -397,12 +474,15 @@ async def _update(args: argparse.Namespace) -> int:
 
 async def _history(args: argparse.Namespace) -> int:
     async def body(service: MemoryService) -> int:
-        versions = await service.history(args.id, namespace=args.namespace)
+        result = await service.history(args.id, namespace=args.namespace)
+        versions = result["versions"]
+        assert isinstance(versions, list)  # MemoryService.history: a list of versions
         if args.json:
-            _print_json(versions)
+            _print_json(result)
         elif not versions:
             sys.stderr.write(f"no memory {args.id} in this namespace\n")
         for version in [] if args.json else versions:
+            assert isinstance(version, dict)
             until = version["valid_to"] or "-"
             text = _one_line(str(version["text"]))
             print(f"{version['version']:>3}  {version['valid_from']}  {until}  {text}")
@@ -412,11 +492,8 @@ async def _history(args: argparse.Namespace) -> int:
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    where = _where(args)
-
     async def body(service: MemoryService) -> int:
-        stats = dict(await service.memory_stats(args.namespace))
-        stats["location"] = where.describe()
+        stats = await service.memory_stats(args.namespace)
         if args.json:
             _print_json(stats)
         else:
@@ -451,8 +528,12 @@ async def _import(args: argparse.Namespace) -> int:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from ._jsonl import export_jsonl
+    from ._jsonl import check_export_target, export_jsonl
     from ._output import writes_stdout
+
+    # A target that cannot be written is refused before the store opens (exit status
+    # 2), as a bad import file is; the opening refuses the rest the same way.
+    check_export_target(args.file)
 
     async def body(service: MemoryService) -> int:
         count = await export_jsonl(service, args.file, namespace=args.namespace)

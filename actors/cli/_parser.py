@@ -380,12 +380,16 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
 
     forget = command(
         "forget",
-        "forget memories, every version, by id or by filter",
+        "forget memories, every version, by id, by filter, or a whole namespace",
         "Forget for good (every version and every trace) the memories with these ids, "
         "or every memory of the namespace matching --filter and/or that happened before "
         "--before; there is no confirmation, and no default selection: give ids, or "
         "--filter and/or --before. Prints each id forgotten, and the ids given that "
-        "were not there (exit status 1 if any was not there).",
+        "were not there (exit status 1 if any was not there). "
+        "--namespace NS --all forgets every memory of NS (one user's, say) and no other "
+        "namespace's: it asks first on a terminal, and needs --yes when stdin is not one; "
+        "it prints how many it forgot (--json: the ids). No command empties every "
+        "namespace at once.",
     )
     forget.add_argument("ids", metavar="ID", nargs="*", help="a memory id (from add or search)")
     forget.add_argument(
@@ -397,6 +401,17 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
         "--before",
         metavar="ISO",
         help="forget every memory that happened before this time (ISO 8601; not with ids)",
+    )
+    forget.add_argument(
+        "--all",
+        action="store_true",
+        help="forget every memory of --namespace (which must be given): alone, without "
+        "ids, --filter or --before",
+    )
+    forget.add_argument(
+        "--yes",
+        action="store_true",
+        help="with --all: do not ask for confirmation (needed when stdin is not a terminal)",
     )
 
     command(

@@ -6,8 +6,14 @@ in-memory ``StoreHandle`` or the PostgreSQL ``PgStoreHandle``). Its arguments co
 JSON (an MCP tool call) or from a command line, so every one is checked here, before the
 store sees it, and a bad one raises :class:`ToolInputError` with a one-line message
 naming the argument, the value seen and what was expected. The MCP server turns that
-error into a tool error result; the command line prints it. Its results are JSON-ready
-dicts and lists.
+error into a tool error result; the command line prints it.
+
+Its results are JSON objects, each the one shape of its kind: the MCP tool's structured
+result and the command's ``--json`` output are the same object, made here and nowhere
+else (``remember``/``add``: ``{"id", "duplicate"}``; ``recall``/``search``:
+``{"hits"}``; ``update``: ``{"id", "version", "valid_from"}``; ``history``:
+``{"versions"}``; ``forget`` and ``forget --all``: ``{"ids", "missing"}``;
+``get_memories``: ``{"memories", "missing"}``; ``memory_stats``/``stats``: the counts).
 
 A memory is a document of the store (design §9): its id is its content hash
 (``Document.with_id``: the text and metadata, and its ``occurred_at`` and
@@ -20,7 +26,9 @@ Memory over time (README section of that name): ``remember`` skips a duplicate b
 default (``dedupe="exact"``: hosts re-send the same fact) and may expire; ``update``
 writes a new version under the same id and keeps the old one, which ``history`` lists
 and ``as_of`` reads; ``forget`` forgets every version, by ids or by a selection, and is
-always explicit (no call selects a whole namespace by default). Every memory comes back
+always explicit (no call selects a whole namespace by default); ``forget_namespace``
+forgets a whole namespace, named (the command line's ``forget --all``, not a tool of
+the MCP server). Every memory comes back
 with its ``version``, ``valid_from``, ``valid_to`` and ``expires_at``.
 
 ``recall`` searches as ``Memory.retrieve`` does unless ``mode`` says otherwise: the
@@ -126,6 +134,9 @@ class MemoryService:
     store: Store
     embedder_name: str
     backend: str
+    #: Where memory lives, for ``memory_stats`` (``Where.describe()``: the data
+    #: directory, the database's host and table, or this process); None: not said.
+    location: str | None = None
 
     async def remember(
         self,
@@ -260,11 +271,12 @@ class MemoryService:
         since: object = None,
         until: object = None,
         as_of: object = None,
-    ) -> list[dict[str, JsonValue]]:
-        """The ``k`` memories that best answer ``query``, best first, each
-        ``{"id", "text", "score", "source", "metadata", "occurred_at", "conversation"}``
-        (``score`` is the hit's cosine similarity in every mode but ``bm25`` and
-        ``hybrid``; see :func:`hit`), plus ``"rank"`` and ``"channels"`` for ``recall``.
+    ) -> dict[str, JsonValue]:
+        """``{"hits": [...]}``: the ``k`` memories that best answer ``query``, best
+        first, each ``{"id", "text", "score", "source", "metadata", "occurred_at",
+        "conversation"}`` and its version fields (``score`` is the hit's cosine
+        similarity in every mode but ``bm25`` and ``hybrid``; see :func:`hit`), plus
+        ``"rank"`` and ``"channels"`` for ``recall``.
 
         Args:
             query: the text to search for.
@@ -316,7 +328,8 @@ class MemoryService:
             )
         except ConfigError as error:  # since after until
             raise ToolInputError(str(error)) from None
-        return [hit(found) for found in await self.store.search(request)]
+        hits: list[JsonValue] = [hit(found) for found in await self.store.search(request)]
+        return {"hits": hits}
 
     async def forget(
         self,
@@ -368,6 +381,28 @@ class MemoryService:
         forgotten = list(await self.store.forget(wanted, namespace=space))
         gone = set(forgotten)
         return {"ids": forgotten, "missing": [i for i in dict.fromkeys(wanted) if i not in gone]}
+
+    async def forget_namespace(self, namespace: object) -> dict[str, list[str]]:
+        """Forget every memory of one namespace, named, every version and every trace,
+        all or nothing (the store's ``forget`` with no selection); the answer of
+        :meth:`forget`: ``{"ids": [...], "missing": []}``, the ids forgotten. No other
+        namespace is touched, and there is no default: ``namespace`` must be given.
+
+        This is ``clear(namespace)`` with the ids it took: on PostgreSQL the same
+        ``DELETE ... WHERE namespace = ...``; unlike ``clear(None)``, which empties
+        every namespace, no value of ``namespace`` reaches beyond one.
+
+        Raises:
+            ToolInputError: ``namespace`` is None or not a valid namespace. Nothing is
+                forgotten.
+        """
+        if namespace is None:
+            raise ToolInputError(
+                "forget of a whole namespace was given no namespace; expected the namespace "
+                f"to empty, named (the default one is {DEFAULT_NAMESPACE})"
+            )
+        space = _name("namespace", namespace)
+        return {"ids": list(await self.store.forget(namespace=space)), "missing": []}
 
     async def update(
         self,
@@ -431,25 +466,28 @@ class MemoryService:
 
     async def history(
         self, memory_id: object, *, namespace: object = None
-    ) -> list[dict[str, JsonValue]]:
-        """Every version of a memory still held, oldest first (version 1 first), each
-        as :func:`_memory` gives it (with its ``version``, ``valid_from`` and
-        ``valid_to``); ``[]`` for an id that is not there (never was, or forgotten).
+    ) -> dict[str, JsonValue]:
+        """``{"versions": [...]}``: every version of a memory still held, oldest first
+        (version 1 first), each as :func:`_memory` gives it (with its ``version``,
+        ``valid_from`` and ``valid_to``); ``[]`` for an id that is not there (never
+        was, or forgotten).
 
         Raises:
             ToolInputError: a bad id or namespace.
         """
         target = _name("id", memory_id)
         versions = await self.store.history(target, namespace=_namespace(namespace))
-        return [_memory(version) for version in versions]
+        shaped: list[JsonValue] = [_memory(version) for version in versions]
+        return {"versions": shaped}
 
     async def get_memories(
         self, ids: object, *, namespace: object = None, as_of: object = None
-    ) -> list[dict[str, JsonValue]]:
-        """The memories with these ids in one namespace, in input order (deduplicated),
-        each as :func:`_memory` gives it (times as ISO 8601 in UTC); an id not there is
-        left out. ``as_of`` (ISO 8601) reads each memory's version valid at that time
-        instead of its current one; an id with no version valid then is left out.
+    ) -> dict[str, JsonValue]:
+        """``{"memories": [...], "missing": [...]}``: the memories with these ids in
+        one namespace, in input order (deduplicated), each as :func:`_memory` gives it
+        (times as ISO 8601 in UTC), and the ids not there. ``as_of`` (ISO 8601) reads
+        each memory's version valid at that time instead of its current one; an id
+        with no version valid then is missing.
 
         Raises:
             ToolInputError: ``ids`` is not a list of non-empty str, a bad namespace or
@@ -459,11 +497,15 @@ class MemoryService:
         then = _time("as_of", as_of)
         space = _namespace(namespace)
         found = {d.id: d for d in await self.store.get_by_ids(wanted, namespace=space, as_of=then)}
-        return [_memory(found[i]) for i in dict.fromkeys(wanted) if i in found]
+        asked = list(dict.fromkeys(wanted))
+        memories: list[JsonValue] = [_memory(found[i]) for i in asked if i in found]
+        missing: list[JsonValue] = [i for i in asked if i not in found]
+        return {"memories": memories, "missing": missing}
 
     async def memory_stats(self, namespace: object = None) -> dict[str, JsonValue]:
-        """``{"entries", "capacity", "fill", "evictions", "embedder", "backend"}``, fresh
-        from the database on pg.
+        """``{"entries", "capacity", "fill", "evictions", "embedder", "backend",
+        "location"}`` (and ``"namespace"`` when one is given), fresh from the database
+        on pg.
 
         Args:
             namespace: count only this namespace's current memories in ``entries`` (and
@@ -484,6 +526,7 @@ class MemoryService:
             "evictions": usage.evicted_entries,
             "embedder": self.embedder_name,
             "backend": self.backend,
+            "location": self.location,
         }
         if space is not None:
             stats["entries"] = await self._count(space)

