@@ -846,7 +846,8 @@ def cli_door(convs: list[Conversation], work: Path, sample: int, seed: int) -> D
             raise RuntimeError(f"trio-recall search failed ({done.returncode}): {done.stderr}")
         mapper = mappers[name]
         run.ranked[name, number] = [
-            mapper(h.get("metadata"), h.get("id"), h.get("text")) for h in json.loads(done.stdout)
+            mapper(h.get("metadata"), h.get("id"), h.get("text"))
+            for h in json.loads(done.stdout)["hits"]  # search --json: {"hits": [...]}
         ]
         if (n + 1) % 10 == 0:
             _say(f"  cli: {n + 1}/{len(asked)} searched")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import trio
-from cli_support import js, ok
+from cli_support import js, ok, search_hits
 from door_cases import CASES, TOP, TURNS, Case, at, place
 from extras import needs_extra
 from pg_support import pg_store_opener
@@ -158,4 +158,4 @@ def test_the_command_line_recalls_through_every_channel(
     assert js("import", str(lines), *on_pg)["added"] == len(imported)
     ok("add", last.text, "--at", last.occurred_at, "--conversation", last.conversation, *on_pg)
     for case in CASES:
-        _check_hits(case, js("search", case.question, "-k", str(TOP), *on_pg))
+        _check_hits(case, search_hits(case.question, "-k", str(TOP), *on_pg))
