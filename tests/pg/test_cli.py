@@ -131,7 +131,7 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     assert (memory_id, version) == (flat, "version 2")
     moved = js("update", flat, "--metadata", '{"user": "ana", "city": "Porto"}', *on)
     assert (moved["id"], moved["version"]) == (flat, 3)
-    assert valid_from == f"valid from {js('history', flat, *on)[1]['valid_from']}"
+    assert valid_from == f"valid from {history_versions(flat, *on)[1]['valid_from']}"
     lines = ok("history", flat, *on).stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["1", "2", "3"]
     assert lines[0].endswith("  Ana lives in Lisbon") and lines[2].split()[2] == "-"
@@ -467,10 +467,12 @@ def cli_answering(answer: str, *args: str, **env: str) -> subprocess.CompletedPr
         os.close(follower)
 
 
-def test_forget_all_empties_one_namespace_of_the_default_data_dir(tmp_path: Path) -> None:
+def test_forget_all_empties_one_namespace_of_the_default_data_dir(root: Path) -> None:
     """``forget --namespace NS --all``: every memory of NS (every version) and nothing
     of any other namespace; asked first on a terminal, refused without ``--yes`` when
-    stdin is not one; never without a named namespace."""
+    stdin is not one; never without a named namespace. (``root``, a directory of its
+    own: pytest's own temporary folder may be narrowed again by another session.)"""
+    tmp_path = root
     home = {"XDG_DATA_HOME": str(tmp_path / "xdg")}  # the default data directory
     hashing = ("--embedder", "hashing")
 
