@@ -1,11 +1,14 @@
 """The commands of ``trio-recall``: each opens the place memory lives, runs one
 operation of the shared ``MemoryService`` (or import/export), and prints the result.
 
-Output: plain text for people by default, one JSON document on stdout with ``--json``.
+Output: plain text for people by default, one JSON document on stdout with ``--json``:
+the result object of ``MemoryService``, the same the MCP tool of that kind answers.
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
 input: a usage error, a bad argument, a text argument that is not UTF-8, a bad or
-unreadable import file); ``--debug`` adds the traceback. Under ``--json`` the line is
-a JSON object, ``{"error": {"kind": ..., "message": ...}}`` (``_parser.report_error``).
+unreadable import file, an export file that cannot be written, ``forget --all`` without
+``--yes`` when stdin is not a terminal); ``--debug`` adds the traceback. Under
+``--json`` the line is a JSON object, ``{"error": {"kind": ..., "message": ...}}``
+(``_parser.report_error``).
 A reader of stdout that leaves (``| head``) ends the command quietly with 141 (128 +
 SIGPIPE). SIGTERM and SIGHUP cancel the command, so the embedded server is still
 stopped on the way out (exit status 128 + the signal's number).

@@ -31,8 +31,10 @@ nested too deep to parse is refused as too deep (:func:`protocol.checks.loads_js
 
 **Export** lists every entry (of one namespace, or all) oldest first, and writes it
 where :func:`~actors.cli._output.open_output` says: stdout, through a FIFO or device,
-or by atomic replace of a regular file, so an error never leaves half a file under the
-name asked for. It holds the list of entries in memory while it writes.
+or by atomic replace of a regular file (a ``.partial`` file beside it, renamed over
+it), so an error never leaves half a file under the name asked for. A target that
+cannot be written because of its path (:func:`check_export_target`) is bad input, as an
+unreadable import file is. It holds the list of entries in memory while it writes.
 """
 
 from __future__ import annotations
