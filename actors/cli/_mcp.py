@@ -10,7 +10,10 @@ No tool forgets a whole namespace (the command line's ``forget --all``): a host 
 tools on a model's word, and a model can be talked into a call by what it reads (a
 prompt injection in a recalled memory or a web page); emptying a user's memory in one
 call is left to the person at the command line, who is asked to confirm it. The
-``forget`` tool takes ids or an explicit selection (filter, before). The server
+``forget`` tool takes ids or an explicit selection (filter, before); a selection can
+still match every memory of a namespace, so this keeps a one-call wipe out of the tool
+list without making ``forget`` harmless (its ``destructiveHint`` says so to the host).
+The server
 is the official ``mcp`` SDK's low-level ``Server`` (v2, written against anyio, so it runs
 on trio as it is): its tools are declared here with their JSON schemas (input and
 output), and every argument is checked by the service, so a bad one gives a one-line
