@@ -6,7 +6,8 @@ the result object of ``MemoryService``, the same the MCP tool of that kind answe
 Errors: one line on stderr, ``trio-recall: error: ...``, and exit status 1 (2 for bad
 input: a usage error, a bad argument, a text argument that is not UTF-8, a bad or
 unreadable import file, an export file that cannot be written, ``forget --all`` without
-``--yes`` when stdin is not a terminal); ``--debug`` adds the traceback. Under
+``--yes`` when stdin is not a terminal, the embedded server asked for on Windows);
+``--debug`` adds the traceback. Under
 ``--json`` the line is a JSON object, ``{"error": {"kind": ..., "message": ...}}``
 (``_parser.report_error``).
 A reader of stdout that leaves (``| head``) ends the command quietly with 141 (128 +
@@ -124,11 +125,14 @@ def _leaf(error: BaseException) -> BaseException:
 def _usage_error(error: BaseException) -> bool:
     from protocol import FilterError, JsonError
 
+    from ._location import EmbeddedUnsupported
     from ._service import MissingMemory, ToolInputError
 
     if isinstance(error, MissingMemory):
         return False  # not bad input: the memory is not there (exit status 1)
-    return isinstance(error, UsageError | ToolInputError | FilterError | JsonError)
+    # The embedded server on Windows: another place for memory must be given.
+    kinds = UsageError | ToolInputError | FilterError | JsonError | EmbeddedUnsupported
+    return isinstance(error, kinds)
 
 
 def _report(leaf: BaseException, *, debug: bool, error: BaseException, as_json: bool) -> int:

@@ -356,6 +356,12 @@ def _make_data_dir(data: Path) -> Path:
     return data
 
 
+class EmbeddedUnsupported(ConfigError):
+    """The embedded server does not run on this platform (Windows): the place for
+    memory must be another one (``--dsn``, ``--in-memory``), so the command line
+    reports it as bad usage (exit status 2)."""
+
+
 #: Why the embedded server does not start on Windows, and what to use instead.
 EMBEDDED_UNSUPPORTED = (
     "the embedded PostgreSQL (the default place for memory, and --data) runs on Linux "
@@ -400,11 +406,12 @@ async def embedded_server(
     the server it was the last user of.
 
     Raises:
+        EmbeddedUnsupported: the platform cannot run it (Windows).
         ConfigError: the directory cannot be made, or the pg extra is missing.
         StoreUnavailable: the server would not start, or a lock was not freed in time.
     """
     if not _embedded_platform():
-        raise ConfigError(EMBEDDED_UNSUPPORTED)
+        raise EmbeddedUnsupported(EMBEDDED_UNSUPPORTED)
     from ._embedded import cluster_of, ensure_running
 
     data = _make_data_dir(data)

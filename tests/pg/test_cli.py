@@ -1055,9 +1055,10 @@ def test_where_the_embedded_server_cannot_run_the_error_says_what_to_use(
     tmp_path: Path,
 ) -> None:
     """On Windows the embedded server does not start (no flock, no private Unix
-    socket): the default place for memory, and --data, fail at once with one line
-    saying to use --dsn with pgvector or --in-memory. Simulated here by the one check
-    the command line makes (``_location._embedded_platform``)."""
+    socket): the default place for memory, and --data, are refused at once (exit
+    status 2) with one line saying to use --dsn with pgvector or --in-memory.
+    Simulated here by the one check the command line makes
+    (``_location._embedded_platform``)."""
     import sys
 
     run = (
@@ -1076,7 +1077,8 @@ def test_where_the_embedded_server_cannot_run_the_error_says_what_to_use(
             },
             check=False,
         )
-        assert result.returncode == 1 and result.stdout == "", result.stderr
+        # Bad usage there (exit status 2): another place for memory must be given.
+        assert result.returncode == 2 and result.stdout == "", result.stderr
         assert result.stderr.count("\n") == 1, result.stderr
         for says in ("runs on Linux and macOS only", "--dsn", "pgvector", "--in-memory"):
             assert says in result.stderr, result.stderr
