@@ -524,8 +524,8 @@ class Memory(metaclass=NoPublicConstructor):
                 non-empty str without NUL, or over 512 UTF-8 bytes); nothing is stored.
             JsonError: ``metadata`` is not a JSON object.
             EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
-            Whatever the consolidator raised; a ConfigError for an answer that is not a
-            decision on one of the neighbours it was shown.
+            Exception: whatever the consolidator raised, as raised; a ConfigError for
+                an answer that is not a decision on one of the neighbours it was shown.
         """
         if isinstance(content, str):
             if not content.strip():
