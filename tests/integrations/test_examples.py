@@ -53,7 +53,7 @@ def test_the_readme_shows_the_example_in_under_15_lines(section: str, name: str)
     readme = (EXAMPLES.parent.parent / "README.md").read_text()
     body = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     shown = body.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
-    # The block's first line says which extras it needs (tests/readme_blocks.py); the
+    # The block's first line says which extras it needs (tests/doc_blocks.py); the
     # rest is the example, line for line.
     if shown and shown[0].startswith("# needs: "):
         shown = shown[1:]
