@@ -62,7 +62,7 @@ def test_one_bar_per_row_proportional_to_the_values() -> None:
 
 def test_grouped_bars_and_chosen_rows() -> None:
     out = charts.render_markers(
-        TABLE + '<!-- chart: bar label="contender" value="texts/s p50,p90" rows="2,1" -->',
+        TABLE + '<!-- chart: bar label="contender" value="texts/s p50;p90" rows="2,1" -->',
         "p.md",
     )
     widths = _bars(out)
@@ -76,7 +76,7 @@ def test_cells_without_a_number_draw_no_bar_and_numbers_are_read_as_written() ->
     text = (
         "| tool | calls/s | ratio |\n|---|---|---|\n"
         "| a | 1,884 | **0.51×** |\n| b | | 1.14 / 1.18 s |\n| c | n/a | — |\n\n"
-        '<!-- chart: bar label="tool" value="calls/s,ratio" -->'
+        '<!-- chart: bar label="tool" value="calls/s;ratio" -->'
     )
     out = charts.render_markers(text, "p.md")
     assert len(_bars(out)) == 3  # a: two bars; b: one; c: none, so left out

@@ -15,10 +15,11 @@ it. The chart reads the same text the table shows, so the two cannot disagree.
 
 Attributes (``name="text"``; a ``"`` inside is written ``&quot;``):
 
-- ``label``: the column (by its header, as written without Markdown emphasis) that
-  names each bar; several columns joined by commas are shown as ``a · b``;
-- ``value``: the column of the bars' lengths; several, joined by commas, give grouped
-  bars (one colour per column, a legend under the title);
+- ``label``: the column (by its header, as written without Markdown emphasis or code
+  marks) that names each bar, the first column by default; several columns joined by
+  ``;`` are shown as ``a · b``;
+- ``value``: the column of the bars' lengths; several, joined by ``;`` (a header may
+  hold a comma), give grouped bars (one colour per column, a legend under the title);
 - ``title``: the chart's caption (optional);
 - ``unit``: a suffix for the value labels, such as ``" ms"`` (optional);
 - ``rows``: 1-based numbers of the table's body rows to draw, such as ``"1,2,5"``
@@ -56,7 +57,8 @@ PALETTE = ("#3f51b5", "#ef6c00", "#2e7d32", "#8e24aa", "#00838f", "#c62828")
 
 # Geometry of a chart, in SVG user units (the SVG scales to the page's width).
 _WIDTH = 720
-_LABEL_WIDTH = 260
+_CHAR = 6.6  # the width of a 12px sans-serif character, roughly
+_LABEL_MAX = 64  # characters; a longer label is cut with an ellipsis
 _VALUE_ROOM = 90
 _BAR = 16
 _BAR_GAP = 2
@@ -136,6 +138,10 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _cut(label: str) -> str:
+    return label if len(label) <= _LABEL_MAX else label[: _LABEL_MAX - 1] + "…"
+
+
 def render_svg(
     title: str,
     series: list[str],
@@ -154,8 +160,12 @@ def render_svg(
     Returns:
         One line of SVG markup with every text escaped.
     """
+    bars = [(_cut(label), values) for label, values in bars]
+    label_width = (
+        round(min(_LABEL_MAX, max((len(label) for label, _ in bars), default=1)) * _CHAR) + 12
+    )
     peak = max((abs(v) for _, values in bars for v in values if v is not None), default=0.0)
-    scale = (_WIDTH - _LABEL_WIDTH - _VALUE_ROOM) / peak if peak > 0 else 0.0
+    scale = (_WIDTH - label_width - _VALUE_ROOM) / peak if peak > 0 else 0.0
     legend = _LEGEND if len(series) > 1 else 0
     group = len(series) * _BAR + (len(series) - 1) * _BAR_GAP
     height = _TOP + legend + len(bars) * (group + _ROW_GAP) + _ROW_GAP
@@ -167,18 +177,18 @@ def render_svg(
         f'<text x="0" y="16" font-weight="bold" font-size="13">{html.escape(title)}</text>',
     ]
     if legend:
-        x = _LABEL_WIDTH
+        x = float(label_width)
         for position, name in enumerate(series):
             colour = PALETTE[position % len(PALETTE)]
             parts.append(
-                f'<rect x="{x}" y="{_TOP}" width="10" height="10" fill="{colour}"/>'
-                f'<text x="{x + 14}" y="{_TOP + 9}">{html.escape(name)}</text>'
+                f'<rect x="{x:g}" y="{_TOP}" width="10" height="10" fill="{colour}"/>'
+                f'<text x="{x + 14:g}" y="{_TOP + 9}">{html.escape(name)}</text>'
             )
-            x += 24 + 7 * len(name)
+            x += 24 + _CHAR * len(name)
     y = _TOP + legend + _ROW_GAP
     for label, values in bars:
         parts.append(
-            f'<text x="{_LABEL_WIDTH - 8}" y="{y + group / 2 + 4:g}" '
+            f'<text x="{label_width - 8}" y="{y + group / 2 + 4:g}" '
             f'text-anchor="end">{html.escape(label)}</text>'
         )
         for position, value in enumerate(values):
@@ -188,10 +198,10 @@ def render_svg(
             length = abs(value) * scale
             colour = PALETTE[position % len(PALETTE)]
             parts.append(
-                f'<rect class="bar" x="{_LABEL_WIDTH}" y="{top}" width="{length:.2f}" '
+                f'<rect class="bar" x="{label_width}" y="{top}" width="{length:.2f}" '
                 f'height="{_BAR}" fill="{colour}"><title>{html.escape(series[position])}: '
                 f"{html.escape(_fmt(value) + unit)}</title></rect>"
-                f'<text x="{_LABEL_WIDTH + length + 4:.2f}" y="{top + _BAR - 4}">'
+                f'<text x="{label_width + length + 4:.2f}" y="{top + _BAR - 4}">'
                 f"{html.escape(_fmt(value) + unit)}</text>"
             )
         y += group + _ROW_GAP
@@ -224,11 +234,11 @@ def _chart(body: str, table: Table | None, where: str) -> str:
         )
     if not attributes.get("value"):
         raise ChartError(f'{where}: the chart marker needs value="<column>"')
-    label_names = [name for name in attributes.get("label", "").split(",") if name.strip()]
+    label_names = [name for name in attributes.get("label", "").split(";") if name.strip()]
     labels = [_column(table, name, where) for name in label_names]
     if not labels:
         labels = [0]
-    series = [name.strip() for name in attributes["value"].split(",") if name.strip()]
+    series = [name.strip() for name in attributes["value"].split(";") if name.strip()]
     columns = [_column(table, name, where) for name in series]
     rows = list(enumerate(table.rows, start=1))
     if "rows" in attributes:
