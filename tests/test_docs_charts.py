@@ -96,6 +96,13 @@ def test_labels_are_escaped_in_the_svg() -> None:
     assert "3 &lt;ms&gt;" in svg
 
 
+def test_several_charts_can_follow_one_table() -> None:
+    marker = '<!-- chart: bar label="contender" value="p90" -->'
+    out = charts.render_markers(TABLE + f"\n{marker}\n\n{marker}\n", "p.md")
+    assert out.count("<figure") == 2
+    assert len(_bars(out)) == 6
+
+
 def test_markers_in_code_blocks_are_left_alone() -> None:
     text = '```text\n<!-- chart: bar value="nothing" -->\n```\n'
     assert charts.render_markers(text, "p.md") == text

@@ -1,6 +1,7 @@
 """Charts drawn from the Markdown table right above them (an MkDocs hook).
 
-A page places a marker on the line right after a table (blank lines between are allowed)::
+A page places a marker on the line right after a table (blank lines, and other charts of
+the same table, may come between)::
 
     | contender | texts/s p50 |
     |---|---:|
@@ -102,10 +103,11 @@ def _number(cell: str) -> float | None:
     return float(match.group().replace(",", "").replace("−", "-"))
 
 
-def _table_above(lines: list[str], index: int) -> Table | None:
-    """The table whose last row is the last non-blank line before ``index``."""
+def _table_above(lines: list[str], index: int, drawn: set[int]) -> Table | None:
+    """The table whose last row is the last line before ``index`` that is neither blank
+    nor a chart already drawn (``drawn``: so several charts can follow one table)."""
     end = index - 1
-    while end >= 0 and not lines[end].strip():
+    while end >= 0 and (not lines[end].strip() or end in drawn):
         end -= 1
     if end < 0 or not lines[end].lstrip().startswith("|"):
         return None
@@ -166,7 +168,24 @@ def render_svg(
     )
     peak = max((abs(v) for _, values in bars for v in values if v is not None), default=0.0)
     scale = (_WIDTH - label_width - _VALUE_ROOM) / peak if peak > 0 else 0.0
-    legend = _LEGEND if len(series) > 1 else 0
+    # The legend (two series or more): one swatch and name per series, left to right,
+    # wrapping to a new line at the chart's width.
+    legend_parts: list[str] = []
+    legend = 0
+    if len(series) > 1:
+        x, line = 0.0, 0
+        for position, name in enumerate(series):
+            room = 24 + _CHAR * len(name)
+            if x > 0 and x + room > _WIDTH:
+                x, line = 0.0, line + 1
+            colour = PALETTE[position % len(PALETTE)]
+            top = _TOP + line * _LEGEND
+            legend_parts.append(
+                f'<rect x="{x:g}" y="{top}" width="10" height="10" fill="{colour}"/>'
+                f'<text x="{x + 14:g}" y="{top + 9}">{html.escape(name)}</text>'
+            )
+            x += room
+        legend = (line + 1) * _LEGEND
     group = len(series) * _BAR + (len(series) - 1) * _BAR_GAP
     height = _TOP + legend + len(bars) * (group + _ROW_GAP) + _ROW_GAP
     parts = [
@@ -175,16 +194,8 @@ def render_svg(
         f'style="max-width:{_WIDTH}px;font-family:sans-serif;font-size:12px">',
         f"<title>{html.escape(title)}</title>",
         f'<text x="0" y="16" font-weight="bold" font-size="13">{html.escape(title)}</text>',
+        *legend_parts,
     ]
-    if legend:
-        x = float(label_width)
-        for position, name in enumerate(series):
-            colour = PALETTE[position % len(PALETTE)]
-            parts.append(
-                f'<rect x="{x:g}" y="{_TOP}" width="10" height="10" fill="{colour}"/>'
-                f'<text x="{x + 14:g}" y="{_TOP + 9}">{html.escape(name)}</text>'
-            )
-            x += 24 + _CHAR * len(name)
     y = _TOP + legend + _ROW_GAP
     for label, values in bars:
         parts.append(
@@ -284,6 +295,7 @@ def render_markers(markdown: str, page: str) -> str:
     """
     lines = markdown.split("\n")
     fenced = False
+    drawn: set[int] = set()
     for index, line in enumerate(lines):
         if _FENCE.match(line):
             fenced = not fenced
@@ -299,7 +311,8 @@ def render_markers(markdown: str, page: str) -> str:
                 )
             continue
         where = f"{page}:{index + 1}"
-        lines[index] = _chart(match.group("body"), _table_above(lines, index), where)
+        lines[index] = _chart(match.group("body"), _table_above(lines, index, drawn), where)
+        drawn.add(index)
     return "\n".join(lines)
 
 
