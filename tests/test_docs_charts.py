@@ -81,6 +81,14 @@ def test_cells_without_a_number_draw_no_bar_and_numbers_are_read_as_written() ->
     out = charts.render_markers(text, "p.md")
     assert len(_bars(out)) == 3  # a: two bars; b: one; c: none, so left out
     assert ">1,884<" in out and ">0.51<" in out and ">1.14<" in out
+
+
+def test_value_labels_are_the_numbers_as_the_table_writes_them() -> None:
+    text = "| a | v |\n|---|---|\n| x | 0.50 |\n| y | 2,000 |\n" + '<!-- chart: bar value="v" -->'
+    out = charts.render_markers(text, "p.md")
+    assert ">0.50<" in out and ">2,000<" in out
+    widths = _bars(out)
+    assert widths[0] / widths[1] == pytest.approx(0.5 / 2000, rel=1e-2)
     assert ">c<" not in out
 
 

@@ -28,10 +28,11 @@ Attributes (``name="text"``; a ``"`` inside is written ``&quot;``):
 
 A cell's number is the first number written in it, Markdown emphasis and thousands
 separators aside (``**0.51×**`` is 0.51, ``8,202 against 43,870`` is 8202, ``1.14 /
-1.18 s`` is 1.14). A cell without a number draws no bar; a row with no number in any
-value column is left out. A marker that names a column the table does not have, that
-follows no table, that has no ``value`` or an unknown kind, or that finds no number at
-all raises :class:`ChartError` naming the page and the marker's line; the hook turns it into
+1.18 s`` is 1.14), and the bar's label is that number as the cell writes it. A cell
+without a number draws no bar; a row with no number in any value column is left out.
+A marker that names a column the table does not have, that follows no table, that has
+no ``value`` or an unknown kind, or that finds no number at all raises
+:class:`ChartError` naming the page and the marker's line; the hook turns it into
 MkDocs' ``PluginError`` and the build stops (an error, not a warning: it fails with or
 without ``--strict``).
 
@@ -96,11 +97,15 @@ def _plain(cell: str) -> str:
     return re.sub(r"\*\*|__|`", "", cell).strip()
 
 
-def _number(cell: str) -> float | None:
+#: A bar's value: the number, and its text as the table writes it (the bar's label).
+Value = tuple[float, str]
+
+
+def _number(cell: str) -> Value | None:
     match = _NUMBER.search(_plain(cell))
     if match is None:
         return None
-    return float(match.group().replace(",", "").replace("−", "-"))
+    return float(match.group().replace(",", "").replace("−", "-")), match.group()
 
 
 def _table_above(lines: list[str], index: int, drawn: set[int]) -> Table | None:
@@ -132,14 +137,6 @@ def _column(table: Table, name: str, where: str) -> int:
     )
 
 
-def _fmt(value: float) -> str:
-    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
-        return f"{value:.3g}"
-    if value == int(value) and abs(value) >= 10:
-        return f"{int(value):,}"
-    return f"{value:.4g}"
-
-
 def _cut(label: str) -> str:
     return label if len(label) <= _LABEL_MAX else label[: _LABEL_MAX - 1] + "…"
 
@@ -147,7 +144,7 @@ def _cut(label: str) -> str:
 def render_svg(
     title: str,
     series: list[str],
-    bars: list[tuple[str, list[float | None]]],
+    bars: list[tuple[str, list[Value | None]]],
     unit: str = "",
 ) -> str:
     """An SVG of horizontal bars: one group per ``bars`` item, one bar per series.
@@ -155,8 +152,9 @@ def render_svg(
     Args:
         title: The caption, drawn at the top.
         series: The names of the value columns (a legend is drawn when there are two or more).
-        bars: ``(label, values)`` per group; ``values`` has one entry per series, ``None``
-            for no bar.
+        bars: ``(label, values)`` per group; ``values`` has one ``(number, text)`` per
+            series, ``None`` for no bar. A bar is as long as the number's absolute value
+            (all bars on one scale) and labelled with the text.
         unit: A suffix for every value label.
 
     Returns:
@@ -166,7 +164,7 @@ def render_svg(
     label_width = (
         round(min(_LABEL_MAX, max((len(label) for label, _ in bars), default=1)) * _CHAR) + 12
     )
-    peak = max((abs(v) for _, values in bars for v in values if v is not None), default=0.0)
+    peak = max((abs(v[0]) for _, values in bars for v in values if v is not None), default=0.0)
     scale = (_WIDTH - label_width - _VALUE_ROOM) / peak if peak > 0 else 0.0
     # The legend (two series or more): one swatch and name per series, left to right,
     # wrapping to a new line at the chart's width.
@@ -206,14 +204,15 @@ def render_svg(
             top = y + position * (_BAR + _BAR_GAP)
             if value is None:
                 continue
-            length = abs(value) * scale
+            number, text = value
+            length = abs(number) * scale
             colour = PALETTE[position % len(PALETTE)]
             parts.append(
-                f'<rect class="bar" x="{label_width}" y="{top}" width="{length:.2f}" '
+                f'<rect class="bar" x="{label_width}" y="{top}" width="{length:.3f}" '
                 f'height="{_BAR}" fill="{colour}"><title>{html.escape(series[position])}: '
-                f"{html.escape(_fmt(value) + unit)}</title></rect>"
+                f"{html.escape(text + unit)}</title></rect>"
                 f'<text x="{label_width + length + 4:.2f}" y="{top + _BAR - 4}">'
-                f"{html.escape(_fmt(value) + unit)}</text>"
+                f"{html.escape(text + unit)}</text>"
             )
         y += group + _ROW_GAP
     parts.append("</svg>")
@@ -266,7 +265,7 @@ def _chart(body: str, table: Table | None, where: str) -> str:
                 f"{where}: rows {outside!r} are not in the table's 1..{len(table.rows)}"
             )
         rows = [(n, table.rows[n - 1]) for n in chosen]
-    bars: list[tuple[str, list[float | None]]] = []
+    bars: list[tuple[str, list[Value | None]]] = []
     for _, row in rows:
         values = [_number(row[c]) if c < len(row) else None for c in columns]
         if all(v is None for v in values):
