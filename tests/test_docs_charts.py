@@ -111,6 +111,16 @@ def test_several_charts_can_follow_one_table() -> None:
     assert len(_bars(out)) == 6
 
 
+def test_a_mark_is_drawn_on_the_bars_scale() -> None:
+    out = charts.render_markers(TABLE + '<!-- chart: bar value="p90" mark="1,000" -->', "p.md")
+    widths = _bars(out)
+    x = float(re.search(r'<line class="mark" x1="([0-9.]+)"', out).group(1))
+    start = float(re.search(r'<rect class="bar" x="([0-9.]+)"', out).group(1))
+    assert (x - start) / widths[0] == pytest.approx(1000 / 607.4, rel=1e-3)
+    with pytest.raises(charts.ChartError, match=r"^p\.md:8: mark= takes a number"):
+        charts.render_markers(TABLE + '<!-- chart: bar value="p90" mark="high" -->', "p.md")
+
+
 def test_markers_in_code_blocks_are_left_alone() -> None:
     text = '```text\n<!-- chart: bar value="nothing" -->\n```\n'
     assert charts.render_markers(text, "p.md") == text

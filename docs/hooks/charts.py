@@ -24,7 +24,9 @@ Attributes (``name="text"``; a ``"`` inside is written ``&quot;``):
 - ``title``: the chart's caption (optional);
 - ``unit``: a suffix for the value labels, such as ``" ms"`` (optional);
 - ``rows``: 1-based numbers of the table's body rows to draw, such as ``"1,2,5"``
-  (optional; every row by default).
+  (optional; every row by default);
+- ``mark``: a number drawn as a dashed red vertical line (a target, or 1 on a chart of
+  ratios; optional; the title should say what it is).
 
 A cell's number is the first number written in it, Markdown emphasis and thousands
 separators aside (``**0.51×**`` is 0.51, ``8,202 against 43,870`` is 8202, ``1.14 /
@@ -52,7 +54,7 @@ _ATTRIBUTE = re.compile(r'(?P<name>[a-z]+)="(?P<value>[^"]*)"')
 _KIND = re.compile(r"^(?P<kind>[a-z]+)\b")
 _NUMBER = re.compile(r"[-−]?\d[\d,]*(?:\.\d+)?(?:[eE][-−]?\d+)?|[-−]?\.\d+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_KNOWN = frozenset({"label", "value", "title", "unit", "rows"})
+_KNOWN = frozenset({"label", "value", "title", "unit", "rows", "mark"})
 
 #: Colours of the series, in order (Material's indigo, then contrasting ones).
 PALETTE = ("#3f51b5", "#ef6c00", "#2e7d32", "#8e24aa", "#00838f", "#c62828")
@@ -146,6 +148,7 @@ def render_svg(
     series: list[str],
     bars: list[tuple[str, list[Value | None]]],
     unit: str = "",
+    mark: float | None = None,
 ) -> str:
     """An SVG of horizontal bars: one group per ``bars`` item, one bar per series.
 
@@ -156,6 +159,8 @@ def render_svg(
             series, ``None`` for no bar. A bar is as long as the number's absolute value
             (all bars on one scale) and labelled with the text.
         unit: A suffix for every value label.
+        mark: A value to draw as a dashed vertical line across the bars (a target,
+            or 1.0 on a chart of ratios), on the bars' scale; ``None`` for none.
 
     Returns:
         One line of SVG markup with every text escaped.
@@ -165,6 +170,8 @@ def render_svg(
         round(min(_LABEL_MAX, max((len(label) for label, _ in bars), default=1)) * _CHAR) + 12
     )
     peak = max((abs(v[0]) for _, values in bars for v in values if v is not None), default=0.0)
+    if mark is not None:
+        peak = max(peak, abs(mark))
     scale = (_WIDTH - label_width - _VALUE_ROOM) / peak if peak > 0 else 0.0
     # The legend (two series or more): one swatch and name per series, left to right,
     # wrapping to a new line at the chart's width.
@@ -215,6 +222,13 @@ def render_svg(
                 f"{html.escape(text + unit)}</text>"
             )
         y += group + _ROW_GAP
+    if mark is not None:
+        x = label_width + abs(mark) * scale
+        top = _TOP + legend
+        parts.append(
+            f'<line class="mark" x1="{x:.3f}" y1="{top}" x2="{x:.3f}" y2="{height}" '
+            f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="4 3"/>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -275,7 +289,13 @@ def _chart(body: str, table: Table | None, where: str) -> str:
     if not bars:
         raise ChartError(f"{where}: no row of the table has a number in {series!r}")
     title = attributes.get("title") or ", ".join(series)
-    svg = render_svg(title, series, bars, unit=attributes.get("unit", ""))
+    mark = None
+    if "mark" in attributes:
+        found = _number(attributes["mark"])
+        if found is None:
+            raise ChartError(f"{where}: mark= takes a number; got {attributes['mark']!r}")
+        mark = found[0]
+    svg = render_svg(title, series, bars, unit=attributes.get("unit", ""), mark=mark)
     return f'<figure class="bench-chart">{svg}</figure>'
 
 
