@@ -157,7 +157,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             them; the others often share a rare word with it (a title, a place, an
             object) rather than with the question. On LoCoMo it raises multi-hop R@10
             from 0.494 to 0.509 on the tuning conversations and from 0.501 to 0.526 on
-            five held-out ones (``benches/README.md``, "Recall quality").
+            five held-out ones (``docs/pages/benchmarks/recall-quality.md``).
         max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
             lowest-ranked items are dropped until the block fits, and an item is never
             split (a block whose best item alone is over it is left out). None (the

@@ -219,10 +219,11 @@ async def open_pg_store(
             and ``hybrid`` search read. ``None`` (the default) keeps the table's
             setting; a new table has the index. ``False`` empties the postings and
             makes every write, from any process, skip them: writes are about 2.7x faster
-            (``benches/README.md``, "pg at scale"), and a ``bm25`` or ``hybrid`` search
-            then raises ConfigError. ``True`` on a table without one builds the
-            postings of every entry in the open's transaction (the writers wait), so
-            a bulk load can run without the index and turn it on once at the end.
+            (``docs/pages/benchmarks/pg-scale.md``, "Final run and its targets"), and a
+            ``bm25`` or ``hybrid`` search then raises ConfigError. ``True`` on a table
+            without one builds the postings of every entry in the open's transaction
+            (the writers wait), so a bulk load can run without the index and turn it on
+            once at the end.
         embed_timeout: seconds each embedder call may take, or None (no limit); as in
             :func:`~actors.open_store`.
         on_event: called on the trio thread with a ``vector_store.searched`` event
