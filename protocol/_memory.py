@@ -217,7 +217,8 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_MIN_SIMILARITY = 0.02
-"""``MemoryConfig.min_similarity``'s default (README, recall section: the LoCoMo figures)."""
+"""``MemoryConfig.min_similarity``'s default (docs/pages/benchmarks/recall-quality.md:
+the LoCoMo figures)."""
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 
@@ -240,7 +241,7 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             0.0 or less), which would otherwise be injected on every turn. It is the
             highest floor measured at which R@5 and the injected no-evidence count on
             LoCoMo are no worse than with no floor, for MiniLM and for the
-            ``HashingEmbedder``; see the README's recall section for the figures.
+            ``HashingEmbedder``; docs/pages/benchmarks/recall-quality.md has the figures.
         renderer: ``"plain"`` or ``"xml"``; how ``inject`` renders the recall block.
         placement: where ``inject`` puts the block: ``"before_user"`` (the default: a
             system message just before the newest user message, which keeps the prompt

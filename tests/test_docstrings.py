@@ -150,3 +150,16 @@ def test_every_cited_design_section_exists() -> None:
     }
     assert cited, "no design references found"
     assert cited <= sections, f"cited but not in docs/pages/design/contract.md: {cited - sections}"
+
+
+def test_every_cited_docs_page_exists() -> None:
+    """Code and docs cite the site's pages by path (``docs/pages/how-to/x.md``)."""
+    cited = {
+        (path.relative_to(ROOT), page)
+        for path in _sources()
+        if path.name != "test_docstrings.py"
+        for page in re.findall(r"docs/pages/[\w/.-]+?\.md", path.read_text(encoding="utf-8"))
+    }
+    assert cited, "no docs page is cited"
+    missing = sorted(f"{path}: {page}" for path, page in cited if not (ROOT / page).is_file())
+    assert missing == []

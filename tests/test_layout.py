@@ -1,6 +1,7 @@
-"""The docs' "Layout" page (docs/pages/design/layout.md) and the tree agree: every subpackage of ``actors/`` is named there
-with what it owns, every one named there exists, and the top level of ``actors/`` keeps
-``__init__.py`` and a handful of modules (design §1)."""
+"""The docs' "Layout" page (docs/pages/design/layout.md) and the tree agree: every
+subpackage of ``actors/`` is named there with what it owns, every one named there
+exists, and the top level of ``actors/`` keeps ``__init__.py`` and a handful of
+modules (design §1)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def _layout_section() -> str:
 def test_every_subpackage_is_named_in_the_layout_page() -> None:
     named = set(re.findall(r"^  - `actors/([A-Za-z_]+)/`: \S", _layout_section(), re.M))
     on_disk = {p.parent.name for p in (ROOT / "actors").glob("*/__init__.py")}
-    assert named == on_disk, f"docs/pages/design/layout.md names {sorted(named)}; actors/ has {sorted(on_disk)}"
+    assert named == on_disk, (
+        f"docs/pages/design/layout.md names {sorted(named)}; actors/ has {sorted(on_disk)}"
+    )
 
 
 def test_the_top_level_of_actors_keeps_a_handful_of_modules() -> None:

@@ -243,8 +243,8 @@ class Memory(metaclass=NoPublicConstructor):
         ``recall`` settings say) ranks them; ``since`` and ``until`` (aware datetimes)
         keep the entries that occurred in ``[since, until)``; ``as_of`` (an aware
         datetime) reads each memory as it was then: its version valid at that instant
-        (README, "Memory over time"), instead of the current one. Each hit has its cosine
-        as ``score``, its ``rank`` and the ``channels`` that lifted it.
+        (docs/pages/how-to/memory-over-time.md), instead of the current one. Each hit
+        has its cosine as ``score``, its ``rank`` and the ``channels`` that lifted it.
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.

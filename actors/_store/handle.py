@@ -606,7 +606,8 @@ class StoreHandle(metaclass=NoPublicConstructor):
 
         One read of one snapshot (a search by the zero vector, which scores every entry
         0.0, with ``k`` the store's capacity), so a batch committed meanwhile is listed
-        whole or not at all. It does not use the inbox and changes nothing.
+        whole or not at all. It does not use the inbox and changes nothing; a cancel
+        behaves as in :meth:`search`.
 
         Raises:
             ConfigError: a bad namespace.

@@ -1,4 +1,5 @@
-"""A trio store called from asyncio coroutines and from plain threads (README "LangChain").
+"""A trio store called from asyncio coroutines and from plain threads
+(docs/pages/tutorials/langchain.md).
 
 The store lives in a trio loop on a thread of its own (:meth:`TrioBridge.start`), or in
 the caller's trio run (:meth:`TrioBridge.borrow`). Each call is ``fn(handle, *args)``, an
