@@ -1,4 +1,5 @@
-"""What the LangChain adapter costs (README "LangChain", benches/README.md "Adapters").
+"""What the LangChain adapter costs (docs/pages/tutorials/langchain.md,
+docs/pages/benchmarks/adapters.md).
 
 Run from the repository root::
 

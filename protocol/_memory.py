@@ -157,7 +157,7 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             them; the others often share a rare word with it (a title, a place, an
             object) rather than with the question. On LoCoMo it raises multi-hop R@10
             from 0.494 to 0.509 on the tuning conversations and from 0.501 to 0.526 on
-            five held-out ones (``benches/README.md``, "Recall quality").
+            five held-out ones (``docs/pages/benchmarks/recall-quality.md``).
         max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
             lowest-ranked items are dropped until the block fits, and an item is never
             split (a block whose best item alone is over it is left out). None (the
@@ -217,7 +217,8 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_MIN_SIMILARITY = 0.02
-"""``MemoryConfig.min_similarity``'s default (README, recall section: the LoCoMo figures)."""
+"""``MemoryConfig.min_similarity``'s default (docs/pages/benchmarks/recall-quality.md:
+the LoCoMo figures)."""
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 
@@ -240,7 +241,7 @@ class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             0.0 or less), which would otherwise be injected on every turn. It is the
             highest floor measured at which R@5 and the injected no-evidence count on
             LoCoMo are no worse than with no floor, for MiniLM and for the
-            ``HashingEmbedder``; see the README's recall section for the figures.
+            ``HashingEmbedder``; docs/pages/benchmarks/recall-quality.md has the figures.
         renderer: ``"plain"`` or ``"xml"``; how ``inject`` renders the recall block.
         placement: where ``inject`` puts the block: ``"before_user"`` (the default: a
             system message just before the newest user message, which keeps the prompt

@@ -1,5 +1,5 @@
 """The conversation the memory tests turn over: a system prompt, two facts said and
-acknowledged, and a question (the design's worked example, "Memory" in the README)."""
+acknowledged, and a question (the design's worked example, docs/pages/tutorials/trio-agent.md)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ unrelated facts (``Add``). The memory the answer should name is placed first, se
 or third, so that always naming the first one scores no better than chance. Greedy
 decoding (``temperature=0``): the same answers on every run.
 
-What it asserts is the floor measured (README "Memory", "What to expect from a model
-that small"): SmolLM2-135M answers every case with well-formed JSON (llama.cpp's JSON
-mode) but says ``add`` to all of them, 3/12, the score of always adding; the
+What it asserts is the floor measured (docs/pages/how-to/consolidation.md, "What to
+expect from a model that small"): SmolLM2-135M answers every case with well-formed
+JSON (llama.cpp's JSON mode) but says ``add`` to all of them, 3/12, the score of always adding; the
 consolidator as shipped (``exact_first``: an exact duplicate is decided by the rule, not
 asked) scores 6/12, as the rules alone do.
 """

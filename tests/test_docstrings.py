@@ -120,14 +120,15 @@ def test_every_statistics_docstring_names_each_field(owner: type | str) -> None:
 
 def _sources() -> list[pathlib.Path]:
     files = [ROOT / "README.md", ROOT / "pyproject.toml"]
+    files += sorted((ROOT / "docs" / "pages").rglob("*.md"))
     for folder in ("actors", "protocol", "tests", "benches", "examples"):
         files += sorted((ROOT / folder).rglob("*.py")) + sorted((ROOT / folder).rglob("*.md"))
     return files
 
 
 def test_references_point_inside_the_repository() -> None:
-    """``SPEC §N`` and ``issue N`` name documents outside the repo; the README's Design
-    section is the contract, cited as ``design §N``."""
+    """``SPEC §N`` and ``issue N`` name documents outside the repo; the docs' design
+    contract (docs/pages/design/contract.md) is cited as ``design §N``."""
     outside = re.compile(r"\bSPEC\b|\b[Ii]ssue \d+")
     found = [
         f"{path.relative_to(ROOT)}:{n}"
@@ -140,13 +141,25 @@ def test_references_point_inside_the_repository() -> None:
 
 
 def test_every_cited_design_section_exists() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    design = readme[readme.index("## Design") :]
-    sections = {int(n) for n in re.findall(r"\*\*§(\d+) ", design)}
+    design = (ROOT / "docs" / "pages" / "design" / "contract.md").read_text(encoding="utf-8")
+    sections = {int(n) for n in re.findall(r"^## §(\d+)", design, re.M)}
     cited = {
         int(n)
         for path in _sources()
         for n in re.findall(r"[Dd]esign §(\d+)", path.read_text(encoding="utf-8"))
     }
     assert cited, "no design references found"
-    assert cited <= sections, f"cited but not in the README's Design: {cited - sections}"
+    assert cited <= sections, f"cited but not in docs/pages/design/contract.md: {cited - sections}"
+
+
+def test_every_cited_docs_page_exists() -> None:
+    """Code and docs cite the site's pages by path (``docs/pages/how-to/x.md``)."""
+    cited = {
+        (path.relative_to(ROOT), page)
+        for path in _sources()
+        if path.name != "test_docstrings.py"
+        for page in re.findall(r"docs/pages/[\w/.-]+?\.md", path.read_text(encoding="utf-8"))
+    }
+    assert cited, "no docs page is cited"
+    missing = sorted(f"{path}: {page}" for path, page in cited if not (ROOT / page).is_file())
+    assert missing == []

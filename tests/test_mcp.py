@@ -1021,6 +1021,9 @@ async def test_http_with_a_token_answers_401_without_it(tmp_path: Path) -> None:
                     sent = {**ACCEPT, "mcp-session-id": session_id, **headers}
                     answer = await http.post(url, json=body, headers=sent)
                     assert answer.status_code == 401, (headers, answer.text)
+                    # Its body unread, the connection closes: the answer says so, or
+                    # the next request on it races the close (a RemoteProtocolError).
+                    assert answer.headers["connection"] == "close"
                     challenge = answer.headers["www-authenticate"]
                     assert challenge.startswith('Bearer realm="trio-recall"'), challenge
                     assert ('error="invalid_token"' in challenge) == bool(headers), challenge

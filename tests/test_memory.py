@@ -99,7 +99,7 @@ def cosine(a: str, b: str) -> float:
 
 
 async def test_seed_000_worked_example() -> None:
-    """The design's worked example, as the README's "Memory" section names it: a
+    """The design's worked example, as the docs/pages/tutorials/trio-agent.md section names it: a
     six-message prompt; Offload moves the four oldest unprotected messages into the
     store, each stored and indexed exactly as it was said; the next question recalls
     them by the cosine of their own text; the block goes just before that question."""

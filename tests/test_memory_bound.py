@@ -1,4 +1,5 @@
-"""The memory bound (design §3, exactly in the README's "The store"), by tracemalloc.
+"""The memory bound (design §3; docs/pages/reference/store.md, "The memory bound,
+exactly"), by tracemalloc.
 
 A store of 50 entries at a small cap is filled, for many rounds (so that eviction runs),
 with entries of hostile shapes, each as large as the cap allows: max-size metadata

@@ -1,4 +1,4 @@
-"""Memory over time (README, "Memory over time"), in memory, through the user's paths
+"""Memory over time (docs/pages/how-to/memory-over-time.md), in memory, through the user's paths
 (``open_store``, ``open_memory``): versions and history, ``as_of`` on every read,
 concurrent updates, expiry by the store clock, dedupe, and a forget that leaves no
 trace anywhere."""

@@ -31,7 +31,7 @@ CONSUMERS = {
 
 # White-box stages: the only private modules a bench may reach, each because it times one
 # stage inside the library that no public call isolates (benches/README.md, "Public
-# names only"). The list may only shrink; a new entry is a decision for the README too.
+# names only"). The list may only shrink; a new entry is a decision for benches/README.md too.
 WHITE_BOX = {
     "benches/pg_scale.py": {
         # the floor of the write path: the store's own rows, prepared and COPYed by its

@@ -1,4 +1,5 @@
-"""The suite's warnings policy (README "Tests"): every warning fails a test, except a
+"""The suite's warnings policy (docs/pages/getting-started/install.md, "Warnings"): every
+warning fails a test, except a
 deprecation raised inside a dependency, which is shown and does not fail; a deprecation
 attributed to this project's own code fails again.
 

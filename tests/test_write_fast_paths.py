@@ -1,5 +1,5 @@
 """The write path's fast paths give what the general checks give, value for value and
-error for error (README, "PostgreSQL + pgvector"; benches/README.md, "pg at scale").
+error for error (docs/pages/reference/store.md, "On PostgreSQL"; benches/README.md, "pg at scale").
 
 Each fast path is compared with the code it skips, on inputs built to fool it: ints,
 bools and numpy scalars among floats, float subclasses, strings whose msgpack form is as

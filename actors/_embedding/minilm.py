@@ -442,7 +442,8 @@ class MiniLMEmbedder(ReportingModel):
     Two runtimes give the same vectors (within 1e-6 of sentence-transformers' and of each
     other): ``"onnxruntime"`` runs a graph built from the same weights in an ONNX Runtime
     session (see :mod:`actors._embedding.onnx`), faster than both numpy and
-    sentence-transformers (``benches/README.md``, "Embedding"); ``"numpy"`` runs the
+    sentence-transformers (``docs/pages/benchmarks/embedding.md``, "Against
+    sentence-transformers"; numpy: ``benches/README.md``, "Embedding"); ``"numpy"`` runs the
     forward pass in numpy. ``"auto"`` (the default) takes onnxruntime when ``onnx`` and
     ``onnxruntime`` are installed (the ``embed`` extra installs them), else numpy.
 
@@ -462,7 +463,7 @@ class MiniLMEmbedder(ReportingModel):
     Precision: ``"int8"`` (the default where ONNX Runtime runs) or ``"fp32"``. int8 is
     ONNX Runtime's dynamic quantization of the same weights
     (:mod:`actors._embedding.quantize`; nothing is downloaded): 2.3x fp32's texts/s here
-    with the same dev R@10 (0.805; ``benches/README.md``, "Embedding"). It quantizes
+    with the same dev R@10 (0.805; ``docs/pages/benchmarks/embedding.md``). It quantizes
     each pass's activations with one scale for the whole pass, so it runs one text per
     pass, ``threads`` passes at a time on a one-thread session: a text's vector never
     depends on the texts embedded with it. int8 vectors differ from fp32's (cosine about
@@ -688,7 +689,8 @@ class MiniLMEmbedder(ReportingModel):
         """The session's intra-op threads: ``threads`` for fp32; one for int8, whose
         one-text passes run ``threads`` at a time from as many callers instead (one text
         is too small a product to split over threads: 581 texts/s on 2 cores against
-        301 with every pass split over a 2-thread pool, ``benches/README.md``)."""
+        301 with every pass split over a 2-thread pool,
+        ``docs/pages/benchmarks/embedding.md``)."""
         return 1 if self.precision == "int8" else self.threads or 1
 
     @property

@@ -308,7 +308,7 @@ class Arena:
     conversations: Conversations = attrs.field(init=False)
     sources: list[str | None] = attrs.field(init=False)
     source_ids: list[str | None] = attrs.field(init=False)
-    # Per slot, the version bookkeeping (README, "Memory over time"): when the version
+    # Per slot, the version bookkeeping (docs/pages/how-to/memory-over-time.md): when the version
     # became valid (NO_TIME when free) and stopped being (OPEN: current, or free), when
     # it expires (NEVER: never, or free), its version number (0: free), and the hash of
     # its text (``hash(text)``, for exact dedupe; 0 when free).

@@ -79,8 +79,8 @@ async def open_store(
             process-wide thread count to one while it runs (through threadpoolctl,
             counted across every store that opted in; the count in force before the
             first such scan comes back when the last one ends), so any other thread
-            of the process calling BLAS meanwhile runs on one thread too. README "The
-            store" says what each costs.
+            of the process calling BLAS meanwhile runs on one thread too.
+            docs/pages/reference/store.md says what each costs.
         on_event: an event sink, called synchronously with a ``vector_store.added`` or
             ``vector_store.deleted`` event after each commit (in the actor, after the
             caller's reply) and a ``vector_store.searched`` event after each read (in

@@ -171,7 +171,7 @@ async def run_search(
     arena = actor.arena
     compiled = None if request.filter is None else compile_filter(request.filter)
     k, depth = depths(request, actor.config.max_entries)
-    # What this read sees (README, "Memory over time"): the current versions, or those
+    # What this read sees (docs/pages/how-to/memory-over-time.md): the current versions, or those
     # valid at ``as_of``, unexpired by the store clock's now, taken once per read.
     now_us = actor.now_us()
     as_of_us = None if request.as_of is None else micros(request.as_of)

@@ -208,7 +208,7 @@ def parse_vector(text: str) -> npt.NDArray[np.float32]:
 
 
 #: The settings every approximate read runs with, set on each of the pool's connections
-#: when it connects (README, "pg at scale"), on pgvector's index defaults (m = 16,
+#: when it connects (docs/pages/benchmarks/pg-scale.md), on pgvector's index defaults (m = 16,
 #: ef_construction = 64). Measured through ``search`` with :data:`HNSW_CANDIDATES`, at
 #: 1M entries of 384 floats: recall@10 0.90 at ef_search 64 (enough at 100k: 0.97-1.00
 #: over five builds), 0.95 at 200, 0.98 at 400, which costs about 2.4 ms more than 200

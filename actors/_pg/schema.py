@@ -7,8 +7,9 @@ the forms values take in SQL are in ``values.py`` (re-exported here).
 
 Each store is seven objects named after its table ``T``:
 
-- ``T``: one row per stored version of an entry, turn or document (schema 7: README,
-  "Memory over time"). A memory is ``(namespace, id)``; its versions 1, 2, 3... share
+- ``T``: one row per stored version of an entry, turn or document (schema 7:
+  docs/pages/how-to/memory-over-time.md). A memory is ``(namespace, id)``; its versions
+  1, 2, 3... share
   the id, and exactly one is *current* (``valid_to`` NULL): the unique index
   ``T_ns_id_cur`` on ``(namespace, id) WHERE valid_to IS NULL`` holds an id once among
   current rows, and every replace-by-id statement touches current rows only. Closed

@@ -39,7 +39,7 @@ postings that each write stores (``reads.py``), so a query reads the postings of
 own terms through an index rather than loading the namespace's texts: its cost grows
 with those postings, not with the table.
 
-**Memory over time** (README, "Memory over time"; the schema in ``schema.py``). Every
+**Memory over time** (docs/pages/how-to/memory-over-time.md; the schema in ``schema.py``). Every
 read binds the store clock's now (and ``as_of``) and sees current, unexpired versions (or
 those valid then) in every statement: dense reads and export, BM25 and its statistics,
 term counts, the rows of hits, ``get_by_ids``. An update runs in the write's transaction,
@@ -210,7 +210,7 @@ async def open_pg_store(
             opened without ``index`` stays exact even on a table that has the index.
         ef_search: with ``index="hnsw"``, the length of the index's candidate list
             (pgvector's ``hnsw.ef_search``, 1 to 1000), or None for 400: recall@10 of
-            0.98 at 1M entries of 384 floats (README, "pg at scale"), and 1000 for a
+            0.98 at 1M entries of 384 floats (docs/pages/benchmarks/pg-scale.md), and 1000 for a
             read with a metadata filter on a table of more than 250,000 entries (0.96
             under a 1% filter at 1M, against 0.95 at 400, in the same time). Lower is
             faster and less exact; a read deeper than it raises it for that read. A
@@ -219,10 +219,11 @@ async def open_pg_store(
             and ``hybrid`` search read. ``None`` (the default) keeps the table's
             setting; a new table has the index. ``False`` empties the postings and
             makes every write, from any process, skip them: writes are about 2.7x faster
-            (``benches/README.md``, "pg at scale"), and a ``bm25`` or ``hybrid`` search
-            then raises ConfigError. ``True`` on a table without one builds the
-            postings of every entry in the open's transaction (the writers wait), so
-            a bulk load can run without the index and turn it on once at the end.
+            (``docs/pages/benchmarks/pg-scale.md``, "Final run and its targets"), and a
+            ``bm25`` or ``hybrid`` search then raises ConfigError. ``True`` on a table
+            without one builds the postings of every entry in the open's transaction
+            (the writers wait), so a bulk load can run without the index and turn it on
+            once at the end.
         embed_timeout: seconds each embedder call may take, or None (no limit); as in
             :func:`~actors.open_store`.
         on_event: called on the trio thread with a ``vector_store.searched`` event

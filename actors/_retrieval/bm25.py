@@ -97,7 +97,7 @@ _DIGEST_PREFIX = "#"
 # With PyStemmer installed (a dependency), snowballstemmer runs its C build
 # of the same algorithms: about 2 us a word, against 85 us in pure Python, which was
 # most of a bulk pg write's preparation (benches/README.md, "pg at scale"). Its cache
-# of recent words is turned off: the store's memory bound (README, "The store") counts
+# of recent words is turned off: the store's memory bound (docs/pages/reference/store.md) counts
 # every byte a write leaves behind, and the C stemmer is fast enough without it.
 _STEMMER = snowballstemmer.stemmer("english")
 if hasattr(_STEMMER, "maxCacheSize"):

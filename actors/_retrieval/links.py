@@ -59,7 +59,8 @@ def body_terms(text: str) -> frozenset[str]:
     Kept for the last ``BODY_CACHE`` texts: a recall reads the terms of its top 50
     hits, and the hits of one conversation's questions recur, so tokenizing and
     stemming them again was the largest share of a recall's ranking
-    (``benches/README.md``, "Recall against similarity through the store")."""
+    (``docs/pages/benchmarks/recall-quality.md``, "Recall against similarity through
+    the store")."""
     speaker = speaker_of(text)
     body = text[len(speaker) + 2 :] if speaker is not None else text
     stems = stem_words(set(words_of(body)))

@@ -595,6 +595,36 @@ class StoreHandle(metaclass=NoPublicConstructor):
         self._check()
         return found
 
+    async def documents(
+        self, namespace: str | None = None, *, filter: Mapping[str, object] | Filter | None = None
+    ) -> list[Document]:
+        """Every current memory of ``namespace`` (the default one when None), oldest
+        first (the order they were written in): what a user's export holds. Expired
+        memories and closed versions are left out, as from every read; a memory's older
+        versions are :meth:`history`'s. ``filter`` keeps those whose metadata matches
+        (see :class:`~protocol.SearchRequest`).
+
+        One read of one snapshot (a search by the zero vector, which scores every entry
+        0.0, with ``k`` the store's capacity), so a batch committed meanwhile is listed
+        whole or not at all. It does not use the inbox and changes nothing; a cancel
+        behaves as in :meth:`search`.
+
+        Raises:
+            ConfigError: a bad namespace.
+            FilterError: the filter cannot be applied.
+            StoreUnavailable: (pg) the database failed after the retries.
+            Poisoned: the actor has crashed.
+        """
+        request = SearchRequest(
+            vector=[0.0] * self.config.dimensions,
+            k=max(self.capacity, 1),
+            namespace=namespace,
+            kind="similarity",
+            filter=cast(Filter | None, filter),  # SearchRequest parses a dict
+        )
+        hits = await self.search(request)
+        return [hit.document for hit in sorted(hits, key=lambda hit: hit.sequence or 0)]
+
     async def forget(
         self,
         ids: Sequence[str] | None = None,

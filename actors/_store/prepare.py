@@ -102,10 +102,11 @@ _EMPTY_DICT: dict[str, Any] = {}
 #: The cosine similarity at or above which ``dedupe="near"`` takes a new memory for a
 #: current one (``near_threshold`` overrides it per call). Measured with MiniLM on 133
 #: labelled pairs and 2,760 LoCoMo turns (``benches/near_duplicates.py``;
-#: benches/README.md, "Near duplicates"): a changed fact ("555-0142" / "555-0198")
-#: scores up to 0.986 and a paraphrase at most 0.981, so 0.99 is the one value that
-#: takes no changed fact for a duplicate; it catches trivial edits (case, punctuation,
-#: contractions), not paraphrases, which need a judge (``actors.LlmConsolidator``).
+#: docs/pages/benchmarks/memory-over-time.md, "Near duplicates"): a changed fact
+#: ("555-0142" / "555-0198") scores up to 0.986 and a paraphrase at most 0.981, so 0.99
+#: is the one value that takes no changed fact for a duplicate; it catches trivial edits
+#: (case, punctuation, contractions), not paraphrases, which need a judge
+#: (``actors.LlmConsolidator``).
 NEAR_DUPLICATE_COSINE = 0.99
 
 #: A store's clock: a zero-argument callable returning an aware datetime. Every "now"

@@ -166,6 +166,11 @@ class BearerAuth:
                         (b"www-authenticate", challenge.encode("ascii")),
                         (b"content-type", b"text/plain; charset=utf-8"),
                         (b"content-length", str(len(body)).encode("ascii")),
+                        # The request's body is never read (an unauthenticated client
+                        # may send any amount), so this connection cannot carry another
+                        # request: the server closes it. Said here, a client opens a new
+                        # one instead of racing that close with its next request.
+                        (b"connection", b"close"),
                     ],
                 }
             )

@@ -1,4 +1,4 @@
-"""Adapters that let asyncio frameworks use a trio-recall store (README "LangChain",
+"""Adapters that let asyncio frameworks use a trio-recall store (docs/pages/tutorials/langchain.md,
 "LangGraph").
 
 Each adapter is its own module, imported only when asked for, so that ``import actors``

@@ -1,4 +1,5 @@
-"""A trio store called from asyncio coroutines and from plain threads (README "LangChain").
+"""A trio store called from asyncio coroutines and from plain threads
+(docs/pages/tutorials/langchain.md).
 
 The store lives in a trio loop on a thread of its own (:meth:`TrioBridge.start`), or in
 the caller's trio run (:meth:`TrioBridge.borrow`). Each call is ``fn(handle, *args)``, an
@@ -26,7 +27,8 @@ loop; a thread serves every caller, sync or async, from any loop. Why not anyio'
 ``start_blocking_portal(backend="trio")``: it does the same with one more layer, cannot
 borrow a store that is already open in the caller's trio run, and its ``call`` from a
 portal task cannot tell a caller-side cancellation from the store closing. The round
-trip of each is in benches/README.md ("Adapters").
+trip of each is in docs/pages/benchmarks/adapters.md ("The LangChain vector store
+through the bridge").
 """
 
 from __future__ import annotations

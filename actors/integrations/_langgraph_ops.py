@@ -1,4 +1,4 @@
-"""LangGraph's store operations in trio-recall's terms (README "LangGraph").
+"""LangGraph's store operations in trio-recall's terms (docs/pages/tutorials/langgraph.md).
 
 Pure functions, no I/O: the namespace encoding, an item as a trio-recall document and
 back, and a LangGraph filter as a ``protocol.filters`` filter. ``langgraph.py`` runs them
@@ -79,7 +79,8 @@ CREATED_KEY = "lg:created_at"
 UPDATED_KEY = "lg:updated_at"
 INDEXED_KEY = "lg:indexed"
 
-#: The value keys that are also the entry's own fields (README "LangGraph"): a value's
+#: The value keys that are also the entry's own fields (docs/pages/tutorials/
+#: langgraph.md): a value's
 #: top-level ``"occurred_at"`` (ISO 8601 text) is when the item happened, its
 #: ``"conversation"`` (a str) the conversation it belongs to. Both stay in the value.
 OCCURRED_AT_FIELD = "occurred_at"
@@ -282,7 +283,8 @@ def item_document(
             )
         metadata[VALUE_PREFIX + name] = field
     metadata[NS_KEY] = encode_namespace(namespace)
-    # Always with microseconds, so the bookkeeping has one size (README "LangGraph").
+    # Always with microseconds, so the bookkeeping has one size
+    # (docs/pages/tutorials/langgraph.md).
     metadata[CREATED_KEY] = created_at.isoformat(timespec="microseconds")
     metadata[UPDATED_KEY] = updated_at.isoformat(timespec="microseconds")
     metadata[INDEXED_KEY] = text is not None

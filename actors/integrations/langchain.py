@@ -1,5 +1,5 @@
-"""trio-recall as a LangChain ``VectorStore`` (README "LangChain"; needs the ``langchain``
-extra).
+"""trio-recall as a LangChain ``VectorStore`` (docs/pages/tutorials/langchain.md; needs
+the ``langchain`` extra).
 
 :class:`TrioRecallVectorStore` runs an in-memory store (or, with ``dsn``, a PostgreSQL +
 pgvector store) in a trio loop on a thread of its own (``_bridge``); its sync methods
@@ -18,7 +18,7 @@ Choices where LangChain leaves it open:
   relevant", 0), so a relevance ``score_threshold`` means a cosine similarity.
 - A document without an id gets a content hash (``protocol.document_id``), not a random
   uuid: adding the same text and metadata twice keeps one entry.
-- ``delete`` forgets (README "Memory over time"): every version of each document and
+- ``delete`` forgets (docs/pages/how-to/memory-over-time.md): every version of each document and
   every trace of its text. ``delete(None)`` forgets every document of this store's
   namespace, and returns True (missing ids are not an error, as LangChain's standard
   tests require).
@@ -754,8 +754,8 @@ async def _upsert(store: AdapterStore, documents: list[Document], namespace: str
 
 
 async def _delete(store: AdapterStore, ids: list[str] | None, namespace: str) -> None:
-    # Forgotten: every version of each document, and every trace of its text (README
-    # "Memory over time"); None selects the whole namespace.
+    # Forgotten: every version of each document, and every trace of its text (docs/pages/how-to/
+    # memory-over-time.md); None selects the whole namespace.
     if ids is None:
         await store.forget(namespace=namespace)
     elif ids:

@@ -1,4 +1,4 @@
-"""trio-recall as LangGraph's long-term memory store (README "LangGraph").
+"""trio-recall as LangGraph's long-term memory store (docs/pages/tutorials/langgraph.md).
 
 :class:`TrioRecallStore` is a ``langgraph.store.base.BaseStore``: pass it to
 ``StateGraph.compile(store=...)`` and nodes reach it through ``runtime.store`` (or
@@ -27,7 +27,7 @@ How LangGraph's model maps onto trio-recall's (``_langgraph_ops`` has the detail
   are also the entry's own fields: when the item happened (default: when it was put),
   which recall's time channel reads, and the conversation whose items, put in order,
   are neighbours for recall. They stay in the value;
-- a put on a key already there is an update of the item (README "Memory over time"):
+- a put on a key already there is an update of the item (docs/pages/how-to/memory-over-time.md):
   a new version, the old one closed and kept, which the store handle's
   ``history(item_id(namespace, key), namespace=...)`` lists; the new version holds
   from the value's ``occurred_at`` when that is later than the old one's start, else
@@ -468,8 +468,8 @@ class _Core:
     async def write(self, upserts: list[Document], deletes: list[str]) -> None:
         """Apply a batch's puts and deletes. A put of a new item is written with the
         batch's other new items (one write); a put of an item already there is an
-        update of it (a new version, keeping the old one as history: README "Memory over
-        time"); a delete forgets the item, every version of it."""
+        update of it (a new version, keeping the old one as history:
+        docs/pages/how-to/memory-over-time.md); a delete forgets the item, every version of it."""
         async with self.lock:
             if upserts:
                 ids = [d.id for d in upserts if d.id is not None]

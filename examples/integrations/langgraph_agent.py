@@ -1,4 +1,4 @@
-"""A LangGraph agent whose long-term memory is trio-recall (README "LangGraph").
+"""A LangGraph agent whose long-term memory is trio-recall (docs/pages/tutorials/langgraph.md).
 
 Offline: HashingEmbedder is a deterministic bag of words, so recall is lexical, and the
 agent's reply is what it recalled (no model is called). Pass ``dsn=...`` to

@@ -1,4 +1,4 @@
-"""Fixtures of the asyncio suite (README "LangChain").
+"""Fixtures of the asyncio suite (docs/pages/tutorials/langchain.md).
 
 The pg fixtures are tests/pg_fixtures.py's, the trio suite's own, so the rules are the
 same: the server named by

@@ -44,16 +44,20 @@ def test_example_prints_what_it_shows(name: str) -> None:
     assert result.stdout.splitlines() == EXPECTED[name]
 
 
-# Each README section shows its example file's code (after the docstring), in < 15 lines.
-README_EXAMPLES = {"LangChain": "langchain_retriever.py", "LangGraph": "langgraph_agent.py"}
+# Each tutorial page shows its example file's code (after the docstring), in < 15 lines:
+# the page's first Python block.
+TUTORIALS = EXAMPLES.parent.parent / "docs" / "pages" / "tutorials"
+TUTORIAL_EXAMPLES = {
+    "langchain.md": "langchain_retriever.py",
+    "langgraph.md": "langgraph_agent.py",
+}
 
 
-@pytest.mark.parametrize(("section", "name"), sorted(README_EXAMPLES.items()))
-def test_the_readme_shows_the_example_in_under_15_lines(section: str, name: str) -> None:
-    readme = (EXAMPLES.parent.parent / "README.md").read_text()
-    body = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize(("page", "name"), sorted(TUTORIAL_EXAMPLES.items()))
+def test_the_tutorial_shows_the_example_in_under_15_lines(page: str, name: str) -> None:
+    body = (TUTORIALS / page).read_text()
     shown = body.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
-    # The block's first line says which extras it needs (tests/readme_blocks.py); the
+    # The block's first line says which extras it needs (tests/doc_blocks.py); the
     # rest is the example, line for line.
     if shown and shown[0].startswith("# needs: "):
         shown = shown[1:]

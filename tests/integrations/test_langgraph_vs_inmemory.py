@@ -4,7 +4,8 @@ LangGraph ships no conformance suite for stores (its conformance package covers
 checkpointers), so its reference store is the judge: hypothesis draws batches of puts,
 deletes, gets, searches (with and without a query, with filters) and namespace listings,
 and both stores (this one in memory and on pg) must answer alike, up to the differences
-README "LangGraph" lists, with ``ranking="similarity"`` (InMemoryStore ranks by cosine;
+docs/pages/tutorials/langgraph.md lists, with ``ranking="similarity"`` (InMemoryStore
+ranks by cosine;
 this store's default, recall, ranks by more). The draws stay where the two agree by
 design: every value has its text field (InMemoryStore keeps a stale vector for a value
 that loses it), filtered fields have one type (InMemoryStore coerces with float() and

@@ -1,17 +1,18 @@
-"""The README's LangChain and LangGraph blocks run as written, here where those extras
-are installed (``tests/readme_blocks.py``; the trio suite runs the others)."""
+"""The LangChain and LangGraph blocks of the README and the docs run as written, here
+where those extras are installed (``tests/doc_blocks.py``; the trio suite runs the
+others)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from readme_blocks import Block, blocks, missing_extras, run
+from doc_blocks import Block, blocks, missing_extras, run
 
 ADAPTERS = [b for b in blocks() if b.needs & {"langchain", "langgraph"}]
 
 
-def test_the_readme_shows_both_adapters() -> None:
+def test_the_docs_show_both_adapters() -> None:
     assert {"langchain", "langgraph"} <= {n for b in ADAPTERS for n in b.needs}
 
 

@@ -1,9 +1,13 @@
-"""The Python blocks of the README, each a program that runs as written.
+"""The Python blocks of the README and of the documentation site (``docs/pages/``), each a
+program that runs as written.
 
-Both suites run them (``tests/test_readme_examples.py`` in the trio suite,
-``tests/integrations/test_readme_examples.py`` in the asyncio suite, which has the
-LangChain and LangGraph extras). A block that needs more than the core library says so
-on its first line, ``# needs: pg, embed``:
+A block is a fence whose info string is ``python`` (indented inside a list or an
+admonition too). No other Python fence is allowed (``py``, ``python3``, ``pycon``), so a
+block cannot escape by its spelling (``tests/test_doc_blocks.py`` checks it). Both suites
+run them (``tests/test_doc_blocks.py`` in the trio suite, ``tests/integrations/
+test_doc_blocks.py`` in the asyncio suite, which has the LangChain and LangGraph extras).
+A block that needs more than the core library says so on its first line,
+``# needs: pg, embed``:
 
 - ``pg``: a PostgreSQL with pgvector; the block reads its DSN from
   ``TRIO_RECALL_PG_DSN`` (the test passes the suite's server);
@@ -21,14 +25,20 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import attrs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = ROOT / "docs" / "pages"
 
-_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# An opening fence, its indent and info string, then everything up to the closing fence
+# at the same indent.
+_FENCE = re.compile(r"^( *)```([^\n`]*)\n(.*?)^\1```", re.S | re.M)
+# Info strings that would be Python under another name.
+PYTHON_ALIASES = {"py", "py3", "python3", "pycon", "pyi", "ipython"}
 _NEEDS = re.compile(r"\A# needs: ([a-z, ]+)\n")
 KNOWN = {"pg", "embed", "mcp", "langchain", "langgraph", "llm"}
 # What importing each extra's distinctive module shows is installed.
@@ -42,25 +52,48 @@ _MODULES = {
 
 @attrs.frozen
 class Block:
-    line: int  # of the opening fence in README.md
+    path: str  # relative to the repository root
+    line: int  # of the opening fence
     code: str
     needs: frozenset[str]
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.path}:{self.line}"
+
+
+def documents() -> list[Path]:
+    """The README and every page of the documentation site, in order."""
+    return [README, *sorted(PAGES.rglob("*.md"))]
+
+
+def fences(path: Path) -> list[tuple[int, str, str]]:
+    """Every fenced block of ``path``: (line of the opening fence, info string, code
+    dedented by the fence's indent)."""
+    text = path.read_text(encoding="utf-8")
+    return [
+        (
+            text.count("\n", 0, match.start()) + 1,
+            match.group(2).strip(),
+            textwrap.dedent(match.group(3)),
+        )
+        for match in _FENCE.finditer(text)
+    ]
 
 
 def blocks() -> list[Block]:
-    """Every ```python block of the README, in order."""
-    text = README.read_text(encoding="utf-8")
+    """Every ```python block of the README and the docs, in order."""
     found = []
-    for match in _BLOCK.finditer(text):
-        code = match.group(1)
-        marker = _NEEDS.match(code)
-        needs = frozenset(n.strip() for n in marker.group(1).split(",")) if marker else frozenset()
-        line = text.count("\n", 0, match.start()) + 1
-        found.append(Block(line=line, code=code, needs=needs))
+    for path in documents():
+        for line, info, code in fences(path):
+            if info != "python":
+                continue
+            marker = _NEEDS.match(code)
+            needs = (
+                frozenset(n.strip() for n in marker.group(1).split(",")) if marker else frozenset()
+            )
+            name = path.relative_to(ROOT).as_posix()
+            found.append(Block(path=name, line=line, code=code, needs=needs))
     return found
 
 
