@@ -1,6 +1,6 @@
 """What every door into the store shares: the MCP server, the command line and the
-LangChain and LangGraph adapters (README "MCP server", "Command line", "LangChain",
-"LangGraph"), and a door of your own.
+LangChain and LangGraph adapters (docs/pages/reference/mcp.md, docs/pages/reference/cli.md,
+docs/pages/tutorials/langchain.md and langgraph.md), and a door of your own.
 
 A *door* is code that lets someone outside Python reach a store (a tool server, a
 command, a framework's retriever). Write yours with these rules and it searches, floors

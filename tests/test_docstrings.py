@@ -163,3 +163,19 @@ def test_every_cited_docs_page_exists() -> None:
     assert cited, "no docs page is cited"
     missing = sorted(f"{path}: {page}" for path, page in cited if not (ROOT / page).is_file())
     assert missing == []
+
+
+def test_no_citation_names_a_readme_section_that_moved() -> None:
+    """The README keeps its set-up, quick start and links; the rest moved to the docs
+    site, cited by page path. A ``README "Section"`` citation must name a README
+    section that exists."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^## (.+)$", readme, re.M))
+    stale = [
+        f"{path.relative_to(ROOT)}: README {name!r}"
+        for path in _sources()
+        if path.name != "test_docstrings.py"
+        for name in re.findall(r"README(?:'s)?,? \"([^\"]+)\"", path.read_text(encoding="utf-8"))
+        if name not in sections
+    ]
+    assert stale == []

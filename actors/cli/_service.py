@@ -22,7 +22,7 @@ happened at its ``occurred_at`` (given as ISO 8601 text; left out, the store sta
 time of the write) and may belong to a ``conversation``, whose memories are neighbours
 in the order they were remembered.
 
-Memory over time (README section of that name): ``remember`` skips a duplicate by
+Memory over time (docs/pages/how-to/memory-over-time.md): ``remember`` skips a duplicate by
 default (``dedupe="exact"``: hosts re-send the same fact) and may expire; ``update``
 writes a new version under the same id and keeps the old one, which ``history`` lists
 and ``as_of`` reads; ``forget`` forgets every version, by ids or by a selection, and is
@@ -97,7 +97,7 @@ MAX_NAME_BYTES = 256
 #: The most ids one forget or get_memories call takes.
 MAX_IDS = 10_000
 #: What ``remember``/``add`` take as ``dedupe`` (``"none"``: the store's None), and
-#: their default: hosts re-send the same fact (README "Memory over time").
+#: their default: hosts re-send the same fact (docs/pages/how-to/memory-over-time.md).
 DEDUPE_MODES = ("exact", "near", "none")
 DEFAULT_DEDUPE = "exact"
 #: The longest ``ttl_seconds`` taken: 100 years (a longer one is surely a mistake, and
@@ -295,8 +295,8 @@ class MemoryService:
                 and before ``until``: ISO 8601 text (a date, or a time without an
                 offset, is UTC), applied before top-k like a filter.
             as_of: read the memory as it was at this time (ISO 8601): each memory's
-                version valid then, instead of its current one (README "Memory over
-                time"); None reads the current versions.
+                version valid then, instead of its current one
+                (docs/pages/how-to/memory-over-time.md); None reads the current versions.
 
         Raises:
             ToolInputError: any bad argument. Nothing is searched.
@@ -415,7 +415,7 @@ class MemoryService:
     ) -> dict[str, JsonValue]:
         """Write a new version of a memory and answer ``{"id", "version",
         "valid_from"}`` of it: the current version is closed at ``valid_from`` and kept
-        (``history``), and reads see the new one (README "Memory over time").
+        (``history``), and reads see the new one (docs/pages/how-to/memory-over-time.md).
 
         Args:
             memory_id: the memory's id, as ``remember`` or ``recall`` gave it.

@@ -673,7 +673,7 @@ BAD = [
     (["add", "x", "--at", "May 8", "--in-memory"], 2, "occurred_at is 'May 8'; expected ISO"),
     (["add", "x", "--conversation", "a\tb", "--in-memory"], 2, "conversation is"),
     (["import", "{bad_time}", "--in-memory"], 2, "line 1 occurred_at is 'never'"),
-    # A file that cannot be read is bad input (2, as the README's table says), named.
+    # A file that cannot be read is bad input (2, as docs/pages/reference/cli.md says), named.
     (["import", "{missing}", "--in-memory"], 2, "cannot read the import file {missing}: no such"),
     (["import", "{a_dir}", "--in-memory"], 2, "cannot read the import file {a_dir}: is a dir"),
     (["import", "{bad_json}", "--data", "{data}"], 2, "line 2 is not JSON"),
@@ -990,7 +990,7 @@ def test_export_refuses_a_target_it_cannot_write(
     assert not Path("/sys/trio-recall-probe.jsonl").exists()
     # The same folder, writable: the export is written.
     written = files / "a_dir" / "out.jsonl"
-    assert ok("export", str(written), *on_pg).stdout == f"exported 1 memories to {written}\n"
+    assert ok("export", str(written), *on_pg).stdout == f"exported 1 memory to {written}\n"
 
 
 def test_export_writes_through_a_character_device(
@@ -1007,7 +1007,7 @@ def test_export_writes_through_a_character_device(
         pytest.skip(f"cannot make a character device here (mknod needs root): {error}")
     on_pg = ["--dsn", pg_dsn, "--table", pg_table, "--embedder", "hashing"]
     _seed(on_pg, tmp_path, ["written to nowhere"])
-    assert ok("export", str(null), *on_pg).stdout == f"exported 1 memories to {null}\n"
+    assert ok("export", str(null), *on_pg).stdout == f"exported 1 memory to {null}\n"
     assert stat.S_ISCHR(os.lstat(null).st_mode) and os.stat(null).st_rdev == os.makedev(1, 3)
     assert sorted(os.listdir(tmp_path)) == ["null", "seed.jsonl"]
 
