@@ -177,11 +177,16 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
     date_weight: float = 1.0
     link_weight: float = 0.5
     max_block_bytes: int | None = None
+    ranker: Literal["learned", "none"] = "learned"
 
     def __post_init__(self) -> None:
         if self.search not in ("dense", "hybrid"):
             raise ConfigError(
                 f"RecallSettings.search is {self.search!r}; expected 'dense' or 'hybrid'"
+            )
+        if self.ranker not in ("learned", "none"):
+            raise ConfigError(
+                f"RecallSettings.ranker is {self.ranker!r:.60}; expected 'learned' or 'none'"
             )
         check_int("RecallSettings.fetch_k", self.fetch_k, minimum=1, python=True)
         if self.max_block_bytes is not None:

@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from protocol import SearchRequest
 
+from . import ranker
 from .focus import (
     DateMention,
     entry_date,
@@ -150,16 +151,51 @@ def rank_recall(
         k=settings.rrf_k,
         weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
     )
+    unlent = dict(zip(fused.keys, fused.scores.tolist(), strict=True))
     fused = lend(fused.keys, fused.scores, neighbors, settings.neighbor_weight)
     hits = _Hits(fused.keys, fused.scores)
     for key, lent in zip(fused.keys, fused.lent.tolist(), strict=True):
         if lent > 0:
             hits.lift(key, "neighbor")
-    # Entity links read the top DEPTH after focus, and only lift hits among them.
+    # Entity links read the top DEPTH after focus, and only lift hits among them; the
+    # learned ranker reorders the top ranker.DEPTH.
+    learned = settings.ranker == "learned"
     keep = max(k, DEPTH) if settings.link_weight > 0 else k
+    if learned:
+        keep = max(keep, ranker.DEPTH)
     _focus(request, view, hits, texts, shaped.named, keep)
     if settings.link_weight > 0:
         _links(request, view, hits, neighbors)
+    if learned:
+        assert request.query is not None
+        end = max(k, ranker.DEPTH)
+        found = ranker.features(
+            query=request.query,
+            view=view,
+            keys=hits.keys[:end],
+            boosted=hits.scores[:end],
+            fused=dict(zip(fused.keys, fused.scores.tolist(), strict=True)),
+            unlent=unlent,
+            dense=dense,
+            keyword=keyword,
+            cosine=cosine,
+            texts=texts,
+            named=shaped.named,
+            mentions=query_dates(request.query) if settings.date_weight > 0 else [],
+            neighbors=neighbors,
+            neighbor_on=settings.neighbor_weight > 0,
+            link_on=settings.link_weight > 0,
+        )
+        scored = ranker.scores(found.matrix)
+        order = np.argsort(-scored, kind="stable")
+        # The candidates' scores are the model's; the hits below them keep their order.
+        tail = (
+            np.minimum(scored.min(initial=0.0), 0.0)
+            - 1.0
+            - np.arange(len(hits.keys) - len(found.keys))
+        )
+        hits.keys = [found.keys[i] for i in order.tolist()] + hits.keys[end:]
+        hits.scores = np.concatenate([scored[order], tail])
     ranks = {key: {"dense": place} for place, key in enumerate(dense_keys, 1)}
     for place, key in enumerate(keyword_keys, 1):
         ranks.setdefault(key, {})["bm25"] = place

@@ -1,0 +1,219 @@
+"""The learned ranker: a linear model over recall's channels, for its best hits.
+
+A stage of the recall kind (``actors/_retrieval/recall.py``, ``RecallSettings.ranker``),
+after fusion, the neighbour boost, speaker focus, the time channel and entity links:
+the best :data:`DEPTH` hits of that ranking (at least ``k``) are the candidates. Each
+gets the generic features of :data:`FEATURES` (none names a word of any conversation),
+and is scored by ``features @ WEIGHTS`` (``actors/_retrieval/ranker_weights.py``); the
+candidates are reordered by that score, and the hits below them keep their order. So
+the ranker changes which of the hand-tuned top ``DEPTH`` come first, never which hits
+make it. The weights are learned on LoCoMo's dev conversations by
+``benches/train_ranker.py`` (pairwise logistic, refined on LambdaRank's gradients),
+with leave-one-conversation-out cross-validation; the script writes the weights file.
+
+A channel that the settings turn off (``neighbor_weight``, ``speaker_weight``,
+``date_weight`` or ``link_weight`` at 0) contributes no feature: its columns are zero,
+so the bench can still measure the ranker with one technique off.
+
+Every feature is a column computed over all candidates at once (numpy); the texts,
+dates and term statistics come from the :class:`~actors._retrieval.view.View`, so both
+backends rank alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from .bm25 import tokenize
+from .focus import DateMention, entry_date, near, speaker_of
+from .links import ANCHORS, bodies_terms, link_terms, rare
+from .ranker_weights import WEIGHTS
+from .view import Candidate, View
+
+__all__ = ["DEPTH", "FEATURES", "Candidates", "features", "scores"]
+
+#: How many of the best hits (at least ``k``) the ranker reorders.
+DEPTH = 25
+#: How many of the best fused hits a hit beside which counts as "next to the top".
+TOP = 3
+
+#: The features, in the order of a row of :attr:`Candidates.matrix`.
+FEATURES = (
+    "fused",  # ln(fused score, neighbours' share included / the best one's)
+    "boosted",  # ln(score after focus and links / the best one's)
+    "rank",  # ln(1 + place after focus and links), 0 for the first
+    "cosine",  # the query's cosine
+    "cosine_gap",  # cosine minus the dense list's best cosine
+    "dense_rank",  # ln(1 + rank in the dense list); ln(2 + its length) when absent
+    "bm25",  # BM25 score / the keyword list's best; 0 when absent
+    "bm25_rank",  # ln(1 + rank in the keyword list); ln(2 + its length) when absent
+    "agree",  # 1 when in both lists
+    "neighbor",  # the better fused score of its two neighbours / the best fused score
+    "next_to_top",  # 1 when beside one of the best TOP hits
+    "speaker",  # 1 when said by a speaker the query names
+    "other_speaker",  # 1 when the query names a speaker and another said it
+    "date_near",  # 1 when dated near a date the query names
+    "date_far",  # 1 when dated, the query names a date, and it is not near
+    "link",  # 1 when it holds a link term of an anchor it is not beside
+    "link_terms",  # ln(1 + how many link terms it holds)
+    "length",  # ln(1 + characters of its own text)
+    "coverage",  # share of the query's terms its own text holds
+)
+
+
+@attrs.frozen(slots=True)
+class Candidates:
+    """The candidates of one recall: their keys (best first before the ranker) and
+    their feature rows."""
+
+    keys: list[int]
+    matrix: npt.NDArray[np.float64]
+
+
+def features(
+    *,
+    query: str,
+    view: View,
+    keys: Sequence[int],
+    boosted: npt.NDArray[np.float64],
+    fused: dict[int, float],
+    unlent: dict[int, float],
+    dense: Sequence[Candidate],
+    keyword: Sequence[Candidate],
+    cosine: dict[int, float],
+    texts: dict[int, str],
+    named: frozenset[str],
+    mentions: Sequence[DateMention],
+    neighbors: dict[int, int],
+    neighbor_on: bool,
+    link_on: bool,
+) -> Candidates:
+    """The feature rows of ``keys`` (the hits to rank, best first after focus and
+    links, with their ``boosted`` scores; ``fused``: every fused hit's score after the
+    neighbour boost, ``unlent``: before it). ``texts`` holds the index texts already
+    read (it is filled in); ``named`` and ``mentions`` are the speakers and dates the
+    query names (empty when their channel is off)."""
+    m = len(keys)
+    x = np.zeros((m, len(FEATURES)), dtype=np.float64)
+    col = {name: i for i, name in enumerate(FEATURES)}
+    if not m:
+        return Candidates([], x)
+    lent = np.array([fused.get(key, 0.0) for key in keys], dtype=np.float64)
+    best = max(fused.values(), default=1.0) or 1.0
+    x[:, col["fused"]] = np.log(np.maximum(lent, 1e-12) / best)
+    top = float(boosted[0]) if boosted[0] > 0 else 1.0
+    x[:, col["boosted"]] = np.log(np.maximum(boosted, 1e-12) / top)
+    places = np.arange(m, dtype=np.float64)
+    x[:, col["rank"]] = np.log1p(places)
+    cos = np.array([cosine.get(key, 0.0) for key in keys], dtype=np.float64)
+    x[:, col["cosine"]] = cos
+    x[:, col["cosine_gap"]] = cos - (dense[0].score if dense else 0.0)
+    dense_rank = {c.key: place for place, c in enumerate(dense, 1)}
+    bm25_rank = {c.key: place for place, c in enumerate(keyword, 1)}
+    bm25_score = {c.key: c.score for c in keyword}
+    top_bm25 = keyword[0].score if keyword and keyword[0].score > 0 else 1.0
+    d_rank = np.array([dense_rank.get(key, len(dense) + 1) for key in keys], dtype=np.float64)
+    b_rank = np.array([bm25_rank.get(key, len(keyword) + 1) for key in keys], dtype=np.float64)
+    x[:, col["dense_rank"]] = np.log1p(d_rank)
+    x[:, col["bm25_rank"]] = np.log1p(b_rank)
+    x[:, col["bm25"]] = np.array([bm25_score.get(key, 0.0) for key in keys]) / top_bm25
+    x[:, col["agree"]] = (d_rank <= len(dense)) & (b_rank <= len(keyword))
+    seqs = [neighbors.get(key) for key in keys]
+    if neighbor_on:
+        by_seq = {s: unlent.get(key, 0.0) for key, s in neighbors.items() if s is not None}
+        top_unlent = max(unlent.values(), default=1.0) or 1.0
+        x[:, col["neighbor"]] = [
+            0.0 if s is None else max(by_seq.get(s - 1, 0.0), by_seq.get(s + 1, 0.0)) for s in seqs
+        ]
+        x[:, col["neighbor"]] /= top_unlent
+        tops = {s for s in seqs[:TOP] if s is not None}
+        x[:, col["next_to_top"]] = [
+            s is not None and (s - 1 in tops or s + 1 in tops) for s in seqs
+        ]
+    unread = [key for key in keys if key not in texts]
+    if unread:
+        texts.update(view.texts(unread, projections=False))
+    own = view.texts(keys, projections=True)
+    projections = [own.get(key, "") for key in keys]
+    if named:
+        said = [speaker_of(texts.get(key, "")) for key in keys]
+        x[:, col["speaker"]] = [s in named for s in said]
+        x[:, col["other_speaker"]] = [s is not None and s not in named for s in said]
+    if mentions:
+        days = view.days([key for key in keys if "\nDate: " not in texts.get(key, "")])
+        for i, key in enumerate(keys):
+            day = entry_date(texts.get(key, "")) or days.get(key)
+            if day is None:
+                continue
+            if any(near(mention, day) for mention in mentions):
+                x[i, col["date_near"]] = 1.0
+            else:
+                x[i, col["date_far"]] = 1.0
+    lengths = np.array([len(p) for p in projections], dtype=np.float64)
+    x[:, col["length"]] = np.log1p(lengths)
+    bodies = bodies_terms(projections)
+    asked = set(tokenize(query)) - {t for s in named for t in tokenize(s)}
+    if asked:
+        x[:, col["coverage"]] = [len(asked & body) / len(asked) for body in bodies]
+    if link_on:
+        _links(query, view, keys, projections, bodies, seqs, x)
+    return Candidates(list(keys), x)
+
+
+def _links(
+    query: str,
+    view: View,
+    keys: Sequence[int],
+    projections: list[str],
+    bodies: list[frozenset[str]],
+    seqs: list[int | None],
+    x: npt.NDArray[np.float64],
+) -> None:
+    """Fill the link columns: the best ``ANCHORS`` hits (each content once) are
+    anchors; a hit holding a rare term of an anchor it is neither nor beside links."""
+    anchors: dict[int, str] = {}
+    at: dict[int, int] = {}
+    for i, (key, text) in enumerate(zip(keys, projections, strict=True)):
+        if text and text not in anchors.values():
+            anchors[key], at[key] = text, i
+            if len(anchors) == ANCHORS:
+                break
+    speakers = {s for text in projections if (s := speaker_of(text)) is not None}
+    terms = link_terms(query, anchors, speakers)
+    if not terms:
+        return
+    entries, counts = view.term_counts(sorted(terms))
+    kept = rare(entries, counts)
+    terms = {t: holders for t, holders in terms.items() if t in kept}
+    if not terms:
+        return
+    link, count = FEATURES.index("link"), FEATURES.index("link_terms")
+    for i, (key, body) in enumerate(zip(keys, bodies, strict=True)):
+        mine = seqs[i]
+        shared = 0
+        for term in body:
+            holders = terms.get(term)
+            if holders is None:
+                continue
+            for anchor in holders:
+                theirs = seqs[at[anchor]]
+                if anchor != key and (mine is None or theirs is None or abs(mine - theirs) > 1):
+                    shared += 1
+                    break
+        if shared:
+            x[i, link] = 1.0
+            x[i, count] = math.log1p(shared)
+
+
+def scores(
+    matrix: npt.NDArray[np.float64], weights: npt.NDArray[np.float64] | None = None
+) -> npt.NDArray[np.float64]:
+    """Each candidate's score, ``matrix @ weights`` (the shipped weights by default)."""
+    w = np.asarray(WEIGHTS if weights is None else weights, dtype=np.float64)
+    out: npt.NDArray[np.float64] = matrix @ w
+    return out
