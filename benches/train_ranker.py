@@ -89,6 +89,10 @@ async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Que
         return found
 
     ranker.features = capture  # type: ignore[assignment]
+    # The candidates do not depend on the weights (the ranker reorders the hand-tuned
+    # top ranker.DEPTH): any of the right length will do while extracting.
+    shipped = ranker.WEIGHTS
+    ranker.WEIGHTS = (0.0,) * len(ranker.FEATURES)
     out: list[Question] = []
     try:
         for conv in convs:
@@ -129,6 +133,7 @@ async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Que
             print(f"  {conv.name}: {len(conv.questions)} questions", file=sys.stderr)
     finally:
         ranker.features = original  # type: ignore[assignment]
+        ranker.WEIGHTS = shipped
     return out
 
 

@@ -46,6 +46,7 @@ QUERIES = [
     "Which book did Ann read?",
     "bread market",
     "dog lake",
+    "When did Bob go to the lake?",
 ]
 
 
@@ -191,6 +192,10 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
                 bool(given["named"]) and said not in given["named"]
             )
             assert 0.0 <= row["coverage"] <= 1.0
+            assert row["question"] == float("?" in texts[key])
+            assert row["neighbor"] == max(row["previous"], row["following"])
+            season = any(w in texts[key] for w in ("June", "summer", "weekends"))
+            assert row["when_time"] == float(query.startswith("When") and season)
             assert row["link"] in (0.0, 1.0) and (row["link"] > 0) == (row["link_terms"] > 0)
         if query.startswith("What does Ann"):
             assert given["named"] == frozenset({"Ann"})
@@ -227,7 +232,7 @@ async def test_a_channel_turned_off_gives_no_feature(monkeypatch: pytest.MonkeyP
             )
     ((found, _),) = captured.calls
     off = ["speaker", "other_speaker", "date_near", "date_far", "link", "link_terms"]
-    off += ["neighbor", "next_to_top"]
+    off += ["neighbor", "previous", "following", "next_to_top"]
     assert not found.matrix[:, [COLUMN[name] for name in off]].any()
 
 

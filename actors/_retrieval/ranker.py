@@ -23,6 +23,7 @@ backends rank alike.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -54,6 +55,8 @@ FEATURES = (
     "bm25_rank",  # ln(1 + rank in the keyword list); ln(2 + its length) when absent
     "agree",  # 1 when in both lists
     "neighbor",  # the better fused score of its two neighbours / the best fused score
+    "previous",  # the fused score of the entry just before it / the best fused score
+    "following",  # the fused score of the entry just after it / the best fused score
     "next_to_top",  # 1 when beside one of the best TOP hits
     "speaker",  # 1 when said by a speaker the query names
     "other_speaker",  # 1 when the query names a speaker and another said it
@@ -63,7 +66,20 @@ FEATURES = (
     "link_terms",  # ln(1 + how many link terms it holds)
     "length",  # ln(1 + characters of its own text)
     "coverage",  # share of the query's terms its own text holds
+    "question",  # 1 when its own text asks something (holds a "?")
+    "when_time",  # 1 when the query asks "when" and its own text names a time
 )
+
+# A time expression in a turn: what answers a "when" question.
+_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|(?:week|weekend|month|year)s?|"
+    r"since|summer|winter|"
+    r"morning|evening|night|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|(?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+_WHEN = re.compile(r"\bwhen\b", re.IGNORECASE)
 
 
 @attrs.frozen(slots=True)
@@ -131,6 +147,10 @@ def features(
             0.0 if s is None else max(by_seq.get(s - 1, 0.0), by_seq.get(s + 1, 0.0)) for s in seqs
         ]
         x[:, col["neighbor"]] /= top_unlent
+        x[:, col["previous"]] = [0.0 if s is None else by_seq.get(s - 1, 0.0) for s in seqs]
+        x[:, col["following"]] = [0.0 if s is None else by_seq.get(s + 1, 0.0) for s in seqs]
+        x[:, col["previous"]] /= top_unlent
+        x[:, col["following"]] /= top_unlent
         tops = {s for s in seqs[:TOP] if s is not None}
         x[:, col["next_to_top"]] = [
             s is not None and (s - 1 in tops or s + 1 in tops) for s in seqs
@@ -160,6 +180,9 @@ def features(
     asked = set(tokenize(query)) - {t for s in named for t in tokenize(s)}
     if asked:
         x[:, col["coverage"]] = [len(asked & body) / len(asked) for body in bodies]
+    x[:, col["question"]] = ["?" in p for p in projections]
+    if _WHEN.search(query):
+        x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
     if link_on:
         _links(query, view, keys, projections, bodies, seqs, x)
     return Candidates(list(keys), x)

@@ -8,23 +8,27 @@ from __future__ import annotations
 __all__ = ["WEIGHTS"]
 
 WEIGHTS: tuple[float, ...] = (
-    -0.588303,  # fused
-    1.35137,  # boosted
-    0.116116,  # rank
-    1.27699,  # cosine
-    4.02845,  # cosine_gap
-    0.0156217,  # dense_rank
-    2.79968,  # bm25
-    0.152175,  # bm25_rank
-    -0.291845,  # agree
-    2.1958,  # neighbor
-    -0.159124,  # next_to_top
-    0.510119,  # speaker
-    -1.27958,  # other_speaker
-    3.59898,  # date_near
-    -6.73111,  # date_far
-    -0.297878,  # link
-    0.62544,  # link_terms
-    0.688331,  # length
-    1.56344,  # coverage
+    -0.76046,  # fused
+    1.53986,  # boosted
+    0.15963,  # rank
+    1.14467,  # cosine
+    4.75553,  # cosine_gap
+    0.0401965,  # dense_rank
+    2.90609,  # bm25
+    0.142814,  # bm25_rank
+    -0.361135,  # agree
+    2.67148,  # neighbor
+    -0.735147,  # previous
+    -0.229058,  # following
+    -0.0403435,  # next_to_top
+    0.397395,  # speaker
+    -1.16319,  # other_speaker
+    3.49046,  # date_near
+    -6.643,  # date_far
+    -0.412515,  # link
+    0.74422,  # link_terms
+    0.593183,  # length
+    0.86701,  # coverage
+    -0.499581,  # question
+    1.98805,  # when_time
 )
