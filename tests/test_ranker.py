@@ -197,6 +197,9 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
             season = any(w in texts[key] for w in ("June", "summer", "weekends"))
             assert row["when_time"] == float(query.startswith("When") and season)
             assert row["link"] in (0.0, 1.0) and (row["link"] > 0) == (row["link_terms"] > 0)
+        # The second half repeats the features for a question asking "when".
+        base = len(ranker.BASE)
+        assert np.array_equal(x[:, base:], x[:, :base] if "When" in query else 0 * x[:, :base])
         if query.startswith("What does Ann"):
             assert given["named"] == frozenset({"Ann"})
             assert x[:, COLUMN["speaker"]].sum() > 0

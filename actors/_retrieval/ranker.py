@@ -3,8 +3,9 @@
 A stage of the recall kind (``actors/_retrieval/recall.py``, ``RecallSettings.ranker``),
 after fusion, the neighbour boost, speaker focus, the time channel and entity links:
 the best :data:`DEPTH` hits of that ranking (at least ``k``) are the candidates. Each
-gets the generic features of :data:`FEATURES` (none names a word of any conversation),
-and is scored by ``features @ WEIGHTS`` (``actors/_retrieval/ranker_weights.py``); the
+gets the generic features of :data:`BASE` (none names a word of any conversation),
+repeated in a second half for a query that asks "when" (:data:`FEATURES`), and is
+scored by ``features @ WEIGHTS`` (``actors/_retrieval/ranker_weights.py``); the
 candidates are reordered by that score, and the hits below them keep their order. So
 the ranker changes which of the hand-tuned top ``DEPTH`` come first, never which hits
 make it. The weights are learned on LoCoMo's dev conversations by
@@ -36,7 +37,7 @@ from .links import ANCHORS, bodies_terms, link_terms, rare
 from .ranker_weights import WEIGHTS
 from .view import Candidate, View
 
-__all__ = ["DEPTH", "FEATURES", "Candidates", "features", "scores"]
+__all__ = ["BASE", "DEPTH", "FEATURES", "Candidates", "features", "scores"]
 
 #: How many of the best hits (at least ``k``) the ranker reorders.
 DEPTH = 25
@@ -44,7 +45,7 @@ DEPTH = 25
 TOP = 3
 
 #: The features, in the order of a row of :attr:`Candidates.matrix`.
-FEATURES = (
+BASE = (
     "fused",  # ln(fused score, neighbours' share included / the best one's)
     "boosted",  # ln(score after focus and links / the best one's)
     "rank",  # ln(1 + place after focus and links), 0 for the first
@@ -69,6 +70,9 @@ FEATURES = (
     "question",  # 1 when its own text asks something (holds a "?")
     "when_time",  # 1 when the query asks "when" and its own text names a time
 )
+#: The model's columns: each feature of :data:`BASE`, then each again for a query that
+#: asks "when" (zero otherwise), so a question about time weighs the features its way.
+FEATURES = BASE + tuple(f"when*{name}" for name in BASE)
 
 # A time expression in a turn: what answers a "when" question.
 _TIME = re.compile(
@@ -116,7 +120,7 @@ def features(
     query names (empty when their channel is off)."""
     m = len(keys)
     x = np.zeros((m, len(FEATURES)), dtype=np.float64)
-    col = {name: i for i, name in enumerate(FEATURES)}
+    col = {name: i for i, name in enumerate(BASE)}
     if not m:
         return Candidates([], x)
     lent = np.array([fused.get(key, 0.0) for key in keys], dtype=np.float64)
@@ -185,6 +189,8 @@ def features(
         x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
     if link_on:
         _links(query, view, keys, projections, bodies, seqs, x)
+    if _WHEN.search(query):
+        x[:, len(BASE) :] = x[:, : len(BASE)]
     return Candidates(list(keys), x)
 
 
