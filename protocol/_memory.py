@@ -160,19 +160,21 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             five held-out ones (``benches/README.md``, "Recall quality").
         ranker: ``"learned"`` (the default) or ``"none"``. After the stages above,
             the learned ranker (``actors/_retrieval/ranker.py``) reorders the best 25
-            hits (at least ``k``) by a linear model over 19 generic features of each:
+            hits (at least ``k``) by a linear model over 23 generic features of each:
             its fused and boosted scores and rank, cosine (and its gap to the best),
             BM25 score and rank, whether both lists found it, its neighbours' fused
-            score, whether a named speaker said it, whether it is dated near or far
+            scores, whether a named speaker said it, whether it is dated near or far
             from a date the query names, the rare link terms it shares with the
-            anchors, its length, and the share of the query's terms it holds. The hits
-            below those 25 keep their order, so it changes which of them come first,
-            never which make the top 25; a hit's ``raw_score`` is then the model's
-            score. A channel whose weight above is 0 gives the model nothing. The
-            weights are learned on LoCoMo's dev conversations by
-            ``benches/train_ranker.py``; with leave-one-conversation-out
-            cross-validation it raises R@1 from 0.429 to 0.479 and R@10 from 0.805 to
-            0.815, R@25 unchanged. ``"none"`` is the hand-tuned ranking alone.
+            anchors, its length, the share of the query's terms it holds, whether it
+            asks a question, and, for a query that asks "when", whether it names a
+            time; a query that asks "when" has a second set of weights. The hits below
+            those 25 keep their order, so it changes which of them come first, never
+            which make the top 25; a hit's ``raw_score`` is then the model's score. A
+            channel whose weight above is 0 gives the model nothing. The weights are
+            learned on LoCoMo's dev conversations by ``benches/train_ranker.py``; with
+            leave-one-conversation-out cross-validation it raises R@1 from 0.429 to
+            0.504 and R@10 from 0.805 to 0.822, R@25 unchanged, no category lower.
+            ``"none"`` is the hand-tuned ranking alone.
         max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
             lowest-ranked items are dropped until the block fits, and an item is never
             split (a block whose best item alone is over it is left out). None (the
