@@ -296,6 +296,14 @@ def main() -> None:
                 rows["pairwise-cv"].setdefault(cat, []).append(recall_at(q, q.x @ w))
                 rows["learned-cv"].setdefault(cat, []).append(recall_at(q, q.x @ wl))
             ceiling.append(float(q.y.sum()) / q.evidence)
+        held_out = [q for q in questions if q.conv == held]
+        before = [q.default for q in held_out]
+        after = [recall_at(q, q.x @ wl) for q in held_out]
+        print(
+            f"  held out {held}: R@1 {np.mean([r[1] for r in before]):.3f} -> "
+            f"{np.mean([r[1] for r in after]):.3f}, R@10 {np.mean([r[10] for r in before]):.3f}"
+            f" -> {np.mean([r[10] for r in after]):.3f} ({len(held_out)} questions)"
+        )
     print(
         f"leave-one-conversation-out over {names}; candidates' ceiling R@{ranker.DEPTH}: "
         f"{np.mean(ceiling):.3f}"
