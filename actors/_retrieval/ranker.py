@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from .bm25 import tokenize
 from .focus import DateMention, entry_date, near, speaker_of
-from .links import ANCHORS, bodies_terms, link_terms, rare
+from .links import bodies_terms
 from .ranker_weights import WEIGHTS
 from .view import Candidate, View
 
@@ -111,13 +111,14 @@ def features(
     mentions: Sequence[DateMention],
     neighbors: dict[int, int],
     neighbor_on: bool,
-    link_on: bool,
+    links: Mapping[str, set[int]] | None,
 ) -> Candidates:
     """The feature rows of ``keys`` (the hits to rank, best first after focus and
     links, with their ``boosted`` scores; ``fused``: every fused hit's score after the
     neighbour boost, ``unlent``: before it). ``texts`` holds the index texts already
     read (it is filled in); ``named`` and ``mentions`` are the speakers and dates the
-    query names (empty when their channel is off)."""
+    query names (empty when their channel is off); ``links``: the entity links' rare
+    terms with the anchors holding each (None when links are off)."""
     m = len(keys)
     x = np.zeros((m, len(FEATURES)), dtype=np.float64)
     col = {name: i for i, name in enumerate(BASE)}
@@ -187,50 +188,30 @@ def features(
     x[:, col["question"]] = ["?" in p for p in projections]
     if _WHEN.search(query):
         x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
-    if link_on:
-        _links(query, view, keys, projections, bodies, seqs, x)
+    if links:
+        _links(links, keys, bodies, neighbors, x)
     if _WHEN.search(query):
         x[:, len(BASE) :] = x[:, : len(BASE)]
     return Candidates(list(keys), x)
 
 
 def _links(
-    query: str,
-    view: View,
+    terms: Mapping[str, set[int]],
     keys: Sequence[int],
-    projections: list[str],
     bodies: list[frozenset[str]],
-    seqs: list[int | None],
+    neighbors: Mapping[int, int],
     x: npt.NDArray[np.float64],
 ) -> None:
-    """Fill the link columns: the best ``ANCHORS`` hits (each content once) are
-    anchors; a hit holding a rare term of an anchor it is neither nor beside links."""
-    anchors: dict[int, str] = {}
-    at: dict[int, int] = {}
-    for i, (key, text) in enumerate(zip(keys, projections, strict=True)):
-        if text and text not in anchors.values():
-            anchors[key], at[key] = text, i
-            if len(anchors) == ANCHORS:
-                break
-    speakers = {s for text in projections if (s := speaker_of(text)) is not None}
-    terms = link_terms(query, anchors, speakers)
-    if not terms:
-        return
-    entries, counts = view.term_counts(sorted(terms))
-    kept = rare(entries, counts)
-    terms = {t: holders for t, holders in terms.items() if t in kept}
-    if not terms:
-        return
-    link, count = FEATURES.index("link"), FEATURES.index("link_terms")
+    """Fill the link columns from the entity links' ``terms`` (each rare link term
+    with the anchors that hold it): a candidate links when it holds a term of an
+    anchor it is neither nor beside."""
+    link, count = BASE.index("link"), BASE.index("link_terms")
     for i, (key, body) in enumerate(zip(keys, bodies, strict=True)):
-        mine = seqs[i]
+        mine = neighbors.get(key)
         shared = 0
         for term in body:
-            holders = terms.get(term)
-            if holders is None:
-                continue
-            for anchor in holders:
-                theirs = seqs[at[anchor]]
+            for anchor in terms.get(term, ()):
+                theirs = neighbors.get(anchor)
                 if anchor != key and (mine is None or theirs is None or abs(mine - theirs) > 1):
                     shared += 1
                     break

@@ -164,8 +164,7 @@ def rank_recall(
     if learned:
         keep = max(keep, ranker.DEPTH)
     _focus(request, view, hits, texts, shaped.named, keep)
-    if settings.link_weight > 0:
-        _links(request, view, hits, neighbors)
+    terms = _links(request, view, hits, neighbors) if settings.link_weight > 0 else None
     if learned:
         assert request.query is not None
         end = max(k, ranker.DEPTH)
@@ -184,7 +183,7 @@ def rank_recall(
             mentions=query_dates(request.query) if settings.date_weight > 0 else [],
             neighbors=neighbors,
             neighbor_on=settings.neighbor_weight > 0,
-            link_on=settings.link_weight > 0,
+            links=terms,
         )
         scored = ranker.scores(found.matrix)
         order = np.argsort(-scored, kind="stable")
@@ -331,11 +330,14 @@ def _dated(
     return close if close and far else None
 
 
-def _links(request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int, int]) -> None:
+def _links(
+    request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int, int]
+) -> dict[str, set[int]]:
     """Boost the best ``ANCHORS`` hits (each content once), and the hits of the top
     ``DEPTH`` linked to one (``actors/_retrieval/links.py``), by ``link_weight``; ties keep their
     order. Two reads: the top hits' projections, and the namespace's document
-    frequencies of the anchors' terms."""
+    frequencies of the anchors' terms. Returns the link terms (rare ones only), each
+    with the anchors that hold it (the learned ranker reads them)."""
     head = hits.keys[:DEPTH]
     texts = view.texts(head, projections=True)
     anchors: dict[int, str] = {}
@@ -349,16 +351,17 @@ def _links(request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int,
     assert request.query is not None
     terms = link_terms(request.query, anchors, speakers)
     if not terms:
-        return
+        return {}
     entries, counts = view.term_counts(sorted(terms))
     kept = rare(entries, counts)
     terms = {t: keys for t, keys in terms.items() if t in kept}
     candidates = {k: t for k, t in texts.items() if k not in anchors}
     boosted = set(anchors) | linked(candidates, terms, neighbors) if terms else set()
     if not boosted - set(anchors):
-        return
+        return terms
     lift = 1.0 + request.recall_settings.link_weight
     factor = np.array([lift if key in boosted else 1.0 for key in hits.keys])
     for key in boosted:
         hits.lift(key, "link")
     hits.reorder(factor, len(hits.keys))
+    return terms
