@@ -3,8 +3,13 @@
 Run from the repository root::
 
     uv run --extra embed --extra bench python benches/train_ranker.py \
-        --data /work/shared/data/locomo --precision int8 --cache /tmp/rq/int8.npz \
-        --write actors/_retrieval/ranker_weights.py
+        --data /work/shared/data/locomo --precision int8,fp32 \
+        --cache '/tmp/rq/{precision}.npz' --write actors/_retrieval/ranker_weights.py
+
+The shipped model serves both of MiniLM's precisions (``int8``, the default, and
+``fp32``), whose cosines and so whose candidates differ a little: by default it is fitted
+on the candidates of both pooled (each question once per precision), and the table
+gives each precision's cross-validated R@k next to its own hand-tuned ranking.
 
 Every conversation is offloaded as ``benches/recall_quality.py``'s ``default``
 configuration does (``Offload`` entries, the session's date), through the public API;
@@ -74,10 +79,12 @@ class Question:
     ) -> None:
         self.conv, self.category, self.x, self.y, self.evidence = conv, category, x, y, evidence
         self.default: dict[int, float] = {}
+        self.precision = ""
 
 
 async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Question]:
-    """Every question's candidates and features, and the hand-tuned R@k, via the engine."""
+    """Every question's candidates and features, and the hand-tuned R@k, via the engine
+    (with ``minilm``'s precision)."""
     captured: list[tuple[Matrix, list[str]]] = []
     original = ranker.features
 
@@ -125,6 +132,7 @@ async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Que
                     ((x, ids),) = captured
                     y = np.array([by_id[i] in q.evidence for i in ids], dtype=np.bool_)
                     question = Question(conv.name, q.category, x, y, len(q.evidence))
+                    question.precision = minilm.precision
                     ranked = [by_id[h.document.id or ""] for h in hand]
                     question.default = {
                         k: len(q.evidence & set(ranked[:k])) / len(q.evidence) for k in KS
@@ -227,7 +235,7 @@ def recall_at(q: Question, score: Matrix) -> dict[int, float]:
 def table(rows: dict[str, dict[int, list[dict[int, float]]]]) -> dict[str, Any]:
     """Print and return mean R@k per ranking and category (0: all)."""
     out: dict[str, Any] = {}
-    print(f"{'ranking':<12} {'category':<12} " + " ".join(f"{'R@' + str(k):>6}" for k in KS))
+    print(f"{'ranking':<18} {'category':<12} " + " ".join(f"{'R@' + str(k):>6}" for k in KS))
     for name, by_cat in rows.items():
         for cat in (0, *sorted(CATEGORIES)):
             got = by_cat.get(cat, [])
@@ -236,16 +244,17 @@ def table(rows: dict[str, dict[int, list[dict[int, float]]]]) -> dict[str, Any]:
             out.setdefault(name, {})[label] = {**{f"R@{k}": round(v, 4) for k, v in means.items()}}
             out[name][label]["questions"] = len(got)
             cells = " ".join(f"{means[k]:>6.3f}" for k in KS)
-            print(f"{name if cat == 0 else '':<12} {label:<12} {cells} {len(got):>5}")
+            print(f"{name if cat == 0 else '':<18} {label:<12} {cells} {len(got):>5}")
     return out
 
 
-def write(path: Path, w: Matrix) -> None:
+def write(path: Path, w: Matrix, precisions: list[str]) -> None:
     lines = [
         '"""The learned ranker\'s weights (``actors/_retrieval/ranker.py``), one per feature',
         "of ``FEATURES``, in its order. Written by ``benches/train_ranker.py`` (pairwise",
         "logistic refined on LambdaRank's gradients, fitted on every LoCoMo dev",
-        'conversation); do not edit by hand."""',
+        f"conversation, MiniLM {' and '.join(precisions)} pooled); do not edit by hand.",
+        '"""',
         "",
         "from __future__ import annotations",
         "",
@@ -259,61 +268,99 @@ def write(path: Path, w: Matrix) -> None:
     path.write_text("\n".join(lines))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--cache", help="recall_quality.py's embedding cache (.npz)")
-    parser.add_argument("--precision", default="int8", choices=("fp32", "int8"))
-    parser.add_argument("--blas-threads", type=int, default=1)
-    parser.add_argument("--write", help="write the weights fitted on all dev here")
-    parser.add_argument("--json", help="write the table here")
-    parser.add_argument("--depth", type=int, default=ranker.DEPTH, help="candidates ranked")
-    args = parser.parse_args()
-    ranker.DEPTH = args.depth
-    convs = load(Path(args.data))
-    minilm = CachedEmbedder(
-        Path(args.cache) if args.cache else None, args.blas_threads, args.precision
-    )
-    minilm.warm(all_texts(convs, [Config("default", "", kind="default")]))
-    questions = trio.run(extract, convs, minilm)
-    minilm.save()
+def gather(data: Path, precisions: list[str], cache: str | None, threads: int) -> list[Question]:
+    """Every dev question's candidates, once per precision (the cache path may hold
+    ``{precision}``, one file per precision)."""
+    convs = load(data)
+    out: list[Question] = []
+    for precision in precisions:
+        path = Path(cache.format(precision=precision)) if cache else None
+        minilm = CachedEmbedder(path, threads, precision)
+        minilm.warm(all_texts(convs, [Config("default", "", kind="default")]))
+        out += trio.run(extract, convs, minilm)
+        minilm.save()
+    return out
+
+
+def cross_validate(questions: list[Question]) -> dict[str, Any]:
+    """Leave-one-conversation-out: each conversation's questions (in every precision)
+    ranked by the models fitted on the others' (every precision pooled); the table per
+    precision, next to the hand-tuned ranking of the same run."""
     names = sorted({q.conv for q in questions})
-    rows: dict[str, dict[int, list[dict[int, float]]]] = {
-        "default": {},
-        "pairwise-cv": {},
-        "learned-cv": {},
-    }
+    precisions = list(dict.fromkeys(q.precision for q in questions))
+    rows: dict[str, dict[int, list[dict[int, float]]]] = {}
+    for precision in precisions:
+        for name in ("default", "pairwise-cv", "learned-cv"):
+            rows[f"{name}/{precision}"] = {}
     ceiling: list[float] = []
     for held in names:
         train = [q for q in questions if q.conv != held]
         w = fit(train)
         wl = fit_lambda(train, w)
-        for q in questions:
-            if q.conv != held:
-                continue
-            for cat in (0, q.category):
-                rows["default"].setdefault(cat, []).append(q.default)
-                rows["pairwise-cv"].setdefault(cat, []).append(recall_at(q, q.x @ w))
-                rows["learned-cv"].setdefault(cat, []).append(recall_at(q, q.x @ wl))
-            ceiling.append(float(q.y.sum()) / q.evidence)
         held_out = [q for q in questions if q.conv == held]
-        before = [q.default for q in held_out]
-        after = [recall_at(q, q.x @ wl) for q in held_out]
-        print(
-            f"  held out {held}: R@1 {np.mean([r[1] for r in before]):.3f} -> "
-            f"{np.mean([r[1] for r in after]):.3f}, R@10 {np.mean([r[10] for r in before]):.3f}"
-            f" -> {np.mean([r[10] for r in after]):.3f} ({len(held_out)} questions)"
-        )
+        for q in held_out:
+            for cat in (0, q.category):
+                rows[f"default/{q.precision}"].setdefault(cat, []).append(q.default)
+                rows[f"pairwise-cv/{q.precision}"].setdefault(cat, []).append(
+                    recall_at(q, q.x @ w)
+                )
+                rows[f"learned-cv/{q.precision}"].setdefault(cat, []).append(
+                    recall_at(q, q.x @ wl)
+                )
+            ceiling.append(float(q.y.sum()) / q.evidence)
+        for precision in precisions:
+            mine = [q for q in held_out if q.precision == precision]
+            before = [q.default for q in mine]
+            after = [recall_at(q, q.x @ wl) for q in mine]
+            print(
+                f"  held out {held} ({precision}): R@1 {np.mean([r[1] for r in before]):.3f} "
+                f"-> {np.mean([r[1] for r in after]):.3f}, R@10 "
+                f"{np.mean([r[10] for r in before]):.3f} -> "
+                f"{np.mean([r[10] for r in after]):.3f} ({len(mine)} questions)"
+            )
     print(
-        f"leave-one-conversation-out over {names}; candidates' ceiling R@{ranker.DEPTH}: "
-        f"{np.mean(ceiling):.3f}"
+        f"leave-one-conversation-out over {names}, precisions {precisions} pooled; "
+        f"candidates' ceiling R@{ranker.DEPTH}: {np.mean(ceiling):.3f}"
     )
-    result = table({name: r for name, r in rows.items() if r})
+    return table(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument(
+        "--cache",
+        help="recall_quality.py's embedding cache (.npz); with several precisions, a path "
+        "holding {precision} (one file each)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="int8,fp32",
+        help="the embedder's precisions, comma-separated (fp32, int8): the model is fitted "
+        "on their candidates pooled, and the table gives each",
+    )
+    parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument("--write", help="write the weights fitted on all dev here")
+    parser.add_argument("--json", help="write the table here")
+    parser.add_argument("--depth", type=int, default=ranker.DEPTH, help="candidates ranked")
+    args = parser.parse_args()
+    precisions = list(dict.fromkeys(args.precision.split(",")))
+    for precision in precisions:
+        if precision not in ("fp32", "int8"):
+            parser.error(f"--precision holds {precision!r}; expected fp32 or int8")
+    if len(precisions) > 1 and args.cache and "{precision}" not in args.cache:
+        parser.error(
+            f"--cache is {args.cache!r} for precisions {precisions}: expected a path holding "
+            "{precision}, one cache file per precision"
+        )
+    ranker.DEPTH = args.depth
+    questions = gather(Path(args.data), precisions, args.cache, args.blas_threads)
+    result = cross_validate(questions)
     w = fit_lambda(questions, fit(questions))
     for name, v in zip(ranker.FEATURES, w.tolist(), strict=True):
         print(f"  {name:<14} {v:+.4f}")
     if args.write:
-        write(Path(args.write), w)
+        write(Path(args.write), w, precisions)
     if args.json:
         Path(args.json).write_text(json.dumps({"cv": result, "weights": w.tolist()}, indent=1))
 
