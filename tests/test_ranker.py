@@ -193,6 +193,11 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
             )
             assert 0.0 <= row["coverage"] <= 1.0
             assert row["question"] == float("?" in texts[key])
+            # Another speaker's question that says the named speaker's name.
+            says = any(name in texts[key] for name in given["named"])
+            assert row["asks_named"] == float(
+                row["other_speaker"] == 1.0 and row["question"] == 1.0 and says
+            )
             assert row["neighbor"] == max(row["previous"], row["following"])
             season = any(w in texts[key] for w in ("June", "summer", "weekends"))
             assert row["when_time"] == float(query.startswith("When") and season)
@@ -203,6 +208,8 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
         if query.startswith("What does Ann"):
             assert given["named"] == frozenset({"Ann"})
             assert x[:, COLUMN["speaker"]].sum() > 0
+            asks = {texts[k] for i, k in enumerate(found.keys) if x[i, COLUMN["asks_named"]]}
+            assert asks == {"Bob: Ann, what do you like to do on weekends?"}
         if "June 2023" in query:
             near = {texts[k] for i, k in enumerate(found.keys) if x[i, COLUMN["date_near"]]}
             far = {texts[k] for i, k in enumerate(found.keys) if x[i, COLUMN["date_far"]]}
@@ -234,7 +241,7 @@ async def test_a_channel_turned_off_gives_no_feature(monkeypatch: pytest.MonkeyP
                 )
             )
     ((found, _),) = captured.calls
-    off = ["speaker", "other_speaker", "date_near", "date_far", "link", "link_terms"]
+    off = ["speaker", "other_speaker", "asks_named", "date_near", "date_far", "link", "link_terms"]
     off += ["neighbor", "previous", "following", "next_to_top"]
     assert not found.matrix[:, [COLUMN[name] for name in off]].any()
 

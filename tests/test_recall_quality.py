@@ -451,14 +451,18 @@ async def check_focus(store: Any) -> None:
     ids = await offload_chat(store)
     question = "What does Ann like to do?"
     # Without focus, Bob's turns that say "Ann" and "like" come first; with it, Ann's
-    # (the hand-tuned channel's boost; the learned ranker weighs it with the rest, and
-    # on this toy, whose Bob turns hold every word of the question, puts Bob's first).
+    # (the hand-tuned channel's boost). The learned ranker weighs the speaker with the
+    # rest: on this toy, whose Bob turns hold every word of the question, it puts Ann's
+    # answer first (Bob's questions put to Ann weigh less, the "asks_named" feature),
+    # then Bob's question, whose words outweigh Ann's other turn.
     unfocused = await ranked(store, question, ids, speaker_weight=0.0, ranker="none")
     assert [line.split(" | ")[1][:4] for line in unfocused[:2]] == ["Bob:", "Bob:"]
     focused = await ranked(store, question, ids, ranker="none")
     assert [line.split(" | ")[1][:4] for line in focused[:2]] == ["Ann:", "Ann:"]
     # The learned ranker reorders the hand-tuned top hits, and only them.
-    assert sorted(await ranked(store, question, ids)) == sorted(focused)
+    learned = await ranked(store, question, ids)
+    assert sorted(learned) == sorted(focused)
+    assert learned[0] == "8 May, 2023 | Ann: Hiking in the hills is what I do"
     # Hit scores are the cosine of the query that was embedded: Ann's name left out.
     config = MemoryConfig(min_similarity=None)
     async with open_memory(store=store, memory=config) as memory:

@@ -61,6 +61,7 @@ BASE = (
     "next_to_top",  # 1 when beside one of the best TOP hits
     "speaker",  # 1 when said by a speaker the query names
     "other_speaker",  # 1 when the query names a speaker and another said it
+    "asks_named",  # 1 when another asks something and says a name of a speaker the query names
     "date_near",  # 1 when dated near a date the query names
     "date_far",  # 1 when dated, the query names a date, and it is not near
     "link",  # 1 when it holds a link term of an anchor it is not beside
@@ -182,10 +183,16 @@ def features(
     lengths = np.array([len(p) for p in projections], dtype=np.float64)
     x[:, col["length"]] = np.log1p(lengths)
     bodies = bodies_terms(projections)
-    asked = set(tokenize(query)) - {t for s in named for t in tokenize(s)}
+    names = {t for s in named for t in tokenize(s)}
+    asked = set(tokenize(query)) - names
     if asked:
         x[:, col["coverage"]] = [len(asked & body) / len(asked) for body in bodies]
     x[:, col["question"]] = ["?" in p for p in projections]
+    if names:
+        # Another speaker's question that says the name of the one the query asks
+        # about is put to them: their answer, not the question, holds what they said.
+        says = [bool(names & body) for body in bodies]
+        x[:, col["asks_named"]] = x[:, col["other_speaker"]] * x[:, col["question"]] * says
     if _WHEN.search(query):
         x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
     if links:
