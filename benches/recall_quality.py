@@ -402,9 +402,15 @@ def configurations() -> list[Config]:
             recall=RecallSettings(link_weight=0.0),
         ),
         Config(
+            "default-no-ranker",
+            'the default but ranker "none" (the hand-tuned ranking, no learned ranker)',
+            kind="default",
+            recall=RecallSettings(ranker="none"),
+        ),
+        Config(
             "default",
             "Memory.retrieve, default MemoryConfig: RRF k 10, neighbour boost 0.5, speaker "
-            "focus 1.0, time channel 1.0, entity links 0.5; Offload entries",
+            "focus 1.0, time channel 1.0, entity links 0.5, learned ranker; Offload entries",
             kind="default",
         ),
         Config(

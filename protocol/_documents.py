@@ -559,7 +559,8 @@ class ScoredDocument(msgspec.Struct, frozen=True, kw_only=True):
             the cosine similarity for ``similarity``/``mmr`` on the in-memory store and
             pgvector's distance (``<#>``, the negative inner product: lower is nearer)
             on PostgreSQL; the fused score for ``hybrid``; the BM25 score for ``bm25``;
-            recall's final (fused and boosted) score for ``recall``. None for a hit
+            recall's final score for ``recall`` (the learned ranker's score, or with
+            ``RecallSettings(ranker="none")`` the fused and boosted one). None for a hit
             that no store made.
         rank: for ``recall``, the hit's 1-based place in the answer; else None.
         channels: for ``recall``, what lifted the hit, in this order: ``"dense"`` and

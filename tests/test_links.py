@@ -220,8 +220,10 @@ async def offload_chat(store: Any) -> dict[str, str]:
 
 async def check_links(store: Any) -> None:
     ids = await offload_chat(store)
-    plain = await ranked(store, QUESTION, ids, link_weight=0.0)
-    linked_ = await ranked(store, QUESTION, ids)
+    # The links stage as the hand-tuned ranking applies it (ranker "none"); the learned
+    # ranker's use of it is checked last.
+    plain = await ranked(store, QUESTION, ids, link_weight=0.0, ranker="none")
+    linked_ = await ranked(store, QUESTION, ids, ranker="none")
     herbert = "John: Herbert's desert planet still amazes me"
     dune = "John: I'm reading the book Dune by Frank Herbert"
     # "Herbert" (in two of the 19 entries) links the far turn to the anchor that
@@ -232,12 +234,18 @@ async def check_links(store: Any) -> None:
     assert anchors == plain[:5]
     assert linked_[0] == plain[0]
     # A small k ranks the same head: focus keeps the top 50 for the links to read.
-    async with open_memory(store=store, memory=MemoryConfig(min_similarity=None)) as memory:
+    config = MemoryConfig(min_similarity=None, recall=RecallSettings(ranker="none"))
+    async with open_memory(store=store, memory=config) as memory:
         report = await memory.retrieve(QUESTION, k=6)
     assert [ids[t.id] for t in report.turns] == linked_[:6]
     assert herbert in linked_[:6] and herbert not in plain[:6]
     # Weight 0 is recall without links: what the same query ranks with no link term.
-    assert await ranked(store, QUESTION, ids, link_weight=0.0) == plain
+    assert await ranked(store, QUESTION, ids, link_weight=0.0, ranker="none") == plain
+    # The learned ranker reads the link as a feature: the linked turn ranks higher with
+    # links than without.
+    learned = await ranked(store, QUESTION, ids)
+    unlinked = await ranked(store, QUESTION, ids, link_weight=0.0)
+    assert learned.index(herbert) < unlinked.index(herbert)
 
 
 async def test_entity_links_through_memory() -> None:

@@ -173,8 +173,14 @@ def bm25_order(texts: list[str], ids: list[str], query: str) -> list[str]:
 async def test_hybrid_recall_is_rrf_of_dense_and_bm25(
     query: str, fetch_k: int, neighbor_weight: float
 ) -> None:
+    # The fusion stage as the hand-tuned ranking leaves it (the learned ranker, which
+    # reorders its top hits, is tests/test_ranker.py's).
     settings = RecallSettings(
-        fetch_k=fetch_k, rrf_k=5.0, dense_weight=0.5, neighbor_weight=neighbor_weight
+        fetch_k=fetch_k,
+        rrf_k=5.0,
+        dense_weight=0.5,
+        neighbor_weight=neighbor_weight,
+        ranker="none",
     )
     with trio.fail_after(10):
         async with open_store(STORE, HashingEmbedder(DIM)) as store:
@@ -444,11 +450,19 @@ async def ranked(store: Any, query: str, ids: dict[str, str], **settings: Any) -
 async def check_focus(store: Any) -> None:
     ids = await offload_chat(store)
     question = "What does Ann like to do?"
-    # Without focus, Bob's turns that say "Ann" and "like" come first; with it, Ann's.
-    unfocused = await ranked(store, question, ids, speaker_weight=0.0)
+    # Without focus, Bob's turns that say "Ann" and "like" come first; with it, Ann's
+    # (the hand-tuned channel's boost). The learned ranker weighs the speaker with the
+    # rest: on this toy, whose Bob turns hold every word of the question, it puts Ann's
+    # answer first (Bob's questions put to Ann weigh less, the "asks_named" feature),
+    # then Bob's question, whose words outweigh Ann's other turn.
+    unfocused = await ranked(store, question, ids, speaker_weight=0.0, ranker="none")
     assert [line.split(" | ")[1][:4] for line in unfocused[:2]] == ["Bob:", "Bob:"]
-    focused = await ranked(store, question, ids)
+    focused = await ranked(store, question, ids, ranker="none")
     assert [line.split(" | ")[1][:4] for line in focused[:2]] == ["Ann:", "Ann:"]
+    # The learned ranker reorders the hand-tuned top hits, and only them.
+    learned = await ranked(store, question, ids)
+    assert sorted(learned) == sorted(focused)
+    assert learned[0] == "8 May, 2023 | Ann: Hiking in the hills is what I do"
     # Hit scores are the cosine of the query that was embedded: Ann's name left out.
     config = MemoryConfig(min_similarity=None)
     async with open_memory(store=store, memory=config) as memory:

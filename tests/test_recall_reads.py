@@ -183,12 +183,13 @@ async def check_hybrid(store: Any) -> None:
     await fill(store)
     actor = RecallActor(store, EventHub(), 4)
     for query in QUERIES:
-        # The reference predates entity links (tests/test_links.py covers them).
+        # The reference predates entity links (tests/test_links.py covers them) and the
+        # learned ranker (tests/test_ranker.py).
         for settings in [
-            RecallSettings(link_weight=0.0),
-            RecallSettings(fetch_k=3, link_weight=0.0),
-            RecallSettings(speaker_weight=0.0, date_weight=0.0, link_weight=0.0),
-            RecallSettings(neighbor_weight=0.0, rrf_k=60.0, link_weight=0.0),
+            RecallSettings(link_weight=0.0, ranker="none"),
+            RecallSettings(fetch_k=3, link_weight=0.0, ranker="none"),
+            RecallSettings(speaker_weight=0.0, date_weight=0.0, link_weight=0.0, ranker="none"),
+            RecallSettings(neighbor_weight=0.0, rrf_k=60.0, link_weight=0.0, ranker="none"),
         ]:
             for k in (1, 5, 40):
                 request = Recall(query=query, k=k, namespace=NS, settings=settings)
@@ -203,7 +204,7 @@ async def check_memory(store: Any) -> None:
     carries its true cosine (a small ``fetch_k`` makes keyword-only hits of the top k
     common: their cosines come from the same snapshot as the dense list)."""
     await fill(store)
-    settings = RecallSettings(fetch_k=3, link_weight=0.0)
+    settings = RecallSettings(fetch_k=3, link_weight=0.0, ranker="none")
     config = MemoryConfig(namespace=NS, recall=settings, min_similarity=None)
     async with open_memory(store=store, memory=config) as memory:
         for query in QUERIES:
@@ -238,7 +239,7 @@ async def check_time_reach(store: Any) -> None:
         namespace=NS,
     )
     actor = RecallActor(store, EventHub(), 4)
-    settings = RecallSettings(link_weight=0.0)
+    settings = RecallSettings(link_weight=0.0, ranker="none")
     query = "garden bread market on 3 June, 2023"
     lifted: dict[bool, bool] = {}
     for far in (False, True):

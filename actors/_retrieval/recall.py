@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from protocol import SearchRequest
 
+from . import ranker
 from .focus import (
     DateMention,
     entry_date,
@@ -150,16 +151,50 @@ def rank_recall(
         k=settings.rrf_k,
         weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
     )
+    unlent = dict(zip(fused.keys, fused.scores.tolist(), strict=True))
     fused = lend(fused.keys, fused.scores, neighbors, settings.neighbor_weight)
     hits = _Hits(fused.keys, fused.scores)
     for key, lent in zip(fused.keys, fused.lent.tolist(), strict=True):
         if lent > 0:
             hits.lift(key, "neighbor")
-    # Entity links read the top DEPTH after focus, and only lift hits among them.
+    # Entity links read the top DEPTH after focus, and only lift hits among them; the
+    # learned ranker reorders the top ranker.DEPTH.
+    learned = settings.ranker == "learned"
     keep = max(k, DEPTH) if settings.link_weight > 0 else k
+    if learned:
+        keep = max(keep, ranker.DEPTH)
     _focus(request, view, hits, texts, shaped.named, keep)
-    if settings.link_weight > 0:
-        _links(request, view, hits, neighbors)
+    terms = _links(request, view, hits, neighbors) if settings.link_weight > 0 else None
+    if learned:
+        assert request.query is not None
+        end = max(k, ranker.DEPTH)
+        found = ranker.features(
+            query=request.query,
+            view=view,
+            keys=hits.keys[:end],
+            boosted=hits.scores[:end],
+            fused=dict(zip(fused.keys, fused.scores.tolist(), strict=True)),
+            unlent=unlent,
+            dense=dense,
+            keyword=keyword,
+            cosine=cosine,
+            texts=texts,
+            named=shaped.named,
+            mentions=query_dates(request.query) if settings.date_weight > 0 else [],
+            neighbors=neighbors,
+            neighbor_on=settings.neighbor_weight > 0,
+            links=terms,
+        )
+        scored = ranker.scores(found.matrix)
+        order = np.argsort(-scored, kind="stable")
+        # The candidates' scores are the model's; the hits below them keep their order.
+        tail = (
+            np.minimum(scored.min(initial=0.0), 0.0)
+            - 1.0
+            - np.arange(len(hits.keys) - len(found.keys))
+        )
+        hits.keys = [found.keys[i] for i in order.tolist()] + hits.keys[end:]
+        hits.scores = np.concatenate([scored[order], tail])
     ranks = {key: {"dense": place} for place, key in enumerate(dense_keys, 1)}
     for place, key in enumerate(keyword_keys, 1):
         ranks.setdefault(key, {})["bm25"] = place
@@ -295,11 +330,14 @@ def _dated(
     return close if close and far else None
 
 
-def _links(request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int, int]) -> None:
+def _links(
+    request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int, int]
+) -> dict[str, set[int]]:
     """Boost the best ``ANCHORS`` hits (each content once), and the hits of the top
     ``DEPTH`` linked to one (``actors/_retrieval/links.py``), by ``link_weight``; ties keep their
     order. Two reads: the top hits' projections, and the namespace's document
-    frequencies of the anchors' terms."""
+    frequencies of the anchors' terms. Returns the link terms (rare ones only), each
+    with the anchors that hold it (the learned ranker reads them)."""
     head = hits.keys[:DEPTH]
     texts = view.texts(head, projections=True)
     anchors: dict[int, str] = {}
@@ -313,16 +351,17 @@ def _links(request: SearchRequest, view: View, hits: _Hits, neighbors: dict[int,
     assert request.query is not None
     terms = link_terms(request.query, anchors, speakers)
     if not terms:
-        return
+        return {}
     entries, counts = view.term_counts(sorted(terms))
     kept = rare(entries, counts)
     terms = {t: keys for t, keys in terms.items() if t in kept}
     candidates = {k: t for k, t in texts.items() if k not in anchors}
     boosted = set(anchors) | linked(candidates, terms, neighbors) if terms else set()
     if not boosted - set(anchors):
-        return
+        return terms
     lift = 1.0 + request.recall_settings.link_weight
     factor = np.array([lift if key in boosted else 1.0 for key in hits.keys])
     for key in boosted:
         hits.lift(key, "link")
     hits.reorder(factor, len(hits.keys))
+    return terms
