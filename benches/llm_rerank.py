@@ -1,4 +1,5 @@
-"""An LLM reranker over the default recall's top 10, measured on LoCoMo dev (issue 34).
+"""An LLM reranker over the default recall's top 10, measured on LoCoMo dev
+(docs/pages/benchmarks/recall-quality.md, "The learned ranker", has the result).
 
 Run from the repository root (the ``llm`` extra serves SmolLM2-135M)::
 
