@@ -451,6 +451,7 @@ async def _confirmed(service: MemoryService, namespace: str) -> bool:
     """Ask on the terminal (stderr, read from stdin) before ``forget --all``; whether
     the answer was yes. A namespace with nothing in it asks nothing."""
     entries = (await service.memory_stats(namespace))["entries"]
+    assert isinstance(entries, int)  # MemoryService.memory_stats counts them
     if entries == 0:
         return True
     sys.stderr.write(
