@@ -160,23 +160,24 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             five held-out ones (``docs/pages/benchmarks/recall-quality.md``).
         ranker: ``"learned"`` (the default) or ``"none"``. After the stages above, the
             learned ranker (``actors/_retrieval/ranker.py``) reorders the best 25 hits (at
-            least ``k``) by a linear model over 24 generic features of each: its fused and
+            least ``k``) by a linear model over 26 generic features of each: its fused and
             boosted scores and rank, cosine (and its gap to the best), BM25 score and rank,
             whether both lists found it, its neighbours' fused scores, whether a named
             speaker said it (or another asked them something), whether it is dated near or
             far from a date the query names, the rare link terms it shares with the
             anchors, its length, the share of the query's terms it holds, whether it asks a
-            question, and, for a query that asks "when", whether it names a time; a query
-            that asks "when" has a second set of weights. The hits below those 25 keep
-            their order, so it changes which of them come first, never which make the top
-            25; a hit's ``raw_score`` is then the model's score. A channel whose weight
-            above is 0 gives the model nothing. The weights are learned on LoCoMo's dev
-            conversations by ``benches/train_ranker.py``, with MiniLM's int8 and fp32
-            candidates pooled; with leave-one-conversation-out cross-validation it raises
-            R@1 from 0.429 to 0.501 (int8; fp32 0.437 to 0.506) and R@10 from 0.805 to
-            0.821 (fp32 0.805 to 0.818), R@25 unchanged; lower than the hand-tuned ranking
-            are fp32's open-domain R@1 (0.144 to 0.110, 44 questions) and int8's multi-hop
-            R@10 (0.511 to 0.510).
+            question, how many other candidates were said on its day (the ``Date:`` line
+            ``Offload`` writes) and the best of them, and, for a query that asks "when",
+            whether it names a time; a query that asks "when" has a second set of weights.
+            The hits below those 25 keep their order, so it changes which of them come
+            first, never which make the top 25; a hit's ``raw_score`` is then the model's
+            score. A channel whose weight above is 0 gives the model nothing. The weights
+            are learned on LoCoMo's dev conversations by ``benches/train_ranker.py``, with
+            MiniLM's int8 and fp32 candidates pooled; with leave-one-conversation-out
+            cross-validation it raises R@1 from 0.429 to 0.500 (int8; fp32 0.437 to 0.501)
+            and R@10 from 0.805 to 0.824 (fp32 0.805 to 0.818), R@25 unchanged; no int8
+            category is lower at any k, and the one cell lower than the hand-tuned ranking
+            is fp32's open-domain R@1 (0.144 to 0.121, 44 questions).
             ``"none"`` is the hand-tuned ranking alone.
         max_block_bytes: a budget for the rendered recall block, in UTF-8 bytes; the
             lowest-ranked items are dropped until the block fits, and an item is never

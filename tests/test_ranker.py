@@ -168,6 +168,7 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
             for query in QUERIES:
                 await store.search(request(query, ns))
     assert len(captured.calls) == len(QUERIES)
+    said_on = {f"{who}: {text}": date for date, who, text in CHAT}
     for query, (found, given) in zip(QUERIES, captured.calls, strict=True):
         x, texts = found.matrix, given["own"]
         assert x.shape == (len(found.keys), len(ranker.FEATURES))
@@ -177,6 +178,7 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
         assert np.all(x[:, COLUMN["boosted"]] <= 0.0)
         assert np.all(np.diff(x[:, COLUMN["rank"]]) > 0)
         cosine = given["cosine"]
+        day = {key: said_on[texts[key]] for key in found.keys}
         dense = {c.key for c in given["dense"]}
         keyword = {c.key for c in given["keyword"]}
         for i, key in enumerate(found.keys):
@@ -202,6 +204,12 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
             season = any(w in texts[key] for w in ("June", "summer", "weekends"))
             assert row["when_time"] == float(query.startswith("When") and season)
             assert row["link"] in (0.0, 1.0) and (row["link"] > 0) == (row["link_terms"] > 0)
+            # The other candidates said on its day (CHAT's compress dates), and the best
+            # boosted score among them.
+            peers = [j for j, other in enumerate(found.keys) if j != i and day[other] == day[key]]
+            assert row["day_peers"] == pytest.approx(math.log1p(len(peers)))
+            share = np.exp(x[peers, COLUMN["boosted"]])
+            assert row["day_best"] == pytest.approx(share.max() if peers else 0.0)
         # The second half repeats the features for a question asking "when".
         base = len(ranker.BASE)
         assert np.array_equal(x[:, base:], x[:, :base] if "When" in query else 0 * x[:, :base])

@@ -159,9 +159,14 @@ def entry_date(text: str) -> dt.date | None:
     :func:`protocol.compaction.contextual_entry` writes it) that names a full date, else
     None."""
     line = _DATE_LINE.search(text)
-    if line is None:
-        return None
-    for m in _mentions(line.group(1)):
+    return None if line is None else _line_date(line.group(1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_date(line: str) -> dt.date | None:
+    """The full date a ``"Date: "`` line names, else None. Cached: a recall reads the
+    lines of a few dozen entries, and one session's entries share theirs."""
+    for m in _mentions(line):
         if m.year is not None and m.month is not None and m.day is not None and _valid(m):
             return dt.date(m.year, m.month, m.day)
     return None

@@ -23,6 +23,7 @@ backends rank alike.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,8 @@ BASE = (
     "coverage",  # share of the query's terms its own text holds
     "question",  # 1 when its own text asks something (holds a "?")
     "when_time",  # 1 when the query asks "when" and its own text names a time
+    "day_peers",  # ln(1 + how many other candidates share its day)
+    "day_best",  # the best boosted score among other candidates of its day / the best
 )
 #: The model's columns: each feature of :data:`BASE`, then each again for a query that
 #: asks "when" (zero otherwise), so a question about time weighs the features its way.
@@ -197,6 +200,7 @@ def features(
         x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
     if links:
         _links(links, keys, bodies, neighbors, x)
+    _days(keys, texts, x)
     if _WHEN.search(query):
         x[:, len(BASE) :] = x[:, : len(BASE)]
     return Candidates(list(keys), x)
@@ -225,6 +229,26 @@ def _links(
         if shared:
             x[i, link] = 1.0
             x[i, count] = math.log1p(shared)
+
+
+def _days(keys: Sequence[int], texts: Mapping[int, str], x: npt.NDArray[np.float64]) -> None:
+    """Fill the day columns: the candidates said on one day (an entry's ``"Date: "``
+    line, as ``Offload`` writes it: one conversation's session) back each other."""
+    by_day: dict[dt.date, list[int]] = {}
+    for i, key in enumerate(keys):
+        day = entry_date(texts.get(key, ""))
+        if day is not None:
+            by_day.setdefault(day, []).append(i)
+    peers, best = BASE.index("day_peers"), BASE.index("day_best")
+    share = np.exp(x[:, BASE.index("boosted")])
+    for rows in by_day.values():
+        if len(rows) < 2:
+            continue
+        mine = share[rows]
+        # Each row's best peer: the group's best, or its second best for the best row.
+        first, second = np.sort(mine)[::-1][:2]
+        x[rows, peers] = math.log1p(len(rows) - 1)
+        x[rows, best] = np.where(mine == first, second, first)
 
 
 def scores(

@@ -163,10 +163,11 @@ def rank_recall(
     keep = max(k, DEPTH) if settings.link_weight > 0 else k
     if learned:
         keep = max(keep, ranker.DEPTH)
-    _focus(request, view, hits, texts, shaped.named, keep)
+    assert request.query is not None
+    mentions = query_dates(request.query) if settings.date_weight > 0 else []
+    _focus(request, view, hits, texts, shaped.named, mentions, keep)
     terms = _links(request, view, hits, neighbors) if settings.link_weight > 0 else None
     if learned:
-        assert request.query is not None
         end = max(k, ranker.DEPTH)
         found = ranker.features(
             query=request.query,
@@ -180,7 +181,7 @@ def rank_recall(
             cosine=cosine,
             texts=texts,
             named=shaped.named,
-            mentions=query_dates(request.query) if settings.date_weight > 0 else [],
+            mentions=mentions,
             neighbors=neighbors,
             neighbor_on=settings.neighbor_weight > 0,
             links=terms,
@@ -249,11 +250,12 @@ def _focus(
     hits: _Hits,
     texts: dict[int, str],
     named: frozenset[str],
+    mentions: list[DateMention],
     keep: int,
 ) -> None:
     """Keep the best ``keep`` hits once those said by a ``named`` speaker, and those
-    dated near a date the query names, are boosted (``speaker_weight``,
-    ``date_weight``); ties keep their order.
+    dated near a date of ``mentions`` (the dates the query names), are boosted
+    (``speaker_weight``, ``date_weight``); ties keep their order.
 
     ``texts`` holds each keyword hit's text; a dense-only hit's is read only when a
     speaker or a date is named. The hits are best first and a boost only multiplies,
@@ -264,8 +266,6 @@ def _focus(
     both kinds, and only otherwise on every hit.
     """
     settings = request.recall_settings
-    assert request.query is not None
-    mentions = query_dates(request.query) if settings.date_weight > 0 else []
     keys, scores = hits.keys, hits.scores
     if not (named or mentions):
         hits.keys, hits.scores = keys[:keep], scores[:keep]
