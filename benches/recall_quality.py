@@ -373,9 +373,12 @@ def configurations() -> list[Config]:
         ),
         Config(
             "previous-default",
-            "Memory.retrieve, RRF + neighbour boost only (speaker and date weights 0)",
+            "Memory.retrieve, RRF + neighbour boost only (speaker, date and link weights 0, "
+            'ranker "none")',
             kind="default",
-            recall=RecallSettings(speaker_weight=0.0, date_weight=0.0, link_weight=0.0),
+            recall=RecallSettings(
+                speaker_weight=0.0, date_weight=0.0, link_weight=0.0, ranker="none"
+            ),
         ),
         Config(
             "default-no-nb",
