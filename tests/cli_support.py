@@ -24,9 +24,14 @@ def _script() -> list[str]:
 
 
 def cli(
-    *args: str, input: str | bytes | None = None, stderr: Any = subprocess.PIPE, **env: str
+    *args: str,
+    input: str | bytes | None = None,
+    stderr: Any = subprocess.PIPE,
+    cwd: Path | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[Any]:
-    """``trio-recall ARGS``; bytes ``input`` makes stdout and stderr bytes too."""
+    """``trio-recall ARGS`` (in ``cwd``); bytes ``input`` makes stdout and stderr bytes
+    too."""
     environ = {**os.environ, **env}
     environ.pop("TRIO_RECALL_DATA", None)
     return subprocess.run(
@@ -36,6 +41,7 @@ def cli(
         stderr=stderr,
         text=not isinstance(input, bytes),
         timeout=TIMEOUT,
+        cwd=cwd,
         env=environ,
         check=False,
     )

@@ -132,7 +132,9 @@ class Where:
             return "this process (--in-memory)"
         if self.dsn is not None:
             return f"PostgreSQL at {_dsn_place(self.dsn)}, table {self.table}"
-        return f"the data directory {self.data_dir()}"
+        # Absolute, as the "created a new memory in" line says it: a relative --data
+        # names a different directory from every other working directory.
+        return f"the data directory {self.data_dir().expanduser().absolute()}"
 
     def data_dir(self) -> Path:
         """The data directory: ``data``, or :func:`default_data_dir`."""

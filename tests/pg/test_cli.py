@@ -200,6 +200,12 @@ def test_a_data_dir_that_is_not_there(tmp_path: Path) -> None:
     assert made.stderr == f"trio-recall: created a new memory in {typo}\n"
     assert ok("add", "Rex is a dog", *where).stderr == ""
     assert js("stats", *where)["entries"] == 2
+    # A relative --data is said as the absolute directory it names, by stats as by the
+    # "created" line, so a reader knows which directory it was.
+    plain = ok("stats", "--data", typo.name, "--embedder", "hashing", cwd=tmp_path).stdout
+    assert f"the data directory {typo}\n" in plain, plain
+    located = js("stats", "--data", typo.name, "--embedder", "hashing", cwd=tmp_path)
+    assert located["location"] == f"the data directory {typo}"
     # --create lets a command that reads make one.
     fresh = tmp_path / "fresh"
     counted = ok("stats", "--data", str(fresh), "--create", "--embedder", "hashing", "--json")
