@@ -107,7 +107,8 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
             the current version at the new one's ``valid_from`` (its ``valid_to``) and
             writes version n + 1 with ``supersedes=n``. A version is valid over
             ``[valid_from, valid_to)``; ``valid_to`` is None for the current version.
-            Version 1's ``valid_from`` is its ``occurred_at``.
+            Version 1's ``valid_from`` is its ``occurred_at``. :meth:`as_new` drops
+            them, so a document read back can be written again.
 
     Raises:
         ConfigError: ``text`` is not a str, or ``id``/``source_id`` is not ``None`` or a
@@ -165,6 +166,18 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
             }
         )
         return self._named(hashlib.sha256(blob).hexdigest()[:32])
+
+    def as_new(self) -> Document:
+        """This document as a write gives it: the same text, id, metadata, source,
+        ``occurred_at``, ``conversation``, ``expires_at`` and ``embedding``, without
+        the version the store set on it (``valid_from``, ``valid_to``, ``version``,
+        ``supersedes``), which a write refuses. A document read back from one store
+        (``documents``, ``get_by_ids``, a hit's ``document``) is copied into another
+        store this way; its older versions stay behind (``history``)."""
+        new = copy.copy(self)
+        for name in ("valid_from", "valid_to", "version", "supersedes"):
+            msgspec.structs.force_setattr(new, name, None)
+        return new
 
     def _named(self, entry_id: str) -> Document:
         # A copy with its id set, not a new Document: this one was checked as it was

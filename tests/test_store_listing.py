@@ -63,6 +63,39 @@ async def test_a_namespace_lists_its_current_memories_oldest_first(name: str) ->
 
 
 @pytest.mark.parametrize("name", BACKENDS)
+async def test_listed_memories_copy_into_another_store_with_as_new(name: str) -> None:
+    """What the PostgreSQL tutorial does: a namespace's documents, read back (an updated
+    one at version 2), written into another store; as read, the store refuses them,
+    naming the field and ``as_new``."""
+    with trio.fail_after(TIMEOUT):
+        async with backend(name) as old, open_store(CONFIG, HashingEmbedder(DIM)) as new:
+            ids = await old.add_documents(
+                [
+                    Document(text="Ana prefers a window seat", metadata={"k": 1}),
+                    Document(text="Ana lives in Lyon", conversation="trip"),
+                ],
+                namespace="ana",
+            )
+            await old.update(ids[1], "Ana lives in Paris", namespace="ana")
+            listed = await old.documents("ana")
+            assert {d.version for d in listed} == {1, 2}
+            with pytest.raises(ConfigError, match=r"sets (valid_from|version).*as_new"):
+                await new.add_documents(listed, namespace="ana")
+            assert new.usage().entries == 0  # nothing half applied
+            copies = [d.as_new() for d in listed]
+            assert all(
+                (c.valid_from, c.valid_to, c.version, c.supersedes) == (None,) * 4 for c in copies
+            )
+            assert await new.add_documents(copies, namespace="ana") == [d.id for d in listed]
+            again = await new.documents("ana")
+            fields = ("id", "text", "metadata", "occurred_at", "conversation", "expires_at")
+            for field in fields:
+                assert [getattr(d, field) for d in again] == [getattr(d, field) for d in listed]
+            # The copy is a fresh memory: version 1, its history one version long.
+            assert {d.version for d in again} == {1}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
 async def test_bad_arguments_are_refused(name: str) -> None:
     with trio.fail_after(TIMEOUT):
         async with backend(name) as store:

@@ -880,7 +880,8 @@ def _check_document_fields(i: int, document: Document) -> None:
         if value is not None:
             raise ConfigError(
                 f"document {i} of the batch sets {field}={value!r:.60}; the store sets "
-                f"{', '.join(STORE_SET_FIELDS)} itself (use update() for a new version)"
+                f"{', '.join(STORE_SET_FIELDS)} itself (use update() for a new version, "
+                "or Document.as_new() to copy a document read back)"
             )
     if document.embedding is not None and not isinstance(document.embedding, list):
         raise EmbeddingError(
