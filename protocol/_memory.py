@@ -167,8 +167,9 @@ class RecallSettings(msgspec.Struct, frozen=True, kw_only=True):
             far from a date the query names, the rare link terms it shares with the
             anchors, its length, the share of the query's terms it holds, whether it asks a
             question, how many other candidates were said on its day (the ``Date:`` line
-            ``Offload`` writes) and the best of them, and, for a query that asks "when",
-            whether it names a time; a query that asks "when" has a second set of weights.
+            ``Offload`` writes; part of the neighbour channel) and the best of them, and,
+            for a query that asks "when", whether it names a time; a query that asks
+            "when" has a second set of weights.
             The hits below those 25 keep their order, so it changes which of them come
             first, never which make the top 25; a hit's ``raw_score`` is then the model's
             score. A channel whose weight above is 0 gives the model nothing. The weights

@@ -250,7 +250,7 @@ async def test_a_channel_turned_off_gives_no_feature(monkeypatch: pytest.MonkeyP
             )
     ((found, _),) = captured.calls
     off = ["speaker", "other_speaker", "asks_named", "date_near", "date_far", "link", "link_terms"]
-    off += ["neighbor", "previous", "following", "next_to_top"]
+    off += ["neighbor", "previous", "following", "next_to_top", "day_peers", "day_best"]
     assert not found.matrix[:, [COLUMN[name] for name in off]].any()
 
 

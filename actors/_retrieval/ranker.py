@@ -14,7 +14,8 @@ with leave-one-conversation-out cross-validation; the script writes the weights 
 
 A channel that the settings turn off (``neighbor_weight``, ``speaker_weight``,
 ``date_weight`` or ``link_weight`` at 0) contributes no feature: its columns are zero,
-so the bench can still measure the ranker with one technique off.
+so the bench can still measure the ranker with one technique off. The day features
+(candidates said on one day) belong to the neighbour channel.
 
 Every feature is a column computed over all candidates at once (numpy); the texts,
 dates and term statistics come from the :class:`~actors._retrieval.view.View`, so both
@@ -200,7 +201,9 @@ def features(
         x[:, col["when_time"]] = [_TIME.search(p) is not None for p in projections]
     if links:
         _links(links, keys, bodies, neighbors, x)
-    _days(keys, texts, x)
+    if neighbor_on:
+        # Said on one day is a wider neighbourhood: the neighbour channel's too.
+        _days(keys, texts, x)
     if _WHEN.search(query):
         x[:, len(BASE) :] = x[:, : len(BASE)]
     return Candidates(list(keys), x)
