@@ -174,6 +174,8 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
         ``supersedes``), which a write refuses. A document read back from one store
         (``documents``, ``get_by_ids``, a hit's ``document``) is copied into another
         store this way; its older versions stay behind (``history``)."""
+        # A shallow copy, as _named makes: it shares metadata and embedding with this
+        # document, which a write copies into the store, never changes.
         new = copy.copy(self)
         for name in ("valid_from", "valid_to", "version", "supersedes"):
             msgspec.structs.force_setattr(new, name, None)

@@ -233,6 +233,46 @@ async def test_features_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> No
             assert "Bob: I went to the market for fresh bread" in full
 
 
+async def test_day_features_group_the_candidates_said_on_one_day(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``day_peers`` and ``day_best`` over CHAT's three days, a day with one turn, and
+    a memory with no ``Date:`` line (added as a document): the last two have no peer."""
+    lone = "Ann: I sold bread at the market in September"
+    undated = "Ann: bread from the market is the best"
+    with trio.fail_after(20):
+        async with open_store(STORE, HashingEmbedder(DIM)) as store:
+            ns = await offload_chat(store)
+            config = MemoryConfig(strategies=[Offload(turns=8)])
+            async with open_memory(store=store, memory=config) as memory:
+                await memory.compress(
+                    [UnifiedMessage.user(lone), UnifiedMessage.user("(next)")],
+                    date="9 September, 2023",
+                )
+            await store.add_texts([undated], namespace=ns)
+            captured = Captured(monkeypatch)
+            await store.search(request("bread market", ns))
+    ((found, given),) = captured.calls
+    said_on = {f"{who}: {text}": date for date, who, text in CHAT} | {lone: "9 September"}
+    own, index = given["own"], given["texts"]
+    assert {own[key] for key in found.keys} == set(said_on) | {undated}
+    (plain,) = [key for key in found.keys if own[key] == undated]
+    assert "Date: " not in index[plain]
+    share = np.exp(found.matrix[:, COLUMN["boosted"]])
+    for i, key in enumerate(found.keys):
+        day = said_on.get(own[key])
+        peers = [
+            j
+            for j, other in enumerate(found.keys)
+            if j != i and day is not None and said_on.get(own[other]) == day
+        ]
+        row = found.matrix[i]
+        assert row[COLUMN["day_peers"]] == pytest.approx(math.log1p(len(peers)))
+        assert row[COLUMN["day_best"]] == pytest.approx(share[peers].max() if peers else 0.0)
+        if own[key] in (lone, undated):
+            assert row[COLUMN["day_peers"]] == 0.0 and row[COLUMN["day_best"]] == 0.0
+
+
 async def test_a_channel_turned_off_gives_no_feature(monkeypatch: pytest.MonkeyPatch) -> None:
     with trio.fail_after(20):
         async with open_store(STORE, HashingEmbedder(DIM)) as store:
@@ -252,6 +292,24 @@ async def test_a_channel_turned_off_gives_no_feature(monkeypatch: pytest.MonkeyP
     off = ["speaker", "other_speaker", "asks_named", "date_near", "date_far", "link", "link_terms"]
     off += ["neighbor", "previous", "following", "next_to_top", "day_peers", "day_best"]
     assert not found.matrix[:, [COLUMN[name] for name in off]].any()
+
+
+@pytest.mark.parametrize(
+    ("weight", "days_on"), [("neighbor_weight", False), ("date_weight", True)]
+)
+async def test_the_day_features_are_the_neighbour_channels(
+    monkeypatch: pytest.MonkeyPatch, weight: str, days_on: bool
+) -> None:
+    # Said on one day is a wider neighbourhood: neighbor_weight=0 alone turns the day
+    # columns off; the time channel (date_weight) does not.
+    with trio.fail_after(20):
+        async with open_store(STORE, HashingEmbedder(DIM)) as store:
+            ns = await offload_chat(store)
+            captured = Captured(monkeypatch)
+            await store.search(request("bread market", ns, **{weight: 0.0}))
+    ((found, _),) = captured.calls
+    days = found.matrix[:, [COLUMN["day_peers"], COLUMN["day_best"]]]
+    assert bool(days.any()) is days_on
 
 
 # --- both backends ------------------------------------------------------------------------

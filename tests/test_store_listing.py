@@ -71,7 +71,7 @@ async def test_listed_memories_copy_into_another_store_with_as_new(name: str) ->
         async with backend(name) as old, open_store(CONFIG, HashingEmbedder(DIM)) as new:
             ids = await old.add_documents(
                 [
-                    Document(text="Ana prefers a window seat", metadata={"k": 1}),
+                    Document(text="Ana prefers a window seat", metadata={"k": 1}, source_id="a"),
                     Document(text="Ana lives in Lyon", conversation="trip"),
                 ],
                 namespace="ana",
@@ -83,12 +83,14 @@ async def test_listed_memories_copy_into_another_store_with_as_new(name: str) ->
                 await new.add_documents(listed, namespace="ana")
             assert new.usage().entries == 0  # nothing half applied
             copies = [d.as_new() for d in listed]
+            assert sorted(d.version or 0 for d in listed) == [1, 2]  # the originals keep it
             assert all(
                 (c.valid_from, c.valid_to, c.version, c.supersedes) == (None,) * 4 for c in copies
             )
             assert await new.add_documents(copies, namespace="ana") == [d.id for d in listed]
             again = await new.documents("ana")
-            fields = ("id", "text", "metadata", "occurred_at", "conversation", "expires_at")
+            fields = ("id", "text", "metadata", "source_id", "occurred_at", "conversation")
+            fields += ("expires_at",)
             for field in fields:
                 assert [getattr(d, field) for d in again] == [getattr(d, field) for d in listed]
             # The copy is a fresh memory: version 1, its history one version long.

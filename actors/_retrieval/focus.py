@@ -159,17 +159,25 @@ def entry_date(text: str) -> dt.date | None:
     :func:`protocol.compaction.contextual_entry` writes it) that names a full date, else
     None."""
     line = _DATE_LINE.search(text)
-    return None if line is None else _line_date(line.group(1))
+    if line is None:
+        return None
+    found = line.group(1)
+    # The lines Offload and the doors write are short; a long one (a user's own
+    # "Date: " line) is parsed each time, so the cache never holds much text.
+    return _cached_line_date(found) if len(found) <= 64 else _line_date(found)
 
 
-@functools.lru_cache(maxsize=4096)
 def _line_date(line: str) -> dt.date | None:
-    """The full date a ``"Date: "`` line names, else None. Cached: a recall reads the
-    lines of a few dozen entries, and one session's entries share theirs."""
+    """The full date a ``"Date: "`` line names, else None."""
     for m in _mentions(line):
         if m.year is not None and m.month is not None and m.day is not None and _valid(m):
             return dt.date(m.year, m.month, m.day)
     return None
+
+
+#: :func:`_line_date`, cached: a recall reads the lines of a few dozen entries, and one
+#: session's entries share theirs.
+_cached_line_date = functools.lru_cache(maxsize=4096)(_line_date)
 
 
 def near(mention: DateMention, day: dt.date) -> bool:
