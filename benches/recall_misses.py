@@ -3,7 +3,7 @@
 Run from the repository root::
 
     uv run --extra embed --extra bench python benches/recall_misses.py \
-        --data /work/shared/data/locomo --cache /tmp/rq/int8.npz --precision int8
+        --data ../shared/data/locomo --cache /tmp/int8.npz --precision int8
 
 The learned ranker reorders the hand-tuned top 25 (``actors/_retrieval/ranker.py``), so
 an evidence turn outside them cannot be reached by a better order. This script asks
@@ -54,7 +54,11 @@ LISTS = ("dense", "bm25", "either", "named")
 
 def named_speakers(question: str, speakers: set[str]) -> set[str]:
     """The speakers ``question`` names by a word of their name, none when it names them
-    all: the rule of recall's speaker focus (``RecallSettings.speaker_weight``)."""
+    all: recall's speaker-focus rule (``RecallSettings.speaker_weight``), simplified
+    (every speaker of the conversation, not only those of the BM25 hits, and
+    one-letter name words too), which gives the same speakers on LoCoMo. A bench may
+    not import the engine's private copy (``benches/README.md``, "Public names
+    only")."""
     words = set(re.findall(r"\w+", question))
     named = {s for s in speakers if words & set(s.split())}
     return named if named != speakers else set()

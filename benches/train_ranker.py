@@ -3,8 +3,8 @@
 Run from the repository root::
 
     uv run --extra embed --extra bench python benches/train_ranker.py \
-        --data /work/shared/data/locomo --precision int8,fp32 \
-        --cache '/tmp/rq/{precision}.npz' --write actors/_retrieval/ranker_weights.py
+        --data ../shared/data/locomo --precision int8,fp32 \
+        --cache '/tmp/{precision}.npz' --write actors/_retrieval/ranker_weights.py
 
 The shipped model serves both of MiniLM's precisions (``int8``, the default, and
 ``fp32``), whose cosines and so whose candidates differ a little: by default it is fitted
