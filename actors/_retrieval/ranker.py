@@ -235,8 +235,9 @@ def _links(
 
 
 def _days(keys: Sequence[int], texts: Mapping[int, str], x: npt.NDArray[np.float64]) -> None:
-    """Fill the day columns: the candidates said on one day (an entry's ``"Date: "``
-    line, as ``Offload`` writes it: one conversation's session) back each other."""
+    """Fill the day columns: the candidates said on one day (the day an entry's
+    ``"Date: "`` line names, as ``Offload`` and the doors write it: one session when
+    each session is dated) back each other. An entry without one has no peers."""
     by_day: dict[dt.date, list[int]] = {}
     for i, key in enumerate(keys):
         day = entry_date(texts.get(key, ""))
