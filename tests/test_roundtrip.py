@@ -10,6 +10,7 @@ fit in 64 bits). Abstract bases (no fields, only there to be subclassed) are ski
 from __future__ import annotations
 
 import collections.abc
+import datetime as dt
 import enum
 import importlib
 import math
@@ -180,9 +181,46 @@ def _memory_config() -> st.SearchStrategy[Any]:
     return st.sampled_from(["before_user", "system_section"]).flatmap(build)
 
 
+def _document() -> st.SearchStrategy[Any]:
+    # Its four times must be aware and its ids None or non-empty, so random fields (naive
+    # datetimes, empty strings) were refused for most examples, and the test spent 15 s
+    # on rejections: draw valid-leaning fields, and still skip what it refuses.
+    cls = protocol.Document
+    when = st.none() | st.datetimes(timezones=st.just(dt.UTC))
+    name = st.none() | st.text(min_size=1, max_size=8)
+    number = st.none() | st.integers(1, 64)
+
+    def build(kwargs: dict[str, Any]) -> Any:
+        try:
+            return cls(**kwargs)
+        except (ValueError, TypeError):
+            return _REFUSED
+
+    fields = {
+        "text": strategy_for(str),
+        "id": name,
+        "metadata": strategy_for(dict[str, Any]),
+        "source_id": name,
+        "embedding": st.none() | st.lists(st.floats(-1, 1), min_size=1, max_size=4),
+        "occurred_at": when,
+        "conversation": name,
+        "expires_at": when,
+        "valid_from": when,
+        "valid_to": when,
+        "version": number,
+        "supersedes": number,
+    }
+    assert set(fields) == {f.name for f in msgspec.structs.fields(cls)}, "a new field"
+    return st.fixed_dictionaries(fields).map(build).filter(lambda v: not _refused(v))
+
+
 #: Hand-written strategies, by class name, for types whose validation random fields
 #: rarely pass.
-OVERRIDES: dict[str, Any] = {"SearchRequest": _search_request, "MemoryConfig": _memory_config}
+OVERRIDES: dict[str, Any] = {
+    "SearchRequest": _search_request,
+    "MemoryConfig": _memory_config,
+    "Document": _document,
+}
 
 
 def struct_strategy(cls: type[msgspec.Struct]) -> st.SearchStrategy[Any]:
