@@ -152,34 +152,31 @@ def fuse(
         ConfigError: a key repeated within one list.
     """
     weights = {} if weights is None else weights
+    # Each key's column, in order of first appearance (a dict keeps insertion order).
     index: dict[K, int] = {}
-    keys: list[K] = []
+    claim = index.setdefault
     positions: list[npt.NDArray[np.intp]] = []
     for name, members in lists.items():
-        at = np.empty(len(members), dtype=np.intp)
-        for j, key in enumerate(members):
-            c = index.get(key)
-            if c is None:
-                c = index[key] = len(keys)
-                keys.append(key)
-            at[j] = c
-        if np.unique(at).shape[0] != at.shape[0]:
+        # Recall fuses two lists of 200: per-element numpy writes cost more than this.
+        at = [claim(key, len(index)) for key in members]
+        if len(set(at)) != len(at):
             seen: set[K] = set()
             for key in members:
                 if key in seen:
                     raise ConfigError(f"list {name!r} holds {key!r} more than once")
                 seen.add(key)
-        positions.append(at)
+        positions.append(np.array(at, dtype=np.intp))
+    keys = list(index)
     m = len(keys)
     scores = np.zeros(m, dtype=np.float64)
     best_rank = np.full(m, np.inf, dtype=np.float64)
     best_list = np.zeros(m, dtype=np.intp)
-    for list_index, (name, at) in enumerate(zip(lists, positions, strict=True)):
-        ranks = np.arange(1, at.shape[0] + 1, dtype=np.float64)
-        scores[at] += float(weights.get(name, 1.0)) / (k + ranks)
-        better = ranks < best_rank[at]
-        best_rank[at[better]] = ranks[better]
-        best_list[at[better]] = list_index
+    for list_index, (name, cols) in enumerate(zip(lists, positions, strict=True)):
+        ranks = np.arange(1, cols.shape[0] + 1, dtype=np.float64)
+        scores[cols] += float(weights.get(name, 1.0)) / (k + ranks)
+        better = ranks < best_rank[cols]
+        best_rank[cols[better]] = ranks[better]
+        best_list[cols[better]] = list_index
     order = np.lexsort((best_list, best_rank, -scores))
     return Fused([keys[i] for i in order.tolist()], scores[order], np.zeros(m, dtype=np.float64))
 

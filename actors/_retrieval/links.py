@@ -112,7 +112,6 @@ def linked(
 
     out = set()
     for key, body in zip(candidates, bodies_terms(list(candidates.values())), strict=True):
-        shared: Sequence[str] = [t for t in body if t in terms]
-        if any(apart(key, anchor) for t in shared for anchor in terms[t]):
+        if any(apart(key, anchor) for t in terms.keys() & body for anchor in terms[t]):
             out.add(key)
     return out

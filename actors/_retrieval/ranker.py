@@ -110,6 +110,8 @@ def features(
     unlent: dict[int, float],
     dense: Sequence[Candidate],
     keyword: Sequence[Candidate],
+    dense_place: Mapping[int, int],
+    keyword_place: Mapping[int, int],
     cosine: dict[int, float],
     texts: dict[int, str],
     named: frozenset[str],
@@ -120,8 +122,9 @@ def features(
 ) -> Candidates:
     """The feature rows of ``keys`` (the hits to rank, best first after focus and
     links, with their ``boosted`` scores; ``fused``: every fused hit's score after the
-    neighbour boost, ``unlent``: before it). ``texts`` holds the index texts already
-    read (it is filled in); ``named`` and ``mentions`` are the speakers and dates the
+    neighbour boost, ``unlent``: before it; ``dense_place`` and ``keyword_place``: each
+    listed key's 1-based place in ``dense`` and ``keyword``). ``texts`` holds the index
+    texts already read (it is filled in); ``named`` and ``mentions`` are the speakers and dates the
     query names (empty when their channel is off); ``links``: the entity links' rare
     terms with the anchors holding each (None when links are off)."""
     m = len(keys)
@@ -139,15 +142,13 @@ def features(
     cos = np.array([cosine.get(key, 0.0) for key in keys], dtype=np.float64)
     x[:, col["cosine"]] = cos
     x[:, col["cosine_gap"]] = cos - (dense[0].score if dense else 0.0)
-    dense_rank = {c.key: place for place, c in enumerate(dense, 1)}
-    bm25_rank = {c.key: place for place, c in enumerate(keyword, 1)}
-    bm25_score = {c.key: c.score for c in keyword}
     top_bm25 = keyword[0].score if keyword and keyword[0].score > 0 else 1.0
-    d_rank = np.array([dense_rank.get(key, len(dense) + 1) for key in keys], dtype=np.float64)
-    b_rank = np.array([bm25_rank.get(key, len(keyword) + 1) for key in keys], dtype=np.float64)
+    d_rank = np.array([dense_place.get(key, len(dense) + 1) for key in keys], dtype=np.float64)
+    b_rank = np.array([keyword_place.get(key, len(keyword) + 1) for key in keys], dtype=np.float64)
     x[:, col["dense_rank"]] = np.log1p(d_rank)
     x[:, col["bm25_rank"]] = np.log1p(b_rank)
-    x[:, col["bm25"]] = np.array([bm25_score.get(key, 0.0) for key in keys]) / top_bm25
+    bm25_score = [keyword[p - 1].score if (p := keyword_place.get(key)) else 0.0 for key in keys]
+    x[:, col["bm25"]] = np.array(bm25_score) / top_bm25
     x[:, col["agree"]] = (d_rank <= len(dense)) & (b_rank <= len(keyword))
     seqs = [neighbors.get(key) for key in keys]
     if neighbor_on:
@@ -223,8 +224,8 @@ def _links(
     for i, (key, body) in enumerate(zip(keys, bodies, strict=True)):
         mine = neighbors.get(key)
         shared = 0
-        for term in body:
-            for anchor in terms.get(term, ()):
+        for term in terms.keys() & body:
+            for anchor in terms[term]:
                 theirs = neighbors.get(anchor)
                 if anchor != key and (mine is None or theirs is None or abs(mine - theirs) > 1):
                     shared += 1
@@ -243,16 +244,20 @@ def _days(keys: Sequence[int], texts: Mapping[int, str], x: npt.NDArray[np.float
         day = entry_date(texts.get(key, ""))
         if day is not None:
             by_day.setdefault(day, []).append(i)
-    peers, best = BASE.index("day_peers"), BASE.index("day_best")
-    share = np.exp(x[:, BASE.index("boosted")])
+    share = np.exp(x[:, BASE.index("boosted")]).tolist()
+    # Two columns filled at once: a day's few rows are cheaper in lists than as arrays.
+    peers, best = [0.0] * len(keys), [0.0] * len(keys)
     for rows in by_day.values():
         if len(rows) < 2:
             continue
-        mine = share[rows]
+        mine = [share[i] for i in rows]
         # Each row's best peer: the group's best, or its second best for the best row.
-        first, second = np.sort(mine)[::-1][:2]
-        x[rows, peers] = math.log1p(len(rows) - 1)
-        x[rows, best] = np.where(mine == first, second, first)
+        first, second = sorted(mine, reverse=True)[:2]
+        for i, value in zip(rows, mine, strict=True):
+            peers[i] = math.log1p(len(rows) - 1)
+            best[i] = second if value == first else first
+    x[:, BASE.index("day_peers")] = peers
+    x[:, BASE.index("day_best")] = best
 
 
 def scores(

@@ -101,14 +101,24 @@ def shape(request: SearchRequest, view: View, depth: int) -> Shaped:
 
 @attrs.define
 class _Hits:
-    """The fused hits so far: keys best first, their scores, and what lifted each."""
+    """The fused hits so far: keys best first, their scores, and what lifted each
+    (``lent``: the hits that borrowed from a neighbour, kept apart since most do)."""
 
     keys: list[int]
     scores: npt.NDArray[np.float64]
     lifted: dict[int, set[str]] = attrs.field(factory=dict)
+    lent: frozenset[int] = frozenset()
 
     def lift(self, key: int, channel: str) -> None:
         self.lifted.setdefault(key, set()).add(channel)
+
+    def channels(self, key: int, listed: dict[str, int]) -> tuple[str, ...]:
+        """What lifted ``key``, in the order of :data:`_CHANNELS`; ``listed``: its
+        rank in each list that holds it."""
+        lifted = self.lifted.get(key, set()) | listed.keys()
+        if key in self.lent:
+            lifted.add("neighbor")
+        return tuple(c for c in _CHANNELS if c in lifted)
 
     def reorder(self, factor: npt.NDArray[np.float64], keep: int) -> None:
         """Multiply the first ``len(factor)`` scores by ``factor``, keep the best
@@ -133,8 +143,8 @@ def rank_recall(
         dense = view.dense(depth)
         cosine = {c.key: c.score for c in dense}
         scores = np.array([c.score for c in dense], dtype=np.float64)
-        ranks = {c.key: {"dense": place} for place, c in enumerate(dense, 1)}
-        return _assemble(view, _Hits([c.key for c in dense], scores), cosine, ranks, k, threshold)
+        lists = _Places([c.key for c in dense], [])
+        return _assemble(view, _Hits([c.key for c in dense], scores), cosine, lists, k, threshold)
     keyword, texts = shaped.keyword, dict(shaped.texts)
     if view.version() != shaped.version:
         # The store committed since the keyword list was read: read it on this snapshot.
@@ -151,15 +161,17 @@ def rank_recall(
         k=settings.rrf_k,
         weights={"dense": settings.dense_weight, "bm25": settings.bm25_weight},
     )
-    unlent = dict(zip(fused.keys, fused.scores.tolist(), strict=True))
+    learned = settings.ranker == "learned"
+    unlent = dict(zip(fused.keys, fused.scores.tolist(), strict=True)) if learned else {}
     fused = lend(fused.keys, fused.scores, neighbors, settings.neighbor_weight)
     hits = _Hits(fused.keys, fused.scores)
-    for key, lent in zip(fused.keys, fused.lent.tolist(), strict=True):
-        if lent > 0:
-            hits.lift(key, "neighbor")
+    if settings.neighbor_weight > 0:
+        hits.lent = frozenset(
+            key for key, lent in zip(fused.keys, fused.lent.tolist(), strict=True) if lent > 0
+        )
+    lists = _Places(dense_keys, keyword_keys)
     # Entity links read the top DEPTH after focus, and only lift hits among them; the
     # learned ranker reorders the top ranker.DEPTH.
-    learned = settings.ranker == "learned"
     keep = max(k, DEPTH) if settings.link_weight > 0 else k
     if learned:
         keep = max(keep, ranker.DEPTH)
@@ -178,6 +190,8 @@ def rank_recall(
             unlent=unlent,
             dense=dense,
             keyword=keyword,
+            dense_place=lists.dense,
+            keyword_place=lists.keyword,
             cosine=cosine,
             texts=texts,
             named=shaped.named,
@@ -196,17 +210,31 @@ def rank_recall(
         )
         hits.keys = [found.keys[i] for i in order.tolist()] + hits.keys[end:]
         hits.scores = np.concatenate([scored[order], tail])
-    ranks = {key: {"dense": place} for place, key in enumerate(dense_keys, 1)}
-    for place, key in enumerate(keyword_keys, 1):
-        ranks.setdefault(key, {})["bm25"] = place
-    return _assemble(view, hits, cosine, ranks, k, threshold)
+    return _assemble(view, hits, cosine, lists, k, threshold)
+
+
+class _Places:
+    """Each key's 1-based place in the dense and the keyword list (what a hit reports
+    as ``ranks``), read only for the hits returned."""
+
+    def __init__(self, dense: list[int], keyword: list[int]) -> None:
+        self.dense = {key: place for place, key in enumerate(dense, 1)}
+        self.keyword = {key: place for place, key in enumerate(keyword, 1)}
+
+    def of(self, key: int) -> dict[str, int]:
+        ranks = {}
+        if (place := self.dense.get(key)) is not None:
+            ranks["dense"] = place
+        if (place := self.keyword.get(key)) is not None:
+            ranks["bm25"] = place
+        return ranks
 
 
 def _assemble(
     view: View,
     hits: _Hits,
     cosine: dict[int, float],
-    ranks: dict[int, dict[str, int]],
+    lists: _Places,
     k: int,
     threshold: float | None,
 ) -> list[Pick]:
@@ -216,9 +244,9 @@ def _assemble(
     for key, score in _unique(view, hits, k):
         if threshold is not None and cosine[key] < threshold:
             continue
-        lifted = hits.lifted.get(key, set()) | set(ranks[key])
-        channels = tuple(c for c in _CHANNELS if c in lifted)
-        picks.append(Pick(key, cosine[key], score, ranks[key], len(picks) + 1, channels))
+        ranks = lists.of(key)
+        channels = hits.channels(key, ranks)
+        picks.append(Pick(key, cosine[key], score, ranks, len(picks) + 1, channels))
     return picks
 
 
