@@ -211,6 +211,8 @@ class EntryStyle:
 
 
 PLAIN = EntryStyle("plain")
+# The same text as PLAIN, written as documents (add_documents) rather than offloaded.
+MEMORY = EntryStyle("memory")
 
 
 # --- the embedder: every text once per run ------------------------------------------------
@@ -415,6 +417,20 @@ def configurations() -> list[Config]:
             "Memory.retrieve, default MemoryConfig: RRF k 10, neighbour boost 0.5, speaker "
             "focus 1.0, time channel 1.0, entity links 0.5, learned ranker; Offload entries",
             kind="default",
+        ),
+        Config(
+            "memories",
+            "each turn as a standalone memory, as remember() writes one: its text alone "
+            "(\"Name: text\"), no date line, no conversation; the default recall",
+            style=MEMORY,
+            kind="default",
+        ),
+        Config(
+            "memories-no-ranker",
+            'the same memories, ranker "none"',
+            style=MEMORY,
+            kind="default",
+            recall=RecallSettings(ranker="none"),
         ),
         Config(
             "default-hashing",
