@@ -421,7 +421,7 @@ def configurations() -> list[Config]:
         Config(
             "memories",
             "each turn as a standalone memory, as remember() writes one: its text alone "
-            "(\"Name: text\"), no date line, no conversation; the default recall",
+            '("Name: text"), no date line, no conversation; the default recall',
             style=MEMORY,
             kind="default",
         ),
