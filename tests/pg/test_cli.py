@@ -161,11 +161,22 @@ def test_memory_over_time_on_the_command_line(pg_dsn: str, pg_table: str) -> Non
     assert js("forget", "--before", "2020-01-01", *on) == {"ids": [dated["id"]], "missing": []}
     nothing = ok("forget", "--filter", '{"user": "ana"}', *on)
     assert nothing.stdout == "" and "nothing was forgotten" in nothing.stderr
-    for query in ("Lisbon", "Porto", "Ana", "quokka"):
-        for mode in ("recall", "similarity", "bm25", "hybrid", "mmr"):
-            for as_of in ([], ["--as-of", v1["valid_from"]]):
-                hits = search_hits(query, "--mode", mode, "-k", "50", *as_of, *on)
-                assert {h["id"] for h in hits} <= {gate["id"]}, (query, mode, as_of, hits)
+    # One query holds every forgotten text's words (BM25 hits an entry that has any of
+    # them; k = 50 is every entry for the dense modes); each search is a process, so
+    # two run at a time, one per core.
+    cases = [
+        (mode, as_of)
+        for mode in ("recall", "similarity", "bm25", "hybrid", "mmr")
+        for as_of in ([], ["--as-of", v1["valid_from"]])
+    ]
+
+    def search_all(case: tuple[str, list[str]]) -> list[Any]:
+        mode, as_of = case
+        return search_hits("Lisbon Porto Ana quokka", "--mode", mode, "-k", "50", *as_of, *on)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for case, hits in zip(cases, pool.map(search_all, cases), strict=True):
+            assert {h["id"] for h in hits} <= {gate["id"]}, (case, hits)
     assert cli("history", flat, *on).returncode == 1
     exported = ok("export", "-", *on).stdout
     assert [json.loads(line)["id"] for line in exported.splitlines()] == [gate["id"]]
@@ -488,6 +499,11 @@ def test_forget_all_empties_one_namespace_of_the_default_data_dir(root: Path) ->
     def entries(namespace: str) -> int:
         return int(js("stats", "--namespace", namespace, **home)["entries"])
 
+    def every_count() -> dict[str, int]:
+        """Each namespace's entries, two ``stats`` processes at a time."""
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(zip(counts, pool.map(entries, counts), strict=True))
+
     alice = [add(f"alice note {i}", "--namespace", "alice") for i in range(3)]
     moved = js("update", alice[0], "--text", "alice moved to Porto", "--namespace", "alice",
                **home)  # fmt: skip
@@ -497,7 +513,7 @@ def test_forget_all_empties_one_namespace_of_the_default_data_dir(root: Path) ->
     default = add("a note of the default namespace")
     assert (tmp_path / "xdg" / "trio-recall" / "pg").is_dir()
     counts = {"alice": 3, "carol": 2, "bob": 2, "memory-default": 1}
-    assert {ns: entries(ns) for ns in counts} == counts
+    assert every_count() == counts
 
     # stdin is not a terminal: refused without --yes (exit status 2), nothing forgotten.
     refused = cli("forget", "--namespace", "alice", "--all", input="y\n", **home)
@@ -511,7 +527,7 @@ def test_forget_all_empties_one_namespace_of_the_default_data_dir(root: Path) ->
     assert unnamed.returncode == 2 and "without --namespace" in unnamed.stderr
     mixed = cli("forget", alice[1], "--namespace", "alice", "--all", "--yes", **home)
     assert mixed.returncode == 2 and "--all is given with ID" in mixed.stderr
-    assert {ns: entries(ns) for ns in counts} == counts
+    assert every_count() == counts
 
     # On a terminal it asks; anything but yes forgets nothing (exit status 1).
     declined = cli_answering("n\n", "forget", "--namespace", "alice", "--all", **home)
@@ -529,7 +545,7 @@ def test_forget_all_empties_one_namespace_of_the_default_data_dir(root: Path) ->
     gone = js("forget", "--namespace", "alice", "--all", "--yes", input="", **home)
     assert set(gone) == {"ids", "missing"} and gone["missing"] == []
     assert sorted(gone["ids"]) == sorted(alice)
-    assert {ns: entries(ns) for ns in counts} == {**counts, "alice": 0, "carol": 0}
+    assert every_count() == {**counts, "alice": 0, "carol": 0}
     assert cli("history", alice[0], "--namespace", "alice", **home).returncode == 1
     assert search_hits("alice note", "--namespace", "alice", "--mode", "bm25", **home) == []
     left = search_hits("bob likes", "--namespace", "bob", "--mode", "bm25", **home)
