@@ -124,9 +124,9 @@ def features(
     links, with their ``boosted`` scores; ``fused``: every fused hit's score after the
     neighbour boost, ``unlent``: before it; ``dense_place`` and ``keyword_place``: each
     listed key's 1-based place in ``dense`` and ``keyword``). ``texts`` holds the index
-    texts already read (it is filled in); ``named`` and ``mentions`` are the speakers and dates the
-    query names (empty when their channel is off); ``links``: the entity links' rare
-    terms with the anchors holding each (None when links are off)."""
+    texts already read (it is filled in); ``named`` and ``mentions`` are the speakers
+    and dates the query names (empty when their channel is off); ``links``: the entity
+    links' rare terms with the anchors holding each (None when links are off)."""
     m = len(keys)
     x = np.zeros((m, len(FEATURES)), dtype=np.float64)
     col = {name: i for i, name in enumerate(BASE)}
@@ -253,8 +253,9 @@ def _days(keys: Sequence[int], texts: Mapping[int, str], x: npt.NDArray[np.float
         mine = [share[i] for i in rows]
         # Each row's best peer: the group's best, or its second best for the best row.
         first, second = sorted(mine, reverse=True)[:2]
+        others = math.log1p(len(rows) - 1)
         for i, value in zip(rows, mine, strict=True):
-            peers[i] = math.log1p(len(rows) - 1)
+            peers[i] = others
             best[i] = second if value == first else first
     x[:, BASE.index("day_peers")] = peers
     x[:, BASE.index("day_best")] = best
